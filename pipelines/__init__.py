@@ -1,0 +1,1 @@
+"""Config, CLI, the Beam graphs, the run directory, stats and report."""

@@ -1,0 +1,1 @@
+"""Tokenizer training/loading, encoding, sequence packing, and the shard format (Contract 3)."""

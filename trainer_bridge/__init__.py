@@ -1,0 +1,1 @@
+"""The built-in trainer: shard dataset, model, parallelism, precision, checkpoints, metrics, launcher."""
