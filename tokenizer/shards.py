@@ -185,6 +185,83 @@ def _totals(shards: list[dict], seq_len: int) -> dict:
     }
 
 
+def shard_file_name(split: str, index: int) -> str:
+    return f"{split}-{index:05d}.arrow"
+
+
+def _check_split_name(split: str) -> None:
+    if not split or "/" in split or split.startswith(".") or not split.replace("_", "").isalnum():
+        raise ValueError(f"split must be a plain name such as 'train' or 'val', got {split!r}")
+
+
+def write_shard_file(
+    path: str,
+    rows: Iterable[tuple[np.ndarray, Sequence[int], Sequence[int]]],
+    *,
+    seq_len: int,
+    vocab_size: int,
+    pad_id: int,
+) -> dict:
+    """Write one shard file atomically (temp name, fsync, rename); returns its manifest entry.
+
+    The building block for writers that produce shards in parallel (one call per shard, then
+    ``write_manifest`` once): ``write_shards`` is the sequential front end to both.
+    """
+    dtype = token_dtype(vocab_size)
+    writer = _ShardWriter(path, shard_schema(seq_len, dtype), seq_len, dtype)
+    try:
+        for index, (tokens, doc_lens, doc_ids) in enumerate(rows):
+            tokens = np.asarray(tokens)
+            _check_row(index, tokens, doc_lens, doc_ids, seq_len, vocab_size, pad_id)
+            writer.add(tokens, doc_lens, doc_ids)
+        return writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+
+
+def write_manifest(
+    shard_dir: str,
+    splits: dict[str, list[dict]],
+    *,
+    seq_len: int,
+    vocab_size: int,
+    pad_id: int,
+    bos_id: int | None,
+    eos_id: int | None,
+    tokenizer_sha256: str,
+    packing: dict,
+    split_stats: dict[str, dict] | None = None,
+) -> dict:
+    """Write ``manifest.json`` atomically for the given splits' shard entries (written before it); returns it.
+
+    ``split_stats`` adds per-split figures (e.g. documents and documents cut across rows) to ``totals``.
+    """
+    for split in splits:
+        _check_split_name(split)
+    totals = {split: _totals(entries, seq_len) for split, entries in splits.items()}
+    for split, extra in (split_stats or {}).items():
+        if split in totals:
+            totals[split].update(extra)
+    overall = _totals([e for entries in splits.values() for e in entries], seq_len)
+    manifest = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "seq_len": seq_len,
+        "dtype": token_dtype(vocab_size).name,
+        "vocab_size": vocab_size,
+        "pad_id": pad_id,
+        "bos_id": bos_id,
+        "eos_id": eos_id,
+        "tokenizer_sha256": tokenizer_sha256,
+        "packing": {**packing, "fill_ratio": overall["fill_ratio"]},
+        "totals": totals,
+        "splits": splits,
+    }
+    _write_json_atomic(os.path.join(shard_dir, MANIFEST_NAME), manifest)
+    return manifest
+
+
 def write_shards(
     shard_dir: str,
     rows: Iterable[tuple[np.ndarray, Sequence[int], Sequence[int]]],
@@ -208,71 +285,54 @@ def write_shards(
     """
     if seq_len <= 0 or rows_per_shard <= 0 or vocab_size <= 0:
         raise ValueError("seq_len, rows_per_shard and vocab_size must be positive")
-    if not split or "/" in split or split.startswith("."):
-        raise ValueError(f"split must be a plain name such as 'train' or 'val', got {split!r}")
+    _check_split_name(split)
     for name, value in (("pad_id", pad_id), ("bos_id", bos_id), ("eos_id", eos_id)):
         if value is not None and not 0 <= value < vocab_size:
             raise ValueError(f"{name}={value} is outside the vocabulary [0, {vocab_size})")
-    dtype = token_dtype(vocab_size)
-    schema = shard_schema(seq_len, dtype)
     os.makedirs(shard_dir, exist_ok=True)
-
-    header = {
-        "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
-        "seq_len": seq_len,
-        "dtype": dtype.name,
-        "vocab_size": vocab_size,
-        "pad_id": pad_id,
-        "bos_id": bos_id,
-        "eos_id": eos_id,
-        "tokenizer_sha256": tokenizer_sha256,
+    settings = {
+        "seq_len": seq_len, "dtype": token_dtype(vocab_size).name, "vocab_size": vocab_size, "pad_id": pad_id,
+        "bos_id": bos_id, "eos_id": eos_id, "tokenizer_sha256": tokenizer_sha256,
     }
     previous: dict | None = None
     if os.path.exists(os.path.join(shard_dir, MANIFEST_NAME)):
         previous = read_manifest(shard_dir)
-        clash = {k: (previous.get(k), v) for k, v in header.items() if previous.get(k) != v}
+        clash = {k: (previous.get(k), v) for k, v in settings.items() if previous.get(k) != v}
         if clash:
             raise ShardFormatError(
                 f"{os.path.join(shard_dir, MANIFEST_NAME)}: existing shards were written with different "
                 f"settings {clash} (old, new); write into an empty directory"
             )
 
-    shards: list[dict] = []
-    writer: _ShardWriter | None = None
-    try:
-        for index, (tokens, doc_lens, doc_ids) in enumerate(rows):
-            tokens = np.asarray(tokens)
-            _check_row(index, tokens, doc_lens, doc_ids, seq_len, vocab_size, pad_id)
-            if writer is None:
-                path = os.path.join(shard_dir, f"{split}-{len(shards):05d}.arrow")
-                writer = _ShardWriter(path, schema, seq_len, dtype)
-            writer.add(tokens, doc_lens, doc_ids)
-            if writer.rows >= rows_per_shard:
-                shards.append(writer.close())
-                writer = None
-        if writer is not None:
-            shards.append(writer.close())
-            writer = None
-    except BaseException:
-        if writer is not None:
-            writer.abort()
-        raise
+    def batches_of_rows() -> Iterator[list]:
+        batch: list = []
+        for row in rows:
+            batch.append(row)
+            if len(batch) == rows_per_shard:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
 
+    # One shard's rows are buffered (as references): bounded by rows_per_shard, as the writer already is.
+    entries = [
+        write_shard_file(
+            os.path.join(shard_dir, shard_file_name(split, k)), shard_rows,
+            seq_len=seq_len, vocab_size=vocab_size, pad_id=pad_id,
+        )
+        for k, shard_rows in enumerate(batches_of_rows())
+    ]
     splits = dict(previous["splits"]) if previous else {}
-    totals = dict(previous["totals"]) if previous else {}
-    stale = {s["file"] for s in splits.get(split, [])} - {s["file"] for s in shards}
-    splits[split] = shards
-    totals[split] = _totals(shards, seq_len)
-    all_shards = [s for split_shards in splits.values() for s in split_shards]
-    overall = _totals(all_shards, seq_len)
-    manifest = {
-        **header,
-        "packing": {**packing, "fill_ratio": overall["fill_ratio"]},
-        "totals": totals,
-        "splits": splits,
+    stale = {s["file"] for s in splits.get(split, [])} - {s["file"] for s in entries}
+    splits[split] = entries
+    old_stats = {
+        name: {k: v for k, v in t.items() if k not in ("shards", "rows", "tokens", "padding", "segments", "fill_ratio")}
+        for name, t in (previous or {}).get("totals", {}).items() if name != split
     }
-    _write_json_atomic(os.path.join(shard_dir, MANIFEST_NAME), manifest)
+    manifest = write_manifest(
+        shard_dir, splits, seq_len=seq_len, vocab_size=vocab_size, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id,
+        tokenizer_sha256=tokenizer_sha256, packing=packing, split_stats=old_stats,
+    )
     # Only after the new manifest is in place may shards the old one listed disappear.
     for name in stale:
         stale_path = os.path.join(shard_dir, name)

@@ -1,0 +1,312 @@
+"""The Beam graph from kept documents to packed shards: read → encode → plan → route → write shards → manifest.
+
+    docs/*.parquet ─ ReadDocBatches ─ Reshuffle ─ Encode (encode_batch, tokenizer loaded once per worker)
+                                                     │                         │
+                                       (split, ids, lengths) ─ GroupByKey ─ MakePlan  (per split, side input)
+                                                     │                         │
+                                         RouteToShards ─ GroupByKey by (split, shard) ─ WriteShard ─ manifest
+
+Determinism on any number of workers: which rows exist and what they hold is decided by one packing plan per
+split, computed from the documents' (id, length) pairs sorted by id — never from the order in which workers
+produce encodings. Tokens travel once, from the encoder to the worker writing their shard; only lengths are
+gathered in one place (a few integers per document). Beam's cost is per element, so elements are batches of
+``packing.encode_batch_docs`` documents, and each encoded batch sends one element per shard it touches.
+
+Shards are written with local file APIs (memory-mapped reading needs local files anyway): on a cluster, point
+``shard_dir`` at a shared mount. Documents are read through Beam's FileSystems and may live anywhere.
+"""
+from __future__ import annotations
+
+import glob
+import itertools
+import os
+from typing import Iterable, Iterator
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+
+from tokenizer.config import PackingConfig, TokenizerConfig
+from tokenizer.docs import check_doc_schema, in_val_split, list_doc_files, open_parquet
+from tokenizer.pack import PackPlan, make_plan
+from tokenizer.shards import (
+    MANIFEST_NAME,
+    shard_file_name,
+    token_dtype,
+    write_manifest,
+    write_shard_file,
+)
+from tokenizer.train import SpecialIds, special_ids, train_or_load
+
+NAMESPACE = "tokenizer"
+SPLITS = ("train", "val")
+
+
+def make_local_pipeline() -> beam.Pipeline:
+    """An in-process pipeline that never tries Prism (which would download from GitHub)."""
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+    return beam.Pipeline(runner=FnApiRunner())
+
+
+class ReadDocBatches(beam.DoFn):
+    """(file, row group) → ``(split, ids int64 array, texts list)`` batches of at most ``batch_docs`` documents."""
+
+    def __init__(self, batch_docs: int, val_fraction: float, split_seed: int):
+        self._batch_docs = batch_docs
+        self._val_fraction = val_fraction
+        self._split_seed = split_seed
+        self._docs = Metrics.counter(NAMESPACE, "docs_read")
+
+    def process(self, unit: tuple[str, int]) -> Iterator[tuple[str, np.ndarray, list[str]]]:
+        path, row_group = unit
+        parquet = open_parquet(path)
+        for batch in parquet.iter_batches(
+            batch_size=self._batch_docs, row_groups=[row_group], columns=["id", "text"]
+        ):
+            ids = batch.column(0).to_numpy(zero_copy_only=False).astype(np.int64)
+            texts = batch.column(1).to_pylist()
+            if any(t is None for t in texts):
+                raise ValueError(f"{path}: row group {row_group} has documents with a null text")
+            self._docs.inc(len(ids))
+            val = in_val_split(ids, self._val_fraction, self._split_seed)
+            for split, mask in (("train", ~val), ("val", val)):
+                if mask.all():
+                    yield split, ids, texts
+                elif mask.any():
+                    yield split, ids[mask], [t for t, m in zip(texts, mask) if m]
+
+
+class EncodeBatch(beam.DoFn):
+    """Encode a batch with one ``encode_batch`` call; emit ``(split, ids, lengths, flat tokens)``.
+
+    Each document becomes ``[bos] tokens [eos]`` as configured. The tokenizer travels as its JSON text (so any
+    worker can build it, no shared filesystem needed) and is built once per worker in ``setup``.
+    """
+
+    def __init__(self, tokenizer_json: str, special: SpecialIds, add_bos: bool, add_eos: bool, vocab_size: int):
+        self._tokenizer_json = tokenizer_json
+        self._bos = [special.bos_id] if add_bos else []
+        self._eos = [special.eos_id] if add_eos else []
+        self._dtype = token_dtype(vocab_size)
+        self._tokenizer = None
+        self._docs = Metrics.counter(NAMESPACE, "docs_encoded")
+        self._tokens = Metrics.counter(NAMESPACE, "tokens")
+        self._bytes = Metrics.counter(NAMESPACE, "text_bytes")
+
+    def setup(self):
+        from tokenizers import Tokenizer
+
+        self._tokenizer = Tokenizer.from_str(self._tokenizer_json)
+
+    def process(self, element):
+        split, ids, texts = element
+        encodings = self._tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+        id_lists = [e.ids for e in encodings]
+        extra = len(self._bos) + len(self._eos)
+        lengths = np.fromiter((len(x) + extra for x in id_lists), dtype=np.int64, count=len(id_lists))
+        total = int(lengths.sum())
+        if extra:
+            pieces = itertools.chain.from_iterable(itertools.chain(self._bos, x, self._eos) for x in id_lists)
+        else:
+            pieces = itertools.chain.from_iterable(id_lists)
+        flat = np.fromiter(pieces, dtype=self._dtype, count=total)
+        self._docs.inc(len(ids))
+        self._tokens.inc(total)
+        self._bytes.inc(sum(len(t.encode("utf-8")) for t in texts))
+        yield split, ids, lengths, flat
+
+
+def plan_split(element: tuple[str, Iterable[tuple[np.ndarray, np.ndarray]]], packing: PackingConfig):
+    """All (id, length) pairs of one split → its packing plan (sorted by id first: order-independent)."""
+    split, parts = element
+    parts = list(parts)
+    ids = np.concatenate([p[0] for p in parts])
+    lengths = np.concatenate([p[1] for p in parts])
+    order = np.argsort(ids, kind="stable")
+    ids, lengths = ids[order], lengths[order]
+    if len(ids) > 1 and np.any(ids[1:] == ids[:-1]):
+        dup = int(ids[1:][ids[1:] == ids[:-1]][0])
+        raise ValueError(f"document id {dup} occurs more than once in docs/ (ids must be unique, Contract 1)")
+    plan = make_plan(zip(ids.tolist(), lengths.tolist()), packing.seq_len, packing.window, packing.max_open_rows)
+    return split, plan
+
+
+class RouteToShards(beam.DoFn):
+    """Cut an encoded batch into the pieces the plan places, grouped into one element per destination shard.
+
+    Emits ``((split, shard), (rows_in_shard, offsets, lengths, tokens))`` with ``tokens`` the pieces back to back.
+    """
+
+    def __init__(self, rows_per_shard: int):
+        self._rows_per_shard = rows_per_shard
+
+    def process(self, element, plans: dict[str, PackPlan]):
+        split, ids, lengths, flat = element
+        plan = plans[split]
+        doc_starts = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=doc_starts[1:])
+        lo = np.searchsorted(plan.doc_id, ids, side="left")
+        hi = np.searchsorted(plan.doc_id, ids, side="right")
+        placed = hi - lo
+        if np.any(placed[lengths > 0] == 0):
+            missing = int(ids[(lengths > 0) & (placed == 0)][0])
+            raise RuntimeError(f"document {missing} has tokens but no place in the packing plan")
+        # Placement indices of this batch, with the flat-token position of each piece.
+        which = np.repeat(np.arange(len(ids)), placed)
+        idx = np.repeat(lo - np.cumsum(np.concatenate([[0], placed[:-1]])), placed) + np.arange(int(placed.sum()))
+        source = doc_starts[which] + plan.start[idx]
+        rows = plan.row[idx]
+        shards = rows // self._rows_per_shard
+        for shard in np.unique(shards):
+            sel = np.nonzero(shards == shard)[0]
+            piece_lengths = plan.length[idx[sel]]
+            tokens = np.concatenate([flat[s : s + n] for s, n in zip(source[sel], piece_lengths)])
+            yield (split, int(shard)), (
+                rows[sel] - shard * self._rows_per_shard, plan.offset[idx[sel]], piece_lengths, tokens,
+            )
+
+
+class WriteShard(beam.DoFn):
+    """Assemble one shard's rows from its pieces, check every slot of the plan is filled, write it atomically."""
+
+    def __init__(self, shard_dir: str, rows_per_shard: int, vocab_size: int, pad_id: int):
+        self._shard_dir = shard_dir
+        self._rows_per_shard = rows_per_shard
+        self._vocab_size = vocab_size
+        self._pad_id = pad_id
+        self._rows = Metrics.counter(NAMESPACE, "rows_written")
+
+    def process(self, element, plans: dict[str, PackPlan]):
+        (split, shard), parts = element
+        plan = plans[split]
+        seq_len = plan.seq_len
+        first = shard * self._rows_per_shard
+        n_rows = min(self._rows_per_shard, plan.num_rows - first)
+        block = np.full((n_rows, seq_len), self._pad_id, dtype=token_dtype(self._vocab_size))
+        written = np.zeros(n_rows, dtype=np.int64)
+        for rows, offsets, lengths, tokens in parts:
+            at = 0
+            for r, off, n in zip(rows.tolist(), offsets.tolist(), lengths.tolist()):
+                block[r, off : off + n] = tokens[at : at + n]
+                at += n
+            np.add.at(written, rows, lengths)
+
+        def row_iter():
+            for r in range(n_rows):
+                _, doc_lens, doc_ids = plan.row_layout(first + r)
+                if written[r] != int(doc_lens.sum()):
+                    raise RuntimeError(
+                        f"{split} row {first + r}: {written[r]} tokens arrived, the plan places {int(doc_lens.sum())}"
+                    )
+                yield block[r], doc_lens, doc_ids
+
+        entry = write_shard_file(
+            os.path.join(self._shard_dir, shard_file_name(split, shard)), row_iter(),
+            seq_len=seq_len, vocab_size=self._vocab_size, pad_id=self._pad_id,
+        )
+        self._rows.inc(n_rows)
+        yield split, (shard, entry)
+
+
+def _doc_units(files: list[str]) -> list[tuple[str, int]]:
+    units = []
+    for path in files:
+        parquet = open_parquet(path)
+        check_doc_schema(path, parquet.schema_arrow)
+        units.extend((path, rg) for rg in range(parquet.metadata.num_row_groups))
+    return units
+
+
+def build_shards(
+    run_dir: str,
+    tokenizer_cfg: TokenizerConfig,
+    packing_cfg: PackingConfig,
+    pipeline: beam.Pipeline | None = None,
+    *,
+    docs_dir: str | None = None,
+    shard_dir: str | None = None,
+) -> dict:
+    """Train (or load) the tokenizer, then encode, pack and shard ``<run_dir>/docs`` into ``<run_dir>/shards``.
+
+    ``pipeline`` is a fresh, unused ``beam.Pipeline`` (the caller picks runner and options); it is run here.
+    ``None`` means an in-process FnApiRunner. Returns the shard manifest (also at ``shards/manifest.json``).
+    """
+    docs_dir = docs_dir or os.path.join(run_dir, "docs")
+    shard_dir = shard_dir or os.path.join(run_dir, "shards")
+    tok, _, tokenizer_sha = train_or_load(run_dir, tokenizer_cfg, packing_cfg)
+    special = special_ids(tok, tokenizer_cfg, packing_cfg)
+    vocab_size = tok.get_vocab_size(with_added_tokens=True)
+    files = list_doc_files(docs_dir)
+    units = _doc_units(files)
+
+    os.makedirs(shard_dir, exist_ok=True)
+    manifest_path = os.path.join(shard_dir, MANIFEST_NAME)
+    if os.path.exists(manifest_path):
+        os.remove(manifest_path)  # from here until the new manifest lands, the directory reads as incomplete
+
+    packing_info = {
+        "algorithm": "best_fit_decreasing_window",
+        "window": packing_cfg.window,
+        "max_open_rows": packing_cfg.max_open_rows,
+        "split_only_longer_than_seq_len": True,
+        "add_bos": packing_cfg.add_bos,
+        "add_eos": packing_cfg.add_eos,
+        "rows_per_shard": packing_cfg.rows_per_shard,
+        "val_fraction": packing_cfg.val_fraction,
+        "split_seed": packing_cfg.split_seed,
+        "split_hash": "splitmix64(id + (seed + 1) * 0x9E3779B97F4A7C15) < val_fraction * 2**64",
+    }
+
+    def finish(entries_by_split: Iterable[tuple[str, Iterable[tuple[int, dict]]]], plans: dict[str, PackPlan]):
+        splits = {split: [] for split in (*SPLITS, *plans)}
+        for split, entries in entries_by_split:
+            splits[split] = [e for _, e in sorted(entries, key=lambda se: se[0])]
+        stats = {split: {k: v for k, v in plan.stats.as_dict().items() if k.startswith("docs") or k == "split_share"}
+                 for split, plan in plans.items()}
+        manifest = write_manifest(
+            shard_dir, splits, seq_len=packing_cfg.seq_len, vocab_size=vocab_size, pad_id=special.pad_id,
+            bos_id=special.bos_id, eos_id=special.eos_id, tokenizer_sha256=tokenizer_sha,
+            packing=packing_info, split_stats=stats,
+        )
+        yield manifest
+
+    p = pipeline if pipeline is not None else make_local_pipeline()
+    encoded = (
+        p
+        | "DocUnits" >> beam.Create(units)
+        | "SpreadUnits" >> beam.Reshuffle()
+        | "ReadDocs" >> beam.ParDo(
+            ReadDocBatches(packing_cfg.encode_batch_docs, packing_cfg.val_fraction, packing_cfg.split_seed))
+        | "SpreadBatches" >> beam.Reshuffle()
+        | "Encode" >> beam.ParDo(
+            EncodeBatch(tok.to_str(), special, packing_cfg.add_bos, packing_cfg.add_eos, vocab_size))
+    )
+    plans = (
+        encoded
+        | "Lengths" >> beam.Map(lambda e: (e[0], (e[1], e[2])))
+        | "GatherLengths" >> beam.GroupByKey()
+        | "Plan" >> beam.Map(plan_split, packing_cfg)
+    )
+    plans_side = beam.pvalue.AsDict(plans)
+    (
+        encoded
+        | "Route" >> beam.ParDo(RouteToShards(packing_cfg.rows_per_shard), plans=plans_side)
+        | "GatherShards" >> beam.GroupByKey()
+        | "WriteShards" >> beam.ParDo(
+            WriteShard(shard_dir, packing_cfg.rows_per_shard, vocab_size, special.pad_id), plans=plans_side)
+        | "GatherEntries" >> beam.GroupByKey()
+        | "OneKey" >> beam.Map(lambda kv: (None, kv))
+        | "AllEntries" >> beam.GroupByKey()
+        | "Manifest" >> beam.FlatMap(lambda kv, plans: finish(kv[1], plans), plans=plans_side)
+    )
+    p.run().wait_until_finish()
+
+    from tokenizer.shards import read_manifest
+
+    manifest = read_manifest(shard_dir)
+    listed = {e["file"] for entries in manifest["splits"].values() for e in entries}
+    for path in glob.glob(os.path.join(shard_dir, "*.arrow")):
+        if os.path.basename(path) not in listed:
+            os.remove(path)  # a shard of an earlier, larger run: not part of this one
+    return manifest
