@@ -1,0 +1,52 @@
+"""`corpusmill`: one entry point; each area registers its subcommands from its own module."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+import warnings
+
+COMMAND_MODULES = (
+    "pipelines.cmd_prepare",
+)
+
+
+def quiet_libraries() -> None:
+    """Keep the terminal for our own progress and summary: libraries speak only when something is wrong."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for name in ("apache_beam", "presidio-analyzer", "presidio-anonymizer", "tldextract", "urllib3"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="corpusmill", description=__doc__.split("\n")[0].strip("`"))
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    quiet_libraries()
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args, "accepts_beam_args", False):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.beam_args = unknown
+    from pipelines.config import ConfigError
+
+    try:
+        return int(args.handler(args) or 0)
+    except ConfigError as err:
+        print(f"corpusmill {args.command}: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"corpusmill {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""The run configuration: one YAML file per run, validated once, here, at the edge.
+
+Each component owns its section's model next to its code; this module composes them, applies
+``--set section.key=value`` overrides, and turns validation errors into messages that name the field.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from transforms.exact_dedup import ExactDedupConfig
+from transforms.filters import FiltersConfig
+from transforms.normalize import NormalizeConfig
+
+
+
+class ConfigError(ValueError):
+    """A configuration problem, phrased for the person who wrote the file."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class InputConfig(Strict):
+    paths: list[str] = Field(min_length=1, description="files, folders or globs; local paths or any Beam FileSystems URI")
+    format: Literal["auto", "jsonl", "parquet", "text"] = "auto"
+    text_field: str = "text"
+    id_field: str | None = Field(None, description="input field reported as the document's id by analysis commands")
+    max_doc_bytes: int = Field(8_000_000, gt=0, description="larger documents are quarantined, never loaded whole")
+
+
+class OutputConfig(Strict):
+    runs_dir: str = "runs"
+    target_shard_bytes: int = Field(64_000_000, gt=0, description="approximate size of each docs/ Parquet file")
+
+
+class RunnerConfig(Strict):
+    name: str = Field("direct", description="direct | inprocess | flink | spark | dataflow | a Beam runner class name")
+    workers: int | None = Field(None, ge=1, description="local workers; default one per core")
+    options: list[str] = Field(default_factory=list, description="extra Beam pipeline options, passed through")
+
+
+class RunConfig(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
+    input: InputConfig
+    output: OutputConfig = OutputConfig()
+    runner: RunnerConfig = RunnerConfig()
+    normalize: NormalizeConfig = NormalizeConfig()
+    filters: FiltersConfig = FiltersConfig()
+    exact_dedup: ExactDedupConfig = ExactDedupConfig()
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _paths_as_list(cls, value: Any) -> Any:
+        if isinstance(value, dict) and isinstance(value.get("paths"), str):
+            value = {**value, "paths": [value["paths"]]}
+        return value
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.output.runs_dir) / self.name
+
+    def resolved_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+
+    def fingerprint(self, sections: tuple[str, ...] | None = None) -> str:
+        """A hash of the resolved config (or of some sections), to refuse mixing outputs of two configs."""
+        data = self.model_dump(mode="json")
+        if sections is not None:
+            data = {key: data[key] for key in sections}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set expects section.key=value, got {item!r}")
+        dotted, raw = item.split("=", 1)
+        keys = [k for k in dotted.strip().split(".") if k]
+        if not keys:
+            raise ConfigError(f"--set expects section.key=value, got {item!r}")
+        node = data
+        for key in keys[:-1]:
+            child = node.setdefault(key, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {dotted}: {key!r} is not a section")
+            node = child
+        node[keys[-1]] = _parse_value(raw)
+    return data
+
+
+def _format_error(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        field = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key (check the spelling against the config reference in README.md)"
+        elif e["type"] == "literal_error":
+            msg = f"must be one of {e.get('ctx', {}).get('expected', '')}, got {e.get('input')!r}"
+        lines.append(f"  {field}: {msg}")
+    return "invalid configuration:\n" + "\n".join(lines)
+
+
+def validate_config(data: dict) -> RunConfig:
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_error(err)) from None
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    return validate_config(apply_overrides(data, list(overrides or [])))

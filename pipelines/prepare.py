@@ -1,0 +1,217 @@
+"""`corpusmill prepare`: read → clean → write the run directory, with exact accounting.
+
+The Beam graph reads as its steps; this module also owns the run directory's lifecycle: refuse to mix two
+configs in one directory, clear an earlier attempt's outputs, count everything, check that the counts
+balance, and write ``manifest.json`` last.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Callable
+
+import apache_beam as beam
+import pyarrow.parquet as pq
+from apache_beam.metrics.metric import MetricsFilter
+
+from pipelines.beam_options import make_pipeline
+from pipelines.config import ConfigError, RunConfig
+from pipelines.read import ReadCorpus, expand_inputs
+from pipelines.rundir import (DOCS_SCHEMA, REMOVED_SCHEMA, WriteSorted, clear_outputs, complete_manifest,
+                              doc_row, jsonl_bytes, parquet_bytes, removed_row, sha256_file, write_atomic,
+                              write_json)
+from pipelines.steps import CleanDocuments, StepContext, enabled_steps
+
+CLEANING_OUTPUTS = ("docs", "removed", "quarantine", "dedup", "stats.json", "manifest.json")
+PACKAGES = ("corpusmill", "apache-beam", "datasketch", "presidio-analyzer", "spacy", "fasttext-numpy2",
+            "tokenizers", "pyarrow", "torch", "pydantic")
+
+
+class AccountingError(RuntimeError):
+    """Documents were lost or invented between reading and writing: the run must not be trusted."""
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def describe_inputs(files: list[str]) -> list[dict]:
+    from apache_beam.io.filesystems import FileSystems
+
+    described = []
+    for path in files:
+        size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+        checksum = sha256_file(path) if "://" not in path else f"fs:{FileSystems.checksum(path)}"
+        described.append({"path": path, "bytes": size, "sha256": checksum})
+    return described
+
+
+def previously_processed(against: tuple[str, ...]) -> set[str]:
+    """Checksums of the inputs that earlier runs already processed (a refresh reads only new ones)."""
+    seen: set[str] = set()
+    for run in against:
+        manifest = complete_manifest(Path(run))
+        if manifest is None:
+            raise ConfigError(f"--against {run}: not a completed run (no manifest.json with status complete)")
+        seen.update(i["sha256"] for i in manifest.get("inputs", []))
+        seen.update(manifest.get("inputs_seen", []))
+    return seen
+
+
+def build_cleaning_graph(p: beam.Pipeline, cfg: RunConfig, files: list[str], ctx: StepContext) -> None:
+    run_dir = str(cfg.run_dir)
+    target = cfg.output.target_shard_bytes
+    read = p | "Read" >> ReadCorpus(cfg.input, files)
+    cleaned = read["docs"] | "Clean" >> CleanDocuments(cfg, ctx)
+    (cleaned["kept"]
+     | "DocRows" >> beam.Map(doc_row)
+     | "WriteDocs" >> WriteSorted(f"{run_dir}/docs", "docs", ".parquet", lambda rows: parquet_bytes(rows, DOCS_SCHEMA),
+                                  lambda r: len(r["text"]) + len(r["annotations"]) + 64, target))
+    (cleaned["removed"]
+     | "RemovedRows" >> beam.Map(removed_row)
+     | "WriteRemoved" >> WriteSorted(f"{run_dir}/removed", "removed", ".parquet",
+                                     lambda rows: parquet_bytes(rows, REMOVED_SCHEMA),
+                                     lambda r: len(r["annotations"]) + 96, target))
+    (read["quarantined"]
+     | "WriteQuarantine" >> WriteSorted(f"{run_dir}/quarantine", "quarantine", ".jsonl", jsonl_bytes,
+                                        lambda r: 256, target, sort_key=lambda r: (r["source"], r["position"])))
+
+
+def _counters(result) -> dict[tuple[str, str], int]:
+    counters: dict[tuple[str, str], int] = {}
+    for c in result.metrics().query(MetricsFilter())["counters"]:
+        key = (c.key.metric.namespace, c.key.metric.name)
+        value = c.committed if c.committed is not None else c.attempted
+        counters[key] = counters.get(key, 0) + int(value or 0)
+    return counters
+
+
+def collect_stats(run_dir: Path, steps: list[str], counters: dict[tuple[str, str], int]) -> dict:
+    """Count the outputs on disk and check them against what the reader counted."""
+    kept = sum(pq.ParquetFile(p).metadata.num_rows for p in sorted((run_dir / "docs").glob("*.parquet")))
+    removed_by: dict[str, Counter] = {step: Counter() for step in steps}
+    for path in sorted((run_dir / "removed").glob("*.parquet")):
+        table = pq.read_table(path, columns=["removed_by", "reason"])
+        for step, reason in zip(table.column("removed_by").to_pylist(), table.column("reason").to_pylist()):
+            removed_by.setdefault(step, Counter())[reason] += 1
+    quarantined: Counter = Counter()
+    for path in sorted((run_dir / "quarantine").glob("*.jsonl")):
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                quarantined[json.loads(line)["kind"]] += 1
+    read_docs = counters.get(("read", "documents"), 0)
+    read_quarantined = counters.get(("read", "quarantined"), 0)
+    read_total = read_docs + read_quarantined
+    n_quarantined = sum(quarantined.values())
+    n_removed = sum(sum(c.values()) for c in removed_by.values())
+
+    step_rows = []
+    flowing = read_docs
+    problems = []
+    for step in steps:
+        removed = sum(removed_by[step].values())
+        counted = counters.get((step, "removed"))
+        if counted is not None and counted != removed:
+            problems.append(f"step {step}: its counter says {counted} removed, removed/ holds {removed}")
+        step_rows.append({"step": step, "in": flowing, "kept": flowing - removed, "removed": removed,
+                          "removed_by_reason": dict(sorted(removed_by[step].items())),
+                          "busy_seconds": round(counters.get((step, "busy_ms"), 0) / 1000, 2)})
+        flowing -= removed
+    unknown = set(removed_by) - set(steps)
+    if unknown:
+        problems.append(f"removed/ names steps that did not run: {sorted(unknown)}")
+    if n_quarantined != read_quarantined:
+        problems.append(f"reader quarantined {read_quarantined}, quarantine/ holds {n_quarantined}")
+    if flowing != kept:
+        problems.append(f"after the last step {flowing} documents should remain, docs/ holds {kept}")
+    if read_total != kept + n_removed + n_quarantined:
+        problems.append(f"read {read_total} != kept {kept} + removed {n_removed} + quarantined {n_quarantined}")
+    return {
+        "documents_read": read_total,
+        "text_bytes_read": counters.get(("read", "text_bytes"), 0),
+        "quarantined": {"total": n_quarantined, "by_kind": dict(sorted(quarantined.items()))},
+        "steps": step_rows,
+        "kept": kept,
+        "accounting": {"read": read_total, "kept": kept, "removed": n_removed, "quarantined": n_quarantined,
+                       "balanced": not problems, "problems": problems},
+    }
+
+
+def summary_table(stats: dict) -> str:
+    lines = [f"{'step':<14}{'in':>9}{'kept':>9}{'removed':>9}{'busy s':>9}  removed by reason",
+             f"{'read':<14}{stats['documents_read']:>9}{stats['documents_read'] - stats['quarantined']['total']:>9}"
+             f"{stats['quarantined']['total']:>9}{'':>9}  quarantined: "
+             + ", ".join(f"{k} {v}" for k, v in stats["quarantined"]["by_kind"].items())]
+    for row in stats["steps"]:
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(row["removed_by_reason"].items(), key=lambda kv: -kv[1]))
+        lines.append(f"{row['step']:<14}{row['in']:>9}{row['kept']:>9}{row['removed']:>9}"
+                     f"{row['busy_seconds']:>9.1f}  {reasons}")
+    acc = stats["accounting"]
+    lines.append(f"accounting: read {acc['read']} = kept {acc['kept']} + removed {acc['removed']} + quarantined "
+                 f"{acc['quarantined']}: {'balanced' if acc['balanced'] else 'NOT BALANCED'}")
+    return "\n".join(lines)
+
+
+def prepare_run_dir(cfg: RunConfig, outputs: tuple[str, ...]) -> Path:
+    """Refuse to mix configs in one directory, then clear an earlier attempt's outputs."""
+    run_dir = cfg.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    manifest = complete_manifest(run_dir)
+    if manifest is not None and manifest.get("config_fingerprint") != cfg.fingerprint():
+        raise ConfigError(f"{run_dir} holds a completed run of a different config; choose another name "
+                          f"(or delete the directory)")
+    clear_outputs(run_dir, outputs)
+    write_atomic(str(run_dir / "config.yaml"), cfg.resolved_yaml().encode("utf-8"))
+    return run_dir
+
+
+def run_prepare(cfg: RunConfig, against: tuple[str, ...] = (), log: Callable[[str], None] = print) -> dict:
+    started = time.time()
+    run_dir = prepare_run_dir(cfg, CLEANING_OUTPUTS)
+    files = expand_inputs(cfg.input.paths)
+    inputs = describe_inputs(files)
+    seen = previously_processed(against) if against else set()
+    new_inputs = [i for i in inputs if i["sha256"] not in seen]
+    if against:
+        log(f"refresh: {len(inputs) - len(new_inputs)} of {len(inputs)} inputs were processed by earlier runs; "
+            f"reading {len(new_inputs)} new")
+    for name in ("docs", "removed", "quarantine", "dedup"):
+        (run_dir / name).mkdir(exist_ok=True)
+    steps = enabled_steps(cfg)
+    ctx = StepContext(run_dir=str(run_dir), against=tuple(against))
+    pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options)
+    build_cleaning_graph(pipeline, cfg, [i["path"] for i in new_inputs], ctx)
+    result = pipeline.run()
+    result.wait_until_finish()
+    cleaning_seconds = time.time() - started
+    stats = collect_stats(run_dir, steps, _counters(result))
+    stats["cleaning_seconds"] = round(cleaning_seconds, 2)
+    write_json(str(run_dir / "stats.json"), stats)
+    if not stats["accounting"]["balanced"]:
+        raise AccountingError("accounting does not balance: " + "; ".join(stats["accounting"]["problems"]))
+    manifest = {
+        "status": "complete",
+        "name": cfg.name,
+        "config_fingerprint": cfg.fingerprint(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "inputs": new_inputs,
+        "inputs_seen": sorted(seen | {i["sha256"] for i in new_inputs}),
+        "against": list(against),
+        "steps": steps,
+        "runner": {"name": cfg.runner.name, "workers": cfg.runner.workers},
+        "timings": {"cleaning_seconds": stats["cleaning_seconds"]},
+        "counts": stats["accounting"],
+        "platform": {"python": platform.python_version(), "machine": platform.machine()},
+        "packages": {p: _version(p) for p in PACKAGES},
+        "total_seconds": round(time.time() - started, 2),
+    }
+    write_json(str(run_dir / "manifest.json"), manifest)
+    return stats

@@ -1,0 +1,76 @@
+"""The cleaning steps in the order they run: cheap ones first, so the expensive ones see fewer documents.
+
+Each entry builds a PTransform from the run config that maps documents to {"kept", "removed"}.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import apache_beam as beam
+
+from pipelines.config import RunConfig
+from transforms.beam_step import ApplyStep
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What a step may need beyond its config section: where the run keeps its indexes and models."""
+
+    run_dir: str
+    against: tuple[str, ...] = ()
+
+
+class _PerDocument(beam.PTransform):
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def expand(self, docs):
+        outputs = docs | ApplyStep(self.step)
+        return {"kept": outputs.kept, "removed": outputs.removed}
+
+
+def _normalize(cfg: RunConfig, ctx: StepContext):
+    from transforms.normalize import NormalizeStep
+    return _PerDocument(NormalizeStep(cfg.normalize))
+
+
+def _filters(cfg: RunConfig, ctx: StepContext):
+    from transforms.filters import HeuristicFilterStep
+    return _PerDocument(HeuristicFilterStep(cfg.filters))
+
+
+def _exact_dedup(cfg: RunConfig, ctx: StepContext):
+    from transforms.exact_dedup import ExactDedup
+    return ExactDedup(cfg.exact_dedup)
+
+
+STEPS: list[tuple[str, Callable[[RunConfig], bool], Callable[[RunConfig, StepContext], beam.PTransform]]] = [
+    ("normalize", lambda cfg: True, _normalize),
+    ("filters", lambda cfg: cfg.filters.enabled, _filters),
+    ("exact_dedup", lambda cfg: cfg.exact_dedup.enabled, _exact_dedup),
+]
+
+
+def enabled_steps(cfg: RunConfig) -> list[str]:
+    return [name for name, enabled, _ in STEPS if enabled(cfg)]
+
+
+class CleanDocuments(beam.PTransform):
+    """Run every enabled step in order; return the survivors and every removed document."""
+
+    def __init__(self, cfg: RunConfig, ctx: StepContext):
+        super().__init__()
+        self.cfg, self.ctx = cfg, ctx
+
+    def expand(self, docs):
+        removed = []
+        for name, enabled, build in STEPS:
+            if not enabled(self.cfg):
+                continue
+            out = docs | name >> build(self.cfg, self.ctx)
+            docs = out["kept"]
+            removed.append(out["removed"])
+        all_removed = removed | "AllRemoved" >> beam.Flatten() if removed else None
+        return {"kept": docs, "removed": all_removed}

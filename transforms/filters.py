@@ -1,0 +1,242 @@
+"""Heuristic quality filters: Gopher quality and repetition rules, C4 and FineWeb line rules.
+
+Every measurement is stored in ``annotations["filters"]``; the decision compares them with thresholds from
+config (dolma's lesson), so a threshold can be retuned from stored annotations without re-measuring. CJK
+documents are measured with CJK characters as words and judged against their own thresholds.
+"""
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from transforms.base import Doc
+from transforms.text_units import CJK_RE, words
+
+_BULLETS = ("•", "●", "○", "▪", "◦", "*", "-", "·", "‣", "⁃")
+_ELLIPSES = ("...", "…", "。。。")
+_TERMINAL_PUNCT = (".", "!", "?", '"', "'", "”", "’", "…", "。", "！", "？", "」", "』", "）", ")")
+_PARA_SPLIT_RE = re.compile(r"\n\s*\n")
+_BOILERPLATE_LINE_RE = re.compile(
+    r"javascript|terms of use|privacy policy|cookie policy|uses cookies|use of cookies|use cookies", re.IGNORECASE)
+_LOREM_RE = re.compile(r"lorem ipsum", re.IGNORECASE)
+EN_STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
+# The most frequent function characters of written Chinese play the role of Gopher's stop words.
+ZH_STOP_WORDS = frozenset("的了是在和有不这也就都")
+
+
+class Thresholds(BaseModel):
+    """Decision thresholds; ``None`` switches a rule off."""
+
+    model_config = ConfigDict(extra="forbid")
+    min_words: int | None = 50
+    max_words: int | None = 100_000
+    min_mean_word_len: float | None = 3.0
+    max_mean_word_len: float | None = 10.0
+    max_symbol_word_ratio: float | None = 0.1
+    max_bullet_line_frac: float | None = 0.9
+    max_ellipsis_line_frac: float | None = 0.3
+    min_alpha_word_frac: float | None = 0.8
+    min_stop_words: int | None = 2
+    max_dup_line_frac: float | None = 0.3
+    max_dup_para_frac: float | None = 0.3
+    max_dup_line_char_frac: float | None = 0.2
+    max_dup_para_char_frac: float | None = 0.2
+    max_top_ngram_char_frac: dict[int, float] = Field(default_factory=lambda: {2: 0.20, 3: 0.18, 4: 0.16})
+    max_dup_ngram_char_frac: dict[int, float] = Field(
+        default_factory=lambda: {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10})
+    min_line_punct_ratio: float | None = 0.12
+    max_short_line_ratio: float | None = 0.67
+    max_char_dup_ratio: float | None = 0.01
+    max_newline_ratio: float | None = 0.3
+    drop_lorem_ipsum: bool = True
+    drop_curly_brace: bool = False
+
+
+def _cjk_defaults() -> Thresholds:
+    # A CJK "word" is one character: length rules do not apply, counts scale up, and short n-grams of
+    # characters repeat naturally, so the repetition rules look at longer character n-grams.
+    return Thresholds(
+        min_words=30, min_mean_word_len=None, max_mean_word_len=None, min_alpha_word_frac=0.5,
+        min_stop_words=1, max_top_ngram_char_frac={4: 0.20, 6: 0.18, 8: 0.16},
+        max_dup_ngram_char_frac={10: 0.20, 12: 0.18, 14: 0.16, 16: 0.15, 18: 0.14, 20: 0.13},
+        max_newline_ratio=None, max_short_line_ratio=None, min_line_punct_ratio=None,
+    )
+
+
+class FiltersConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = True
+    drop_boilerplate_lines: bool = Field(True, description="C4: drop lines about javascript, cookies, policies")
+    short_line_chars: int = Field(30, gt=0, description="FineWeb: a line this short or shorter is 'short'")
+    default: Thresholds = Field(default_factory=Thresholds)
+    cjk: Thresholds = Field(default_factory=_cjk_defaults, description="thresholds for documents marked script=cjk")
+
+
+def _duplicates(items: list[str]) -> tuple[int, int]:
+    """How many items repeat an earlier one, and their characters."""
+    seen: set[str] = set()
+    count = chars = 0
+    for item in items:
+        if item in seen:
+            count += 1
+            chars += len(item)
+        else:
+            seen.add(item)
+    return count, chars
+
+
+def _ngram_hashes(ids: np.ndarray, n: int) -> np.ndarray:
+    """A 64-bit polynomial hash of every n-gram of word ids (wrapping arithmetic is intended)."""
+    hashes = np.zeros(len(ids) - n + 1, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for k in range(n):
+            hashes = hashes * np.uint64(1_000_003) + ids[k:len(ids) - n + 1 + k]
+    return hashes
+
+
+def ngram_measures(tokens: list[str], top_ns: Sequence[int], dup_ns: Sequence[int]) -> dict[str, float]:
+    """Gopher's top n-gram and duplicate n-gram character fractions, over characters of words."""
+    out: dict[str, float] = {}
+    if not tokens:
+        return out
+    vocab: dict[str, int] = {}
+    ids = np.fromiter((vocab.setdefault(t, len(vocab)) for t in tokens), dtype=np.uint64, count=len(tokens))
+    ids += np.uint64(1)
+    lengths = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
+    total_chars = int(lengths.sum())
+    cum = np.concatenate(([0], np.cumsum(lengths)))
+    for n in top_ns:
+        if len(tokens) < n:
+            out[f"top_{n}gram_char_frac"] = 0.0
+            continue
+        hashes = _ngram_hashes(ids, n)
+        uniq, first, counts = np.unique(hashes, return_index=True, return_counts=True)
+        best = int(np.argmax(counts))
+        if counts[best] < 2:
+            out[f"top_{n}gram_char_frac"] = 0.0
+            continue
+        start = int(first[best])
+        ngram_chars = int(cum[start + n] - cum[start])
+        out[f"top_{n}gram_char_frac"] = round(ngram_chars * int(counts[best]) / total_chars, 4)
+    for n in dup_ns:
+        if len(tokens) < n:
+            out[f"dup_{n}gram_char_frac"] = 0.0
+            continue
+        hashes = _ngram_hashes(ids, n)
+        _, inverse, counts = np.unique(hashes, return_inverse=True, return_counts=True)
+        repeated_starts = np.nonzero(counts[inverse] > 1)[0]
+        covered = np.zeros(len(tokens) + 1, dtype=np.int64)
+        np.add.at(covered, repeated_starts, 1)
+        np.add.at(covered, repeated_starts + n, -1)
+        mask = np.cumsum(covered[:-1]) > 0
+        out[f"dup_{n}gram_char_frac"] = round(int(lengths[mask].sum()) / total_chars, 4)
+    return out
+
+
+def measure(text: str, script: str, cfg: FiltersConfig) -> dict[str, float]:
+    thresholds = cfg.cjk if script == "cjk" else cfg.default
+    tokens = words(text)
+    n_words = len(tokens)
+    lines = [line for line in text.split("\n") if line.strip()]
+    n_lines = max(len(lines), 1)
+    paragraphs = [p.strip() for p in _PARA_SPLIT_RE.split(text) if p.strip()]
+    stop_words = ZH_STOP_WORDS if script == "cjk" else EN_STOP_WORDS
+    lowered = [t.lower() for t in tokens]
+    # Word length is a property of space-delimited words: CJK characters in mixed text would drag it to 1.
+    spaced = [t for t in tokens if not CJK_RE.fullmatch(t)]
+    dup_lines, dup_line_chars = _duplicates(lines)
+    dup_paras, dup_para_chars = _duplicates(paragraphs)
+    chars = max(len(text), 1)
+    m: dict[str, float] = {
+        "n_words": n_words,
+        "mean_word_len": round(sum(map(len, spaced)) / len(spaced), 3) if spaced else 0.0,
+        "symbol_word_ratio": round((text.count("#") + sum(text.count(e) for e in _ELLIPSES)) / max(n_words, 1), 4),
+        "bullet_line_frac": round(sum(line.lstrip().startswith(_BULLETS) for line in lines) / n_lines, 4),
+        "ellipsis_line_frac": round(sum(line.rstrip().endswith(_ELLIPSES) for line in lines) / n_lines, 4),
+        "alpha_word_frac": round(sum(any(c.isalpha() for c in t) for t in tokens) / max(n_words, 1), 4),
+        "stop_words": len(stop_words.intersection(lowered)),
+        "dup_line_frac": round(dup_lines / n_lines, 4),
+        "dup_para_frac": round(dup_paras / max(len(paragraphs), 1), 4),
+        "dup_line_char_frac": round(dup_line_chars / chars, 4),
+        "dup_para_char_frac": round(dup_para_chars / chars, 4),
+        "line_punct_ratio": round(sum(line.rstrip().endswith(_TERMINAL_PUNCT) for line in lines) / n_lines, 4),
+        "short_line_ratio": round(sum(len(line) <= cfg.short_line_chars for line in lines) / n_lines, 4),
+        "newline_ratio": round(text.count("\n") / max(n_words, 1), 4),
+        "has_lorem_ipsum": bool(_LOREM_RE.search(text)),
+        "has_curly_brace": "{" in text,
+    }
+    m["char_dup_ratio"] = m["dup_line_char_frac"]
+    m.update(ngram_measures(lowered, sorted(thresholds.max_top_ngram_char_frac),
+                            sorted(thresholds.max_dup_ngram_char_frac)))
+    return m
+
+
+def decide(m: dict, t: Thresholds) -> str | None:
+    """The first rule the measurements fail, as a removal reason, or None to keep."""
+    checks = [
+        ("gopher_min_words", t.min_words, m["n_words"] < (t.min_words or 0)),
+        ("gopher_max_words", t.max_words, m["n_words"] > (t.max_words or 0)),
+        ("gopher_mean_word_len", t.min_mean_word_len, m["mean_word_len"] < (t.min_mean_word_len or 0)),
+        ("gopher_mean_word_len", t.max_mean_word_len, m["mean_word_len"] > (t.max_mean_word_len or 0)),
+        ("gopher_symbol_ratio", t.max_symbol_word_ratio, m["symbol_word_ratio"] > (t.max_symbol_word_ratio or 0)),
+        ("gopher_bullet_lines", t.max_bullet_line_frac, m["bullet_line_frac"] > (t.max_bullet_line_frac or 0)),
+        ("gopher_ellipsis_lines", t.max_ellipsis_line_frac, m["ellipsis_line_frac"] > (t.max_ellipsis_line_frac or 0)),
+        ("gopher_alpha_words", t.min_alpha_word_frac, m["alpha_word_frac"] < (t.min_alpha_word_frac or 0)),
+        ("gopher_stop_words", t.min_stop_words, m["stop_words"] < (t.min_stop_words or 0)),
+        ("gopher_dup_lines", t.max_dup_line_frac, m["dup_line_frac"] > (t.max_dup_line_frac or 0)),
+        ("gopher_dup_paragraphs", t.max_dup_para_frac, m["dup_para_frac"] > (t.max_dup_para_frac or 0)),
+        ("gopher_dup_line_chars", t.max_dup_line_char_frac, m["dup_line_char_frac"] > (t.max_dup_line_char_frac or 0)),
+        ("gopher_dup_paragraph_chars", t.max_dup_para_char_frac,
+         m["dup_para_char_frac"] > (t.max_dup_para_char_frac or 0)),
+    ]
+    for n, limit in sorted(t.max_top_ngram_char_frac.items()):
+        checks.append((f"gopher_top_{n}gram", limit, m.get(f"top_{n}gram_char_frac", 0.0) > limit))
+    for n, limit in sorted(t.max_dup_ngram_char_frac.items()):
+        checks.append((f"gopher_dup_{n}gram", limit, m.get(f"dup_{n}gram_char_frac", 0.0) > limit))
+    checks += [
+        ("c4_lorem_ipsum", t.drop_lorem_ipsum or None, m["has_lorem_ipsum"]),
+        ("c4_curly_brace", t.drop_curly_brace or None, m["has_curly_brace"]),
+        ("fineweb_line_punct", t.min_line_punct_ratio, m["line_punct_ratio"] < (t.min_line_punct_ratio or 0)),
+        ("fineweb_short_lines", t.max_short_line_ratio, m["short_line_ratio"] > (t.max_short_line_ratio or 0)),
+        ("fineweb_char_dup", t.max_char_dup_ratio, m["char_dup_ratio"] > (t.max_char_dup_ratio or 0)),
+        ("fineweb_newline_ratio", t.max_newline_ratio, m["newline_ratio"] > (t.max_newline_ratio or 0)),
+    ]
+    for reason, limit, failed in checks:
+        if limit is not None and failed:
+            return reason
+    return None
+
+
+def drop_boilerplate_lines(text: str) -> tuple[str, int]:
+    lines = text.split("\n")
+    kept = [line for line in lines if not _BOILERPLATE_LINE_RE.search(line)]
+    return "\n".join(kept).strip(), len(lines) - len(kept)
+
+
+class HeuristicFilterStep:
+    name = "filters"
+
+    def __init__(self, cfg: FiltersConfig):
+        self.cfg = cfg
+
+    def setup(self) -> None:
+        pass
+
+    def apply(self, docs: Sequence[Doc]) -> list[str | None]:
+        reasons: list[str | None] = []
+        for doc in docs:
+            dropped = 0
+            if self.cfg.drop_boilerplate_lines:
+                doc["text"], dropped = drop_boilerplate_lines(doc["text"])
+            script = doc["annotations"].get("script", "other")
+            m = measure(doc["text"], script, self.cfg)
+            m["boilerplate_lines_dropped"] = dropped
+            doc["annotations"]["filters"] = m
+            if not doc["text"]:
+                reasons.append("empty_text")
+            else:
+                reasons.append(decide(m, self.cfg.cjk if script == "cjk" else self.cfg.default))
+        return reasons

@@ -1,0 +1,63 @@
+"""Unicode normalization and whitespace/control-character cleanup."""
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import Literal, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from transforms.base import Doc
+from transforms.text_units import cjk_ratio
+
+# C0/C1 controls except tab and newline, plus zero-width and bidi marks that only hide text.
+_CONTROL_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
+_SPACES_RE = re.compile(r"[ \t\u00a0\u2000-\u200a\u3000]+")
+
+
+class NormalizeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    unicode_form: Literal["NFC", "NFKC", "none"] = "NFC"
+    collapse_spaces: bool = Field(True, description="runs of spaces/tabs inside a line become one space")
+    max_blank_lines: int = Field(1, ge=0, description="longer runs of blank lines are shortened to this")
+    cjk_threshold: float = Field(0.3, ge=0, le=1, description="share of CJK letters above which a doc is 'cjk'")
+
+
+def normalize_text(text: str, cfg: NormalizeConfig) -> str:
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if cfg.unicode_form != "none":
+        text = unicodedata.normalize(cfg.unicode_form, text)
+    text = _CONTROL_RE.sub("", text)
+    lines = text.split("\n")
+    if cfg.collapse_spaces:
+        lines = [_SPACES_RE.sub(" ", line).strip() for line in lines]
+    else:
+        lines = [line.rstrip() for line in lines]
+    text = "\n".join(lines)
+    keep = cfg.max_blank_lines + 1
+    text = re.sub("\n{%d,}" % (keep + 1), "\n" * keep, text)
+    return text.strip()
+
+
+class NormalizeStep:
+    """Rewrites the text in normalized form and records the script; removes documents left empty."""
+
+    name = "normalize"
+
+    def __init__(self, cfg: NormalizeConfig):
+        self.cfg = cfg
+
+    def setup(self) -> None:
+        pass
+
+    def apply(self, docs: Sequence[Doc]) -> list[str | None]:
+        reasons: list[str | None] = []
+        for doc in docs:
+            before = len(doc["text"])
+            doc["text"] = normalize_text(doc["text"], self.cfg)
+            ratio = cjk_ratio(doc["text"])
+            doc["annotations"]["normalize"] = {"chars_removed": before - len(doc["text"]),
+                                               "cjk_ratio": round(ratio, 4)}
+            doc["annotations"]["script"] = "cjk" if ratio >= self.cfg.cjk_threshold else "other"
+            reasons.append("empty_text" if not doc["text"] else None)
+        return reasons
