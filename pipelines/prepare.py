@@ -175,8 +175,8 @@ def prepare_run_dir(cfg: RunConfig, outputs: tuple[str, ...]) -> Path:
 
 def run_prepare(cfg: RunConfig, against: tuple[str, ...] = (), log: Callable[[str], None] = print) -> dict:
     started = time.time()
-    run_dir = prepare_run_dir(cfg, CLEANING_OUTPUTS)
     files = expand_inputs(cfg.input.paths)
+    run_dir = prepare_run_dir(cfg, CLEANING_OUTPUTS)
     inputs = describe_inputs(files)
     seen = previously_processed(against) if against else set()
     new_inputs = [i for i in inputs if i["sha256"] not in seen]

@@ -1,0 +1,72 @@
+"""Pure cores of normalization and heuristic filters, on real text from the demo corpus."""
+from transforms.filters import FiltersConfig, HeuristicFilterStep, decide, measure, ngram_measures
+from transforms.normalize import NormalizeConfig, NormalizeStep, normalize_text
+from transforms.text_units import cjk_ratio, words
+
+
+def _doc(text):
+    return {"id": 1, "text": text, "source": "t", "meta": {}, "annotations": {}}
+
+
+def test_normalize_cleans_controls_whitespace_and_unicode():
+    raw = "Caf\u0065\u0301  au\tlait\r\nline\x00two\u200b\n\n\n\nend   "
+    assert normalize_text(raw, NormalizeConfig()) == "Café au lait\nlinetwo\n\nend"
+    assert normalize_text("ｆｕｌｌ", NormalizeConfig(unicode_form="NFKC")) == "full"
+
+
+def test_normalize_step_removes_documents_left_empty():
+    docs = [_doc("\u200b \x00\n\t"), _doc("keep me")]
+    assert NormalizeStep(NormalizeConfig()).apply(docs) == ["empty_text", None]
+    assert docs[1]["annotations"]["script"] == "other"
+
+
+def test_cjk_words_are_characters():
+    assert words("Linux 内核 docs") == ["Linux", "内", "核", "docs"]
+    assert cjk_ratio("中文文本 ab") == 4 / 6
+
+
+def test_duplicate_ngram_fraction_counts_repeated_spans():
+    tokens = "a b c d e a b c d e x".split()
+    m = ngram_measures(tokens, top_ns=[2], dup_ns=[5])
+    assert m["dup_5gram_char_frac"] == round(10 / 11, 4)
+    assert m["top_2gram_char_frac"] == round(2 * 2 / 11, 4)
+    assert ngram_measures("one two three four five six".split(), [2], [5])["dup_5gram_char_frac"] == 0.0
+
+
+def test_real_prose_passes_and_junk_fails(demo_corpus):
+    by_source = {}
+    for rec in demo_corpus:
+        by_source.setdefault(rec["source"], []).append(rec["text"])
+    step = HeuristicFilterStep(FiltersConfig())
+    norm = NormalizeStep(NormalizeConfig())
+    prose = [_doc(t) for t in by_source["austen"] + by_source["lee_news_gensim"][:20]]
+    norm.apply(prose)
+    assert step.apply(prose).count(None) >= 0.95 * len(prose)
+    glosses = [_doc(t) for t in by_source["wordnet_gloss"][:40]]
+    norm.apply(glosses)
+    assert step.apply(glosses).count(None) <= 2
+
+
+def test_chinese_text_is_judged_by_cjk_rules(demo_corpus):
+    zh = [_doc(r["text"]) for r in demo_corpus if r["source"] == "debian_handbook_zh"][:15]
+    NormalizeStep(NormalizeConfig()).apply(zh)
+    reasons = HeuristicFilterStep(FiltersConfig()).apply(zh)
+    # English word-length and stop-word rules must not fire on Chinese prose.
+    assert not any(r in ("gopher_mean_word_len", "gopher_stop_words") for r in reasons)
+    assert reasons.count(None) >= 10
+
+
+def test_repetitive_document_is_removed_and_measurements_kept():
+    text = "\n".join(["Buy cheap watches now at our store today."] * 30)
+    doc = _doc(text)
+    NormalizeStep(NormalizeConfig()).apply([doc])
+    reason = HeuristicFilterStep(FiltersConfig()).apply([doc])[0]
+    assert reason is not None and reason.startswith("gopher_")
+    assert doc["annotations"]["filters"]["dup_line_frac"] > 0.9
+
+
+def test_threshold_can_be_retuned_from_stored_measurements():
+    cfg = FiltersConfig()
+    m = measure("word " * 40 + "the and of.", "other", cfg)
+    assert decide(m, cfg.default) == "gopher_min_words"
+    assert decide(m, cfg.default.model_copy(update={"min_words": 10})) != "gopher_min_words"
