@@ -1,0 +1,133 @@
+"""Distributed trainer scenarios, many per torchrun launch (a launch costs ~15 s on CPU).
+
+    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/dist/train_scenarios.py WORKDIR two
+    python -m torch.distributed.run --standalone --nproc-per-node 4 tests/dist/train_scenarios.py WORKDIR four
+
+WORKDIR holds ``shards/`` (written by the test) and, for the 1→2 resume, ``single/`` (a single-process run
+with a checkpoint at step 5). Each scenario writes ``results/<scenario>.rank<r>.json``; the pytest side
+(tests/test_train_dist.py) compares them with a single-process reference run.
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scenario_configs import base_config  # noqa: E402
+
+from trainer_bridge.checkpoint import LATEST, step_dir_name  # noqa: E402
+from trainer_bridge.parallelize import local_grads  # noqa: E402
+from trainer_bridge.train import TrainHooks, train  # noqa: E402
+
+TWO_RANK_EQUIVALENCE = {
+    "fsdp2": {"mesh": {"dp": 2}},
+    "pp_gpipe": {"mesh": {"pp": 2}, "batch": {"micro_batch_size": 4}, "pipeline": {"schedule": "gpipe"}},
+    "pp_1f1b": {"mesh": {"pp": 2}, "batch": {"micro_batch_size": 4}, "pipeline": {"schedule": "1f1b"}},
+    "pp_interleaved_1f1b": {"mesh": {"pp": 2}, "batch": {"micro_batch_size": 4},
+                            "pipeline": {"schedule": "interleaved_1f1b", "stages_per_rank": 2}},
+}
+FOUR_RANK_EQUIVALENCE = {
+    "pp2_dp2_1f1b": {"mesh": {"pp": 2, "dp": 2}, "batch": {"micro_batch_size": 2},
+                     "pipeline": {"schedule": "1f1b", "microbatches": 2}},
+    "pp2_dp2_interleaved": {"mesh": {"pp": 2, "dp": 2}, "batch": {"micro_batch_size": 2},
+                            "pipeline": {"schedule": "interleaved_1f1b", "stages_per_rank": 2, "microbatches": 2}},
+}
+
+
+def rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def write_result(workdir: Path, name: str, result) -> None:
+    out = workdir / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    record = {
+        "losses": {str(k): v for k, v in result.losses.items()},
+        "grad_norms": {str(k): v for k, v in result.grad_norms.items()},
+        "val_losses": {str(k): v for k, v in result.val_losses.items()},
+        "sample_ids": {str(k): v for k, v in result.sample_ids.items()},
+        "events": result.events, "skipped_bad_steps": result.skipped_bad_steps,
+        "skipped_overflow_steps": result.skipped_overflow_steps, "rollbacks": result.rollbacks,
+        "loss_scale": result.loss_scale, "resumed_from": result.resumed_from, "final_step": result.final_step,
+    }
+    (out / f"{name}.rank{rank()}.json").write_text(json.dumps(record, allow_nan=True))
+
+
+def run(workdir: Path, name: str, overrides: dict, hooks: TrainHooks | None = None, out_name: str | None = None):
+    result = train(base_config(overrides), shard_dir=workdir / "shards", out_dir=workdir / "runs" / (out_name or name),
+                   hooks=hooks)
+    write_result(workdir, name, result)
+    dist.barrier()
+    return result
+
+
+def inject_on_rank(target_rank: int, steps: set[int], value: float):
+    """A hook that puts ``value`` into one gradient element on one rank at the given steps."""
+
+    def hook(step, model):
+        if step in steps and rank() == target_rank:
+            grads = local_grads(model)
+            if grads:
+                grads[0].view(-1)[0] = value
+
+    return hook
+
+
+def copy_checkpoint(src_run: Path, step: int, dst_run: Path) -> None:
+    """Copy one complete checkpoint into a fresh run directory, as its 'latest'."""
+    if rank() == 0:
+        dst = dst_run / "checkpoints"
+        shutil.rmtree(dst_run, ignore_errors=True)
+        dst.mkdir(parents=True)
+        shutil.copytree(src_run / "checkpoints" / step_dir_name(step), dst / step_dir_name(step))
+        (dst / LATEST).write_text(step_dir_name(step) + "\n")
+    dist.barrier()
+
+
+def two_ranks(workdir: Path) -> None:
+    runs = workdir / "runs"
+    for name, overrides in TWO_RANK_EQUIVALENCE.items():
+        run(workdir, name, overrides)
+    # Resume on the same topology: interrupted at step 5 (async save), resumed to 10; compare with "fsdp2".
+    async_fsdp = {"mesh": {"dp": 2}, "checkpoint": {"async_save": True}}
+    run(workdir, "fsdp2_interrupted", async_fsdp, hooks=TrainHooks(stop_after_step=5), out_name="fsdp2_resume")
+    copy_checkpoint(runs / "fsdp2_resume", 5, workdir / "from_two_ranks")  # for the 2 → 1 test (pytest side)
+    run(workdir, "fsdp2_resumed", async_fsdp, out_name="fsdp2_resume")
+    # Pipeline resume on the same topology.
+    pp = TWO_RANK_EQUIVALENCE["pp_1f1b"]
+    run(workdir, "pp_1f1b_interrupted", pp, hooks=TrainHooks(stop_after_step=5), out_name="pp_resume")
+    run(workdir, "pp_1f1b_resumed", pp, out_name="pp_resume")
+    # 1 → 2: the single-process run's step-5 checkpoint, continued on 2 FSDP ranks.
+    copy_checkpoint(workdir / "single", 5, runs / "from_one_rank")
+    run(workdir, "one_to_two", {"mesh": {"dp": 2}}, out_name="from_one_rank")
+    # fp16: an overflow injected on rank 1 only must be seen by both ranks (FSDP, then pipeline).
+    fp16 = {"precision": {"dtype": "fp16"}}
+    run(workdir, "fp16_fsdp2_overflow", {**fp16, "mesh": {"dp": 2}},
+        hooks=TrainHooks(after_backward=inject_on_rank(1, {3}, math.inf)))
+    run(workdir, "fp16_pp_overflow", {**fp16, **pp}, hooks=TrainHooks(after_backward=inject_on_rank(1, {3}, math.inf)))
+    # bf16 through FSDP2's MixedPrecisionPolicy: trains.
+    run(workdir, "bf16_fsdp2", {"precision": {"dtype": "bf16"}, "mesh": {"dp": 2}, "steps": 20,
+                                "checkpoint": {"enabled": False}})
+    # NaN on one rank at one step: the guard skips it on both ranks.
+    run(workdir, "nan_fsdp2", {"mesh": {"dp": 2}}, hooks=TrainHooks(after_backward=inject_on_rank(0, {4}, math.nan)))
+
+
+def four_ranks(workdir: Path) -> None:
+    for name, overrides in FOUR_RANK_EQUIVALENCE.items():
+        run(workdir, name, overrides)
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    workdir, group = Path(sys.argv[1]), sys.argv[2]
+    from trainer_bridge.device import init_runtime, shutdown
+
+    runtime = init_runtime("cpu")
+    {"two": two_ranks, "four": four_ranks}[group](workdir)
+    shutdown(runtime)

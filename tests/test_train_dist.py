@@ -1,0 +1,137 @@
+"""Distributed trainer bars (CPU, gloo): two torchrun launches (2 and 4 processes) run every scenario of
+tests/dist/train_scenarios.py; a single-process run in this process is the reference.
+
+- equivalence, fp32, clipping active and accumulation on: FSDP2 on 2 ranks, GPipe / 1F1B / Interleaved1F1B on
+  2 ranks, PP×FSDP (2×2) on 4 ranks: loss curves within 1e-5 of one process over 10 steps;
+- resume on the same topology (FSDP2 with async checkpoints; 1F1B pipeline): bit-identical losses;
+- 1 → 2 and 2 → 1 ranks: within 1e-5, and exactly the same sample ids consumed at every step;
+- fp16: an overflow injected on one rank only is skipped on all and the scale backs off (FSDP and pipeline);
+- bf16 through FSDP2's mixed-precision policy trains; a NaN on one rank is skipped by the guard on all.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "dist"))
+from scenario_configs import base_config  # noqa: E402
+from train_scenarios import FOUR_RANK_EQUIVALENCE, TWO_RANK_EQUIVALENCE  # noqa: E402
+
+from trainer_bridge.synthetic import write_synthetic_shards  # noqa: E402
+from trainer_bridge.train import train  # noqa: E402
+
+TOLERANCE = 1e-5
+
+
+def launch(workdir: Path, processes: int, group: str) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
+               str(REPO / "tests" / "dist" / "train_scenarios.py"), str(workdir), group]
+    done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    (workdir / f"{group}.log").write_text(done.stdout + done.stderr)
+    assert done.returncode == 0, f"torchrun {group} failed:\n{(done.stdout + done.stderr)[-6000:]}"
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("train_dist")
+    write_synthetic_shards(work / "shards")
+    reference = train(base_config(), shard_dir=work / "shards", out_dir=work / "single")
+    (work / "reference.json").write_text(json.dumps({
+        "losses": {str(k): v for k, v in reference.losses.items()},
+        "sample_ids": {str(k): v for k, v in reference.sample_ids.items()}}))
+    launch(work, 2, "two")
+    launch(work, 4, "four")
+    return work
+
+
+def load(workdir: Path, name: str, ranks: int) -> list[dict]:
+    return [json.loads((workdir / "results" / f"{name}.rank{r}.json").read_text()) for r in range(ranks)]
+
+
+def reference(workdir: Path) -> dict:
+    return json.loads((workdir / "reference.json").read_text())
+
+
+def assert_close_curves(curve: dict, expected: dict, steps: range, tolerance: float = TOLERANCE) -> None:
+    assert sorted(int(k) for k in curve) == list(steps)
+    worst = max(abs(curve[str(s)] - expected[str(s)]) for s in steps)
+    assert worst <= tolerance, f"max |Δloss| = {worst:.3g} > {tolerance}"
+
+
+@pytest.mark.parametrize("name", sorted(TWO_RANK_EQUIVALENCE))
+def test_two_rank_equivalence(workdir, name):
+    for rank_result in load(workdir, name, 2):  # every rank knows the global loss
+        assert_close_curves(rank_result["losses"], reference(workdir)["losses"], range(10))
+
+
+@pytest.mark.parametrize("name", sorted(FOUR_RANK_EQUIVALENCE))
+def test_four_rank_pp_fsdp_equivalence(workdir, name):
+    for rank_result in load(workdir, name, 4):
+        assert_close_curves(rank_result["losses"], reference(workdir)["losses"], range(10))
+
+
+@pytest.mark.parametrize("full,resumed", [("fsdp2", "fsdp2_resumed"), ("pp_1f1b", "pp_1f1b_resumed")])
+def test_resume_same_topology_bit_identical(workdir, full, resumed):
+    uninterrupted, continued = load(workdir, full, 2)[0], load(workdir, resumed, 2)[0]
+    assert continued["resumed_from"] == "step-00000005"
+    assert sorted(int(k) for k in continued["losses"]) == list(range(5, 10))
+    for step, loss in continued["losses"].items():
+        assert loss == uninterrupted["losses"][step]
+        assert continued["grad_norms"][step] == uninterrupted["grad_norms"][step]
+
+
+def union_per_step(results: list[dict]) -> dict[str, list[int]]:
+    steps = results[0]["sample_ids"].keys()
+    return {s: sorted(i for r in results for i in r["sample_ids"][s]) for s in steps}
+
+
+def test_resume_one_to_two_ranks(workdir):
+    results = load(workdir, "one_to_two", 2)
+    ref = reference(workdir)
+    assert results[0]["resumed_from"] == "step-00000005"
+    assert_close_curves(results[0]["losses"], ref["losses"], range(5, 10))
+    assert union_per_step(results) == {s: sorted(ids) for s, ids in ref["sample_ids"].items() if int(s) >= 5}
+
+
+def test_resume_two_to_one_rank(workdir):
+    """The 2-rank FSDP run's step-5 checkpoint, continued in this (single) process."""
+    result = train(base_config(), shard_dir=workdir / "shards", out_dir=workdir / "from_two_ranks")
+    ref = reference(workdir)
+    assert result.resumed_from == "step-00000005"
+    assert_close_curves({str(k): v for k, v in result.losses.items()}, ref["losses"], range(5, 10))
+    assert {str(k): v for k, v in result.sample_ids.items()} == {s: ids for s, ids in ref["sample_ids"].items()
+                                                                if int(s) >= 5}
+    # Steps 0-4 on two ranks + steps 5-9 here = every sample of the reference, none twice.
+    first_half = union_per_step(load(workdir, "fsdp2_interrupted", 2))
+    consumed = [i for ids in first_half.values() for i in ids] + [i for ids in result.sample_ids.values() for i in ids]
+    assert sorted(consumed) == sorted(i for ids in ref["sample_ids"].values() for i in ids)
+
+
+@pytest.mark.parametrize("name", ["fp16_fsdp2_overflow", "fp16_pp_overflow"])
+def test_fp16_overflow_on_one_rank_is_skipped_everywhere(workdir, name):
+    for rank_result in load(workdir, name, 2):
+        assert rank_result["skipped_overflow_steps"] == 1
+        assert {"step": 3, "event": "overflow skipped"} in rank_result["events"]
+        assert rank_result["loss_scale"] == 2.0**16 * 0.5  # backed off once, no growth within 10 steps
+        losses = rank_result["losses"]
+        assert losses["9"] < losses["0"]
+
+
+def test_bf16_fsdp2_trains(workdir):
+    losses = load(workdir, "bf16_fsdp2", 2)[0]["losses"]
+    first, last = sum(losses[str(s)] for s in range(3)) / 3, sum(losses[str(s)] for s in range(17, 20)) / 3
+    assert last < first - 0.5, (first, last)
+
+
+def test_nan_on_one_rank_skipped_by_guard(workdir):
+    for rank_result in load(workdir, "nan_fsdp2", 2):
+        assert rank_result["skipped_bad_steps"] == 1
+        assert {"step": 4, "event": "skipped: non-finite gradient"} in rank_result["events"]
+        assert rank_result["rollbacks"] == 0

@@ -1,0 +1,190 @@
+"""Configuration of the trainer: one pydantic model (``TrainConfig``), the ``train`` section of the run config.
+
+Every sub-config forbids unknown keys, so a typo fails loudly with the field's name. Cross-field rules (batch
+divisibility, mesh vs. pipeline schedule, heads vs. dimensions) are checked here, before any process starts.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(_Strict):
+    """A Llama-style decoder. ``vocab_size`` and ``max_seq_len`` default to the shards' manifest."""
+
+    vocab_size: int | None = Field(None, gt=0, description="None: the shards' vocab_size")
+    dim: int = Field(256, gt=0)
+    n_layers: int = Field(4, gt=0)
+    n_heads: int = Field(4, gt=0)
+    n_kv_heads: int | None = Field(None, gt=0, description="grouped-query attention; None: = n_heads")
+    ffn_hidden: int | None = Field(None, gt=0, description="None: 8/3·dim rounded up to multiple_of")
+    multiple_of: int = Field(64, gt=0)
+    norm_eps: float = Field(1e-5, gt=0)
+    rope_theta: float = Field(10000.0, gt=0)
+    rope_scaling: Literal["none", "linear", "llama3"] = "none"
+    rope_scaling_factor: float = Field(1.0, ge=1.0)
+    rope_original_max_len: int = Field(8192, gt=0, description="llama3 scaling: the pre-training context")
+    max_seq_len: int | None = Field(None, gt=0, description="None: the shards' seq_len")
+    tie_embeddings: bool = False
+    init_std: float = Field(0.02, gt=0)
+
+    @model_validator(mode="after")
+    def _heads(self) -> "ModelConfig":
+        if self.dim % self.n_heads:
+            raise ValueError(f"model.dim ({self.dim}) must be divisible by model.n_heads ({self.n_heads})")
+        if (self.dim // self.n_heads) % 2:
+            raise ValueError("model.dim / model.n_heads (the head dimension) must be even for RoPE")
+        kv = self.n_kv_heads or self.n_heads
+        if self.n_heads % kv:
+            raise ValueError(f"model.n_heads ({self.n_heads}) must be divisible by model.n_kv_heads ({kv})")
+        return self
+
+
+class MeshConfig(_Strict):
+    """Device mesh ``pp × dp``: pipeline stages × data-parallel (FSDP2) ranks; pp·dp processes in all."""
+
+    pp: int = Field(1, ge=1)
+    dp: int = Field(1, ge=1)
+
+    @property
+    def world_size(self) -> int:
+        return self.pp * self.dp
+
+
+class PipelineConfig(_Strict):
+    schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
+    microbatches: int = Field(2, ge=1, description="pipeline micro-batches per micro_batch_size rows")
+    stages_per_rank: int = Field(1, ge=1, description="virtual stages per rank (interleaved_1f1b: >= 2)")
+
+
+class LossScaleConfig(_Strict):
+    init_scale: float = Field(2.0**16, gt=0)
+    growth_factor: float = Field(2.0, gt=1)
+    backoff_factor: float = Field(0.5, gt=0, lt=1)
+    growth_interval: int = Field(1000, ge=1)
+
+
+class PrecisionConfig(_Strict):
+    """fp32; bf16 (bf16 compute, fp32 reductions and master weights); fp16 with dynamic loss scaling."""
+
+    dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+    loss_scale: LossScaleConfig = LossScaleConfig()
+
+
+class ActivationCheckpointConfig(_Strict):
+    mode: Literal["none", "every", "every_n"] = "none"
+    every_n: int = Field(2, ge=1, description="mode every_n: recompute every n-th block")
+
+
+class OptimizerConfig(_Strict):
+    """AdamW; warmup then cosine decay, or warmup-stable-decay (WSD)."""
+
+    lr: float = Field(3e-4, gt=0)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = Field(1e-8, gt=0)
+    weight_decay: float = Field(0.1, ge=0)
+    schedule: Literal["cosine", "wsd"] = "cosine"
+    warmup_steps: int = Field(100, ge=0)
+    decay_fraction: float = Field(0.2, gt=0, le=1, description="wsd: final fraction of steps spent decaying")
+    clip_grad_norm: float | None = Field(1.0, gt=0, description="global norm across FSDP and PP ranks; None: off")
+
+
+class BatchConfig(_Strict):
+    """Rows per optimizer step (all ranks together) and rows per forward pass on one rank.
+
+    Gradient accumulation = global_batch_size / (micro_batch_size · dp): so the same global batch, and the
+    same samples, are used whatever the number of data-parallel ranks.
+    """
+
+    global_batch_size: int = Field(8, ge=1)
+    micro_batch_size: int = Field(2, ge=1)
+    prefetch_batches: int = Field(2, ge=1, description="optimizer-step batches loaded ahead in the background")
+
+
+class CheckpointConfig(_Strict):
+    enabled: bool = True
+    interval: int = Field(100, ge=1, description="save every N steps (and at the end)")
+    keep_last: int = Field(3, ge=1)
+    async_save: bool = False
+    resume: bool = True
+
+
+class EvalConfig(_Strict):
+    interval: int = Field(100, ge=0, description="validation every N steps; 0: never")
+    max_rows: int = Field(64, ge=1, description="rows of the 'val' split used")
+
+
+class GuardConfig(_Strict):
+    """Skip a step whose loss or gradient is NaN/Inf or whose loss spikes; act after K bad steps in a row."""
+
+    enabled: bool = True
+    spike_factor: float = Field(3.0, gt=1, description="bad if loss > factor · running mean of good losses")
+    spike_warmup_steps: int = Field(20, ge=0, description="good steps seen before spikes are judged")
+    ema_beta: float = Field(0.9, gt=0, lt=1)
+    max_consecutive_bad: int = Field(3, ge=1)
+    on_persistent: Literal["rollback", "stop"] = "rollback"
+    max_rollbacks: int = Field(2, ge=0)
+
+
+class MetricsConfig(_Strict):
+    log_interval: int = Field(1, ge=1)
+    tensorboard: bool = True
+    peak_flops: float | None = Field(None, gt=0, description="per device; None: table (CUDA) or measured (CPU)")
+
+
+class TrainConfig(_Strict):
+    model: ModelConfig = ModelConfig()
+    mesh: MeshConfig = MeshConfig()
+    pipeline: PipelineConfig = PipelineConfig()
+    precision: PrecisionConfig = PrecisionConfig()
+    activation_checkpointing: ActivationCheckpointConfig = ActivationCheckpointConfig()
+    optimizer: OptimizerConfig = OptimizerConfig()
+    batch: BatchConfig = BatchConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    eval: EvalConfig = EvalConfig()
+    guards: GuardConfig = GuardConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    attention: Literal["auto", "sdpa", "flex"] = Field("auto", description="auto: flex on CUDA, sdpa elsewhere")
+    compile: bool = False
+    seed: int = 1234
+    steps: int = Field(1000, ge=1)
+
+    @property
+    def grad_accum_steps(self) -> int:
+        return self.batch.global_batch_size // (self.batch.micro_batch_size * self.mesh.dp)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "TrainConfig":
+        rows_per_pass = self.batch.micro_batch_size * self.mesh.dp
+        if self.batch.global_batch_size % rows_per_pass:
+            raise ValueError(
+                f"batch.global_batch_size ({self.batch.global_batch_size}) must be a multiple of "
+                f"batch.micro_batch_size × mesh.dp ({self.batch.micro_batch_size} × {self.mesh.dp})"
+            )
+        if self.mesh.pp > 1:
+            if self.batch.micro_batch_size % self.pipeline.microbatches:
+                raise ValueError(
+                    f"batch.micro_batch_size ({self.batch.micro_batch_size}) must be divisible by "
+                    f"pipeline.microbatches ({self.pipeline.microbatches})"
+                )
+            stages = self.mesh.pp * self.pipeline.stages_per_rank
+            if self.pipeline.schedule == "interleaved_1f1b" and self.pipeline.stages_per_rank < 2:
+                raise ValueError("pipeline.schedule interleaved_1f1b needs pipeline.stages_per_rank >= 2")
+            if self.pipeline.schedule != "interleaved_1f1b" and self.pipeline.stages_per_rank != 1:
+                raise ValueError(
+                    f"pipeline.stages_per_rank > 1 needs pipeline.schedule interleaved_1f1b "
+                    f"(got {self.pipeline.schedule!r}; allowed: 'gpipe', '1f1b', 'interleaved_1f1b')"
+                )
+            if self.model.n_layers < stages:
+                raise ValueError(
+                    f"model.n_layers ({self.model.n_layers}) must be >= pipeline stages "
+                    f"(mesh.pp × pipeline.stages_per_rank = {stages})"
+                )
+        return self

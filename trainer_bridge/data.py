@@ -1,0 +1,211 @@
+"""Training data: a deterministic global sample order over the shards, collation of packed rows, prefetching.
+
+Contract 4 (DESIGN.md): the order of samples is a function of (seed, epoch) only, and the loader's whole
+state is one number, the global sample index. Step s uses the ``global_batch_size`` samples that follow the
+samples consumed so far, however many ranks there are; a data-parallel rank takes its slice of each
+micro-step. A checkpoint taken on 2 ranks therefore resumes on 1 (or 4) with no sample skipped or repeated.
+
+Shards are read only through ``tokenizer.shards.ShardReader`` (memory-mapped Arrow, Contract 3).
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterator, Protocol
+
+import numpy as np
+import torch
+
+IGNORE_INDEX = -100
+
+
+class RowSource(Protocol):
+    """What the trainer needs of a shard reader (``tokenizer.shards.ShardReader`` provides it)."""
+
+    seq_len: int
+    pad_id: int
+
+    def __len__(self) -> int: ...
+
+    def row(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+
+def open_split(shard_dir, split: str, expected_tokenizer_sha256: str | None = None):
+    from tokenizer.shards import ShardReader
+
+    return ShardReader(shard_dir, split=split, expected_tokenizer_sha256=expected_tokenizer_sha256)
+
+
+class SampleOrder:
+    """Global sample index -> row index: epoch e is a permutation of all rows seeded by (seed, e)."""
+
+    def __init__(self, num_rows: int, seed: int):
+        if num_rows <= 0:
+            raise ValueError("the training split has no rows: nothing to train on")
+        self.num_rows = num_rows
+        self.seed = seed
+        self._epoch = -1
+        self._permutation = np.empty(0, dtype=np.int64)
+
+    def row_index(self, sample_index: int) -> int:
+        epoch, position = divmod(sample_index, self.num_rows)
+        if epoch != self._epoch:
+            generator = np.random.Generator(np.random.PCG64([self.seed, epoch]))
+            self._permutation = generator.permutation(self.num_rows)
+            self._epoch = epoch
+        return int(self._permutation[position])
+
+
+@dataclass
+class Batch:
+    """Collated packed rows. ``labels`` is the next token of the same document, else IGNORE_INDEX."""
+
+    input_ids: torch.Tensor  # [n, S] int64
+    labels: torch.Tensor  # [n, S] int64
+    position_ids: torch.Tensor  # [n, S] int64, restart at 0 at every document
+    segment_ids: torch.Tensor  # [n, S] int64, document index in the row; -1 for padding
+    sample_ids: list[int]  # global row indices, for traceability and the resume tests
+    target_tokens: int  # labels that count in the loss
+    real_tokens: int  # non-padding tokens
+    sum_squared_segment_lengths: int  # for attention FLOPs
+
+    def to(self, device: torch.device) -> "Batch":
+        moved = [t.to(device, non_blocking=True) for t in (self.input_ids, self.labels, self.position_ids,
+                                                             self.segment_ids)]
+        return Batch(*moved, sample_ids=self.sample_ids, target_tokens=self.target_tokens,
+                     real_tokens=self.real_tokens, sum_squared_segment_lengths=self.sum_squared_segment_lengths)
+
+
+def collate(rows: list[tuple[np.ndarray, np.ndarray]], sample_ids: list[int], seq_len: int) -> Batch:
+    """Build model inputs from packed rows (tokens, doc_lens)."""
+    n = len(rows)
+    input_ids = np.empty((n, seq_len), dtype=np.int64)
+    labels = np.full((n, seq_len), IGNORE_INDEX, dtype=np.int64)
+    position_ids = np.zeros((n, seq_len), dtype=np.int64)
+    segment_ids = np.full((n, seq_len), -1, dtype=np.int64)
+    sum_sq = 0
+    for i, (tokens, doc_lens) in enumerate(rows):
+        doc_lens = np.asarray(doc_lens, dtype=np.int64)
+        used = int(doc_lens.sum())
+        if len(tokens) != seq_len or used > seq_len or (doc_lens <= 0).any():
+            raise ValueError(f"sample {sample_ids[i]}: malformed row (len {len(tokens)}, doc_lens {doc_lens.tolist()}, "
+                             f"seq_len {seq_len})")
+        input_ids[i] = tokens
+        starts = np.cumsum(doc_lens) - doc_lens
+        segment_ids[i, :used] = np.repeat(np.arange(len(doc_lens)), doc_lens)
+        position_ids[i, :used] = np.arange(used) - np.repeat(starts, doc_lens)
+        # Next-token targets only inside a document: the target of a document's last token would be the next
+        # document's first token, which it cannot predict.
+        same_doc_next = segment_ids[i, :-1] == segment_ids[i, 1:]
+        same_doc_next &= segment_ids[i, :-1] >= 0
+        labels[i, :-1] = np.where(same_doc_next, input_ids[i, 1:], IGNORE_INDEX)
+        sum_sq += int((doc_lens * doc_lens).sum())
+    return Batch(torch.from_numpy(input_ids), torch.from_numpy(labels), torch.from_numpy(position_ids),
+                 torch.from_numpy(segment_ids), sample_ids=list(sample_ids),
+                 target_tokens=int((labels != IGNORE_INDEX).sum()), real_tokens=int((segment_ids >= 0).sum()),
+                 sum_squared_segment_lengths=sum_sq)
+
+
+@dataclass
+class StepBatch:
+    """One rank's share of one optimizer step: ``micro_batches`` in accumulation order."""
+
+    first_sample: int
+    micro_batches: list[Batch]
+
+    @property
+    def target_tokens(self) -> int:
+        return sum(b.target_tokens for b in self.micro_batches)
+
+
+class StepBatches:
+    """Yields this rank's StepBatch for consecutive steps from ``start_sample``, loaded in a background thread.
+
+    Reading memory-mapped rows and collating is numpy work; doing it ``prefetch`` steps ahead keeps the
+    training step from waiting on data. ``wait_seconds`` accumulates the time the consumer was blocked.
+    """
+
+    def __init__(self, source: RowSource, *, seed: int, start_sample: int, global_batch_size: int,
+                 micro_batch_size: int, dp_rank: int, dp_size: int, prefetch: int):
+        self.source = source
+        self.order = SampleOrder(len(source), seed)
+        self.global_batch_size = global_batch_size
+        self.micro_batch_size = micro_batch_size
+        self.dp_rank = dp_rank
+        self.dp_size = dp_size
+        self.next_sample = start_sample
+        self.wait_seconds = 0.0
+        self._queue: queue.Queue = queue.Queue(maxsize=prefetch)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._produce, args=(start_sample,), daemon=True,
+                                        name="corpusmill-data")
+        self._thread.start()
+
+    def rank_sample_indices(self, first_sample: int) -> list[list[int]]:
+        """Global sample indices this rank uses in each micro-step of the step starting at ``first_sample``."""
+        per_micro_step = self.micro_batch_size * self.dp_size
+        accumulation = self.global_batch_size // per_micro_step
+        out = []
+        for micro in range(accumulation):
+            start = first_sample + micro * per_micro_step + self.dp_rank * self.micro_batch_size
+            out.append(list(range(start, start + self.micro_batch_size)))
+        return out
+
+    def load_step(self, first_sample: int) -> StepBatch:
+        micro_batches = []
+        for indices in self.rank_sample_indices(first_sample):
+            row_ids = [self.order.row_index(g) for g in indices]
+            rows = []
+            for r in row_ids:
+                tokens, doc_lens, _doc_ids = self.source.row(r)
+                rows.append((tokens, doc_lens))
+            micro_batches.append(collate(rows, row_ids, self.source.seq_len))
+        return StepBatch(first_sample=first_sample, micro_batches=micro_batches)
+
+    def _produce(self, first_sample: int) -> None:
+        try:
+            while not self._stop.is_set():
+                item = self.load_step(first_sample)
+                first_sample += self.global_batch_size
+                while not self._stop.is_set():
+                    try:
+                        self._queue.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+        except BaseException as error:  # surfaced in the training thread by __next__
+            self._queue.put(error)
+
+    def __iter__(self) -> Iterator[StepBatch]:
+        return self
+
+    def __next__(self) -> StepBatch:
+        start = time.perf_counter()
+        item = self._queue.get()
+        self.wait_seconds += time.perf_counter() - start
+        if isinstance(item, BaseException):
+            raise RuntimeError(f"data loading failed at sample {self.next_sample}: {item}") from item
+        assert item.first_sample == self.next_sample
+        self.next_sample += self.global_batch_size
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def validation_batches(source: RowSource, *, max_rows: int, micro_batch_size: int, dp_rank: int,
+                       dp_size: int) -> list[Batch]:
+    """A fixed held-out slice (the first ``max_rows`` rows of the 'val' split), split across dp ranks."""
+    # Whole micro-batches only, on every rank alike (pipeline schedules split a micro-batch evenly).
+    per_pass = micro_batch_size * dp_size
+    rows_total = min(max_rows, len(source)) // per_pass * per_pass
+    mine = list(range(dp_rank, rows_total, dp_size))
+    batches = []
+    for start in range(0, len(mine), micro_batch_size):
+        ids = mine[start:start + micro_batch_size]
+        rows = [source.row(i)[:2] for i in ids]
+        batches.append(collate(rows, ids, source.seq_len))
+    return batches

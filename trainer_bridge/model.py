@@ -1,0 +1,196 @@
+"""A Llama-style decoder: RMSNorm, RoPE driven by position ids, SwiGLU, grouped-query attention.
+
+The model knows nothing of parallelism (torchtitan's lesson): FSDP, pipelining and activation checkpointing
+are applied from outside (``parallelize.py``). Two things make that possible without touching this file:
+- ``layers`` is a ``ModuleDict`` keyed by the layer number, so a pipeline stage deletes the layers it does not
+  own and every parameter keeps its fully-qualified name (checkpoints stay valid across topologies);
+- ``tok_embeddings``, ``norm`` and ``output`` may be ``None`` (a middle pipeline stage): forward then takes
+  and returns hidden states.
+
+Packed rows hold several documents. ``position_ids`` restart at each document and ``segment_ids`` (document
+index in the row, -1 for padding) restrict attention to the token's own document, causally.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainer_bridge.config import ModelConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalize in fp32: the mean of squares loses too much precision in bf16/fp16.
+        x32 = x.float()
+        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return normed.type_as(x) * self.weight
+
+
+def rope_inverse_frequencies(head_dim: int, cfg: ModelConfig) -> torch.Tensor:
+    """Per-pair rotation frequencies; 'linear' and 'llama3' scaling stretch them for longer contexts."""
+    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    factor = cfg.rope_scaling_factor
+    if cfg.rope_scaling == "linear":
+        inv_freq = inv_freq / factor
+    elif cfg.rope_scaling == "llama3":
+        # Long wavelengths (beyond the original context) are interpolated, short ones kept, smooth in between.
+        low_freq_factor, high_freq_factor = 1.0, 4.0
+        wavelength = 2 * math.pi / inv_freq
+        low_freq_wavelength = cfg.rope_original_max_len / low_freq_factor
+        high_freq_wavelength = cfg.rope_original_max_len / high_freq_factor
+        smooth = (cfg.rope_original_max_len / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)
+        blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+        inv_freq = torch.where(wavelength > low_freq_wavelength, inv_freq / factor,
+                               torch.where(wavelength < high_freq_wavelength, inv_freq, blended))
+    return inv_freq.float()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (x[2i], x[2i+1]); x is [B, S, H, D], cos/sin are [B, S, D/2]."""
+    pairs = x.float().unflatten(-1, (-1, 2))
+    even, odd = pairs[..., 0], pairs[..., 1]
+    cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
+    rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
+    return rotated.flatten(-2).type_as(x)
+
+
+@functools.cache
+def _compiled_flex_attention():
+    # flex_attention is only fast compiled; compiling once per process is what its docs prescribe.
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def document_causal_mask(segment_ids: torch.Tensor, use_flex: bool):
+    """Attention allowed iff same segment and key not after query. Padding (-1) attends to earlier padding,
+    so no query row is empty (an empty row gives NaN in SDPA) while no real token ever sees padding."""
+    if use_flex:
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        def same_document_causal(b, h, q, kv):
+            return (segment_ids[b, q] == segment_ids[b, kv]) & (q >= kv)
+
+        batch, seq = segment_ids.shape
+        return create_block_mask(same_document_causal, batch, None, seq, seq, device=segment_ids.device)
+    seq = segment_ids.shape[1]
+    causal = torch.ones(seq, seq, dtype=torch.bool, device=segment_ids.device).tril()
+    same_segment = segment_ids[:, :, None] == segment_ids[:, None, :]
+    return (same_segment & causal).unsqueeze(1)  # [B, 1, S, S]
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.n_kv_heads = cfg.n_kv_heads or cfg.n_heads
+        self.head_dim = cfg.dim // cfg.n_heads
+        self.wq = nn.Linear(cfg.dim, self.n_heads * self.head_dim, bias=False)
+        self.wk = nn.Linear(cfg.dim, self.n_kv_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(cfg.dim, self.n_kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(self.n_heads * self.head_dim, cfg.dim, bias=False)
+
+    def forward(self, x, cos, sin, mask, use_flex: bool):
+        batch, seq, _ = x.shape
+        q = apply_rope(self.wq(x).view(batch, seq, self.n_heads, self.head_dim), cos, sin)
+        k = apply_rope(self.wk(x).view(batch, seq, self.n_kv_heads, self.head_dim), cos, sin)
+        v = self.wv(x).view(batch, seq, self.n_kv_heads, self.head_dim)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, S, D]
+        if use_flex:
+            out = _compiled_flex_attention()(q, k, v, block_mask=mask, enable_gqa=self.n_kv_heads != self.n_heads)
+        else:
+            repeats = self.n_heads // self.n_kv_heads
+            if repeats > 1:
+                k, v = k.repeat_interleave(repeats, dim=1), v.repeat_interleave(repeats, dim=1)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        hidden = cfg.ffn_hidden or cfg.multiple_of * math.ceil(int(8 * cfg.dim / 3) / cfg.multiple_of)
+        self.w1 = nn.Linear(cfg.dim, hidden, bias=False)
+        self.w3 = nn.Linear(cfg.dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, cfg.dim, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.attention_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.attention = Attention(cfg)
+        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.feed_forward = FeedForward(cfg)
+
+    def forward(self, x, cos, sin, mask, use_flex: bool):
+        x = x + self.attention(self.attention_norm(x), cos, sin, mask, use_flex)
+        return x + self.feed_forward(self.ffn_norm(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig, use_flex_attention: bool = False):
+        super().__init__()
+        if cfg.vocab_size is None or cfg.max_seq_len is None:
+            raise ValueError("model.vocab_size and model.max_seq_len must be resolved (from the shards) first")
+        self.cfg = cfg
+        self.use_flex_attention = use_flex_attention
+        self.tok_embeddings: nn.Embedding | None = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleDict({str(i): TransformerBlock(cfg) for i in range(cfg.n_layers)})
+        self.norm: RMSNorm | None = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.output: nn.Linear | None = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+        head_dim = cfg.dim // cfg.n_heads
+        self.register_buffer("rope_inv_freq", rope_inverse_frequencies(head_dim, cfg), persistent=False)
+
+    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
+        """tokens [B, S] ids (first stage) or hidden states [B, S, dim]; returns logits or hidden states."""
+        h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
+        angles = position_ids.unsqueeze(-1).float() * self.rope_inv_freq
+        cos, sin = angles.cos(), angles.sin()
+        mask = document_causal_mask(segment_ids, self.use_flex_attention)
+        for layer in self.layers.values():
+            h = layer(h, cos, sin, mask, self.use_flex_attention)
+        if self.norm is not None:
+            h = self.norm(h)
+        return self.output(h) if self.output is not None else h
+
+    # -- initialization (used by parallelize.materialize, after sharding, on the real device) --------------
+    def init_buffers(self) -> None:
+        head_dim = self.cfg.dim // self.cfg.n_heads
+        self.rope_inv_freq = rope_inverse_frequencies(head_dim, self.cfg).to(self.rope_inv_freq.device)
+
+    def init_std(self, fqn: str) -> float | None:
+        """Standard deviation of a parameter's normal init; None means 'ones' (norm gains).
+
+        Residual output projections are scaled down by sqrt(2·n_layers) so the residual stream's variance
+        does not grow with depth (GPT-2)."""
+        if fqn.endswith("norm.weight"):
+            return None
+        std = self.cfg.init_std
+        if fqn.endswith(("attention.wo.weight", "feed_forward.w2.weight")):
+            std /= math.sqrt(2 * self.cfg.n_layers)
+        return std
+
+
+def count_parameters(cfg: ModelConfig) -> dict[str, int]:
+    """Parameter counts without building the model: total, embedding, and the non-embedding N used in 6·N."""
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    total = sum(p.numel() for p in model.parameters())
+    embedding = model.tok_embeddings.weight.numel()
+    non_embedding = total - (0 if cfg.tie_embeddings else embedding)
+    return {"total": total, "embedding": embedding, "non_embedding": non_embedding}
