@@ -1,4 +1,4 @@
-"""`corpusmill prepare` and `corpusmill refresh`."""
+"""`corpusmill prepare`, `corpusmill refresh` and `corpusmill run`."""
 from __future__ import annotations
 
 import argparse
@@ -12,6 +12,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runner", help="direct (local, one process per worker), inprocess, flink, spark, "
                                          "dataflow, or a Beam runner class")
     parser.add_argument("--workers", type=int, help="local workers (default: one per core)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="discard outputs of a different config found in the run directory")
 
 
 def load_with_cli(args: argparse.Namespace, beam_args: list[str]):
@@ -29,29 +31,45 @@ def load_with_cli(args: argparse.Namespace, beam_args: list[str]):
     return cfg
 
 
-def _run(args: argparse.Namespace, against: tuple[str, ...]) -> int:
-    from pipelines.prepare import AccountingError, run_prepare, summary_table
+def _run(args: argparse.Namespace, stages: tuple[str, ...], against: tuple[str, ...], resume: bool) -> int:
+    from pipelines.prepare import AccountingError
+    from pipelines.run import StageFailed, run_stages
 
     cfg = load_with_cli(args, args.beam_args)
     print(f"corpusmill {args.command}: run {cfg.name} → {cfg.run_dir}", flush=True)
     try:
-        stats = run_prepare(cfg, against=against)
+        run_stages(cfg, stages, against=against, resume=resume, overwrite=args.overwrite,
+                   log=lambda line: print(line, flush=True))
     except AccountingError as err:
         print(f"corpusmill {args.command}: {err}", file=sys.stderr)
         return 3
-    print(summary_table(stats))
+    except StageFailed as err:
+        print(f"corpusmill {args.command}: {err}", file=sys.stderr)
+        return 4
+    except OSError as err:  # a full disk or a vanished mount: say what and where, in one line
+        print(f"corpusmill {args.command}: I/O error: {err.strerror or err} ({err.filename or 'run directory'})",
+              file=sys.stderr)
+        return 5
     return 0
 
 
 def register(subparsers) -> None:
-    prepare = subparsers.add_parser("prepare", help="clean a corpus into a run directory",
-                                    description="Read, clean and write runs/<name>/; unknown --options are "
-                                                "passed to Beam (e.g. --flink_master=host:8081).")
+    from pipelines.run import ALL_STAGES, DATA_STAGES
+
+    prepare = subparsers.add_parser("prepare", help="clean a corpus and write tokenized shards into runs/<name>/",
+                                    description="Read, clean, tokenize and pack into runs/<name>/; unknown "
+                                                "--options are passed to Beam (e.g. --flink_master=host:8081).")
     add_run_options(prepare)
-    prepare.set_defaults(handler=lambda a: _run(a, ()), accepts_beam_args=True)
+    prepare.set_defaults(handler=lambda a: _run(a, DATA_STAGES, (), resume=False), accepts_beam_args=True)
 
     refresh = subparsers.add_parser("refresh", help="process only new inputs, deduplicated against earlier runs")
     add_run_options(refresh)
     refresh.add_argument("--against", action="append", required=True, metavar="RUN_DIR",
                          help="an earlier run whose kept documents win; repeatable")
-    refresh.set_defaults(handler=lambda a: _run(a, tuple(a.against)), accepts_beam_args=True)
+    refresh.set_defaults(handler=lambda a: _run(a, DATA_STAGES, tuple(a.against), resume=False),
+                         accepts_beam_args=True)
+
+    run = subparsers.add_parser("run", help="raw corpus to trained model and report: clean → shards → train → "
+                                            "report, resuming after a crash from the last completed stage")
+    add_run_options(run)
+    run.set_defaults(handler=lambda a: _run(a, ALL_STAGES, (), resume=True), accepts_beam_args=True)

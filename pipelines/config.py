@@ -13,9 +13,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from tokenizer.config import PackingConfig, TokenizerConfig
+from trainer_bridge.config import TrainConfig
 from transforms.exact_dedup import ExactDedupConfig
 from transforms.filters import FiltersConfig
+from transforms.near_dedup import NearDedupConfig
 from transforms.normalize import NormalizeConfig
+from transforms.pii import PiiConfig
 
 
 
@@ -54,6 +58,11 @@ class RunConfig(Strict):
     normalize: NormalizeConfig = NormalizeConfig()
     filters: FiltersConfig = FiltersConfig()
     exact_dedup: ExactDedupConfig = ExactDedupConfig()
+    near_dedup: NearDedupConfig = NearDedupConfig()
+    pii: PiiConfig = PiiConfig()
+    tokenizer: TokenizerConfig = TokenizerConfig()
+    packing: PackingConfig = PackingConfig()
+    train: TrainConfig = TrainConfig()
 
     @field_validator("input", mode="before")
     @classmethod

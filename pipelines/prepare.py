@@ -160,23 +160,12 @@ def summary_table(stats: dict) -> str:
     return "\n".join(lines)
 
 
-def prepare_run_dir(cfg: RunConfig, outputs: tuple[str, ...]) -> Path:
-    """Refuse to mix configs in one directory, then clear an earlier attempt's outputs."""
-    run_dir = cfg.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
-    manifest = complete_manifest(run_dir)
-    if manifest is not None and manifest.get("config_fingerprint") != cfg.fingerprint():
-        raise ConfigError(f"{run_dir} holds a completed run of a different config; choose another name "
-                          f"(or delete the directory)")
-    clear_outputs(run_dir, outputs)
-    write_atomic(str(run_dir / "config.yaml"), cfg.resolved_yaml().encode("utf-8"))
-    return run_dir
-
-
-def run_prepare(cfg: RunConfig, against: tuple[str, ...] = (), log: Callable[[str], None] = print) -> dict:
+def run_clean(cfg: RunConfig, against: tuple[str, ...] = (), log: Callable[[str], None] = print) -> dict:
+    """The cleaning stage: inputs → docs/, removed/, quarantine/, dedup/, stats.json. Returns the stats."""
     started = time.time()
+    run_dir = cfg.run_dir
     files = expand_inputs(cfg.input.paths)
-    run_dir = prepare_run_dir(cfg, CLEANING_OUTPUTS)
+    clear_outputs(run_dir, CLEANING_OUTPUTS)
     inputs = describe_inputs(files)
     seen = previously_processed(against) if against else set()
     new_inputs = [i for i in inputs if i["sha256"] not in seen]
@@ -184,34 +173,38 @@ def run_prepare(cfg: RunConfig, against: tuple[str, ...] = (), log: Callable[[st
         log(f"refresh: {len(inputs) - len(new_inputs)} of {len(inputs)} inputs were processed by earlier runs; "
             f"reading {len(new_inputs)} new")
     for name in ("docs", "removed", "quarantine", "dedup"):
-        (run_dir / name).mkdir(exist_ok=True)
+        (run_dir / name).mkdir(parents=True, exist_ok=True)
     steps = enabled_steps(cfg)
     ctx = StepContext(run_dir=str(run_dir), against=tuple(against))
     pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options)
     build_cleaning_graph(pipeline, cfg, [i["path"] for i in new_inputs], ctx)
     result = pipeline.run()
     result.wait_until_finish()
-    cleaning_seconds = time.time() - started
     stats = collect_stats(run_dir, steps, _counters(result))
-    stats["cleaning_seconds"] = round(cleaning_seconds, 2)
+    stats["cleaning_seconds"] = round(time.time() - started, 2)
+    stats["inputs"] = new_inputs
+    stats["inputs_seen"] = sorted(seen | {i["sha256"] for i in new_inputs})
     write_json(str(run_dir / "stats.json"), stats)
     if not stats["accounting"]["balanced"]:
         raise AccountingError("accounting does not balance: " + "; ".join(stats["accounting"]["problems"]))
-    manifest = {
-        "status": "complete",
+    return stats
+
+
+def run_shards(cfg: RunConfig, log: Callable[[str], None] = print) -> dict:
+    """The shard stage: train or load the tokenizer, then encode, pack and write shards/ from docs/."""
+    from tokenizer.build import build_shards
+
+    clear_outputs(cfg.run_dir, ("shards",))
+    pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options)
+    return build_shards(str(cfg.run_dir), cfg.tokenizer, cfg.packing, pipeline)
+
+
+def base_manifest(cfg: RunConfig) -> dict:
+    return {
         "name": cfg.name,
         "config_fingerprint": cfg.fingerprint(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "inputs": new_inputs,
-        "inputs_seen": sorted(seen | {i["sha256"] for i in new_inputs}),
-        "against": list(against),
-        "steps": steps,
         "runner": {"name": cfg.runner.name, "workers": cfg.runner.workers},
-        "timings": {"cleaning_seconds": stats["cleaning_seconds"]},
-        "counts": stats["accounting"],
         "platform": {"python": platform.python_version(), "machine": platform.machine()},
         "packages": {p: _version(p) for p in PACKAGES},
-        "total_seconds": round(time.time() - started, 2),
     }
-    write_json(str(run_dir / "manifest.json"), manifest)
-    return stats

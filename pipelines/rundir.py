@@ -142,12 +142,16 @@ def count_parquet_rows(directory: Path) -> int:
     return sum(pq.ParquetFile(p).metadata.num_rows for p in sorted(directory.glob("*.parquet")))
 
 
-def complete_manifest(run_dir: Path) -> dict | None:
-    path = run_dir / "manifest.json"
+def read_manifest(run_dir: Path) -> dict | None:
+    path = Path(run_dir) / "manifest.json"
     if not path.is_file():
         return None
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError:
         return None
-    return manifest if manifest.get("status") == "complete" else None
+
+
+def complete_manifest(run_dir: Path) -> dict | None:
+    manifest = read_manifest(run_dir)
+    return manifest if manifest is not None and manifest.get("status") == "complete" else None

@@ -46,10 +46,23 @@ def _exact_dedup(cfg: RunConfig, ctx: StepContext):
     return ExactDedup(cfg.exact_dedup)
 
 
+def _near_dedup(cfg: RunConfig, ctx: StepContext):
+    from transforms.near_dedup import NearDedup
+    return NearDedup(cfg.near_dedup, index_out_dir=f"{ctx.run_dir}/dedup",
+                     against_dirs=[f"{run}/dedup" for run in ctx.against])
+
+
+def _pii(cfg: RunConfig, ctx: StepContext):
+    from transforms.pii import PiiStep
+    return _PerDocument(PiiStep(cfg.pii))
+
+
 STEPS: list[tuple[str, Callable[[RunConfig], bool], Callable[[RunConfig, StepContext], beam.PTransform]]] = [
     ("normalize", lambda cfg: True, _normalize),
     ("filters", lambda cfg: cfg.filters.enabled, _filters),
     ("exact_dedup", lambda cfg: cfg.exact_dedup.enabled, _exact_dedup),
+    ("near_dedup", lambda cfg: cfg.near_dedup.enabled, _near_dedup),
+    ("pii", lambda cfg: cfg.pii.enabled, _pii),
 ]
 
 

@@ -7,15 +7,21 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines.config import ConfigError, load_config, validate_config
-from pipelines.prepare import run_prepare
+from pipelines.run import run_stages
 from pipelines.read import doc_id
 
 
 def _config(tmp_path: Path, paths, name="t", workers=1, **sections) -> object:
     data = {"name": name, "input": {"paths": [str(p) for p in paths], "max_doc_bytes": 1_000_000},
-            "output": {"runs_dir": str(tmp_path / "runs")}, "runner": {"name": "direct", "workers": workers}}
+            "output": {"runs_dir": str(tmp_path / "runs")}, "runner": {"name": "direct", "workers": workers},
+            "pii": {"enabled": False}}  # the PII step has its own tests; the backbone's are about accounting
     data.update(sections)
     return validate_config(data)
+
+
+def run_clean_stage(cfg) -> dict:
+    run_stages(cfg, ("clean",), log=lambda _: None)
+    return json.loads((cfg.run_dir / "stats.json").read_text())
 
 
 def _valid_records(demo_corpus, n):
@@ -47,7 +53,7 @@ def messy_inputs(tmp_path, demo_corpus):
 
 def test_bad_input_is_quarantined_and_accounting_is_exact(tmp_path, messy_inputs):
     cfg = _config(tmp_path, [messy_inputs], filters={"enabled": False})
-    stats = run_prepare(cfg, log=lambda _: None)
+    stats = run_clean_stage(cfg)
     assert stats["documents_read"] == 6 + 6 + 1 + 1
     assert stats["quarantined"]["by_kind"] == {"binary_file": 1, "empty_text": 1, "invalid_json": 1,
                                                "invalid_utf8": 1, "missing_text": 1, "text_not_a_string": 1,
@@ -64,7 +70,7 @@ def test_bad_input_is_quarantined_and_accounting_is_exact(tmp_path, messy_inputs
     assert by_kind["invalid_json"]["source"].endswith("mixed.jsonl") and by_kind["invalid_json"]["position"] == 4
     assert all(q["reason"] for q in quarantine)
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["status"] == "complete" and manifest["counts"]["balanced"]
+    assert manifest["stages_done"] == ["clean"] and manifest["counts"]["balanced"]
     removed = pq.read_table(next((run_dir / "removed").glob("*.parquet"))).to_pylist()
     assert removed[0]["removed_by"] == "exact_dedup"
     assert json.loads(removed[0]["annotations"])["exact_dup_of"] in {
@@ -74,13 +80,13 @@ def test_bad_input_is_quarantined_and_accounting_is_exact(tmp_path, messy_inputs
 def test_rerun_and_worker_count_give_byte_identical_docs(tmp_path):
     corpus = Path(__file__).resolve().parents[1] / "data" / "demo" / "corpus.jsonl.gz"
     first = _config(tmp_path, [corpus], name="a", workers=2)
-    run_prepare(first, log=lambda _: None)
+    run_clean_stage(first)
     snapshot = {p.name: p.read_bytes() for p in sorted((first.run_dir / "docs").glob("*"))}
     assert snapshot and all(name.endswith(".parquet") for name in snapshot)
-    run_prepare(first, log=lambda _: None)  # same config, same directory
+    run_clean_stage(first)  # same config, same directory
     assert {p.name: p.read_bytes() for p in sorted((first.run_dir / "docs").glob("*"))} == snapshot
     single = _config(tmp_path, [corpus], name="b", workers=1)
-    stats = run_prepare(single, log=lambda _: None)
+    stats = run_clean_stage(single)
     assert {p.name: p.read_bytes() for p in sorted((single.run_dir / "docs").glob("*"))} == snapshot
     ids = pq.read_table(single.run_dir / "docs" / next(iter(snapshot)), columns=["id"]).column("id").to_pylist()
     assert ids == sorted(ids)
@@ -92,10 +98,10 @@ def test_a_run_directory_never_mixes_two_configs(tmp_path, demo_corpus):
     folder.mkdir()
     (folder / "a.jsonl").write_text("\n".join(json.dumps(r) for r in _valid_records(demo_corpus, 3)))
     cfg = _config(tmp_path, [folder])
-    run_prepare(cfg, log=lambda _: None)
+    run_clean_stage(cfg)
     other = cfg.model_copy(update={"filters": cfg.filters.model_copy(update={"enabled": False})})
     with pytest.raises(ConfigError, match="different config"):
-        run_prepare(other, log=lambda _: None)
+        run_clean_stage(other)
 
 
 def test_config_errors_name_the_field(tmp_path):
@@ -110,4 +116,4 @@ def test_config_errors_name_the_field(tmp_path):
     cfg = load_config(good, ["filters.default.min_words=10", "runner.workers=2"])
     assert cfg.filters.default.min_words == 10 and cfg.runner.workers == 2 and cfg.input.paths == ["a.jsonl"]
     with pytest.raises(ConfigError, match="no file matches"):
-        run_prepare(cfg, log=lambda _: None)
+        run_clean_stage(cfg)
