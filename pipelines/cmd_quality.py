@@ -1,0 +1,197 @@
+"""`corpusmill quality train` and `corpusmill quality score`."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def _parse_params(pairs: list[str], model_cls, section: str):
+    """KEY=VALUE pairs (values parsed as YAML scalars) validated by a pydantic model; errors name the key."""
+    import yaml
+    from pydantic import ValidationError
+
+    from pipelines.config import ConfigError
+
+    values = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"--param {pair!r}: expected KEY=VALUE")
+        key, raw = pair.split("=", 1)
+        values[key.strip()] = yaml.safe_load(raw)
+    try:
+        return model_cls(**values)
+    except ValidationError as err:
+        problems = "; ".join(f"{section}.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        raise ConfigError(problems) from None
+
+
+def _train(args: argparse.Namespace) -> int:
+    from pipelines.config import ConfigError
+    from transforms.quality_model import (QualityModel, QualityTrainConfig, binary_metrics, load_labeled,
+                                          split_records, train_quality_model)
+
+    cfg = _parse_params(args.params, QualityTrainConfig, "quality.train")
+    if args.quantize:
+        cfg = cfg.model_copy(update={"quantize": True})
+    if not os.path.exists(args.data):
+        raise ConfigError(f"--data: {args.data} does not exist")
+    records, problems = load_labeled(args.data, cfg)
+    for problem in problems[:10]:
+        print(f"corpusmill quality train: skipped {problem}", file=sys.stderr)
+    if len(problems) > 10:
+        print(f"corpusmill quality train: ... {len(problems) - 10} more skipped lines", file=sys.stderr)
+    if not records:
+        raise ConfigError(f"--data: {args.data} holds no usable record")
+    try:
+        model, card = train_quality_model(records, cfg, log=lambda m: print(m, file=sys.stderr, flush=True))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    card["data"]["path"] = os.path.abspath(args.data)
+    card["data"]["skipped_lines"] = len(problems)
+    model.save(args.out, card)
+    written = [args.out]
+    if cfg.quantize:
+        ftz = os.path.splitext(args.out)[0] + ".ftz"
+        model.quantize()
+        _, heldout = split_records(records, cfg)
+        if heldout:
+            import numpy as np
+
+            scores = model.score([records[i][cfg.text_field] for i in heldout])["score"]
+            truth = np.array([str(records[i][cfg.label_field]) == cfg.positive_label for i in heldout])
+            card["metrics_quantized"] = binary_metrics(truth, scores)
+        model.save(ftz, card)
+        QualityModel.load(ftz)  # fail now, not in a pipeline, if the quantized model does not load
+        written.append(ftz)
+    print(_metrics_table(card))
+    print("wrote " + ", ".join(written) + " (+ .order.npz and .card.json next to each)")
+    return 0
+
+
+def _metrics_table(card: dict) -> str:
+    metrics = card.get("metrics")
+    if not metrics:
+        return "no held-out split (quality.train.heldout_fraction=0): no metrics"
+    lines = [f"held-out: {metrics['stacked']['n']} documents sharing no group with training",
+             f"{'model':<22}{'accuracy':>9}{'precision':>10}{'recall':>8}{'AUC':>8}"]
+    for name in ("stacked", "fasttext_only"):
+        m = metrics[name]
+        lines.append(f"{name:<22}{m['accuracy']:>9.4f}{m['precision']:>10.4f}{m['recall']:>8.4f}{m['auc']:>8.4f}")
+    if "metrics_quantized" in card:
+        m = card["metrics_quantized"]
+        lines.append(f"{'stacked, quantized':<22}{m['accuracy']:>9.4f}{m['precision']:>10.4f}{m['recall']:>8.4f}"
+                     f"{m['auc']:>8.4f}")
+    for key, breakdown in metrics.items():
+        if key.startswith("by_"):
+            lines.append(f"accuracy by {key[3:]} (stacked / fastText alone):")
+            for value, m in breakdown.items():
+                lines.append(f"  {value:<24}{m['n']:>6}  {m['accuracy']:.3f} / {m['fasttext_only_accuracy']:.3f}")
+    return "\n".join(lines)
+
+
+def _score(args: argparse.Namespace) -> int:
+    import apache_beam as beam
+
+    from pipelines.beam_options import make_pipeline
+    from pipelines.config import ConfigError, InputConfig
+    from pipelines.read import ReadCorpus
+    from transforms.quality import QualityConfig, QualityFilter
+    from transforms.quality_model import sidecar_paths
+
+    overrides = list(args.params)
+    if args.mode:
+        overrides.append(f"mode={args.mode}")
+    if args.threshold is not None:
+        overrides.append(f"threshold={args.threshold}")
+    cfg = _parse_params(overrides, QualityConfig, "quality")
+    for path in (args.model, sidecar_paths(args.model)[0]):
+        if not os.path.exists(path):
+            raise ConfigError(f"--model: {path} does not exist (train one with `corpusmill quality train`)")
+    input_cfg = InputConfig(paths=[args.input], id_field=args.id_field, text_field=args.text_field)
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(out_dir, exist_ok=True)
+    tmp_prefix = os.path.join(out_dir, f".{os.path.basename(args.out)}.{os.getpid()}.part")
+    id_field = args.id_field
+
+    def to_row(doc: dict, keep: bool) -> str:
+        doc_id = doc["meta"].get(id_field, doc["id"]) if id_field else doc["id"]
+        return json.dumps({"id": doc_id, "score": doc["annotations"]["quality_score"], "keep": keep},
+                          ensure_ascii=False)
+
+    pipeline = make_pipeline(args.runner, args.workers)
+    with pipeline:
+        read = pipeline | "Read" >> ReadCorpus(input_cfg)
+        decided = read["docs"] | "Quality" >> QualityFilter(cfg, args.model)
+        kept = decided["kept"] | "KeptRows" >> beam.Map(to_row, True)
+        removed = decided["removed"] | "RemovedRows" >> beam.Map(to_row, False)
+        _ = ((kept, removed) | "AllRows" >> beam.Flatten()
+             | "WriteRows" >> beam.io.WriteToText(tmp_prefix + "-rows", file_name_suffix=".jsonl"))
+        _ = (read["quarantined"] | "QuarantineRows" >> beam.Map(json.dumps)
+             | "WriteQuarantine" >> beam.io.WriteToText(tmp_prefix + "-quarantine", file_name_suffix=".jsonl"))
+
+    rows, quarantined = _collect(tmp_prefix + "-rows"), _collect(tmp_prefix + "-quarantine")
+    rows.sort(key=lambda line: _sort_key(json.loads(line)["id"]))
+    tmp_out = args.out + ".tmp"
+    with open(tmp_out, "w", encoding="utf-8") as fh:
+        for line in rows:
+            fh.write(line + "\n")
+    os.replace(tmp_out, args.out)
+    kept_n = sum(1 for line in rows if json.loads(line)["keep"])
+    print(f"scored {len(rows)} documents ({cfg.mode}): kept {kept_n}, removed {len(rows) - kept_n} -> {args.out}")
+    if quarantined:
+        print(f"corpusmill quality score: {len(quarantined)} input records quarantined, e.g. "
+              f"{json.loads(quarantined[0])['reason']}", file=sys.stderr)
+    return 0
+
+
+def _collect(prefix: str) -> list[str]:
+    """Lines of the shards Beam wrote as ``prefix-*``; the shards are removed."""
+    directory, base = os.path.split(prefix)
+    lines: list[str] = []
+    for name in sorted(os.listdir(directory)):
+        if name.startswith(base + "-"):
+            path = os.path.join(directory, name)
+            with open(path, encoding="utf-8") as fh:
+                lines.extend(line.rstrip("\n") for line in fh if line.strip())
+            os.remove(path)
+    return lines
+
+
+def _sort_key(value) -> tuple:
+    return (0, value, "") if isinstance(value, (int, float)) and not isinstance(value, bool) else (1, 0, str(value))
+
+
+def register(subparsers) -> None:
+    quality = subparsers.add_parser("quality", help="train and apply the document quality model")
+    sub = quality.add_subparsers(dest="quality_command", required=True)
+
+    train = sub.add_parser("train", help="train a quality model on labelled JSONL; print held-out metrics",
+                           description="Trains fastText plus the word-order second stage on LABELED records "
+                                       "(fields text/label/group by default), holds out a group-disjoint split "
+                                       "for accuracy/precision/recall/AUC, and writes MODEL, MODEL.order.npz "
+                                       "and the model card MODEL.card.json.")
+    train.add_argument("--data", required=True, help="labelled JSONL, .jsonl.gz or .jsonl.zst")
+    train.add_argument("--out", required=True, help="model path, e.g. models/quality.bin")
+    train.add_argument("--quantize", action="store_true", help="also write a quantized MODEL.ftz")
+    train.add_argument("--param", dest="params", action="append", default=[], metavar="KEY=VALUE",
+                       help="a quality.train setting (epoch, dim, word_ngrams, label_field, heldout_fraction, "
+                            "...); repeatable")
+    train.set_defaults(handler=_train)
+
+    score = sub.add_parser("score", help="score documents through the pipeline's quality step",
+                           description="Runs the pipeline's QualityFilter (same scores, same decision) over "
+                                       "INPUT and writes one {\"id\", \"score\", \"keep\"} line per document.")
+    score.add_argument("input", help="JSONL(.gz/.zst), Parquet or a folder of .txt files")
+    score.add_argument("--model", required=True, help="model from `corpusmill quality train`")
+    score.add_argument("--out", required=True, help="SCORES.jsonl")
+    score.add_argument("--id-field", help="input field reported as id (default: corpusmill's document id)")
+    score.add_argument("--text-field", default="text", help="input field holding the text (default: text)")
+    score.add_argument("--mode", choices=["threshold", "top_fraction", "pareto"], help="decision (default threshold)")
+    score.add_argument("--threshold", type=float, help="mode=threshold: keep when score >= it (default 0.5)")
+    score.add_argument("--param", dest="params", action="append", default=[], metavar="KEY=VALUE",
+                       help="another quality setting (top_fraction, pareto_alpha, seed, batch_size); repeatable")
+    score.add_argument("--runner", default="direct", help="direct (default), inprocess, or a Beam runner")
+    score.add_argument("--workers", type=int, default=None, help="local workers (default: one per core)")
+    score.set_defaults(handler=_score)

@@ -1,0 +1,284 @@
+"""Quality scoring: annotate every document with P(high quality), then decide from the annotation.
+
+Score (``transforms.quality_model.QualityModel``): a fastText classifier over words and word bigrams, plus
+word-order and cohesion features (class n-gram model gains, in-document cache gain, topic-word repetition,
+pronoun consistency) that catch fluent-looking gibberish a bag of n-grams cannot see, joined by a small
+logistic second stage. Annotations written on every document:
+
+    quality_score       P(high quality), the stacked score every decision uses
+    quality_fasttext    P(high quality) from fastText alone (for comparison and retuning)
+    quality_gibberish   P(low quality | fastText would pass it) from word order and cohesion
+
+Decision (``mode``), applied to ``quality_score``:
+    threshold     keep when score >= threshold
+    top_fraction  keep the best ``top_fraction`` of the corpus (cut-off from Beam's approximate quantiles)
+    pareto        keep when pareto(alpha) > 1 - score (GPT-3 / NeMo Curator style), with a draw that is a
+                  pure function of (seed, document id): the same documents survive on any runner and rerun.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+from typing import Callable, Literal, Sequence
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+from apache_beam.transforms.stats import ApproximateQuantiles
+from pydantic import BaseModel, ConfigDict, Field
+
+from transforms.base import Doc, mark_removed
+from transforms.quality_model import QualityModel, QualityTrainConfig, load_labeled, sidecar_paths, train_quality_model
+
+STEP_NAME = "quality"
+KEPT, REMOVED = "kept", "removed"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_TRAIN_DATA = REPO_ROOT / "data" / "quality" / "quality_train_subset.jsonl.gz"
+REASONS = {"threshold": "low_quality", "top_fraction": "below_top_fraction", "pareto": "pareto_sampled_out"}
+
+
+class QualityConfig(BaseModel):
+    """The ``quality`` section of the run config."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    model: str | None = Field(None, description="path of a model from `corpusmill quality train` (.bin or .ftz "
+                                                "with its .order.npz next to it); null: train the default model "
+                                                "from `train_data` at run time (cached)")
+    train_data: str = Field(str(DEFAULT_TRAIN_DATA), description="labelled JSONL(.gz) for the default model")
+    mode: Literal["threshold", "top_fraction", "pareto"] = "threshold"
+    threshold: float = Field(0.5, ge=0.0, le=1.0, description="mode=threshold: keep when quality_score >= it")
+    top_fraction: float = Field(0.8, gt=0.0, le=1.0, description="mode=top_fraction: share of documents kept")
+    pareto_alpha: float = Field(9.0, gt=0.0, description="mode=pareto: shape of the Pareto draw (GPT-3 used 9)")
+    seed: int = Field(0, description="mode=pareto: seed of the per-document draw")
+    batch_size: int = Field(256, ge=1, le=65536, description="documents scored per model call")
+    max_chars: int = Field(20_000, ge=100, description="characters of each document fastText reads")
+    train: QualityTrainConfig = QualityTrainConfig()
+
+
+# --------------------------------------------------------------------------------------------- pure core
+
+
+def pareto_draw(doc_id: int | str, alpha: float, seed: int) -> float:
+    """numpy-style Pareto (Lomax) sample for one document, a pure function of (seed, id)."""
+    digest = hashlib.blake2b(f"{seed}\x00{doc_id}".encode("utf-8"), digest_size=8).digest()
+    u = (int.from_bytes(digest, "big") >> 11) / 2**53  # uniform in [0, 1)
+    return (1.0 - u) ** (-1.0 / alpha) - 1.0
+
+
+def keep_pareto(score: float, doc_id: int | str, alpha: float, seed: int) -> bool:
+    return pareto_draw(doc_id, alpha, seed) > 1.0 - score
+
+
+def top_fraction_cutoff(scores: Sequence[float], fraction: float) -> float:
+    """The smallest score kept when keeping the best ``fraction`` of ``scores`` (exact; ties are all kept)."""
+    if not len(scores):
+        return 0.0
+    ranked = np.sort(np.asarray(scores, dtype=np.float64))[::-1]
+    keep = max(1, int(np.ceil(fraction * len(ranked))))
+    return float(ranked[keep - 1])
+
+
+def decide(score: float, doc_id, cfg: QualityConfig, cutoff: float | None = None) -> str | None:
+    """The removal reason for a document with this score, or None to keep it."""
+    if cfg.mode == "threshold":
+        keep = score >= cfg.threshold
+    elif cfg.mode == "pareto":
+        keep = keep_pareto(score, doc_id, cfg.pareto_alpha, cfg.seed)
+    else:
+        if cutoff is None:
+            raise ValueError("quality.mode=top_fraction needs the corpus-wide cut-off")
+        keep = score >= cutoff
+    return None if keep else REASONS[cfg.mode]
+
+
+class QualityScorer:
+    """Loads the model once and annotates batches of documents (no decision): the core of every path."""
+
+    name = STEP_NAME
+
+    def __init__(self, model_path: str, max_chars: int = 20_000):
+        self.model_path = model_path
+        self.max_chars = max_chars
+        self.model: QualityModel | None = None
+
+    def setup(self) -> None:
+        if self.model is None:
+            self.model = QualityModel.load(self.model_path)
+
+    def annotate(self, docs: Sequence[Doc]) -> np.ndarray:
+        """Write the quality annotations on ``docs``; return their quality scores."""
+        self.setup()
+        texts = [d.get("text") if isinstance(d.get("text"), str) else "" for d in docs]
+        result = self.model.score(texts, max_chars=self.max_chars)
+        for doc, score, fasttext_p, gibberish in zip(docs, result["score"], result["fasttext"], result["gibberish"]):
+            annotations = doc.setdefault("annotations", {})
+            annotations["quality_score"] = round(float(score), 6)
+            annotations["quality_fasttext"] = round(float(fasttext_p), 6)
+            annotations["quality_gibberish"] = round(float(gibberish), 6)
+        return result["score"]
+
+
+class QualityStep(QualityScorer):
+    """``DocStep`` for the per-document decisions (threshold, pareto): score a batch, then decide each doc."""
+
+    def __init__(self, cfg: QualityConfig, model_path: str):
+        if cfg.mode == "top_fraction":
+            raise ValueError("quality.mode=top_fraction needs a corpus-wide view: use QualityFilter")
+        super().__init__(model_path, cfg.max_chars)
+        self.cfg = cfg
+
+    def apply(self, docs: Sequence[Doc]) -> list[str | None]:
+        scores = self.annotate(docs)
+        return [decide(float(s), d.get("id"), self.cfg) for d, s in zip(docs, scores)]
+
+
+# ----------------------------------------------------------------------------------------- default model
+
+
+def default_model_path(cache_dir: str | os.PathLike, cfg: QualityConfig) -> Path:
+    """Where the default model for this training data and these parameters lives in ``cache_dir``."""
+    digest = hashlib.sha256()
+    with open(cfg.train_data, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    digest.update(cfg.train.model_dump_json().encode("utf-8"))
+    return Path(cache_dir) / f"quality-default-{digest.hexdigest()[:16]}.bin"
+
+
+def ensure_default_model(cache_dir: str | os.PathLike, cfg: QualityConfig | None = None,
+                         log: Callable[[str], None] = print) -> str:
+    """Path of the quality model to use: ``cfg.model`` when set; else the default model trained from the
+    shipped labelled data (``cfg.train_data``), trained once into ``cache_dir`` and reused. No network."""
+    cfg = cfg or QualityConfig()
+    if cfg.model:
+        for path in (cfg.model, sidecar_paths(cfg.model)[0]):
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"quality.model: {path} does not exist")
+        return cfg.model
+    if not os.path.exists(cfg.train_data):
+        raise FileNotFoundError(f"quality.train_data: {cfg.train_data} does not exist (the repository ships "
+                                f"{DEFAULT_TRAIN_DATA}; or set quality.model)")
+    path = default_model_path(cache_dir, cfg)
+    if path.exists() and Path(sidecar_paths(str(path))[0]).exists():
+        return str(path)
+    started = time.time()
+    log(f"quality: training the default model from {cfg.train_data} into {path}")
+    records, problems = load_labeled(cfg.train_data, cfg.train)
+    if problems:
+        raise ValueError(f"quality.train_data: {len(problems)} unusable lines, first: {problems[0]}")
+    model, card = train_quality_model(records, cfg.train, log=log)
+    card["data"]["path"] = str(cfg.train_data)
+    # write under a private name, then rename: the .bin, checked first by readers, lands last
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.bin")
+    model.save(str(tmp), card)
+    for src, dst in zip(sidecar_paths(str(tmp)), sidecar_paths(str(path))):
+        os.replace(src, dst)
+    os.replace(tmp, path)
+    metrics = card.get("metrics", {}).get("stacked", {})
+    log(f"quality: default model ready in {time.time() - started:.0f}s "
+        f"(held-out accuracy {metrics.get('accuracy', float('nan')):.3f})")
+    return str(path)
+
+
+# ------------------------------------------------------------------------------------------------- Beam
+
+QUANTILES = 1000  # cut-off resolution of top_fraction: 0.1% of the corpus
+
+
+def cutoff_from_quantiles(quantiles: Sequence[float], fraction: float) -> float:
+    """Score cut-off keeping ~``fraction`` of documents, from evenly spaced quantiles (min ... max)."""
+    if not quantiles:
+        return 0.0
+    index = int(round((1.0 - fraction) * (len(quantiles) - 1)))
+    return float(quantiles[min(max(index, 0), len(quantiles) - 1)])
+
+
+class _ScoreFn(beam.DoFn):
+    """Scores batches; decides per document too unless the decision needs the whole corpus."""
+
+    def __init__(self, cfg: QualityConfig, model_path: str, decide_here: bool):
+        self.cfg, self.model_path, self.decide_here = cfg, model_path, decide_here
+        self.scorer: QualityScorer | None = None
+        self.kept = Metrics.counter(STEP_NAME, "kept")
+        self.removed = Metrics.counter(STEP_NAME, "removed")
+        self.scored = Metrics.counter(STEP_NAME, "scored")
+        self.busy_ms = Metrics.counter(STEP_NAME, "busy_ms")
+
+    def setup(self):
+        self.scorer = QualityScorer(self.model_path, self.cfg.max_chars)
+        self.scorer.setup()  # the model is loaded once per worker
+
+    def process(self, batch):
+        started = time.perf_counter()
+        scores = self.scorer.annotate(batch)
+        self.scored.inc(len(batch))
+        self.busy_ms.inc(int((time.perf_counter() - started) * 1000))
+        if not self.decide_here:
+            yield from batch
+            return
+        for doc, score in zip(batch, scores):
+            reason = decide(float(score), doc.get("id"), self.cfg)
+            if reason is None:
+                self.kept.inc()
+                yield doc
+            else:
+                self.removed.inc()
+                yield beam.pvalue.TaggedOutput(REMOVED, mark_removed(doc, STEP_NAME, reason))
+
+
+class _DecideByCutoffFn(beam.DoFn):
+    def __init__(self, cfg: QualityConfig):
+        self.cfg = cfg
+        self.kept = Metrics.counter(STEP_NAME, "kept")
+        self.removed = Metrics.counter(STEP_NAME, "removed")
+
+    def process(self, doc, quantiles):
+        cutoff = cutoff_from_quantiles(quantiles, self.cfg.top_fraction)
+        doc["annotations"]["quality_cutoff"] = round(cutoff, 6)
+        reason = decide(doc["annotations"]["quality_score"], doc.get("id"), self.cfg, cutoff)
+        if reason is None:
+            self.kept.inc()
+            yield doc
+        else:
+            self.removed.inc()
+            yield beam.pvalue.TaggedOutput(REMOVED, mark_removed(doc, STEP_NAME, reason))
+
+
+def _score_of(doc: Doc) -> float:
+    return doc["annotations"]["quality_score"]
+
+
+class QualityFilter(beam.PTransform):
+    """The pipeline step: ``docs | QualityFilter(cfg, model_path)`` -> ``{"kept": ..., "removed": ...}``.
+
+    Threshold and pareto decide per document inside the scoring DoFn. top_fraction scores first, computes the
+    corpus-wide cut-off with Beam's approximate quantiles (no single-machine assumption), then decides with it
+    as a side input; each document also records the ``quality_cutoff`` it was judged by."""
+
+    def __init__(self, cfg: QualityConfig, model_path: str):
+        super().__init__()
+        if not model_path:
+            raise ValueError("QualityFilter needs a model path: get one from ensure_default_model(cache_dir, cfg)")
+        self.cfg, self.model_path = cfg, model_path
+
+    def expand(self, docs):
+        per_doc = self.cfg.mode != "top_fraction"
+        scored = (
+            docs
+            | "Batch" >> beam.BatchElements(min_batch_size=self.cfg.batch_size, max_batch_size=self.cfg.batch_size)
+            | "Score" >> beam.ParDo(_ScoreFn(self.cfg, self.model_path, per_doc)).with_outputs(REMOVED, main=KEPT)
+        )
+        if per_doc:
+            return {KEPT: scored[KEPT], REMOVED: scored[REMOVED]}
+        quantiles = (
+            scored[KEPT]
+            | "Scores" >> beam.Map(_score_of)
+            | "Quantiles" >> ApproximateQuantiles.Globally(QUANTILES + 1)
+        )
+        decided = scored[KEPT] | "Decide" >> beam.ParDo(
+            _DecideByCutoffFn(self.cfg), beam.pvalue.AsSingleton(quantiles)).with_outputs(REMOVED, main=KEPT)
+        return {KEPT: decided[KEPT], REMOVED: decided[REMOVED]}

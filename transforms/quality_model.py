@@ -1,0 +1,462 @@
+"""The quality model: fastText over words + word-order/cohesion features, joined by a small logistic stacker.
+
+Files of one model (``MODEL`` is the path given by the user, e.g. ``model.bin`` or ``model.ftz``):
+    MODEL                 the fastText supervised classifier (usable on its own with the fastText tools)
+    MODEL.order.npz       word classes, hashed class n-gram counts and stacker weights (plain arrays, no pickle)
+    MODEL.card.json       model card: data, parameters, held-out metrics
+
+Training (``train_quality_model``) never lets a model score text it was fitted on before the stacker sees it:
+fastText and the n-gram model are cross-fitted over folds of *groups* (source documents), the stacker is fitted
+on those out-of-fold scores, and the final metrics come from a held-out split sharing no group with training.
+Only text is used as input; labels are the targets, and any other field (subtype, source) is used only to
+break metrics down.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from transforms.quality_features import TOKEN_RE, OrderFeatures
+
+MODEL_FORMAT_VERSION = 1
+DEFAULT_MAX_CHARS = 20_000  # characters of a document fastText reads
+
+
+class QualityTrainConfig(BaseModel):
+    """How ``corpusmill quality train`` builds a model (the ``quality.train`` config section)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text_field: str = "text"
+    label_field: str = "label"
+    group_field: str | None = Field("group", description="records sharing it never straddle a split; "
+                                                          "missing field -> each record is its own group")
+    positive_label: str = Field("hq", description="label value of high-quality text (score = its probability)")
+    breakdown_field: str | None = Field("subtype", description="field used only to break metrics down")
+    heldout_fraction: float = Field(0.2, ge=0.0, lt=1.0, description="share of groups held out for metrics")
+    folds: int = Field(4, ge=2, le=10, description="cross-fitting folds for the stacker's training scores")
+    seed: int = 0
+    # fastText supervised hyper-parameters
+    epoch: int = Field(10, ge=1)
+    lr: float = Field(0.5, gt=0)
+    dim: int = Field(32, ge=2)
+    word_ngrams: int = Field(2, ge=1, le=5)
+    min_count: int = Field(1, ge=1)
+    bucket: int = Field(200_000, ge=1000, description="hash buckets of word n-grams (model size ~ bucket*dim*4 B)")
+    threads: int = Field(1, ge=1, description="fastText training threads (1 is deterministic)")
+    quantize: bool = Field(False, description="also write a quantized .ftz next to the model")
+    # word-order model
+    frequent_words: int = Field(1000, ge=10, description="most frequent words kept as their own class")
+    order: int = Field(3, ge=2, le=6, description="n-gram order of the class language model")
+    hash_bits: int = Field(20, ge=12, le=26, description="log2 of buckets per n-gram count table")
+    max_tokens: int = Field(256, ge=16, description="tokens of each document used by the order features")
+    l2: float = Field(1.0, ge=0.0, description="L2 penalty of the logistic stacker (on standardised features)")
+    gate: float = Field(0.1, gt=0.0, lt=1.0, description="fastText P(hq) below which a document is low quality "
+                                                         "outright; the second stage decides the rest")
+
+
+def fasttext_line(tokens: Sequence[str]) -> str:
+    """fastText's input: lower-cased words and punctuation separated by single spaces, on one line."""
+    return " ".join(tokens).lower()
+
+
+def tokenize_head(text: str, max_chars: int) -> list[str]:
+    """The tokens both models read: fastText all of them, the order features the first ``max_tokens``."""
+    return TOKEN_RE.findall(text[:max_chars])
+
+
+class LogisticStacker:
+    """L2-regularised logistic regression over standardised features, fitted by Newton's method."""
+
+    def __init__(self, mean: np.ndarray, scale: np.ndarray, weights: np.ndarray, bias: float):
+        self.mean, self.scale, self.weights, self.bias = mean, scale, weights, float(bias)
+
+    @classmethod
+    def fit(cls, x: np.ndarray, y: np.ndarray, l2: float, iterations: int = 50) -> "LogisticStacker":
+        mean = x.mean(axis=0)
+        scale = x.std(axis=0)
+        scale[scale < 1e-9] = 1.0
+        z = np.hstack([(x - mean) / scale, np.ones((len(x), 1))])
+        w = np.zeros(z.shape[1])
+        penalty = np.full(z.shape[1], l2)
+        penalty[-1] = 0.0  # no penalty on the bias
+        for _ in range(iterations):
+            p = 1.0 / (1.0 + np.exp(-(z @ w)))
+            grad = z.T @ (p - y) + penalty * w
+            hess = (z * (p * (1 - p))[:, None]).T @ z + np.diag(penalty) + 1e-9 * np.eye(len(w))
+            step = np.linalg.solve(hess, grad)
+            w -= step
+            if np.abs(step).max() < 1e-8:
+                break
+        return cls(mean, scale, w[:-1], w[-1])
+
+    def logit(self, x: np.ndarray) -> np.ndarray:
+        return ((x - self.mean) / self.scale) @ self.weights + self.bias
+
+    def to_arrays(self, prefix: str) -> dict[str, np.ndarray]:
+        return {prefix + "mean": self.mean, prefix + "scale": self.scale, prefix + "weights": self.weights,
+                prefix + "bias": np.array([self.bias])}
+
+    @classmethod
+    def from_arrays(cls, arrays, prefix: str) -> "LogisticStacker":
+        return cls(np.asarray(arrays[prefix + "mean"]), np.asarray(arrays[prefix + "scale"]),
+                   np.asarray(arrays[prefix + "weights"]), float(arrays[prefix + "bias"][0]))
+
+
+class SecondStage:
+    """Logistic regression over the pairwise products of [fastText logit, order features] (z-scored first):
+    the products let it learn that e.g. low cohesion only matters in text fastText takes for prose."""
+
+    def __init__(self, mean: np.ndarray, scale: np.ndarray, model: LogisticStacker, gate: float):
+        self.mean, self.scale, self.model, self.gate = mean, scale, model, float(gate)
+
+    @staticmethod
+    def _expand(z: np.ndarray) -> np.ndarray:
+        rows, cols = np.triu_indices(z.shape[1])
+        return np.hstack([z, z[:, rows] * z[:, cols]])
+
+    @staticmethod
+    def _base(p_fasttext: np.ndarray, order_x: np.ndarray) -> np.ndarray:
+        return np.hstack([logit(p_fasttext)[:, None], order_x])
+
+    @classmethod
+    def fit(cls, p_fasttext, order_x, y, l2: float, gate: float) -> "SecondStage":
+        base = cls._base(p_fasttext, order_x)
+        mean, scale = base.mean(axis=0), base.std(axis=0)
+        scale[scale < 1e-9] = 1.0
+        model = LogisticStacker.fit(cls._expand((base - mean) / scale), y, l2)
+        return cls(mean, scale, model, gate)
+
+    def predict(self, p_fasttext: np.ndarray, order_x: np.ndarray) -> np.ndarray:
+        z = (self._base(p_fasttext, order_x) - self.mean) / self.scale
+        return sigmoid(self.model.logit(self._expand(z)))
+
+    def to_arrays(self, prefix: str) -> dict[str, np.ndarray]:
+        arrays = self.model.to_arrays(prefix + "lr_")
+        arrays.update({prefix + "base_mean": self.mean, prefix + "base_scale": self.scale,
+                       prefix + "gate": np.array([self.gate])})
+        return arrays
+
+    @classmethod
+    def from_arrays(cls, arrays, prefix: str) -> "SecondStage":
+        return cls(np.asarray(arrays[prefix + "base_mean"]), np.asarray(arrays[prefix + "base_scale"]),
+                   LogisticStacker.from_arrays(arrays, prefix + "lr_"), float(arrays[prefix + "gate"][0]))
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.clip(x, -40, 40)))
+
+
+def logit(p: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+    p = np.clip(p, eps, 1 - eps)
+    return np.log(p) - np.log1p(-p)
+
+
+def _load_fasttext(path: str):
+    try:
+        import fasttext
+    except ImportError as err:  # the step cannot do real work without it: say so
+        raise RuntimeError("the quality step needs the fastText binding: pip install fasttext-numpy2==0.10.4") from err
+    fasttext.FastText.eprint = lambda *args, **kwargs: None  # silence the load-time deprecation banner
+    return fasttext.load_model(path)
+
+
+def sidecar_paths(model_path: str) -> tuple[str, str]:
+    """(order-model arrays, model card) paths that belong to ``model_path``."""
+    return model_path + ".order.npz", model_path + ".card.json"
+
+
+class QualityModel:
+    """Scores texts: P(high quality) from fastText alone, from the order features alone, and stacked."""
+
+    def __init__(self, fasttext_model, order: OrderFeatures, stacker: "SecondStage | None", positive_label: str):
+        self.fasttext = fasttext_model
+        self.order = order
+        self.stacker = stacker
+        self.positive = "__label__" + positive_label
+
+    def fasttext_hq(self, token_lists: Sequence[list[str]]) -> np.ndarray:
+        labels, probs = self.fasttext.predict([fasttext_line(toks) for toks in token_lists], k=1)
+        top = np.array([p[0] if len(p) else 0.5 for p in probs], dtype=np.float64)
+        is_positive = np.array([bool(lab) and lab[0] == self.positive for lab in labels])
+        return np.clip(np.where(is_positive, top, 1.0 - top), 0.0, 1.0)
+
+    def stack_inputs(self, texts: Sequence[str], max_chars: int = DEFAULT_MAX_CHARS) -> tuple[np.ndarray, np.ndarray]:
+        """(fastText P(hq), order feature matrix) for a batch; each text is tokenised once for both."""
+        token_lists = [tokenize_head(t, max_chars) for t in texts]
+        return self.fasttext_hq(token_lists), self.order.transform(texts, token_lists)
+
+    def combine(self, p_fasttext: np.ndarray, order_x: np.ndarray) -> dict[str, np.ndarray]:
+        p_second = self.stacker.predict(p_fasttext, order_x)  # P(hq | fastText passes it, order, cohesion)
+        score = np.where(p_fasttext >= self.stacker.gate, p_second, p_fasttext)
+        return {"score": score, "fasttext": p_fasttext, "gibberish": 1.0 - p_second}
+
+    def score(self, texts: Sequence[str], max_chars: int = DEFAULT_MAX_CHARS) -> dict[str, np.ndarray]:
+        """Arrays ``score`` (stacked P(hq)), ``fasttext`` (fastText P(hq)), ``gibberish`` (P(lq) from word
+        order and cohesion alone), each of length len(texts)."""
+        if not texts:
+            empty = np.zeros(0)
+            return {"score": empty, "fasttext": empty, "gibberish": empty}
+        return self.combine(*self.stack_inputs(texts, max_chars))
+
+    def quantize(self) -> None:
+        """Quantize the fastText part in place (product quantization; a much smaller .ftz)."""
+        self.fasttext.quantize(qnorm=True, retrain=False)
+
+    def save(self, model_path: str, card: dict[str, Any] | None = None) -> None:
+        """Write the fastText model to ``model_path`` and the sidecars next to it (each via a temp file)."""
+        order_path, card_path = sidecar_paths(model_path)
+        directory = os.path.dirname(os.path.abspath(model_path))
+        os.makedirs(directory, exist_ok=True)
+        tmp = model_path + ".tmp"
+        self.fasttext.save_model(tmp)
+        os.replace(tmp, model_path)
+        arrays = self.order.to_arrays()
+        arrays.update(self.stacker.to_arrays("stack_"))
+        arrays["positive_label"] = np.frombuffer(self.positive.encode("utf-8"), dtype=np.uint8)
+        arrays["format_version"] = np.array([MODEL_FORMAT_VERSION])
+        with tempfile.NamedTemporaryFile(dir=directory, suffix=".npz", delete=False) as fh:
+            np.savez_compressed(fh, **arrays)
+        os.replace(fh.name, order_path)
+        if card is not None:
+            write_json_atomic(card_path, card)
+
+    @classmethod
+    def load(cls, model_path: str) -> "QualityModel":
+        order_path, _ = sidecar_paths(model_path)
+        for path in (model_path, order_path):
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"quality model file missing: {path} (train one with `corpusmill quality "
+                                        f"train`, which writes {model_path} and {order_path})")
+        with np.load(order_path, allow_pickle=False) as arrays:
+            version = int(arrays["format_version"][0])
+            if version != MODEL_FORMAT_VERSION:
+                raise ValueError(f"{order_path}: model format {version}, this code reads {MODEL_FORMAT_VERSION}")
+            order = OrderFeatures.from_arrays(arrays)
+            stacker = SecondStage.from_arrays(arrays, "stack_")
+            positive = bytes(arrays["positive_label"]).decode("utf-8")
+        return cls(_load_fasttext(model_path), order, stacker, positive[len("__label__"):])
+
+
+def write_json_atomic(path: str, data: Any) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------- training
+
+
+def stable_fraction(key: str, seed: int) -> float:
+    """A uniform number in [0, 1) from a string: the same split on every machine and Python run."""
+    digest = hashlib.blake2b(f"{seed}\x00{key}".encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def binary_metrics(y_true: np.ndarray, score: np.ndarray, threshold: float = 0.5) -> dict[str, float]:
+    """Accuracy, precision, recall, F1 of the positive class at ``threshold``, and ROC AUC (rank based)."""
+    y_true = y_true.astype(bool)
+    pred = score >= threshold
+    tp = int((pred & y_true).sum())
+    fp = int((pred & ~y_true).sum())
+    fn = int((~pred & y_true).sum())
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    return {
+        "n": int(len(y_true)),
+        "accuracy": float((pred == y_true).mean()) if len(y_true) else float("nan"),
+        "precision": precision,
+        "recall": recall,
+        "f1": 2 * precision * recall / (precision + recall) if precision + recall else 0.0,
+        "auc": roc_auc(y_true, score),
+    }
+
+
+def roc_auc(y_true: np.ndarray, score: np.ndarray) -> float:
+    pos, neg = int(y_true.sum()), int((~y_true).sum())
+    if pos == 0 or neg == 0:
+        return float("nan")
+    order = np.argsort(score, kind="mergesort")
+    ranks = np.empty(len(score))
+    sorted_scores = score[order]
+    # average ranks over ties, so a constant score gets AUC 0.5
+    _, first, counts = np.unique(sorted_scores, return_index=True, return_counts=True)
+    avg = first + (counts + 1) / 2.0
+    ranks[order] = np.repeat(avg, counts)
+    return float((ranks[y_true].sum() - pos * (pos + 1) / 2) / (pos * neg))
+
+
+def _train_fasttext(texts: Sequence[str], labels: Sequence[str], cfg: QualityTrainConfig, workdir: str):
+    import fasttext
+
+    path = os.path.join(workdir, "fasttext_train.txt")
+    with open(path, "w", encoding="utf-8") as fh:
+        for text, label in zip(texts, labels):
+            fh.write(f"__label__{label} {fasttext_line(tokenize_head(text, DEFAULT_MAX_CHARS))}\n")
+    model = fasttext.train_supervised(
+        input=path, epoch=cfg.epoch, lr=cfg.lr, dim=cfg.dim, wordNgrams=cfg.word_ngrams, minCount=cfg.min_count,
+        bucket=cfg.bucket, thread=cfg.threads, seed=cfg.seed, verbose=0, loss="softmax")
+    os.remove(path)
+    return model
+
+
+def _fit_order(texts: Sequence[str], cfg: QualityTrainConfig) -> OrderFeatures:
+    return OrderFeatures.fit(texts, num_frequent=cfg.frequent_words, order=cfg.order, bits=cfg.hash_bits,
+                             max_tokens=cfg.max_tokens)
+
+
+def _fit_components(texts, labels, cfg, workdir):
+    """fastText on all texts, the order model on the high-quality texts only."""
+    fasttext_model = _train_fasttext(texts, labels, cfg, workdir)
+    positive_texts = [t for t, lab in zip(texts, labels) if lab == cfg.positive_label]
+    if not positive_texts:
+        raise ValueError(f"no training record has {cfg.label_field}={cfg.positive_label!r}")
+    return fasttext_model, _fit_order(positive_texts, cfg)
+
+
+def open_text(path: str):
+    """Open a local or Beam-FileSystems text file, decompressing .gz/.zst/.bz2 by suffix."""
+    import io
+
+    from apache_beam.io.filesystems import FileSystems
+
+    raw = FileSystems.open(path, compression_type="uncompressed")
+    if path.endswith(".gz"):
+        import gzip
+
+        raw = gzip.GzipFile(fileobj=raw)
+    elif path.endswith(".bz2"):
+        import bz2
+
+        raw = bz2.BZ2File(raw)
+    elif path.endswith(".zst"):
+        import zstandard
+
+        raw = zstandard.ZstdDecompressor().stream_reader(raw)
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="strict")
+
+
+def load_labeled(path: str, cfg: QualityTrainConfig, max_problems: int = 20) -> tuple[list[dict], list[str]]:
+    """Records usable for training, and a description (line number + reason) of each skipped line."""
+    records: list[dict] = []
+    problems: list[str] = []
+    with open_text(path) as fh:
+        for line_no, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                problems.append(f"line {line_no}: not JSON ({err.msg})")
+                continue
+            if not isinstance(record, dict):
+                problems.append(f"line {line_no}: not a JSON object")
+            elif not isinstance(record.get(cfg.text_field), str) or not record[cfg.text_field].strip():
+                problems.append(f"line {line_no}: field {cfg.text_field!r} missing, empty or not a string")
+            elif record.get(cfg.label_field) in (None, ""):
+                problems.append(f"line {line_no}: field {cfg.label_field!r} missing or empty")
+            else:
+                records.append(record)
+    return records, problems
+
+
+def split_records(records: Sequence[dict], cfg: QualityTrainConfig) -> tuple[list[int], list[int]]:
+    """(training, held-out) record indices: whole groups go to one side, decided by a hash of the group."""
+    u = _group_fractions(records, cfg)
+    return [i for i, x in enumerate(u) if x >= cfg.heldout_fraction], [i for i, x in enumerate(u) if x < cfg.heldout_fraction]
+
+
+def _group_fractions(records: Sequence[dict], cfg: QualityTrainConfig) -> np.ndarray:
+    groups = [str(r[cfg.group_field]) if cfg.group_field and cfg.group_field in r else f"#record{i}"
+              for i, r in enumerate(records)]
+    return np.array([stable_fraction(g, cfg.seed) for g in groups])
+
+
+def train_quality_model(records: Sequence[dict], cfg: QualityTrainConfig, log=print) -> tuple[QualityModel, dict]:
+    """Train on ``records`` (dicts with the configured text/label/group fields); return the model and its card."""
+    started = time.time()
+    texts = [r[cfg.text_field] for r in records]
+    labels = [str(r[cfg.label_field]) for r in records]
+    label_set = sorted(set(labels))
+    if len(label_set) != 2 or cfg.positive_label not in label_set:
+        raise ValueError(f"{cfg.label_field}: need exactly two labels including {cfg.positive_label!r}, "
+                         f"found {label_set}")
+    group_u = _group_fractions(records, cfg)
+    heldout = group_u < cfg.heldout_fraction
+    train_idx = np.flatnonzero(~heldout)
+    test_idx = np.flatnonzero(heldout)
+    # folds over the remaining [heldout_fraction, 1) range of the same per-group number
+    fold_of = np.minimum(((group_u - cfg.heldout_fraction) / (1 - cfg.heldout_fraction) * cfg.folds).astype(int),
+                         cfg.folds - 1)
+    y = np.array([lab == cfg.positive_label for lab in labels], dtype=np.float64)
+
+    with tempfile.TemporaryDirectory(prefix="corpusmill-quality-") as workdir:
+        oof_ft = np.zeros(len(records))
+        oof_order: np.ndarray | None = None
+        for fold in range(cfg.folds):
+            fit_idx = train_idx[fold_of[train_idx] != fold]
+            out_idx = train_idx[fold_of[train_idx] == fold]
+            if len(out_idx) == 0:
+                continue
+            ft_model, order = _fit_components([texts[i] for i in fit_idx], [labels[i] for i in fit_idx], cfg, workdir)
+            part = QualityModel(ft_model, order, None, cfg.positive_label)
+            p_ft, x = part.stack_inputs([texts[i] for i in out_idx])
+            if oof_order is None:
+                oof_order = np.zeros((len(records), x.shape[1]))
+            oof_ft[out_idx] = p_ft
+            oof_order[out_idx] = x
+            log(f"quality train: fold {fold + 1}/{cfg.folds} fitted on {len(fit_idx)} records "
+                f"({time.time() - started:.1f}s)")
+        # The second stage learns what fastText misses: it is fitted only on the documents fastText passes.
+        passed = train_idx[oof_ft[train_idx] >= cfg.gate]
+        stacker = SecondStage.fit(oof_ft[passed], oof_order[passed], y[passed], cfg.l2, cfg.gate)
+        log(f"quality train: second stage fitted on {len(passed)} documents fastText passes "
+            f"({int((y[passed] == 0).sum())} of them low quality)")
+        ft_model, order = _fit_components([texts[i] for i in train_idx], [labels[i] for i in train_idx], cfg, workdir)
+    model = QualityModel(ft_model, order, stacker, cfg.positive_label)
+    log(f"quality train: final model fitted on {len(train_idx)} records ({time.time() - started:.1f}s)")
+
+    card = {
+        "format_version": MODEL_FORMAT_VERSION,
+        "kind": "corpusmill quality model: fastText + class n-gram order features + logistic stacker",
+        "positive_label": cfg.positive_label,
+        "params": cfg.model_dump(),
+        "data": {
+            "records": len(records),
+            "train_records": int(len(train_idx)),
+            "heldout_records": int(len(test_idx)),
+            "labels": {lab: labels.count(lab) for lab in label_set},
+            "split": f"by {cfg.group_field or 'record'}: heldout = groups with hash(seed, group) < "
+                     f"{cfg.heldout_fraction}; no group in both",
+        },
+        "stack_features": ["fasttext_logit"] + order.names,
+        "train_seconds": round(time.time() - started, 1),
+    }
+    if len(test_idx):
+        test_texts = [texts[i] for i in test_idx]
+        scores = model.score(test_texts)
+        y_test = y[test_idx].astype(bool)
+        card["metrics"] = {
+            "stacked": binary_metrics(y_test, scores["score"]),
+            "fasttext_only": binary_metrics(y_test, scores["fasttext"]),
+        }
+        if cfg.breakdown_field:
+            breakdown: dict[str, dict] = {}
+            values = [str(records[i].get(cfg.breakdown_field)) for i in test_idx]
+            for value in sorted(set(values)):
+                mask = np.array([v == value for v in values])
+                correct = (scores["score"][mask] >= 0.5) == y_test[mask]
+                correct_ft = (scores["fasttext"][mask] >= 0.5) == y_test[mask]
+                breakdown[value] = {"n": int(mask.sum()), "accuracy": float(correct.mean()),
+                                    "fasttext_only_accuracy": float(correct_ft.mean())}
+            card["metrics"]["by_" + cfg.breakdown_field] = breakdown
+    return model, card
