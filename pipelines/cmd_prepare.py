@@ -32,6 +32,7 @@ def load_with_cli(args: argparse.Namespace, beam_args: list[str]):
 
 
 def _run(args: argparse.Namespace, stages: tuple[str, ...], against: tuple[str, ...], resume: bool) -> int:
+    from pipelines.config import ConfigError
     from pipelines.prepare import AccountingError
     from pipelines.run import StageFailed, run_stages
 
@@ -40,17 +41,45 @@ def _run(args: argparse.Namespace, stages: tuple[str, ...], against: tuple[str, 
     try:
         run_stages(cfg, stages, against=against, resume=resume, overwrite=args.overwrite,
                    log=lambda line: print(line, flush=True))
+    except ConfigError:
+        raise
     except AccountingError as err:
         print(f"corpusmill {args.command}: {err}", file=sys.stderr)
         return 3
     except StageFailed as err:
         print(f"corpusmill {args.command}: {err}", file=sys.stderr)
         return 4
-    except OSError as err:  # a full disk or a vanished mount: say what and where, in one line
-        print(f"corpusmill {args.command}: I/O error: {err.strerror or err} ({err.filename or 'run directory'})",
-              file=sys.stderr)
+    except Exception as err:  # noqa: BLE001 — the last line of defence: one clear line, details in a log file
+        log_path = _write_error_log(cfg.run_dir, err)
+        print(f"corpusmill {args.command}: failed: {one_line_reason(err)} (details: {log_path})", file=sys.stderr)
         return 5
     return 0
+
+
+def one_line_reason(err: BaseException) -> str:
+    """The innermost meaningful message: Beam wraps worker exceptions in a long RuntimeError text."""
+    text = str(err)
+    for marker in ("OSError: ", "PermissionError: ", "FileNotFoundError: ", "MemoryError", "ValueError: "):
+        if marker in text:
+            tail = text[text.rindex(marker):]
+            return tail.split("\n", 1)[0][:300]
+    if isinstance(err, OSError):
+        return f"{type(err).__name__}: {err.strerror or err} ({err.filename or ''})"
+    first = text.strip().split("\n", 1)[0] if text.strip() else type(err).__name__
+    return f"{type(err).__name__}: {first[:300]}"
+
+
+def _write_error_log(run_dir, err: BaseException) -> str:
+    import traceback
+    from pathlib import Path
+
+    try:
+        path = Path(run_dir) / "logs" / "error.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(traceback.format_exception(err)), encoding="utf-8")
+        return str(path)
+    except OSError:
+        return "not written: the run directory is not writable"
 
 
 def register(subparsers) -> None:

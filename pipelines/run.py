@@ -112,8 +112,9 @@ def _run_stage(cfg: RunConfig, stage: str, against: tuple[str, ...], log: Callab
     if stage == "shards":
         shards = run_shards(cfg, log)
         totals = shards.get("totals", {})
-        log(f"shards: {totals.get('rows')} rows of {shards.get('seq_len')} tokens, fill "
-            f"{shards.get('packing', {}).get('fill_ratio')}")
+        for split, t in sorted(totals.items()):
+            log(f"shards/{split}: {t.get('docs')} documents → {t.get('tokens')} tokens in {t.get('rows')} rows of "
+                f"{shards.get('seq_len')}, fill {t.get('fill_ratio', 0):.2%}, documents split {t.get('docs_split')}")
         return {"shards": {"tokenizer_sha256": shards.get("tokenizer_sha256"), "totals": totals,
                            "seq_len": shards.get("seq_len"), "packing": shards.get("packing")}}
     if stage == "train":
