@@ -53,6 +53,7 @@ class TrainResult:
     grad_norms: dict[int, float] = field(default_factory=dict)
     val_losses: dict[int, float] = field(default_factory=dict)
     sample_ids: dict[int, list[int]] = field(default_factory=dict)  # step -> rows this rank trained on
+    consumed: list[list[int]] = field(default_factory=list)  # every batch in order, repeated steps included
     events: list[dict] = field(default_factory=list)
     skipped_bad_steps: int = 0
     skipped_overflow_steps: int = 0
@@ -333,7 +334,7 @@ class Trainer:
         self._all_reduce(counted, self.dp_group)
         return float(totals[0]) / max(1, int(counted[0]))
 
-    def _rollback(self, reason: str) -> None:
+    def _rollback(self, bad_step: int, reason: str) -> None:
         cfg = self.cfg.guards
         path = latest_checkpoint(self.out_dir / "checkpoints") if self.checkpointer else None
         if self.checkpointer is not None:
@@ -350,13 +351,12 @@ class Trainer:
                 "Lower optimizer.lr, raise optimizer.warmup_steps, or inspect the data around sample "
                 f"{self.samples}.")
         rollbacks = self.result.rollbacks + 1
-        from_step = self.step
         # Weights, optimizer, schedule position and scaler come back; the data keeps moving forward, so the
         # batches that caused the trouble are not replayed.
         self._load(path, keep_data_position=True)
         self.result.rollbacks = rollbacks
         self.guard.consecutive_bad = 0
-        self.result.events.append({"step": from_step, "event": "rollback", "to": path.name})
+        self.result.events.append({"step": bad_step, "event": "rollback", "to": path.name})
         self._say(f"{cfg.max_consecutive_bad} bad steps in a row (last: {reason}): rolled back to {path.name}")
 
     # -- the loop -----------------------------------------------------------------------------------------
@@ -386,6 +386,7 @@ class Trainer:
                 batch = next(loader)
                 step = self.step
                 result.sample_ids[step] = [i for mb in batch.micro_batches for i in mb.sample_ids]
+                result.consumed.append(result.sample_ids[step])
                 record = self.train_step(batch)
                 devices.synchronize(self.runtime.device)
                 now = time.perf_counter()
@@ -404,7 +405,7 @@ class Trainer:
                 if "event" in record:
                     result.events.append({"step": step, "event": record["event"]})
                 if self.guard.consecutive_bad >= cfg.guards.max_consecutive_bad:
-                    self._rollback(record.get("event", "bad step"))
+                    self._rollback(step, record.get("event", "bad step"))
                     record["event"] = "rollback"
                 if val_batches and cfg.eval.interval and self.step % cfg.eval.interval == 0:
                     record["val_loss"] = result.val_losses[self.step] = self.evaluate(val_batches)
@@ -416,7 +417,9 @@ class Trainer:
                               + (f" [{record['event']}]" if "event" in record else ""))
                 if self.checkpointer is not None:
                     self.checkpointer.poll()
-                    if self.step % cfg.checkpoint.interval == 0 or self.step == cfg.steps:
+                    # Never checkpoint in the middle of a bad streak: a rollback must land on a healthy state.
+                    due = self.step % cfg.checkpoint.interval == 0 or self.step == cfg.steps
+                    if due and self.guard.consecutive_bad == 0:
                         self._save()
                 if self.hooks.stop_after_step is not None and self.step >= self.hooks.stop_after_step:
                     break
