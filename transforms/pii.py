@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Literal, Optional, Sequence
 
@@ -63,6 +64,9 @@ class PiiConfig(BaseModel):
                             "on: the model is required; off: patterns only")
     ner_model: str = DEFAULT_NER_MODEL
     ner_batch_size: int = Field(64, ge=1)
+    ner_confirms_untitled: bool = Field(False, description="also accept an untitled name whose given name is not "
+                                                           "in the lexicon when spaCy calls it PERSON (more recall "
+                                                           "on rare names, less precision)")
     score_threshold: float = Field(0.5, ge=0.0, le=1.0)
     max_spans: Optional[int] = Field(None, ge=0, description="drop a document with more PII spans than this "
                                                              "(dolma's rule); None keeps every document")
@@ -94,6 +98,15 @@ class PiiConfig(BaseModel):
             raise ValueError("pii.hash_salt: operator 'hash' needs a salt of at least 16 bytes "
                              "(a fixed salt keeps digests stable across runs and workers)")
         return self
+
+
+@dataclass(frozen=True)
+class _Entity:
+    """A NER entity with document offsets (what corpusmill's recognizers read from Presidio's NlpArtifacts)."""
+
+    start_char: int
+    end_char: int
+    label_: str
 
 
 @dataclass(frozen=True)
@@ -173,6 +186,8 @@ class PiiEngine:
         for rec in recognizers:
             if isinstance(rec, R.PhoneNumberRecognizer):
                 rec.regions = tuple(cfg.phone_regions)
+            if isinstance(rec, R.PersonNameRecognizer):
+                rec.ner_confirms_untitled = cfg.ner_confirms_untitled
         self._person = next(r for r in recognizers if isinstance(r, R.PersonNameRecognizer))
         if "PERSON" in self.entities and not self._person.given_names and self._nlp is None:
             log.warning("PII: neither a NER model nor the given-name lexicon (gender-guesser) is installed; "
@@ -189,6 +204,8 @@ class PiiEngine:
         self._operators = self._build_operators()
         self._language = R.LANGUAGE
         self._NlpArtifacts = _nlp_artifacts_class()
+        # Work counters (no content): documents, characters, skipped documents, NER windows and characters.
+        self.stats: Counter = Counter()
 
     def _build_operators(self) -> dict:
         from presidio_anonymizer.entities import OperatorConfig
@@ -206,39 +223,42 @@ class PiiEngine:
                                                    "from_end": False})}
 
     # -- analysis ---------------------------------------------------------------------------------------------
-    def needs_ner(self, text: str) -> bool:
-        return self._nlp is not None and "PERSON" in self.entities and self._person.quick_check(text)
+    def ner_windows(self, text: str) -> list[tuple[int, int]]:
+        """Stretches of ``text`` that NER reads: only around name candidates the lexicon cannot decide."""
+        if self._nlp is None or "PERSON" not in self.entities:
+            return []
+        return self._person.ner_windows(text)
 
     def may_hold_pii(self, text: str) -> bool:
         return bool(_MAY_HOLD_STRUCTURED.search(text)) or ("PERSON" in self.entities and
                                                            self._person.quick_check(text))
 
     def analyze(self, texts: Sequence[str]) -> list[list[PiiSpan]]:
-        if not isinstance(texts, (list, tuple)):
-            texts = list(texts)
-        artifacts: list = [None] * len(texts)
-        ner_idx = [i for i, t in enumerate(texts) if self.needs_ner(t)]
-        if ner_idx:
-            docs = self._nlp.pipe((texts[i] for i in ner_idx), batch_size=self.cfg.ner_batch_size)
-            for i, doc in zip(ner_idx, docs):
-                artifacts[i] = self._NlpArtifacts(entities=list(doc.ents), tokens=doc, tokens_indices=[],
-                                                  lemmas=[], nlp_engine=None, language=self._language)
+        """Spans per text (offsets into the text as given), overlaps resolved."""
+        texts = list(texts)
+        entities_per_text: list[list[_Entity]] = [[] for _ in texts]
+        windows = [(i, lo, hi) for i, t in enumerate(texts) for lo, hi in self.ner_windows(t)]
+        if windows:
+            docs = self._nlp.pipe((texts[i][lo:hi] for i, lo, hi in windows), batch_size=self.cfg.ner_batch_size)
+            for (i, lo, _), doc in zip(windows, docs):
+                entities_per_text[i].extend(_Entity(e.start_char + lo, e.end_char + lo, e.label_) for e in doc.ents)
+            self.stats["ner_windows"] += len(windows)
+            self.stats["ner_chars"] += sum(hi - lo for _, lo, hi in windows)
         out = []
-        for text, art in zip(texts, artifacts):
+        for text, ents in zip(texts, entities_per_text):
+            self.stats["docs"] += 1
+            self.stats["chars"] += len(text)
             if not self.may_hold_pii(text):
+                self.stats["docs_skipped"] += 1
                 out.append([])
                 continue
-            if art is None:
-                art = self._empty_artifacts()
+            art = self._NlpArtifacts(entities=ents, tokens=[], tokens_indices=[], lemmas=[], nlp_engine=None,
+                                     language=self._language)
             results = self.analyzer.analyze(text, language=self._language, entities=self.entities,
                                             nlp_artifacts=art, score_threshold=self.cfg.score_threshold)
             spans = [PiiSpan(r.start, r.end, r.entity_type, float(r.score)) for r in results]
             out.append(resolve_overlaps(spans))
         return out
-
-    def _empty_artifacts(self):
-        return self._NlpArtifacts(entities=[], tokens=[], tokens_indices=[], lemmas=[], nlp_engine=None,
-                                  language=self._language)
 
     def mask(self, text: str, spans: Sequence[PiiSpan]) -> str:
         if not spans:
