@@ -20,6 +20,7 @@ from __future__ import annotations
 import glob
 import itertools
 import os
+import time
 from typing import Iterable, Iterator
 
 import apache_beam as beam
@@ -50,10 +51,15 @@ def make_local_pipeline() -> beam.Pipeline:
 
 
 class ReadDocBatches(beam.DoFn):
-    """(file, row group) → ``(split, ids int64 array, texts list)`` batches of at most ``batch_docs`` documents."""
+    """(file, row group) → ``(split, ids int64 array, texts list)`` batches, bounded in documents and in bytes.
 
-    def __init__(self, batch_docs: int, val_fraction: float, split_seed: int):
+    Big elements keep Beam's per-element cost negligible and give ``encode_batch`` enough documents to spread
+    over its threads (one long document does not leave the other threads idle).
+    """
+
+    def __init__(self, batch_docs: int, batch_bytes: int, val_fraction: float, split_seed: int):
         self._batch_docs = batch_docs
+        self._batch_bytes = batch_bytes
         self._val_fraction = val_fraction
         self._split_seed = split_seed
         self._docs = Metrics.counter(NAMESPACE, "docs_read")
@@ -61,20 +67,30 @@ class ReadDocBatches(beam.DoFn):
     def process(self, unit: tuple[str, int]) -> Iterator[tuple[str, np.ndarray, list[str]]]:
         path, row_group = unit
         parquet = open_parquet(path)
-        for batch in parquet.iter_batches(
-            batch_size=self._batch_docs, row_groups=[row_group], columns=["id", "text"]
-        ):
-            ids = batch.column(0).to_numpy(zero_copy_only=False).astype(np.int64)
-            texts = batch.column(1).to_pylist()
-            if any(t is None for t in texts):
+        pending_ids: list[np.ndarray] = []
+        pending_texts: list[str] = []
+        pending_bytes = 0
+        for batch in parquet.iter_batches(batch_size=256, row_groups=[row_group], columns=["id", "text"]):
+            texts = batch.column(1)
+            if texts.null_count:
                 raise ValueError(f"{path}: row group {row_group} has documents with a null text")
-            self._docs.inc(len(ids))
-            val = in_val_split(ids, self._val_fraction, self._split_seed)
-            for split, mask in (("train", ~val), ("val", val)):
-                if mask.all():
-                    yield split, ids, texts
-                elif mask.any():
-                    yield split, ids[mask], [t for t, m in zip(texts, mask) if m]
+            pending_ids.append(batch.column(0).to_numpy(zero_copy_only=False).astype(np.int64))
+            pending_texts.extend(texts.to_pylist())
+            pending_bytes += texts.nbytes
+            if len(pending_texts) >= self._batch_docs or pending_bytes >= self._batch_bytes:
+                yield from self._emit(np.concatenate(pending_ids), pending_texts)
+                pending_ids, pending_texts, pending_bytes = [], [], 0
+        if pending_texts:
+            yield from self._emit(np.concatenate(pending_ids), pending_texts)
+
+    def _emit(self, ids: np.ndarray, texts: list[str]) -> Iterator[tuple[str, np.ndarray, list[str]]]:
+        self._docs.inc(len(ids))
+        val = in_val_split(ids, self._val_fraction, self._split_seed)
+        for split, mask in (("train", ~val), ("val", val)):
+            if mask.all():
+                yield split, ids, texts
+            elif mask.any():
+                yield split, ids[mask], [t for t, m in zip(texts, mask) if m]
 
 
 class EncodeBatch(beam.DoFn):
@@ -92,7 +108,7 @@ class EncodeBatch(beam.DoFn):
         self._tokenizer = None
         self._docs = Metrics.counter(NAMESPACE, "docs_encoded")
         self._tokens = Metrics.counter(NAMESPACE, "tokens")
-        self._bytes = Metrics.counter(NAMESPACE, "text_bytes")
+        self._busy_ms = Metrics.counter(NAMESPACE, "encode_busy_ms")
 
     def setup(self):
         from tokenizers import Tokenizer
@@ -101,6 +117,7 @@ class EncodeBatch(beam.DoFn):
 
     def process(self, element):
         split, ids, texts = element
+        started = time.perf_counter()
         encodings = self._tokenizer.encode_batch_fast(texts, add_special_tokens=False)
         id_lists = [e.ids for e in encodings]
         extra = len(self._bos) + len(self._eos)
@@ -113,7 +130,7 @@ class EncodeBatch(beam.DoFn):
         flat = np.fromiter(pieces, dtype=self._dtype, count=total)
         self._docs.inc(len(ids))
         self._tokens.inc(total)
-        self._bytes.inc(sum(len(t.encode("utf-8")) for t in texts))
+        self._busy_ms.inc(int((time.perf_counter() - started) * 1000))
         yield split, ids, lengths, flat
 
 
@@ -277,7 +294,8 @@ def build_shards(
         | "DocUnits" >> beam.Create(units)
         | "SpreadUnits" >> beam.Reshuffle()
         | "ReadDocs" >> beam.ParDo(
-            ReadDocBatches(packing_cfg.encode_batch_docs, packing_cfg.val_fraction, packing_cfg.split_seed))
+            ReadDocBatches(packing_cfg.encode_batch_docs, packing_cfg.encode_batch_bytes, packing_cfg.val_fraction,
+                           packing_cfg.split_seed))
         | "SpreadBatches" >> beam.Reshuffle()
         | "Encode" >> beam.ParDo(
             EncodeBatch(tok.to_str(), special, packing_cfg.add_bos, packing_cfg.add_eos, vocab_size))

@@ -74,5 +74,8 @@ class PackingConfig(BaseModel):
     )
     split_seed: int = Field(default=0, description="Seed of the stable hash that assigns documents to train/val.")
     encode_batch_docs: int = Field(
-        default=512, ge=1, description="Documents per Beam element (one encode_batch call): Beam cost is per element."
+        default=4096, ge=1, description="Most documents per Beam element (one encode_batch call): Beam cost is per element."
+    )
+    encode_batch_bytes: int = Field(
+        default=4 << 20, ge=1024, description="Most UTF-8 text bytes per Beam element (whichever limit comes first)."
     )
