@@ -8,6 +8,7 @@ import sys
 import warnings
 
 COMMAND_MODULES = (
+    "pipelines.cmd_tokenizer",
     "pipelines.cmd_prepare",
 )
 
