@@ -10,6 +10,7 @@ import warnings
 COMMAND_MODULES = (
     "pipelines.cmd_tokenizer",
     "pipelines.cmd_prepare",
+    "pipelines.cmd_train",
 )
 
 

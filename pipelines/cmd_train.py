@@ -1,0 +1,42 @@
+"""`corpusmill train CONFIG`: train on runs/<name>/shards with the config's `train` section.
+
+Starts torchrun with mesh.pp × mesh.dp processes (or trains in this process when the mesh has one rank);
+multi-node rendezvous options and --max-restarts are passed through to torchrun.
+"""
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers) -> None:
+    train = subparsers.add_parser(
+        "train", help="train the model on runs/<name>/shards (torchrun, FSDP2 × pipeline parallelism)",
+        description="Train on runs/<name>/shards; writes runs/<name>/train/{checkpoints/,metrics.jsonl,tensorboard/}. "
+                    "Resumes from the latest checkpoint automatically.")
+    train.add_argument("config", help="run config YAML (its `train` section configures the trainer)")
+    train.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                       help="override a config value, e.g. --set train.steps=50; repeatable")
+    group = train.add_argument_group("torchrun pass-through (multi-node)")
+    group.add_argument("--nnodes", default="1", help="nodes, or MIN:MAX for elastic jobs (default 1)")
+    group.add_argument("--node-rank", type=int, help="this node's rank (static rendezvous)")
+    group.add_argument("--rdzv-backend", help="rendezvous backend, e.g. c10d")
+    group.add_argument("--rdzv-endpoint", help="HOST:PORT of the rendezvous")
+    group.add_argument("--rdzv-id", help="job id shared by all nodes")
+    group.add_argument("--max-restarts", type=int, default=0, help="worker group restarts on failure (default 0)")
+    group.add_argument("--nproc-per-node", type=int, help="processes on this node (default: mesh size / nnodes)")
+    train.set_defaults(handler=_handle)
+
+
+def _handle(args: argparse.Namespace) -> int:
+    from pipelines.config import load_config
+    from trainer_bridge.launch import Rendezvous, run_training
+
+    cfg = load_config(args.config, args.overrides)
+    if getattr(cfg, "train", None) is None:
+        print("corpusmill train: the run config has no `train` section", flush=True)
+        return 2
+    rendezvous = Rendezvous(nnodes=args.nnodes, node_rank=args.node_rank, rdzv_backend=args.rdzv_backend,
+                            rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id,
+                            max_restarts=args.max_restarts, nproc_per_node=args.nproc_per_node)
+    print(f"corpusmill train: run {cfg.name} → {cfg.run_dir / 'train'}", flush=True)
+    return run_training(cfg, rendezvous)
