@@ -11,20 +11,25 @@ COMMAND_MODULES = (
     "pipelines.cmd_tokenizer",
     "pipelines.cmd_prepare",
     "pipelines.cmd_train",
+    "pipelines.cmd_pii",
 )
 
 
 def quiet_libraries() -> None:
     """Keep the terminal for our own progress and summary: libraries speak only when something is wrong."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        # Beam warns at import that optional GCP clients are missing; irrelevant unless gs:// is used.
+        handler.addFilter(lambda record: not str(record.msg).startswith("apitools not found"))
     for name in ("apache_beam", "presidio-analyzer", "presidio-anonymizer", "tldextract", "urllib3"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", category=FutureWarning)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="corpusmill", description=__doc__.split("\n")[0].strip("`"))
+    parser = argparse.ArgumentParser(prog="corpusmill", description="Raw text corpora to a trained language "
+                                     "model: Beam cleaning, Arrow shards, a PyTorch trainer.")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
