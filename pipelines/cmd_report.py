@@ -1,0 +1,43 @@
+"""`corpusmill report RUN_DIR` (rebuild report.html) and `corpusmill resume RUN_DIR` (release a paused trainer)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _report(args: argparse.Namespace) -> int:
+    from pipelines.report import ReportConfig, build_report
+
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        print(f"corpusmill report: {run_dir}: no such run directory", file=sys.stderr)
+        return 2
+    cfg = ReportConfig(max_docs_scanned=args.max_docs) if args.max_docs else ReportConfig()
+    out = build_report(run_dir, cfg, Path(args.out) if args.out else None)
+    print(f"corpusmill report: wrote {out} ({out.stat().st_size / 1e6:.1f} MB, opens offline)")
+    return 0
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from trainer_bridge.alerts import request_resume
+
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        print(f"corpusmill resume: {run_dir}: no such run directory", file=sys.stderr)
+        return 2
+    signal = request_resume(run_dir)
+    print(f"corpusmill resume: wrote {signal}; a paused trainer continues within its poll interval")
+    return 0
+
+
+def register(subparsers) -> None:
+    report = subparsers.add_parser("report", help="rebuild runs/<name>/report.html from the run directory")
+    report.add_argument("run_dir", help="a run directory (runs/<name>)")
+    report.add_argument("--out", help="write here instead of RUN_DIR/report.html")
+    report.add_argument("--max-docs", type=int, help="documents scanned for the distributions (default 200000)")
+    report.set_defaults(handler=_report)
+
+    resume = subparsers.add_parser("resume", help="let a trainer paused by an alert continue")
+    resume.add_argument("run_dir", help="the paused run's directory")
+    resume.set_defaults(handler=_resume)

@@ -1,0 +1,773 @@
+"""The run report: ``runs/<name>/report.html``, the whole run as one picture.
+
+One self-contained HTML file (plotly.js is embedded inline, so it opens from disk with no network). It is
+rebuilt from the run directory alone, so ``corpusmill report RUN_DIR`` works on any finished or half-finished
+run and the lead's ``corpusmill run`` calls ``build_report`` at the end:
+
+    stats.json, manifest.json            → header, pipeline graph (Sankey) and its edge table, step times
+    docs/*.parquet, removed/*.parquet    → distributions (quality, lengths, duplicate clusters), PII spans
+    shards/manifest.json                 → tokenizer and shard summary
+    train/metrics.jsonl                  → loss, LR, grad norm, tokens/s, MFU, memory, data wait, skipped steps
+    train/alerts.jsonl                   → alerts on the same time axis
+
+Every input is optional: a stage that has not run (or whose file is unreadable) gets a sentence saying so,
+never an empty chart. Each chart sits in ``<div class="chart" data-chart="NAME">`` so tests can find it.
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+REPORT_NAME = "report.html"
+PALETTE = {"kept": "#2a9d8f", "removed": "#e76f51", "quarantined": "#9b5de5", "step": "#264653",
+           "tokens": "#457b9d", "model": "#1d3557", "val": "#f4a261"}
+ACTION_COLORS = {"warn": "#f4a261", "pause": "#9b5de5", "stop": "#d62828"}
+
+
+class ReportConfig(BaseModel):
+    """The ``report`` section of the run config."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(True, description="write report.html at the end of `corpusmill run`")
+    max_docs_scanned: int = Field(200_000, ge=1, description="documents read from docs/ and from removed/ for "
+                                                             "the distributions (a deterministic prefix by file)")
+    histogram_bins: int = Field(40, ge=2, le=500)
+
+
+# --------------------------------------------------------------------------------------------- reading
+
+@dataclass
+class DocStats:
+    """What the distributions need, gathered from the annotations of kept and removed documents."""
+
+    kept_chars: list[int] = field(default_factory=list)
+    kept_words: list[int] = field(default_factory=list)
+    removed_words: list[int] = field(default_factory=list)
+    quality_kept: list[float] = field(default_factory=list)
+    quality_removed: list[float] = field(default_factory=list)
+    pii_spans: Counter = field(default_factory=Counter)  # entity type -> spans masked in kept documents
+    near_clusters: Counter = field(default_factory=Counter)  # near-dup cluster id -> members seen
+    exact_groups: Counter = field(default_factory=Counter)  # kept id -> exact copies removed
+    kept_scanned: int = 0
+    removed_scanned: int = 0
+    truncated: bool = False
+
+
+@dataclass
+class RunData:
+    run_dir: Path
+    manifest: dict | None = None
+    stats: dict | None = None
+    shards: dict | None = None
+    metrics: list[dict] = field(default_factory=list)
+    relogged_steps: int = 0
+    alerts: list[dict] = field(default_factory=list)
+    recovery: list[dict] = field(default_factory=list)
+    docs: DocStats | None = None
+    problems: list[str] = field(default_factory=list)  # unreadable inputs, said at the top of the report
+
+
+def _read_json(path: Path, problems: list[str]) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        problems.append(f"{path.name}: unreadable ({error})")
+        return None
+    if not isinstance(value, dict):
+        problems.append(f"{path.name}: expected a JSON object")
+        return None
+    return value
+
+
+def _read_jsonl(path: Path, problems: list[str]) -> list[dict]:
+    """Records of a JSON-lines file; a torn last line (a crash mid-write) is skipped and reported."""
+    if not path.is_file():
+        return []
+    records, bad = [], 0
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                bad += 1
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+            else:
+                bad += 1
+    if bad:
+        problems.append(f"{path.relative_to(path.parents[1])}: {bad} unreadable line(s) skipped")
+    return records
+
+
+def _annotations(value: Any) -> dict:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def scan_documents(run_dir: Path, limit: int, problems: list[str]) -> DocStats | None:
+    """Annotations of kept (docs/) and removed (removed/) documents, up to ``limit`` of each."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    kept_files = sorted((run_dir / "docs").glob("*.parquet"))
+    removed_files = sorted((run_dir / "removed").glob("*.parquet"))
+    if not kept_files and not removed_files:
+        return None
+    out = DocStats()
+    for path in kept_files:
+        if out.kept_scanned >= limit:
+            out.truncated = True
+            break
+        try:
+            table = pq.read_table(path, columns=["text", "annotations"])
+        except Exception as error:  # a damaged file must not stop the report
+            problems.append(f"docs/{path.name}: unreadable ({error})")
+            continue
+        table = table.slice(0, limit - out.kept_scanned)
+        out.kept_scanned += table.num_rows
+        out.kept_chars.extend(pc.utf8_length(table.column("text")).to_pylist())
+        for raw in table.column("annotations").to_pylist():
+            ann = _annotations(raw)
+            words = _number((ann.get("filters") or {}).get("n_words")) if isinstance(ann.get("filters"), dict) else None
+            if words is not None:
+                out.kept_words.append(int(words))
+            score = _number(ann.get("quality_score"))
+            if score is not None:
+                out.quality_kept.append(score)
+            pii = ann.get("pii")
+            if isinstance(pii, dict):
+                for entity, count in pii.items():
+                    if _number(count):
+                        out.pii_spans[str(entity)] += int(count)
+            if ann.get("dup_cluster") is not None:
+                out.near_clusters[str(ann["dup_cluster"])] += 1
+    for path in removed_files:
+        if out.removed_scanned >= limit:
+            out.truncated = True
+            break
+        try:
+            table = pq.read_table(path, columns=["removed_by", "annotations"])
+        except Exception as error:
+            problems.append(f"removed/{path.name}: unreadable ({error})")
+            continue
+        table = table.slice(0, limit - out.removed_scanned)
+        out.removed_scanned += table.num_rows
+        for raw in table.column("annotations").to_pylist():
+            ann = _annotations(raw)
+            filters = ann.get("filters")
+            words = _number(filters.get("n_words")) if isinstance(filters, dict) else None
+            if words is not None:
+                out.removed_words.append(int(words))
+            score = _number(ann.get("quality_score"))
+            if score is not None:
+                out.quality_removed.append(score)
+            if ann.get("dup_cluster") is not None:
+                out.near_clusters[str(ann["dup_cluster"])] += 1
+            if ann.get("exact_dup_of") is not None:
+                out.exact_groups[str(ann["exact_dup_of"])] += 1
+    return out
+
+
+def fill_split_documents(shard_dir: Path, shards: dict, problems: list[str]) -> None:
+    """Older or hand-written manifests lack per-split document counts: count distinct ``doc_ids`` in the shards."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    totals = shards.get("totals")
+    if not isinstance(totals, dict):
+        return
+    for split, entries in (shards.get("splits") or {}).items():
+        if split not in totals or "docs" in totals[split]:
+            continue
+        ids = []
+        try:
+            for entry in entries:
+                with pa.memory_map(str(shard_dir / entry["file"]), "r") as source:
+                    table = pa.ipc.open_file(source).read_all()
+                    ids.append(pc.list_flatten(table.column("doc_ids")))
+        except Exception as error:
+            problems.append(f"shards/{split}: documents not countable ({error})")
+            continue
+        totals[split]["docs"] = len(pc.unique(pa.chunked_array([c for a in ids for c in a.chunks],
+                                                               type=pa.int64()))) if ids else 0
+
+
+def dedupe_metrics(records: list[dict]) -> tuple[list[dict], int]:
+    """One record per step, the last one written: a resumed run re-logs the steps after its checkpoint."""
+    by_step: dict[int, dict] = {}
+    unstepped = []
+    for record in records:
+        step = record.get("step")
+        if isinstance(step, int) and not isinstance(step, bool):
+            by_step[step] = record
+        else:
+            unstepped.append(record)
+    relogged = len(records) - len(unstepped) - len(by_step)
+    return [by_step[s] for s in sorted(by_step)], relogged
+
+
+def load_run(run_dir: Path, cfg: ReportConfig | None = None) -> RunData:
+    cfg = cfg or ReportConfig()
+    run_dir = Path(run_dir)
+    data = RunData(run_dir=run_dir)
+    p = data.problems
+    data.manifest = _read_json(run_dir / "manifest.json", p)
+    data.stats = _read_json(run_dir / "stats.json", p)
+    data.shards = _read_json(run_dir / "shards" / "manifest.json", p)
+    if data.shards is not None:
+        fill_split_documents(run_dir / "shards", data.shards, p)
+    data.metrics, data.relogged_steps = dedupe_metrics(_read_jsonl(run_dir / "train" / "metrics.jsonl", p))
+    data.alerts = _read_jsonl(run_dir / "train" / "alerts.jsonl", p)
+    data.recovery = _read_jsonl(run_dir / "train" / "recovery.jsonl", p)
+    data.docs = scan_documents(run_dir, cfg.max_docs_scanned, p)
+    return data
+
+
+# --------------------------------------------------------------------------------------------- figures
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        if value == int(value) and abs(value) < 1e15:
+            return f"{int(value):,}"
+        return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def _base_layout(fig, title: str, height: int = 320, **extra) -> None:
+    fig.update_layout(title={"text": title, "x": 0.01}, template="plotly_white", height=height,
+                      margin={"l": 60, "r": 20, "t": 50, "b": 45}, **extra)
+
+
+def step_seconds(stats: dict, manifest: dict | None) -> dict[str, float]:
+    """Seconds per stage: busy time of each cleaning step, and the stages' wall times from manifest timings."""
+    seconds = {row["step"]: float(row.get("busy_seconds") or 0.0) for row in stats.get("steps", [])} if stats else {}
+    timings = (manifest or {}).get("timings") or {}
+    for key, value in timings.items():
+        if key.endswith("_seconds") and _number(value) is not None:
+            seconds.setdefault(key[: -len("_seconds")], float(value))
+    return seconds
+
+
+@dataclass
+class Edge:
+    source: str
+    target: str
+    documents: int
+    tokens: int | None = None
+    kind: str = "kept"
+
+
+def pipeline_edges(data: RunData) -> list[Edge]:
+    """The run's graph, input to model: every edge with its document (and, after tokenizing, token) count."""
+    stats, shards, edges = data.stats, data.shards, []
+    if not stats:
+        return edges
+    read = int(stats.get("documents_read", 0))
+    quarantined = stats.get("quarantined") or {}
+    edges.append(Edge("input", "read", read))
+    for kind, count in sorted((quarantined.get("by_kind") or {}).items()):
+        edges.append(Edge("read", f"quarantined: {kind}", int(count), kind="quarantined"))
+    previous = "read"
+    flowing = read - int(quarantined.get("total", 0))
+    for row in stats.get("steps", []):
+        edges.append(Edge(previous, row["step"], int(row.get("in", flowing))))
+        for reason, count in sorted((row.get("removed_by_reason") or {}).items(), key=lambda kv: -kv[1]):
+            edges.append(Edge(row["step"], f"{row['step']}: {reason}", int(count), kind="removed"))
+        previous, flowing = row["step"], int(row.get("kept", flowing))
+    kept = int(stats.get("kept", flowing))
+    edges.append(Edge(previous, "kept documents", kept))
+    if shards:
+        totals = shards.get("totals") or {}
+        for split in sorted(totals):
+            t = totals[split]
+            edges.append(Edge("kept documents", f"{split} shards", int(t.get("docs", 0)), int(t.get("tokens", 0)),
+                              kind="val" if split != "train" else "tokens"))
+        if data.metrics and "train" in totals:
+            trained = data.metrics[-1].get("tokens_seen")
+            edges.append(Edge("train shards", "model", int(totals["train"].get("docs", 0)),
+                              int(trained) if _number(trained) is not None else None, kind="model"))
+    return edges
+
+
+def node_labels(data: RunData, edges: list[Edge]) -> dict[str, str]:
+    stats, seconds = data.stats or {}, step_seconds(data.stats or {}, data.manifest)
+    labels: dict[str, str] = {}
+    inputs = (data.manifest or {}).get("inputs") or []
+    labels["input"] = (f"input<br>{len(inputs)} file(s)<br>{sum(i.get('bytes', 0) for i in inputs) / 1e6:.1f} MB"
+                       if inputs else "input")
+    labels["read"] = f"read<br>{_fmt(stats.get('documents_read'))} docs"
+    for row in stats.get("steps", []):
+        labels[row["step"]] = (f"{row['step']}<br>{_fmt(row.get('in'))} → {_fmt(row.get('kept'))}<br>"
+                               f"{seconds.get(row['step'], 0.0):.1f} s")
+    labels["kept documents"] = f"kept<br>{_fmt(stats.get('kept'))} docs"
+    shards = data.shards or {}
+    for split, t in (shards.get("totals") or {}).items():
+        labels[f"{split} shards"] = (f"{split} shards<br>{_fmt(t.get('tokens'))} tokens<br>{_fmt(t.get('rows'))} rows, "
+                                     f"fill {100 * float(t.get('fill_ratio', 0)):.1f}%")
+    if data.metrics:
+        last = data.metrics[-1]
+        train_s = sum(_number(r.get("step_time_s")) or 0.0 for r in data.metrics)
+        labels["model"] = (f"model<br>{_fmt(last.get('tokens_seen'))} tokens trained<br>"
+                           f"step {_fmt(last.get('step'))}, {seconds.get('train', train_s):.1f} s")
+    for edge in edges:
+        if edge.target not in labels:
+            labels[edge.target] = f"{edge.target.split(': ', 1)[-1]} {_fmt(edge.documents)}"
+    return labels
+
+
+def node_positions(names: list[str], edges: list[Edge]) -> tuple[list[float], list[float]]:
+    """Main path left to right along the top; what a step removes drops below, just right of that step."""
+    side = ("removed", "quarantined", "val")
+    main = [n for n in names if not any(e.target == n and e.kind in side for e in edges)]
+    column = {n: i for i, n in enumerate(main)}
+    sinks: dict[str, list[str]] = {}
+    for e in edges:
+        if e.kind in side:
+            sinks.setdefault(e.source, []).append(e.target)
+    last = max(1, len(main) - 1)
+    x = {n: 0.001 + 0.998 * column[n] / last for n in main}
+    y = {n: 0.2 for n in main}
+    for source, targets in sinks.items():
+        for i, target in enumerate(targets):
+            x[target] = min(0.999, x[source] + 0.5 / last)
+            y[target] = 0.5 + 0.49 * i / (len(targets) - 1) if len(targets) > 1 else 0.6
+    return [x[n] for n in names], [y[n] for n in names]
+
+
+def pipeline_figure(data: RunData, edges: list[Edge]):
+    import plotly.graph_objects as go
+
+    labels = node_labels(data, edges)
+    names = list(dict.fromkeys(n for e in edges for n in (e.source, e.target)))
+    index = {n: i for i, n in enumerate(names)}
+    shown = [e for e in edges if e.documents > 0]
+    color_of = {"kept": "rgba(42,157,143,0.35)", "removed": "rgba(231,111,81,0.45)",
+                "quarantined": "rgba(155,93,229,0.45)", "tokens": "rgba(69,123,157,0.45)",
+                "val": "rgba(244,162,97,0.5)", "model": "rgba(29,53,87,0.45)"}
+    node_color = []
+    for n in names:
+        kinds = {e.kind for e in edges if e.target == n}
+        node_color.append(PALETTE["removed"] if "removed" in kinds else PALETTE["quarantined"]
+                          if "quarantined" in kinds else PALETTE["model"] if n == "model" else PALETTE["step"])
+    x, y = node_positions(names, edges)
+    fig = go.Figure(go.Sankey(
+        arrangement="snap",
+        node={"label": [labels.get(n, n) for n in names], "color": node_color, "pad": 6, "thickness": 14,
+              "x": x, "y": y},
+        link={"source": [index[e.source] for e in shown], "target": [index[e.target] for e in shown],
+              "value": [e.documents for e in shown], "color": [color_of.get(e.kind) for e in shown],
+              "customdata": [(f"{e.tokens:,} tokens" if e.tokens is not None else "") for e in shown],
+              "hovertemplate": "%{source.label} → %{target.label}<br>%{value:,} documents<br>%{customdata}"
+                               "<extra></extra>"},
+    ))
+    widest = max(Counter(e.source for e in edges if e.kind in ("removed", "quarantined")).values(), default=1)
+    height = max(480, 300 + 18 * widest)
+    _base_layout(fig, "Pipeline: documents through every step, then tokens into shards and the model", height,
+                 font={"size": 11})
+    return fig
+
+
+def _histogram(series: list[tuple[str, list[float], str]], title: str, x_title: str, bins: int, log_x: bool = False):
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for name, values, color in series:
+        if values:
+            xs = [math.log10(max(v, 1)) for v in values] if log_x else values
+            fig.add_trace(go.Histogram(x=xs, name=f"{name} ({len(values):,})", nbinsx=bins, marker_color=color,
+                                       opacity=0.75))
+    _base_layout(fig, title, barmode="overlay", xaxis_title=x_title, yaxis_title="documents")
+    return fig
+
+
+def distribution_figures(docs: DocStats, bins: int) -> tuple[list[tuple[str, Any]], list[str]]:
+    import plotly.graph_objects as go
+
+    figures, notes = [], []
+    if docs.quality_kept or docs.quality_removed:
+        figures.append(("quality", _histogram(
+            [("kept", docs.quality_kept, PALETTE["kept"]), ("removed", docs.quality_removed, PALETTE["removed"])],
+            "Quality scores", "quality_score", bins)))
+    else:
+        notes.append("Quality scores: no document carries a quality_score annotation (the quality step did not run).")
+    if docs.kept_chars:
+        figures.append(("doc_chars", _histogram([("kept", docs.kept_chars, PALETTE["kept"])],
+                                                "Kept document lengths", "log10(characters)", bins, log_x=True)))
+    else:
+        notes.append("Document lengths: docs/ holds no documents.")
+    if docs.kept_words or docs.removed_words:
+        figures.append(("doc_words", _histogram(
+            [("kept", docs.kept_words, PALETTE["kept"]), ("removed", docs.removed_words, PALETTE["removed"])],
+            "Words per document, kept vs removed (filters annotation)", "log10(words)", bins, log_x=True)))
+    sizes_near = Counter(docs.near_clusters.values())
+    sizes_exact = Counter(n + 1 for n in docs.exact_groups.values())
+    if sizes_near or sizes_exact:
+        fig = go.Figure()
+        for name, sizes, color in (("near-duplicate clusters", sizes_near, PALETTE["tokens"]),
+                                   ("exact-duplicate groups", sizes_exact, PALETTE["removed"])):
+            if sizes:
+                xs = sorted(sizes)
+                fig.add_trace(go.Bar(x=xs, y=[sizes[x] for x in xs], name=f"{name} ({sum(sizes.values()):,})",
+                                     marker_color=color))
+        _base_layout(fig, "Duplicate cluster sizes (documents per cluster, kept one included)", barmode="group",
+                     xaxis_title="cluster size", yaxis_title="clusters", xaxis={"dtick": 1})
+        figures.append(("dup_clusters", fig))
+    else:
+        notes.append("Duplicate clusters: no dup_cluster / exact_dup_of annotations (no duplicates found, or "
+                     "dedup did not run).")
+    if docs.pii_spans:
+        entities = sorted(docs.pii_spans, key=lambda e: -docs.pii_spans[e])
+        fig = go.Figure(go.Bar(x=entities, y=[docs.pii_spans[e] for e in entities], marker_color=PALETTE["quarantined"],
+                               text=[f"{docs.pii_spans[e]:,}" for e in entities], textposition="outside"))
+        _base_layout(fig, "PII spans masked per entity type (kept documents)", yaxis_title="spans")
+        figures.append(("pii", fig))
+    return figures, notes
+
+
+def shard_figure(shards: dict):
+    import plotly.graph_objects as go
+
+    files, tokens, padding = [], [], []
+    for split, entries in sorted((shards.get("splits") or {}).items()):
+        for entry in entries:
+            files.append(entry.get("file", split))
+            tokens.append(int(entry.get("tokens", 0)))
+            padding.append(int(entry.get("padding", 0)))
+    if not files:
+        return None
+    fig = go.Figure([go.Bar(x=files, y=tokens, name="tokens", marker_color=PALETTE["tokens"]),
+                     go.Bar(x=files, y=padding, name="padding", marker_color=PALETTE["removed"])])
+    _base_layout(fig, "Shards: tokens and padding per file", barmode="stack", yaxis_title="token slots")
+    return fig
+
+
+def elapsed_seconds(metrics: list[dict]) -> list[float]:
+    """The time axis of training: wall time from the first record when records carry ``time``, else the
+    running sum of step times (each logged step standing for the steps since the previous one)."""
+    if metrics and all(_number(r.get("time")) is not None for r in metrics):
+        start = float(metrics[0]["time"]) - (_number(metrics[0].get("step_time_s")) or 0.0)
+        return [float(r["time"]) - start for r in metrics]
+    elapsed, total, previous = [], 0.0, None
+    for record in metrics:
+        step = record.get("step", 0)
+        gap = step - previous if previous is not None and step > previous else 1
+        total += (_number(record.get("step_time_s")) or 0.0) * gap
+        elapsed.append(total)
+        previous = step
+    return elapsed
+
+
+TRAINING_SERIES = (
+    # chart name, title, y-axis title, [(metric key, trace name, transform)], log y
+    ("loss", "Loss", "loss", [("loss", "train loss", None), ("val_loss", "validation loss", None)], False),
+    ("lr", "Learning rate", "lr", [("lr", "lr", None)], False),
+    ("grad_norm", "Gradient norm (before clipping)", "global norm", [("grad_norm", "grad norm", None)], False),
+    ("throughput", "Throughput", "tokens/s", [("tokens_per_s", "tokens/s", None)], False),
+    ("mfu", "Model FLOPs utilization", "MFU", [("mfu", "MFU", None)], False),
+    ("memory", "Peak memory", "MiB", [("peak_memory_bytes", "peak memory", 1 / 2**20),
+                                      ("gpu_memory_bytes", "GPU memory", 1 / 2**20),
+                                      ("rss_bytes", "process RSS", 1 / 2**20)], False),
+    ("data_wait", "Data wait share of step time", "share", [("data_wait_fraction", "data wait", None)], False),
+)
+
+
+def training_figures(data: RunData) -> tuple[list[tuple[str, Any]], list[str]]:
+    import plotly.graph_objects as go
+
+    metrics, figures, notes = data.metrics, [], []
+    xs = elapsed_seconds(metrics)
+    step_to_x = {r.get("step"): x for r, x in zip(metrics, xs)}
+    alert_xs = [_alert_x(a, step_to_x, xs) for a in data.alerts]
+    events = [(x, r) for r, x in zip(metrics, xs) if r.get("event")]
+    colors = [PALETTE["tokens"], PALETTE["val"], PALETTE["removed"]]
+    for name, title, y_title, keys, log_y in TRAINING_SERIES:
+        fig = go.Figure()
+        for (key, trace_name, factor), color in zip(keys, colors):
+            points = [(x, _number(r.get(key)), r.get("step")) for r, x in zip(metrics, xs)]
+            points = [(x, y * factor if factor else y, s) for x, y, s in points if y is not None]
+            if not points:
+                continue
+            mode = "lines+markers" if key == "val_loss" or len(points) < 30 else "lines"
+            fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], customdata=[p[2] for p in points],
+                                     name=trace_name, mode=mode, line={"color": color},
+                                     hovertemplate="step %{customdata}<br>%{x:.1f} s<br>%{y:.4g}<extra>" + trace_name
+                                                   + "</extra>"))
+        if not fig.data:
+            notes.append(f"{title}: not in metrics.jsonl.")
+            continue
+        if name == "loss" and events:
+            fig.add_trace(go.Scatter(
+                x=[x for x, _ in events], y=[_number(r.get("loss")) or 0.0 for _, r in events], mode="markers",
+                name="skipped / rolled back", marker={"symbol": "x", "size": 10, "color": PALETTE["removed"]},
+                text=[str(r["event"]) for _, r in events], hovertemplate="%{text}<extra></extra>"))
+        for alert, x in zip(data.alerts, alert_xs):
+            if x is not None:
+                fig.add_vline(x=x, line_dash="dot", line_color=ACTION_COLORS.get(alert.get("action"), "#888"),
+                              opacity=0.7)
+        _base_layout(fig, title, 260, xaxis_title="elapsed training time (s)", yaxis_title=y_title,
+                     legend={"orientation": "h", "y": 1.12, "x": 1, "xanchor": "right"})
+        figures.append((name, fig))
+    skipped = [(x, r) for r, x in zip(metrics, xs)
+               if _number(r.get("skipped_bad_steps")) is not None or _number(r.get("skipped_overflow_steps")) is not None]
+    if skipped and any((r.get("skipped_bad_steps") or 0) + (r.get("skipped_overflow_steps") or 0) for _, r in skipped):
+        fig = go.Figure()
+        for key, color in (("skipped_bad_steps", PALETTE["removed"]), ("skipped_overflow_steps", PALETTE["val"]),
+                           ("rollbacks", PALETTE["model"])):
+            fig.add_trace(go.Scatter(x=[x for x, _ in skipped], y=[r.get(key) or 0 for _, r in skipped], name=key,
+                                     mode="lines", line={"shape": "hv", "color": color}))
+        _base_layout(fig, "Skipped steps (cumulative)", 240, xaxis_title="elapsed training time (s)", yaxis_title="steps")
+        figures.append(("skipped", fig))
+    else:
+        notes.append("Skipped steps: none (no NaN/Inf, spike or overflow step was skipped).")
+    return figures, notes
+
+
+def _alert_x(alert: dict, step_to_x: dict, xs: list[float]) -> float | None:
+    step = alert.get("step")
+    if step in step_to_x:
+        return step_to_x[step]
+    if isinstance(step, int) and step_to_x:
+        earlier = [s for s in step_to_x if isinstance(s, int) and s <= step]
+        return step_to_x[max(earlier)] if earlier else xs[0]
+    return None
+
+
+def alerts_figure(data: RunData):
+    import plotly.graph_objects as go
+
+    if not data.alerts:
+        return None
+    xs = elapsed_seconds(data.metrics)
+    step_to_x = {r.get("step"): x for r, x in zip(data.metrics, xs)}
+    fig = go.Figure()
+    for action in ("warn", "pause", "stop"):
+        chosen = [a for a in data.alerts if a.get("action", "warn") == action]
+        if not chosen:
+            continue
+        positions = [_alert_x(a, step_to_x, xs) for a in chosen]
+        if any(p is None for p in positions):  # no metrics to place them on: use the alerts' own clock
+            first = min((_number(a.get("time")) or 0.0) for a in data.alerts)
+            positions = [(_number(a.get("time")) or first) - first for a in chosen]
+        fig.add_trace(go.Scatter(
+            x=positions, y=[a.get("rule", "?") for a in chosen], mode="markers", name=action,
+            marker={"size": 13, "color": ACTION_COLORS[action], "symbol": "diamond"},
+            text=[f"step {a.get('step')}: {a.get('message', '')}" for a in chosen],
+            hovertemplate="%{text}<extra>" + action + "</extra>"))
+    _base_layout(fig, "Alerts on the training time axis", 240, xaxis_title="elapsed training time (s)")
+    return fig
+
+
+# --------------------------------------------------------------------------------------------- HTML
+
+def _table(headers: Iterable[str], rows: Iterable[Iterable[Any]], table_id: str = "") -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c if isinstance(c, str) else _fmt(c))}</td>" for c in row)
+                   + "</tr>" for row in rows)
+    ident = f' id="{table_id}"' if table_id else ""
+    return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _chart(name: str, fig) -> str:
+    height = int(fig.layout.height or 320)
+    inner = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"chart-{name}",
+                        config={"displaylogo": False, "responsive": True}, default_height=f"{height}px")
+    return f'<div class="chart" data-chart="{html.escape(name)}" style="min-height:{height}px">{inner}</div>'
+
+
+def _missing(text: str) -> str:
+    return f'<p class="missing">{html.escape(text)}</p>'
+
+
+def _section(title: str, body: str, section_id: str) -> str:
+    return f'<section id="{section_id}"><h2>{html.escape(title)}</h2>{body}</section>'
+
+
+def header_section(data: RunData) -> str:
+    m, s = data.manifest or {}, data.stats or {}
+    name = m.get("name") or data.run_dir.name
+    facts = [("run", name), ("status", m.get("status", "incomplete (no manifest.json)")),
+             ("created", m.get("created")), ("config fingerprint", m.get("config_fingerprint"))]
+    for key, value in sorted((m.get("timings") or {}).items()):
+        facts.append((key.replace("_", " "), f"{value:.1f}" if _number(value) is not None else value))
+    acc = s.get("accounting")
+    if acc:
+        facts.append(("accounting", f"read {acc.get('read', 0):,} = kept {acc.get('kept', 0):,} + removed "
+                                    f"{acc.get('removed', 0):,} + quarantined {acc.get('quarantined', 0):,}: "
+                                    + ("balanced" if acc.get("balanced") else "NOT BALANCED")))
+    body = _table(("", ""), facts, "run-facts")
+    if data.problems:
+        body += '<ul class="problems">' + "".join(f"<li>{html.escape(p)}</li>" for p in data.problems) + "</ul>"
+    return f"<header><h1>corpusmill run report: {html.escape(str(name))}</h1>{body}</header>"
+
+
+def pipeline_section(data: RunData) -> str:
+    if not data.stats:
+        return _section("Pipeline", _missing("The cleaning stage has not run: no stats.json in this run directory."),
+                        "pipeline")
+    edges = pipeline_edges(data)
+    seconds = step_seconds(data.stats, data.manifest)
+    body = _chart("pipeline", pipeline_figure(data, edges))
+    body += "<h3>Every edge</h3>" + _table(
+        ("from", "to", "documents", "tokens"),
+        ((e.source, e.target, e.documents, e.tokens) for e in edges), "pipeline-edges")
+    rows = [(row["step"], row.get("in"), row.get("kept"), row.get("removed"), seconds.get(row["step"]))
+            for row in data.stats.get("steps", [])]
+    for stage in ("cleaning", "shards", "tokenizer", "train", "report"):
+        if stage in seconds and stage not in {r[0] for r in rows}:
+            rows.append((f"stage: {stage}", None, None, None, seconds[stage]))
+    body += "<h3>Steps</h3>" + _table(("step", "in", "kept", "removed", "seconds"), rows, "pipeline-steps")
+    q = data.stats.get("quarantined") or {}
+    if q.get("total"):
+        body += "<h3>Quarantined input</h3>" + _table(("kind", "records"), sorted((q.get("by_kind") or {}).items()),
+                                                       "quarantine")
+    if data.shards is None:
+        body += _missing("Tokenizing and packing have not run: no shards/manifest.json, so the graph ends at the "
+                         "kept documents.")
+    return _section("Pipeline", body, "pipeline")
+
+
+def distributions_section(data: RunData, cfg: ReportConfig) -> str:
+    if data.docs is None:
+        return _section("Distributions", _missing("No docs/ or removed/ Parquet files yet."), "distributions")
+    figures, notes = distribution_figures(data.docs, cfg.histogram_bins)
+    body = "".join(_chart(n, f) for n, f in figures) + "".join(_missing(n) for n in notes)
+    if not data.docs.pii_spans:
+        body += _missing("PII: no span was masked in the kept documents (or the PII step did not run).")
+    else:
+        body += "<h3>PII spans masked</h3>" + _table(("entity type", "spans"), data.docs.pii_spans.most_common(),
+                                                     "pii-spans")
+    if data.docs.truncated:
+        body += _missing(f"Distributions cover the first {data.docs.kept_scanned:,} kept and "
+                         f"{data.docs.removed_scanned:,} removed documents (report.max_docs_scanned).")
+    return _section("Distributions", body, "distributions")
+
+
+def shards_section(data: RunData) -> str:
+    sh = data.shards
+    if sh is None:
+        return _section("Tokenizer and shards", _missing("No shards yet (shards/manifest.json is missing)."), "shards")
+    packing = sh.get("packing") or {}
+    facts = [("vocab size", sh.get("vocab_size")), ("sequence length", sh.get("seq_len")), ("dtype", sh.get("dtype")),
+             ("pad / bos / eos", f"{sh.get('pad_id')} / {sh.get('bos_id')} / {sh.get('eos_id')}"),
+             ("tokenizer sha256", str(sh.get("tokenizer_sha256", ""))[:16]),
+             ("packing", packing.get("algorithm")), ("fill ratio", packing.get("fill_ratio"))]
+    body = _table(("", ""), facts, "shard-facts")
+    totals = sh.get("totals") or {}
+    body += _table(("split", "shards", "rows", "documents", "tokens", "padding", "fill", "docs split across rows"),
+                   ((split, t.get("shards"), t.get("rows"), t.get("docs"), t.get("tokens"), t.get("padding"),
+                     t.get("fill_ratio"), t.get("docs_split")) for split, t in sorted(totals.items())), "shard-totals")
+    fig = shard_figure(sh)
+    body += _chart("shards", fig) if fig is not None else _missing("The shard manifest lists no shard files.")
+    return _section("Tokenizer and shards", body, "shards")
+
+
+def training_section(data: RunData) -> str:
+    if not data.metrics:
+        text = "Training has not run: no train/metrics.jsonl." if not (data.run_dir / "train").is_dir() else \
+            "Training started but logged no step yet (train/metrics.jsonl is empty)."
+        body = _missing(text)
+        if data.alerts:
+            body += alerts_body(data)
+        return _section("Training", body, "training")
+    figures, notes = training_figures(data)
+    last = data.metrics[-1]
+    val = [r for r in data.metrics if _number(r.get("val_loss")) is not None]
+    facts = [("steps logged", len(data.metrics)), ("last step", last.get("step")), ("last loss", _number(last.get("loss"))),
+             ("last validation loss", _number(val[-1]["val_loss"]) if val else None),
+             ("tokens trained", last.get("tokens_seen")),
+             ("mean tokens/s", _mean(r.get("tokens_per_s") for r in data.metrics)),
+             ("mean MFU", _mean(r.get("mfu") for r in data.metrics)),
+             ("skipped steps", (last.get("skipped_bad_steps") or 0) + (last.get("skipped_overflow_steps") or 0)),
+             ("rollbacks", last.get("rollbacks")), ("alerts", len(data.alerts))]
+    if data.relogged_steps:
+        facts.append(("steps re-logged after a resume", data.relogged_steps))
+    body = _table(("", ""), facts, "train-facts")
+    body += "".join(_chart(n, f) for n, f in figures) + "".join(_missing(n) for n in notes)
+    body += alerts_body(data)
+    if data.recovery:
+        keys = list(dict.fromkeys(k for r in data.recovery for k in r))
+        body += "<h3>Restarts and recovery</h3>" + _table(keys, ([r.get(k) for k in keys] for r in data.recovery),
+                                                          "recovery")
+    return _section("Training", body, "training")
+
+
+def alerts_body(data: RunData) -> str:
+    if not data.alerts:
+        return _missing("Alerts: none fired.")
+    fig = alerts_figure(data)
+    return ("<h3>Alerts</h3>" + (_chart("alerts", fig) if fig is not None else "") + _table(
+        ("step", "rule", "action", "value", "threshold", "message"),
+        ((a.get("step"), a.get("rule"), a.get("action"), _number(a.get("value")), _number(a.get("threshold")),
+          a.get("message", "")) for a in data.alerts), "alerts"))
+
+
+def _mean(values: Iterable[Any]) -> float | None:
+    finite = [v for v in (_number(x) for x in values) if v is not None]
+    return sum(finite) / len(finite) if finite else None
+
+
+STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:24px auto;max-width:1200px;color:#1d3557}
+h1{font-size:1.5em}h2{border-bottom:2px solid #e9ecef;padding-bottom:4px;margin-top:36px}
+table{border-collapse:collapse;margin:8px 0 16px;font-size:0.9em}td,th{border:1px solid #dee2e6;padding:3px 8px;
+text-align:left}td:not(:first-child){font-variant-numeric:tabular-nums}th{background:#f1f3f5}
+.missing{color:#6c757d;font-style:italic}.problems{color:#d62828}.chart{margin:8px 0 20px}
+"""
+
+
+def render_html(data: RunData, cfg: ReportConfig | None = None) -> str:
+    from plotly.offline import get_plotlyjs
+
+    cfg = cfg or ReportConfig()
+    name = (data.manifest or {}).get("name") or data.run_dir.name
+    body = (header_section(data) + pipeline_section(data) + distributions_section(data, cfg) + shards_section(data)
+            + training_section(data))
+    return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>corpusmill report: {html.escape(str(name))}</title><style>{STYLE}</style>"
+            f"<script type=\"text/javascript\">{get_plotlyjs()}</script></head><body>{body}</body></html>")
+
+
+def build_report(run_dir: Path, cfg: ReportConfig | None = None, out: Path | None = None) -> Path:
+    """Write ``<run_dir>/report.html`` (atomically) from whatever the run directory holds; return its path."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir}: no such run directory")
+    cfg = cfg or ReportConfig()
+    out = Path(out) if out is not None else run_dir / REPORT_NAME
+    page = render_html(load_run(run_dir, cfg), cfg)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(out)
+    return out
