@@ -1,0 +1,129 @@
+"""The Beam build of shards on the demo corpus: exact round trip, determinism across workers and batching, CLI."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import apache_beam as beam
+import numpy as np
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from tokenizers import Tokenizer
+
+from pipelines.cmd_tokenizer import SEGMENT_OPEN, format_row
+from tokenizer.build import build_shards
+from tokenizer.config import PackingConfig, TokenizerConfig
+from tokenizer.docs import in_val_split, write_docs_parquet
+from tokenizer.shards import ShardReader
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEMO = os.path.join(ROOT, "data", "demo", "corpus.jsonl.gz")
+SEQ_LEN = 2048
+
+
+def demo_docs() -> list[dict]:
+    with gzip.open(DEMO, "rt", encoding="utf-8") as f:
+        return [{"id": 10 * i + 3, "text": json.loads(line)["text"], "source": DEMO} for i, line in enumerate(f)]
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("demo_run")
+    docs = demo_docs()
+    for k in range(3):  # the cleaning pipeline writes several files, each sorted by id
+        write_docs_parquet(str(run / "docs" / f"part-{k:05d}.parquet"), docs[k * 500 : (k + 1) * 500])
+    tok_cfg = TokenizerConfig(vocab_size=4000)
+    packing = PackingConfig(seq_len=SEQ_LEN, val_fraction=0.02)
+    manifest = build_shards(str(run), tok_cfg, packing)
+    return run, docs, manifest, packing
+
+
+def test_round_trip_every_document_token_for_token(demo_run):
+    run, docs, manifest, packing = demo_run
+    tok = Tokenizer.from_file(str(run / "tokenizer" / "tokenizer.json"))
+    eos = tok.token_to_id("<|eos|>")
+    pieces: dict[int, list[tuple[int, int, np.ndarray]]] = {}
+    for split in ("train", "val"):
+        reader = ShardReader(str(run / "shards"), split, expected_tokenizer_sha256=manifest["tokenizer_sha256"])
+        reader.verify()
+        for r in range(len(reader)):
+            tokens, doc_lens, doc_ids = reader.row(r)
+            at = 0
+            for n, doc_id in zip(doc_lens.tolist(), doc_ids.tolist()):
+                pieces.setdefault(doc_id, []).append((r, at, np.array(tokens[at : at + n])))
+                at += n
+            assert (tokens[at:] == reader.pad_id).all()
+    val = set(np.array([d["id"] for d in docs])[in_val_split([d["id"] for d in docs], 0.02, 0)].tolist())
+    assert val and manifest["totals"]["val"]["docs"] == len(val)
+    encodings = tok.encode_batch([d["text"] for d in docs], add_special_tokens=False)
+    assert set(pieces) == {d["id"] for d in docs}
+    for doc, enc in zip(docs, encodings):
+        rebuilt = np.concatenate([p[2] for p in pieces[doc["id"]]])  # rows are written in plan order
+        assert rebuilt.tolist() == enc.ids + [eos], f"document {doc['id']} differs after the round trip"
+        if len(rebuilt) <= SEQ_LEN:
+            assert len(pieces[doc["id"]]) == 1
+    assert manifest["totals"]["train"]["fill_ratio"] >= 0.995
+
+
+def test_val_documents_never_in_train(demo_run):
+    run, docs, manifest, _ = demo_run
+    train_ids = {i for _, _, ids in ShardReader(str(run / "shards"), "train") for i in ids.tolist()}
+    val_ids = {i for _, _, ids in ShardReader(str(run / "shards"), "val") for i in ids.tolist()}
+    assert val_ids and not train_ids & val_ids
+    assert len(train_ids | val_ids) == len(docs)
+
+
+def test_identical_shards_on_any_workers_and_batching(demo_run, tmp_path):
+    run, docs, manifest, packing = demo_run
+    subset = docs[:400]
+    tok_cfg = TokenizerConfig(path=str(run / "tokenizer" / "tokenizer.json"))
+    small = packing.model_copy(update={"seq_len": 256, "rows_per_shard": 64, "window": 128, "max_open_rows": 16})
+    layouts = {"one_file": [subset], "four_files": [subset[k::4] for k in range(4)]}
+    shas = []
+    for (name, parts), batch_docs, workers in zip(layouts.items(), (4096, 13), (1, 2)):
+        rundir = tmp_path / name
+        for k, part in enumerate(parts):
+            write_docs_parquet(str(rundir / "docs" / f"part-{k}.parquet"), part)
+        options = PipelineOptions([f"--direct_num_workers={workers}", "--direct_running_mode=multi_threading"])
+        pipeline = beam.Pipeline(runner=FnApiRunner(), options=options)
+        result = build_shards(str(rundir), tok_cfg, small.model_copy(update={"encode_batch_docs": batch_docs}),
+                              pipeline)
+        shas.append([(e["file"], e["sha256"]) for split in ("train", "val") for e in result["splits"][split]])
+    assert len(shas[0]) > 4 and shas[0] == shas[1]
+
+
+def test_inspect_marks_document_boundaries(demo_run, capsys):
+    from pipelines.cli import main
+
+    run, _, _, _ = demo_run
+    reader = ShardReader(str(run / "shards"))
+    multi = next(r for r in range(len(reader)) if len(reader.row(r)[1]) > 2)
+    assert main(["inspect", str(run / "shards"), "--row", str(multi), "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert "fill" in out and "verify: all" in out
+    tok = Tokenizer.from_file(str(run / "tokenizer" / "tokenizer.json"))
+    text = format_row(reader, tok, multi)
+    assert text.count(SEGMENT_OPEN + "doc ") == len(reader.row(multi)[1])
+    assert text in out
+
+
+def test_inspect_reports_a_damaged_directory(demo_run, tmp_path, capsys):
+    from pipelines.cli import main
+
+    assert main(["inspect", str(tmp_path)]) == 1
+    assert "no shard manifest" in capsys.readouterr().err
+
+
+def test_tokenizer_train_command(tmp_path, capsys):
+    from pipelines.cli import main
+
+    out = tmp_path / "tok.json"
+    assert main(["tokenizer", "train", DEMO, "--out", str(out), "--param", "vocab_size=600",
+                 "--param", "sample_bytes=200000"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["vocab_size"] == 600 and 0 < report["sample_bytes"] <= 200000
+    assert Tokenizer.from_file(str(out)).token_to_id("<|eos|>") == 2
+    assert main(["tokenizer", "train", DEMO, "--out", str(out), "--param", "model=spm"]) == 2
+    assert "tokenizer.model" in capsys.readouterr().err
