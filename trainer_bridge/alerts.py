@@ -80,6 +80,8 @@ class WebhookConfig(BaseModel):
     timeout_s: float = Field(5.0, gt=0)
     retries: int = Field(3, ge=0, description="retries after the first attempt, with doubling back-off")
     backoff_s: float = Field(1.0, ge=0)
+    close_timeout_s: float = Field(30.0, ge=0, description="at the end of training, the longest wait for alerts "
+                                                             "still queued")
 
 
 class AlertsConfig(BaseModel):
@@ -293,8 +295,7 @@ class AlertMonitor:
 
     def close(self) -> None:
         if self.webhook is not None:
-            wh = self.webhook.cfg
-            self.webhook.close(timeout=(wh.retries + 1) * (wh.timeout_s + 0.1) + wh.backoff_s * 2 ** wh.retries)
+            self.webhook.close(timeout=self.cfg.webhook.close_timeout_s)
         if self._file is not None:
             self._file.close()
             self._file = None
