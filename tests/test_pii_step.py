@@ -145,7 +145,15 @@ def test_beam_apply_step_splits_kept_and_removed(tmp_path):
 
 
 def test_cli_writes_spans_into_original_text(tmp_path, capsys):
-    from pipelines.cli import main
+    import argparse
+
+    from pipelines import cmd_pii
+
+    def main(argv):
+        parser = argparse.ArgumentParser(prog="corpusmill")
+        cmd_pii.register(parser.add_subparsers(dest="command"))
+        args = parser.parse_args(argv)
+        return args.handler(args)
 
     src = tmp_path / "in.jsonl.gz"
     with gzip.open(src, "wt", encoding="utf-8") as fh:
