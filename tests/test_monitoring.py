@@ -196,3 +196,54 @@ def test_alert_rules_are_valid_prometheus_rules():
     for args in (["check", "rules", str(rules_file)], ["check", "config", str(MONITORING / "prometheus.yml")]):
         result = subprocess.run([promtool, *args], capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_endpoint_scraped_during_a_real_training_run(tmp_path):
+    """A short real training run (the trainer's own loop and metrics.jsonl) followed by a monitor; the endpoint
+    is scraped from inside the run, between steps, and again after it."""
+    import numpy as np
+
+    from tokenizer.shards import write_shards
+    from trainer_bridge.config import TrainConfig
+    from trainer_bridge.train import TrainHooks, train
+
+    rng = np.random.default_rng(0)
+    seq_len, vocab = 32, 256
+    rows = [(rng.integers(3, vocab, seq_len).astype(np.uint16), [seq_len], [i]) for i in range(64)]
+    write_shards(str(tmp_path / "shards"), rows, split="train", seq_len=seq_len, vocab_size=vocab, pad_id=0, bos_id=1,
+                 eos_id=2, tokenizer_sha256="cd" * 32, packing={"algorithm": "test"}, rows_per_shard=64)
+    cfg = TrainConfig.model_validate({
+        "device": "cpu", "steps": 8, "model": {"dim": 32, "n_layers": 1, "n_heads": 2},
+        "batch": {"global_batch_size": 4, "micro_batch_size": 4}, "optimizer": {"warmup_steps": 2},
+        "checkpoint": {"enabled": False}, "eval": {"interval": 0}, "metrics": {"tensorboard": False}})
+    monitor = TrainingMonitor(MonitoringConfig(port=0, hardware_interval_s=0.2), run="tiny").start()
+    monitor.follow(tmp_path / "train", poll_s=0.02)
+    seen_mid_run = []
+
+    def scrape_mid_run(step, model):
+        if step == 6:
+            import time
+
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                samples = scrape(monitor.port)
+                if value(samples, "corpusmill_train_steps_total", run="tiny") >= 6:
+                    break
+                time.sleep(0.05)
+            seen_mid_run.append(samples)
+
+    try:
+        result = train(cfg, shard_dir=tmp_path / "shards", out_dir=tmp_path / "train",
+                       hooks=TrainHooks(after_backward=scrape_mid_run))
+    finally:
+        monitor.close()
+    mid, = seen_mid_run
+    assert value(mid, "corpusmill_train_steps_total", run="tiny") == 6
+    assert value(mid, "corpusmill_train_loss", run="tiny") == pytest.approx(result.losses[5])
+    assert value(mid, "corpusmill_tokens_per_second", run="tiny") > 0
+    assert value(mid, "corpusmill_mfu_ratio", run="tiny") > 0
+    assert value(mid, "corpusmill_step_seconds_count", run="tiny") == 6
+    # close() reads what was written after the last poll: every step is counted
+    families = {f.name: f for f in monitor.registry.collect()}
+    steps_total = [s.value for s in families["corpusmill_train_steps"].samples if s.name.endswith("_total")]
+    assert steps_total == [8]

@@ -138,6 +138,7 @@ class TrainingMonitor:
         self._server = None
         self._stop = threading.Event()
         self._sampler_thread: threading.Thread | None = None
+        self._followers: list[threading.Thread] = []
         self._gpu: GpuSampler | None = None
         self._lock = threading.Lock()
         self._hardware: dict[str, float] = {}
@@ -204,9 +205,10 @@ class TrainingMonitor:
 
     def close(self) -> None:
         self._stop.set()
-        if self._sampler_thread is not None:
-            self._sampler_thread.join(timeout=5)
-            self._sampler_thread = None
+        for thread in [self._sampler_thread, *self._followers]:
+            if thread is not None:
+                thread.join(timeout=5)
+        self._sampler_thread, self._followers = None, []
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -279,6 +281,58 @@ class TrainingMonitor:
         with self._lock:
             self._hardware = flat
         return flat
+
+    def follow(self, train_dir, poll_s: float = 0.5) -> "TrainingMonitor":
+        """Observe ``train_dir/metrics.jsonl`` and ``alerts.jsonl`` as they grow, from a background thread.
+
+        For a process that does not run the loop itself (``corpusmill run`` supervising a torchrun job): the
+        training series then need no call in the loop. Checkpoint times still come from ``observe_checkpoint``.
+        """
+        from pathlib import Path
+
+        train_dir = Path(train_dir)
+
+        def tail() -> None:
+            offsets = {"metrics.jsonl": 0, "alerts.jsonl": 0}
+            while True:
+                stopping = self._stop.is_set()  # one more read after close(): the last lines count too
+                for name in offsets:
+                    for record in self._read_new(train_dir / name, offsets, name):
+                        if name == "metrics.jsonl":
+                            self.observe_step(record)
+                        else:
+                            self.observe_alert(str(record.get("rule", "?")), str(record.get("action", "warn")))
+                if stopping:
+                    return
+                self._stop.wait(poll_s)
+
+        thread = threading.Thread(target=tail, name="corpusmill-follow", daemon=True)
+        thread.start()
+        self._followers.append(thread)
+        return self
+
+    @staticmethod
+    def _read_new(path, offsets: dict, name: str) -> list[dict]:
+        """Complete new lines since the last read (a line still being written waits for its newline)."""
+        import json
+
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(offsets[name])
+                chunk = fh.read()
+        except FileNotFoundError:
+            return []
+        end = chunk.rfind(b"\n") + 1
+        offsets[name] += end
+        records = []
+        for line in chunk[:end].splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+        return records
 
     def _sample_loop(self) -> None:
         while not self._stop.wait(self.cfg.hardware_interval_s):
