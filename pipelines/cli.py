@@ -12,6 +12,8 @@ COMMAND_MODULES = (
     "pipelines.cmd_prepare",
     "pipelines.cmd_train",
     "pipelines.cmd_pii",
+    "pipelines.cmd_dedup",
+    "pipelines.cmd_report",
 )
 
 

@@ -51,6 +51,8 @@ def _run(args: argparse.Namespace, stages: tuple[str, ...], against: tuple[str, 
         return 4
     except Exception as err:  # noqa: BLE001 — the last line of defence: one clear line, details in a log file
         log_path = _write_error_log(cfg.run_dir, err)
+        # Writers abandoned by the failed pipeline fail again when collected at exit; the cause is reported.
+        sys.unraisablehook = lambda unraisable: None
         print(f"corpusmill {args.command}: failed: {one_line_reason(err)} (details: {log_path})", file=sys.stderr)
         return 5
     return 0

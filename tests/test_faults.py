@@ -81,7 +81,7 @@ def test_write_error_is_a_clear_failure_and_nothing_half_written_looks_complete(
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 5, (out[-1000:], err[-2000:])
     last = err.strip().splitlines()[-1]
-    assert "failed" in last and "File too large" in last and "Traceback" not in err
+    assert "failed" in last and "File too large" in last and "Traceback" not in err, err[-3000:]
     run_dir = tmp_path / "runs" / "full"
     manifest_path = run_dir / "manifest.json"
     assert not manifest_path.exists() or json.loads(manifest_path.read_text())["status"] != "complete"
