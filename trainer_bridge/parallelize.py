@@ -202,8 +202,9 @@ def global_grad_norm(model: ModelParts, distributed: bool) -> torch.Tensor:
     grads = local_grads(model)
     device = next(model.parameters()).device
     squared = torch.zeros((), device=device, dtype=torch.float32)
-    for grad in grads:
-        squared += grad.float().pow(2).sum()
+    if grads:
+        norms = torch._foreach_norm(grads, 2.0)
+        squared = torch.stack(norms).float().pow(2).sum()
     if distributed:
         dist.all_reduce(squared)
     return squared.sqrt()

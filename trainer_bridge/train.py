@@ -379,6 +379,7 @@ class Trainer:
                   f"dp={cfg.mesh.dp}, {cfg.precision.dtype}, {cfg.grad_accum_steps} accumulation step(s), "
                   f"peak {self.peak_flops / 1e12:.3g} TFLOP/s per device ({self.peak_source})")
         start = last_time = time.perf_counter()
+        last_cpu = time.process_time()
         devices.reset_peak_memory(self.runtime.device)
         try:
             while self.step < cfg.steps:
@@ -391,11 +392,15 @@ class Trainer:
                 devices.synchronize(self.runtime.device)
                 now = time.perf_counter()
                 step_time, last_time = now - last_time, now
+                # CPU seconds of this process (all threads) for the step: unlike wall time, not inflated when
+                # other processes compete for the cores; used by benchmarks/bench_trainer.py.
+                cpu_now = time.process_time()
+                step_cpu, last_cpu = cpu_now - last_cpu, cpu_now
                 data_wait = loader.wait_seconds - wait_before
                 result.losses[step] = record["loss"]
                 result.grad_norms[step] = record["grad_norm"]
                 step_flops = self.flops.step_flops(record["real_tokens"], record["sum_squared_segment_lengths"])
-                record.update(step=step, step_time_s=step_time, data_wait_s=data_wait,
+                record.update(step=step, step_time_s=step_time, process_cpu_s=step_cpu, data_wait_s=data_wait,
                               data_wait_fraction=data_wait / step_time, tokens_per_s=record["real_tokens"] / step_time,
                               mfu=mfu(step_flops, step_time, self.peak_flops, self.runtime.world_size),
                               tokens_seen=self.tokens_seen, samples=self.samples,

@@ -1,0 +1,101 @@
+"""One-GPU trainer benchmark: a ~1B-parameter Llama-style model, bf16, packed 2048-token rows; prints tokens/s
+and MFU. One command, a few minutes on one H200 (budget: under 8 minutes, compile and shard writing included):
+
+    PYTHONPATH=. python benchmarks/gpu_bench.py              # flex_attention (compiled) document masking
+    PYTHONPATH=. python benchmarks/gpu_bench.py --attention sdpa --steps 20
+
+The whole trainer runs (shards through ShardReader, prefetching loader, guards, metrics); checkpoints and
+validation are off so that only training steps are timed. Throughput and MFU are the medians over the steps
+after --warmup; MFU counts 6·N per real token plus causal within-document attention FLOPs (metrics.py)
+against the device's dense bf16 peak (device.py's table; H200: 989 TFLOP/s).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from trainer_bridge.config import TrainConfig  # noqa: E402
+from trainer_bridge.model import count_parameters  # noqa: E402
+from trainer_bridge.synthetic import write_synthetic_shards  # noqa: E402
+from trainer_bridge.train import train  # noqa: E402
+
+MODEL_1B = {"dim": 2048, "n_layers": 18, "n_heads": 16, "n_kv_heads": 8, "multiple_of": 256,
+            "rope_theta": 500000.0}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=8, help="steps excluded from the medians (compile, caches)")
+    parser.add_argument("--seq-len", type=int, default=2048)
+    parser.add_argument("--micro-batch", type=int, default=8)
+    parser.add_argument("--global-batch", type=int, default=16)
+    parser.add_argument("--attention", choices=["auto", "flex", "sdpa"], default="auto")
+    parser.add_argument("--activation-checkpointing", choices=["none", "every", "every_n"], default="none")
+    parser.add_argument("--compile", action="store_true", help="torch.compile every block")
+    parser.add_argument("--out", type=Path, help="also write the summary JSON here")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("gpu_bench: needs a CUDA GPU (this machine has none); the CPU benchmark is bench_trainer.py",
+              file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="gpu_bench_"))
+    rows_needed = args.global_batch * (args.steps + 2)
+    # Documents of 64..3000 tokens (cut at seq_len), greedily packed: realistic document structure.
+    write_synthetic_shards(work / "shards", seq_len=args.seq_len, vocab_size=32000,
+                           train_docs=rows_needed * 3, val_docs=8, min_doc_len=64, max_doc_len=3000, fill=0.97,
+                           rows_per_shard=512)
+    cfg = TrainConfig.model_validate({
+        "model": MODEL_1B,
+        "precision": {"dtype": "bf16"},
+        "batch": {"global_batch_size": args.global_batch, "micro_batch_size": args.micro_batch},
+        "optimizer": {"lr": 3e-4, "warmup_steps": 10},
+        "activation_checkpointing": {"mode": args.activation_checkpointing},
+        "checkpoint": {"enabled": False}, "eval": {"interval": 0},
+        "metrics": {"tensorboard": False},
+        "attention": args.attention, "compile": args.compile, "steps": args.steps, "device": "cuda",
+    })
+    params = count_parameters(cfg.model.model_copy(update={"vocab_size": 32000, "max_seq_len": args.seq_len}))
+    print(f"gpu_bench: {torch.cuda.get_device_name()}; model {params['total'] / 1e9:.2f}B parameters "
+          f"({params['non_embedding'] / 1e9:.2f}B in matmuls), seq_len {args.seq_len}, "
+          f"{args.global_batch} rows/step in micro-batches of {args.micro_batch}, bf16, attention {args.attention}",
+          flush=True)
+    result = train(cfg, shard_dir=work / "shards", out_dir=work / "train")
+    records = [json.loads(line) for line in (work / "train" / "metrics.jsonl").read_text().splitlines()]
+    timed = [r for r in records if r["step"] >= args.warmup]
+    summary = {
+        "device": torch.cuda.get_device_name(),
+        "parameters": params["total"],
+        "tokens_per_s": statistics.median(r["tokens_per_s"] for r in timed),
+        "mfu": statistics.median(r["mfu"] for r in timed),
+        "step_time_s": statistics.median(r["step_time_s"] for r in timed),
+        "data_wait_fraction": sum(r["data_wait_s"] for r in timed) / sum(r["step_time_s"] for r in timed),
+        "peak_memory_gib": max(r["peak_memory_bytes"] for r in records) / 2**30,
+        "loss_first": records[0]["loss"], "loss_last": records[-1]["loss"],
+        "timed_steps": len(timed), "wall_s": time.perf_counter() - started,
+        "attention": args.attention, "compile": args.compile,
+    }
+    print("gpu_bench: " + json.dumps(summary))
+    print(f"gpu_bench: {summary['tokens_per_s']:,.0f} tokens/s, MFU {summary['mfu'] * 100:.1f}%, "
+          f"step {summary['step_time_s'] * 1e3:.0f} ms, data wait {summary['data_wait_fraction'] * 100:.2f}%, "
+          f"peak memory {summary['peak_memory_gib']:.1f} GiB, loss {summary['loss_first']:.3f} → "
+          f"{summary['loss_last']:.3f}, {summary['wall_s']:.0f} s in all", flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(summary, indent=2))
+    del result
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
