@@ -200,3 +200,12 @@ def test_row_reads_are_memory_mapped_peak_rss_does_not_grow_with_shard_size(tmp_
     growth_small = _peak_rss_growth_kib(small, span=1024)
     growth_large = _peak_rss_growth_kib(large, span=1024)
     assert growth_large - growth_small < 4 << 10, (growth_small, growth_large)
+
+
+def test_reader_pickles_by_reopening(tmp_path):
+    import pickle
+
+    rows = random_rows(5, 16)
+    write_shards(tmp_path, rows, split="train", seq_len=16, rows_per_shard=2, **SETTINGS)
+    copy = pickle.loads(pickle.dumps(ShardReader(tmp_path, expected_tokenizer_sha256="a" * 64)))
+    assert len(copy) == 5 and copy.row(4)[2].tolist() == rows[4][2]

@@ -322,6 +322,13 @@ def build_shards(
 
     from tokenizer.shards import read_manifest
 
+    if not os.path.exists(manifest_path):
+        # No document produced a token (every text empty and no bos/eos): a valid, empty data set.
+        write_manifest(
+            shard_dir, {split: [] for split in SPLITS}, seq_len=packing_cfg.seq_len, vocab_size=vocab_size,
+            pad_id=special.pad_id, bos_id=special.bos_id, eos_id=special.eos_id, tokenizer_sha256=tokenizer_sha,
+            packing=packing_info,
+        )
     manifest = read_manifest(shard_dir)
     listed = {e["file"] for entries in manifest["splits"].values() for e in entries}
     for path in glob.glob(os.path.join(shard_dir, "*.arrow")):

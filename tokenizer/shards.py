@@ -412,6 +412,7 @@ class ShardReader:
     def __init__(self, shard_dir: str, split: str = "train", expected_tokenizer_sha256: str | None = None):
         self.shard_dir = shard_dir
         self.split = split
+        self._expected_sha = expected_tokenizer_sha256
         self.manifest = read_manifest(shard_dir)
         manifest_path = os.path.join(shard_dir, MANIFEST_NAME)
         m = self.manifest
@@ -443,6 +444,13 @@ class ShardReader:
 
     def __len__(self) -> int:
         return self._rows
+
+    # Picklable for spawned data-loader workers: the copy reopens (and re-checks) the directory.
+    def __getstate__(self) -> dict:
+        return {"shard_dir": self.shard_dir, "split": self.split, "expected": self._expected_sha}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["shard_dir"], state["split"], state["expected"])
 
     @property
     def num_shards(self) -> int:
