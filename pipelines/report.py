@@ -644,9 +644,10 @@ def pipeline_section(data: RunData) -> str:
         ((e.source, e.target, e.documents, e.tokens) for e in edges), "pipeline-edges")
     rows = [(row["step"], row.get("in"), row.get("kept"), row.get("removed"), seconds.get(row["step"]))
             for row in data.stats.get("steps", [])]
-    for stage in ("cleaning", "shards", "tokenizer", "train", "report"):
-        if stage in seconds and stage not in {r[0] for r in rows}:
-            rows.append((f"stage: {stage}", None, None, None, seconds[stage]))
+    steps_shown = {r[0] for r in rows}
+    for stage, stage_seconds in seconds.items():  # whole stages, from manifest timings (clean, shards, train, ...)
+        if stage not in steps_shown:
+            rows.append((f"stage: {stage}", None, None, None, stage_seconds))
     body += "<h3>Steps</h3>" + _table(("step", "in", "kept", "removed", "seconds"), rows, "pipeline-steps")
     q = data.stats.get("quarantined") or {}
     if q.get("total"):

@@ -247,3 +247,45 @@ def test_endpoint_scraped_during_a_real_training_run(tmp_path):
     families = {f.name: f for f in monitor.registry.collect()}
     steps_total = [s.value for s in families["corpusmill_train_steps"].samples if s.name.endswith("_total")]
     assert steps_total == [8]
+
+
+def test_gpu_readings_through_nvml(monkeypatch):
+    """The NVML path, on a machine without a GPU: a stand-in ``pynvml`` module with two boards, one of which has
+    no power sensor. Readings become per-GPU series and flat maxima (what the temperature alert reads)."""
+    import sys
+    import types
+
+    class Board:
+        def __init__(self, util, used, temp, power_mw):
+            self.util, self.used, self.temp, self.power_mw = util, used, temp, power_mw
+
+    boards = [Board(90, 40 * 2**30, 71, 350_000), Board(30, 10 * 2**30, 88, None)]
+    nvml = types.SimpleNamespace(NVML_TEMPERATURE_GPU=0, calls=[])
+    nvml.nvmlInit = lambda: nvml.calls.append("init")
+    nvml.nvmlShutdown = lambda: nvml.calls.append("shutdown")
+    nvml.nvmlDeviceGetCount = lambda: len(boards)
+    nvml.nvmlDeviceGetHandleByIndex = lambda i: boards[i]
+    nvml.nvmlDeviceGetUtilizationRates = lambda b: types.SimpleNamespace(gpu=b.util)
+    nvml.nvmlDeviceGetMemoryInfo = lambda b: types.SimpleNamespace(used=b.used, total=80 * 2**30)
+    nvml.nvmlDeviceGetTemperature = lambda b, sensor: b.temp
+
+    def power(board):
+        if board.power_mw is None:
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+        return board.power_mw
+
+    nvml.nvmlDeviceGetPowerUsage = power
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    with TrainingMonitor(MonitoringConfig(port=0, hardware_interval_s=60), run="gpu") as monitor:
+        flat = monitor.hardware()
+        samples = scrape(monitor.port)
+    assert flat["gpu_temperature_c"] == 88 and flat["gpu_utilization_percent"] == 90
+    assert flat["gpu_power_w"] == 350.0 and flat["gpu_memory_bytes"] == 40 * 2**30
+    assert value(samples, "corpusmill_gpu_temperature_celsius", gpu="1") == 88
+    assert value(samples, "corpusmill_gpu_power_watts", gpu="0") == 350.0
+    assert not [k for k in samples if k[0] == "corpusmill_gpu_power_watts" and ("gpu", "1") in k[1]]
+    assert nvml.calls == ["init", "shutdown"]
+    # without the package, no GPU series and no error
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    with TrainingMonitor(MonitoringConfig(port=0, hardware_interval_s=60), run="cpu") as monitor:
+        assert not any(k.startswith("gpu_") for k in monitor.hardware())
