@@ -234,3 +234,31 @@ def test_bf16_runs_in_bf16_and_trains(shards, tmp_path):
     cfg = quick({"steps": 16, "precision": {"dtype": "bf16"}, "checkpoint": {"enabled": False}, "eval": {"interval": 0}})
     losses = train(cfg, shard_dir=shards, out_dir=tmp_path / "bf16").losses
     assert sum(losses[s] for s in (13, 14, 15)) / 3 < sum(losses[s] for s in (0, 1, 2)) / 3 - 0.4
+
+
+# -- launcher ----------------------------------------------------------------------------------------------
+def test_torchrun_command_passes_rendezvous_options(tmp_path):
+    from trainer_bridge.launch import Rendezvous, torchrun_command
+
+    local = torchrun_command(tmp_path / "c.json", tmp_path, 4, Rendezvous(max_restarts=2))
+    assert "--standalone" in local and "--nproc-per-node=4" in local and "--max-restarts=2" in local
+    assert local[-4:] == ["--train-config", str(tmp_path / "c.json"), "--run-dir", str(tmp_path)]
+    multi = torchrun_command(tmp_path / "c.json", tmp_path, 8, Rendezvous(
+        nnodes="2", rdzv_backend="c10d", rdzv_endpoint="head:29500", rdzv_id="job7"))
+    assert "--standalone" not in multi and "--nproc-per-node=4" in multi and "--nnodes=2" in multi
+    assert {"--rdzv-backend=c10d", "--rdzv-endpoint=head:29500", "--rdzv-id=job7"} <= set(multi)
+
+
+def test_run_training_in_process_writes_metrics(shards, tmp_path):
+    import json
+    import shutil
+    from types import SimpleNamespace
+
+    from trainer_bridge.launch import run_training
+
+    shutil.copytree(shards, tmp_path / "shards")
+    cfg = SimpleNamespace(name="t", run_dir=tmp_path, train=quick({"steps": 2, "eval": {"interval": 1}}))
+    assert run_training(cfg) == 0
+    records = [json.loads(line) for line in (tmp_path / "train" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 1] and all("val_loss" in r and r["mfu"] > 0 for r in records)
+    assert (tmp_path / "train" / "checkpoints" / "latest").read_text().strip() == "step-00000002"
