@@ -22,7 +22,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from pipelines.beam_options import make_pipeline
 from pipelines.config import ConfigError, RunConfig
 from pipelines.read import ReadCorpus, expand_inputs
-from pipelines.rundir import (DOCS_SCHEMA, REMOVED_SCHEMA, WriteSorted, clear_outputs, complete_manifest,
+from pipelines.rundir import (DOCS_SCHEMA, REMOVED_SCHEMA, WriteSorted, clear_outputs, read_manifest,
                               doc_row, jsonl_bytes, parquet_bytes, removed_row, sha256_file, write_atomic,
                               write_json)
 from pipelines.steps import CleanDocuments, StepContext, enabled_steps
@@ -58,9 +58,9 @@ def previously_processed(against: tuple[str, ...]) -> set[str]:
     """Checksums of the inputs that earlier runs already processed (a refresh reads only new ones)."""
     seen: set[str] = set()
     for run in against:
-        manifest = complete_manifest(Path(run))
-        if manifest is None:
-            raise ConfigError(f"--against {run}: not a completed run (no manifest.json with status complete)")
+        manifest = read_manifest(Path(run))
+        if manifest is None or "clean" not in manifest.get("stages_done", []):
+            raise ConfigError(f"--against {run}: not a run whose cleaning stage completed (see its manifest.json)")
         seen.update(i["sha256"] for i in manifest.get("inputs", []))
         seen.update(manifest.get("inputs_seen", []))
     return seen
