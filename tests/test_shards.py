@@ -209,3 +209,17 @@ def test_reader_pickles_by_reopening(tmp_path):
     write_shards(tmp_path, rows, split="train", seq_len=16, rows_per_shard=2, **SETTINGS)
     copy = pickle.loads(pickle.dumps(ShardReader(tmp_path, expected_tokenizer_sha256="a" * 64)))
     assert len(copy) == 5 and copy.row(4)[2].tolist() == rows[4][2]
+
+
+def test_any_flipped_byte_is_a_shard_format_error(tmp_path):
+    """Header, buffers, footer: wherever a byte flips, open or verify raises ShardFormatError naming the shard."""
+    write_shards(tmp_path, random_rows(40, 64), split="train", seq_len=64, rows_per_shard=40, **SETTINGS)
+    shard = tmp_path / "train-00000.arrow"
+    original = shard.read_bytes()
+    positions = sorted(set(range(0, len(original), len(original) // 40)) | set(range(len(original) - 300, len(original), 10)))
+    for pos in positions:
+        damaged = bytearray(original)
+        damaged[pos] ^= 0xFF
+        shard.write_bytes(bytes(damaged))
+        with pytest.raises(ShardFormatError, match=r"train-00000\.arrow"):
+            ShardReader(tmp_path).verify()

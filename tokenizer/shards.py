@@ -357,7 +357,7 @@ class _OpenShard:
         try:
             self._mmap = pa.memory_map(self.path, "r")
             reader = pa.ipc.open_file(self._mmap)
-        except (pa.ArrowInvalid, OSError) as e:
+        except (pa.ArrowException, OSError) as e:
             raise ShardFormatError(f"{self.path}: not a readable Arrow IPC file ({e})") from e
         if not reader.schema.equals(schema):
             raise ShardFormatError(f"{self.path}: schema {reader.schema} does not match the manifest's {schema}")
@@ -374,7 +374,7 @@ class _OpenShard:
                 self.batch_starts.append(rows)
                 self._add_batch(batch, schema.field("tokens").type.list_size)
                 rows += batch.num_rows
-        except (pa.ArrowInvalid, ValueError) as e:
+        except (pa.ArrowException, OSError, ValueError) as e:
             raise ShardFormatError(f"{self.path}: corrupt record batch ({e})") from e
         if rows != entry["rows"]:
             raise ShardFormatError(f"{self.path}: {rows} rows, manifest says {entry['rows']}")
