@@ -20,6 +20,7 @@ from transforms.filters import FiltersConfig
 from transforms.near_dedup import NearDedupConfig
 from transforms.normalize import NormalizeConfig
 from transforms.pii import PiiConfig
+from transforms.quality import QualityConfig
 
 
 
@@ -59,6 +60,7 @@ class RunConfig(Strict):
     filters: FiltersConfig = FiltersConfig()
     exact_dedup: ExactDedupConfig = ExactDedupConfig()
     near_dedup: NearDedupConfig = NearDedupConfig()
+    quality: QualityConfig = QualityConfig()
     pii: PiiConfig = PiiConfig()
     tokenizer: TokenizerConfig = TokenizerConfig()
     packing: PackingConfig = PackingConfig()

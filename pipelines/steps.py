@@ -52,6 +52,16 @@ def _near_dedup(cfg: RunConfig, ctx: StepContext):
                      against_dirs=[f"{run}/dedup" for run in ctx.against])
 
 
+def _quality(cfg: RunConfig, ctx: StepContext):
+    from pathlib import Path
+
+    from transforms.quality import QualityFilter, ensure_default_model
+
+    cache = Path(cfg.output.runs_dir) / ".cache" / "quality"
+    cache.mkdir(parents=True, exist_ok=True)
+    return QualityFilter(cfg.quality, ensure_default_model(cache, cfg.quality))
+
+
 def _pii(cfg: RunConfig, ctx: StepContext):
     from transforms.pii import PiiStep
     return _PerDocument(PiiStep(cfg.pii))
@@ -62,6 +72,7 @@ STEPS: list[tuple[str, Callable[[RunConfig], bool], Callable[[RunConfig, StepCon
     ("filters", lambda cfg: cfg.filters.enabled, _filters),
     ("exact_dedup", lambda cfg: cfg.exact_dedup.enabled, _exact_dedup),
     ("near_dedup", lambda cfg: cfg.near_dedup.enabled, _near_dedup),
+    ("quality", lambda cfg: cfg.quality.enabled, _quality),
     ("pii", lambda cfg: cfg.pii.enabled, _pii),
 ]
 
