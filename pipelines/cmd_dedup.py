@@ -1,0 +1,162 @@
+"""`corpusmill dedup INPUT --out CLUSTERS.jsonl`: run only the near-duplicate stage and write its clusters.
+
+The same code path and config section (`near_dedup`) as the pipeline: the input is read with the pipeline's
+reader (JSONL/.gz/.zst, Parquet, folders of .txt), then `transforms.near_dedup.NearDedup` runs on Beam.
+One output line per input document: {"id": <value of --id-field>, "cluster": <id of the kept document>,
+"kept": true|false}; a kept document is its own cluster. A document removed for a document of an earlier run
+(--against) has "cluster_in_earlier_run": true and the earlier document's internal id as its cluster.
+Input records that cannot be read are quarantined by the reader and counted on stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("dedup", help="near-duplicate clusters of a corpus (the pipeline's near_dedup stage)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("input", nargs="+", help="files, folders or globs (local paths or Beam FileSystems URIs)")
+    p.add_argument("--out", required=True, help="output JSONL: one {id, cluster, kept} line per document")
+    p.add_argument("--id-field", default="id", help="input field reported as the id (default: id; documents "
+                                                     "without it are reported by their internal id)")
+    p.add_argument("--text-field", default="text", help="input field holding the text (default: text)")
+    p.add_argument("--config", help="run config YAML; its `near_dedup` section is used (default: built-in defaults)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="near_dedup.KEY=VALUE",
+                   help="override a near_dedup setting (`dedup.KEY=VALUE` is accepted too); repeatable")
+    p.add_argument("--index-out", help="also write the index of kept documents here (for a later --against)")
+    p.add_argument("--against", action="append", default=[], metavar="INDEX_DIR",
+                   help="an earlier run's dedup/ index: its documents win; repeatable")
+    p.add_argument("--runner", default="direct", help="direct (default) | inprocess | flink | spark | dataflow")
+    p.add_argument("--workers", type=int, help="local workers (default: one per core)")
+    p.set_defaults(handler=_run, accepts_beam_args=True)
+
+
+def near_dedup_config(config_path: str | None, overrides: list[str]):
+    """The `near_dedup` section of CONFIG (or the defaults) with --set overrides applied, validated."""
+    from pydantic import ValidationError
+
+    from pipelines.config import ConfigError, apply_overrides
+    from transforms.near_dedup import NearDedupConfig
+
+    data: dict = {}
+    if config_path:
+        import yaml
+
+        if not os.path.isfile(config_path):
+            raise ConfigError(f"config file not found: {config_path}")
+        with open(config_path, encoding="utf-8") as fh:
+            data = dict((yaml.safe_load(fh) or {}).get("near_dedup") or {})
+    normalized = []
+    for item in overrides:
+        key = item.split("=", 1)[0]
+        for prefix in ("near_dedup.", "dedup."):
+            if key.startswith(prefix):
+                normalized.append(item[len(prefix):])
+                break
+        else:
+            raise ConfigError(f"--set {item!r}: only near_dedup.KEY=VALUE (or dedup.KEY=VALUE) applies here")
+    data = apply_overrides(data, normalized)
+    try:
+        return NearDedupConfig(**data)
+    except ValidationError as err:
+        problems = "; ".join(f"near_dedup.{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                             + (f" (got {e['input']!r})" if e["type"] != "missing" and "input" in e else "")
+                             for e in err.errors())
+        raise ConfigError(f"invalid near_dedup config: {problems}") from None
+
+
+def _report_id(doc: dict, id_field: str):
+    meta = doc.get("meta") or {}
+    return meta[id_field] if id_field in meta else doc["id"]
+
+
+def _cluster_lines(element):
+    """Per kept document: its own line and the lines of the documents removed for it."""
+    cluster_id, groups = element
+    kept = list(groups["kept"])
+    for user_id in kept:
+        yield json.dumps({"id": user_id, "cluster": user_id, "kept": True}, ensure_ascii=False)
+    for user_id in groups["removed"]:
+        if kept:
+            yield json.dumps({"id": user_id, "cluster": kept[0], "kept": False}, ensure_ascii=False)
+        else:  # kept by an earlier run: only its internal id is known here
+            yield json.dumps({"id": user_id, "cluster": cluster_id, "kept": False, "cluster_in_earlier_run": True},
+                             ensure_ascii=False)
+
+
+def _total_bytes(files: list[str]) -> int:
+    from apache_beam.io.filesystems import FileSystems
+
+    return sum(meta.size_in_bytes for result in FileSystems.match(files) for meta in result.metadata_list)
+
+
+def _run(args) -> int:
+    import apache_beam as beam
+    from apache_beam.metrics.metric import MetricsFilter
+
+    from pipelines.beam_options import make_pipeline
+    from pipelines.config import ConfigError, InputConfig
+    from pipelines.read import ReadCorpus, expand_inputs
+    from transforms.near_dedup import NearDedup
+
+    cfg = near_dedup_config(args.config, args.overrides)
+    input_cfg = InputConfig(paths=args.input, text_field=args.text_field, id_field=args.id_field)
+    files = expand_inputs(input_cfg.paths)  # raises ConfigError naming a path that matches nothing
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(out_dir, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=".dedup-", dir=out_dir)
+    id_field = args.id_field
+    started = time.perf_counter()
+    try:
+        try:
+            dedup = NearDedup(cfg, index_out_dir=args.index_out, against_dirs=args.against,
+                              input_bytes=_total_bytes(files))
+        except (FileNotFoundError, ValueError) as err:
+            raise ConfigError(str(err)) from None
+        pipeline = make_pipeline(args.runner, args.workers, args.beam_args)
+        read = pipeline | "Read" >> ReadCorpus(input_cfg, files)
+        result = read["docs"] | "NearDedup" >> dedup
+        kept = result["kept"] | "KeptIds" >> beam.Map(lambda d: (d["id"], _report_id(d, id_field)))
+        removed = result["removed"] | "RemovedIds" >> beam.Map(
+            lambda d: (d["annotations"]["dup_cluster"], _report_id(d, id_field)))
+        (
+            {"kept": kept, "removed": removed}
+            | "ByCluster" >> beam.CoGroupByKey()
+            | "Lines" >> beam.FlatMap(_cluster_lines)
+            | "Write" >> beam.io.WriteToText(os.path.join(work, "clusters"), file_name_suffix=".jsonl")
+        )
+        read["quarantined"] | "WriteQuarantine" >> beam.Map(json.dumps) | "WriteQ" >> beam.io.WriteToText(
+            os.path.join(work, "quarantine"), file_name_suffix=".jsonl")
+        outcome = pipeline.run()
+        outcome.wait_until_finish()
+
+        tmp_out = args.out + ".tmp"
+        n_docs = n_kept = 0
+        with open(tmp_out, "w", encoding="utf-8") as out:
+            for part in sorted(glob.glob(os.path.join(work, "clusters*.jsonl"))):
+                with open(part, encoding="utf-8") as fh:
+                    for line in fh:
+                        out.write(line)
+                        n_docs += 1
+                        n_kept += '"kept": true' in line
+        os.replace(tmp_out, args.out)
+        quarantined = sum(1 for part in glob.glob(os.path.join(work, "quarantine*.jsonl")) for _ in open(part))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    elapsed = time.perf_counter() - started
+    counters = {r.key.metric.name: r.committed for r in
+                outcome.metrics().query(MetricsFilter().with_namespace("near_dedup"))["counters"]}
+    print(f"corpusmill dedup: {n_docs} documents, {n_kept} kept, {n_docs - n_kept} removed as near-duplicates, "
+          f"{quarantined} quarantined; {elapsed:.1f} s ({n_docs / max(elapsed, 1e-9):.0f} docs/s) → {args.out}",
+          file=sys.stderr)
+    if counters.get("cc_nodes_not_converged"):
+        print(f"corpusmill dedup: warning: {counters['cc_nodes_not_converged']} graph nodes not converged after "
+              f"{cfg.cc_max_rounds} rounds; raise near_dedup.cc_max_rounds", file=sys.stderr)
+    return 0

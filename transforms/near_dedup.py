@@ -1,0 +1,758 @@
+"""Near-duplicate removal: MinHash-LSH (or SimHash) candidates, verified edges, star resolution without chaining.
+
+Pure core (no Beam; shared by both execution paths so that they give identical results):
+
+1. ``SketchBuilder.sketch(doc)``: shingles (words, or characters in CJK text) → sorted shingle-hash set and a
+   MinHash signature (or a 64-bit SimHash).
+2. ``bucket_keys``: LSH band keys (or SimHash permuted-block keys).
+3. ``star_edges``: each bucket links its members to its first member in rank order (linear, never all pairs,
+   so a hot bucket of thousands of ids costs thousands of edges).
+4. ``verify``: an edge is kept only if the similarity (exact shingle Jaccard by default) reaches the threshold.
+5. Connected components of the verified edges.
+6. ``resolve_component``: in rank order (old runs' documents first, then smallest id or highest quality), a
+   document is removed only if it is itself similar enough to an already kept member, otherwise it is kept.
+   A removed document therefore always meets the threshold against the document kept for it: no chaining.
+
+Beam wrapper: ``NearDedup(cfg, index_out_dir, against_dirs)``; see its docstring.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Literal, NamedTuple, Optional, Sequence
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from transforms import minhash, simhash
+from transforms.base import Doc, mark_removed
+from transforms.minhash import Sketch
+
+STEP_NAME = "near_dedup"
+REASON = "near_duplicate"
+INDEX_FORMAT_VERSION = 1
+# Before an exact Jaccard, skip kept members whose MinHash estimate is this far below the threshold: with 128
+# permutations the estimate's standard deviation near J=0.8 is ~0.035, so 0.15 is over four of them.
+_PREFILTER_MARGIN = 0.15
+
+log = logging.getLogger(__name__)
+
+
+class NearDedupConfig(BaseModel):
+    """The ``near_dedup`` config section."""
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    method: Literal["minhash", "simhash"] = "minhash"
+    threshold: float = Field(0.8, gt=0.0, le=1.0, description="similarity to the kept document needed for removal")
+    verify: Literal["exact", "estimated"] = Field(
+        "exact", description="exact: Jaccard of the shingle-hash sets; estimated: MinHash agreement "
+                             "(simhash: Hamming distance <= simhash_max_distance)")
+    word_ngram: int = Field(5, ge=1, le=minhash.MAX_NGRAM)
+    cjk_ngram: int = Field(5, ge=1, le=minhash.MAX_NGRAM, description="character n-gram for mostly-CJK documents")
+    shingle_hash: Literal["fast", "sha1"] = Field(
+        "fast", description="sha1: datasketch's sha1_hash32 of each shingle string (slower, bit-compatible)")
+    num_perm: int = Field(128, ge=8, le=1024)
+    seed: int = Field(1, ge=0)
+    scheme: Literal["affine32", "legacy"] = "affine32"
+    lsh_threshold: Optional[float] = Field(
+        0.7, gt=0.0, lt=1.0, description="candidate threshold for the optimal bands x rows; below `threshold` "
+                                         "for recall, verification restores precision (default 0.7)")
+    bands: Optional[int] = Field(None, ge=1)
+    rows: Optional[int] = Field(None, ge=1)
+    simhash_blocks: int = Field(6, ge=2, le=64)
+    simhash_max_distance: int = Field(3, ge=0, le=16)
+    keep: Literal["smallest_id", "highest_quality"] = Field(
+        "smallest_id", description="rank order: which document wins among equals (and always, with resolution=rank)")
+    resolution: Literal["degree", "rank"] = Field(
+        "degree", description="star centres: degree = the document covering most unassigned near-duplicates "
+                              "(ties by rank; higher recall), rank = strictly in rank order")
+    degree_max_component: int = Field(2000, ge=2, description="larger components use rank order in linear memory")
+    quality_field: str = "quality_score"
+    mode: Literal["auto", "beam", "memory"] = Field(
+        "auto", description="memory: one in-memory index; beam: shuffle-based, scales out; auto: memory below "
+                            "memory_max_docs documents")
+    memory_max_docs: int = Field(100_000, ge=0, description="auto: the in-memory path up to this many documents "
+                                                            "(new + earlier runs'), decided at run time")
+    memory_max_input_bytes: int = Field(
+        200_000_000, ge=0, description="auto, when the caller passes the input size: the in-memory path up to this "
+                                       "many input bytes (files as stored, plus earlier runs' index files), decided "
+                                       "when the graph is built, which spares the run-time routing")
+    cc_max_rounds: int = Field(8, ge=1, le=64, description="large-star/small-star rounds of the Beam path")
+
+    @model_validator(mode="after")
+    def _check(self) -> "NearDedupConfig":
+        if (self.bands is None) != (self.rows is None):
+            raise ValueError("near_dedup.bands and near_dedup.rows must be given together (or neither)")
+        if self.bands is not None and self.bands * self.rows > self.num_perm:
+            raise ValueError(f"near_dedup.bands * rows ({self.bands * self.rows}) exceeds num_perm ({self.num_perm})")
+        if self.simhash_max_distance >= self.simhash_blocks:
+            raise ValueError("near_dedup.simhash_max_distance must be smaller than simhash_blocks")
+        return self
+
+    def band_shape(self) -> tuple[int, int]:
+        if self.bands is not None:
+            return self.bands, self.rows
+        return _cached_lsh_params(self.lsh_threshold or self.threshold, self.num_perm)
+
+    def index_params(self) -> dict:
+        """Everything that must match between a run's index and a later refresh."""
+        params = {"format": INDEX_FORMAT_VERSION, "method": self.method, "word_ngram": self.word_ngram,
+                  "cjk_ngram": self.cjk_ngram, "shingle_hash": self.shingle_hash}
+        if self.method == "minhash":
+            bands, rows = self.band_shape()
+            params.update(num_perm=self.num_perm, seed=self.seed, scheme=self.scheme, bands=bands, rows=rows)
+        else:
+            params.update(simhash_blocks=self.simhash_blocks, simhash_max_distance=self.simhash_max_distance)
+        return params
+
+
+@functools.cache  # a pure function of its arguments, ~0.1 s to compute
+def _cached_lsh_params(threshold: float, num_perm: int) -> tuple[int, int]:
+    return minhash.lsh_params(threshold, num_perm)
+
+
+class Decision(NamedTuple):
+    id: int
+    cluster: int  # the kept document's id (own id when kept)
+    similarity: float  # to the kept document (1.0 when kept)
+    removed: bool
+    cluster_size: int = 1  # kept documents: 1 + the number removed for them
+    kept_is_old: bool = False  # removed for a document of an earlier run
+
+
+# ---------------------------------------------------------------- pure core
+
+
+def doc_rank(doc_id: int, annotations: dict | None, cfg: NearDedupConfig, old: bool = False) -> tuple:
+    """Sort key of the resolution order: earlier runs first, then highest quality (if asked), then smallest id."""
+    if old:
+        return (0, 0.0, doc_id)
+    if cfg.keep == "highest_quality":
+        score = (annotations or {}).get(cfg.quality_field)
+        if isinstance(score, (int, float)) and math.isfinite(score):
+            return (1, -float(score), doc_id)
+        return (2, 0.0, doc_id)
+    return (1, 0.0, doc_id)
+
+
+class SketchBuilder:
+    """Turns documents into sketches. Holds a per-instance word-hash memo (bounded), nothing global."""
+
+    _WORD_CACHE_LIMIT = 1 << 20
+
+    def __init__(self, cfg: NearDedupConfig):
+        self.cfg = cfg
+        self.hasher = minhash.MinHasher(cfg.num_perm, cfg.seed, cfg.scheme) if cfg.method == "minhash" else None
+        self._word_cache: dict[str, int] = {}
+
+    def shingles(self, text: str) -> np.ndarray:
+        tokens, n_cjk = minhash.tokenize(text)
+        ngram = minhash.choose_ngram(len(tokens), n_cjk, self.cfg.word_ngram, self.cfg.cjk_ngram)
+        if self.cfg.shingle_hash == "sha1":
+            return minhash.shingle_hashes_sha1(tokens, ngram)
+        if len(self._word_cache) > self._WORD_CACHE_LIMIT:
+            self._word_cache.clear()
+        return minhash.shingle_hashes(tokens, ngram, self._word_cache)
+
+    def signature(self, shingles: np.ndarray) -> np.ndarray:
+        if self.cfg.method == "simhash":
+            return np.array([simhash.simhash(shingles)], dtype=np.uint64)
+        return self.hasher.signature(minhash.to_hash32(shingles, self.cfg.shingle_hash))
+
+    def sketch(self, doc: Doc) -> Optional[Sketch]:
+        """None for a document without a single token (it takes no part in near-dedup and is kept)."""
+        doc_id = doc["id"]
+        if not isinstance(doc_id, (int, np.integer)) or isinstance(doc_id, bool):
+            raise ValueError(f"near_dedup needs integer document ids (Contract 1), got {doc_id!r}")
+        shingles = self.shingles(doc.get("text") or "")
+        if len(shingles) == 0:
+            return None
+        return Sketch(int(doc_id), doc_rank(int(doc_id), doc.get("annotations"), self.cfg),
+                      self.signature(shingles), shingles)
+
+
+def bucket_keys(sketch: Sketch, cfg: NearDedupConfig) -> list[bytes]:
+    if cfg.method == "simhash":
+        return simhash.bucket_keys(int(sketch.signature[0]), cfg.simhash_blocks, cfg.simhash_max_distance)
+    bands, rows = cfg.band_shape()
+    return minhash.band_keys(sketch.signature, bands, rows)
+
+
+def star_edges(members: Iterable[tuple[tuple, int, bool]]) -> Iterator[tuple[int, int]]:
+    """Edges of one bucket: its first member in rank order → every other member. Linear in the bucket size.
+
+    ``members`` are (rank, id, old). Old documents are never linked to each other (they were deduplicated in
+    their own run); when the first member is old, the other old members are linked to the first new one so
+    that the whole bucket stays one candidate group.
+    """
+    members = sorted(set(members))
+    if len(members) < 2:
+        return
+    _, center, center_old = members[0]
+    first_new = next((doc_id for _, doc_id, old in members if not old), None)
+    if first_new is None:
+        return
+    for _, doc_id, old in members[1:]:
+        if not old:
+            yield center, doc_id
+        elif center_old:
+            yield doc_id, first_new
+
+
+def similarity(a: Sketch, b: Sketch, cfg: NearDedupConfig) -> float:
+    if cfg.verify == "exact":
+        return minhash.exact_jaccard(a.shingles, b.shingles)
+    if cfg.method == "simhash":
+        return simhash.similarity(int(a.signature[0]), int(b.signature[0]))
+    return minhash.estimated_jaccard(a.signature, b.signature)
+
+
+def similarity_floor(cfg: NearDedupConfig) -> float:
+    """The smallest similarity value that counts as a near-duplicate."""
+    if cfg.verify == "estimated" and cfg.method == "simhash":
+        return 1.0 - cfg.simhash_max_distance / simhash.BITS
+    return cfg.threshold
+
+
+def similar_enough(sim: float, cfg: NearDedupConfig) -> bool:
+    return sim >= similarity_floor(cfg) - 1e-12
+
+
+def verify_edge(a: Sketch, b: Sketch, cfg: NearDedupConfig) -> bool:
+    return similar_enough(similarity(a, b, cfg), cfg)
+
+
+def _pairwise_similarity(ordered: Sequence[Sketch], cfg: NearDedupConfig) -> np.ndarray:
+    """Similarity matrix of a component; pairs the MinHash estimate rules out are left at 0."""
+    n = len(ordered)
+    sims = np.zeros((n, n))
+    signatures = np.stack([s.signature for s in ordered]) if cfg.method == "minhash" else None
+    for i in range(n):
+        if signatures is not None and cfg.verify == "exact":
+            estimates = (signatures[i + 1:] == signatures[i]).mean(axis=1)
+            partners = i + 1 + np.flatnonzero(estimates >= cfg.threshold - _PREFILTER_MARGIN)
+        else:
+            partners = range(i + 1, n)
+        for j in partners:
+            if not (ordered[i].old and ordered[j].old):
+                sims[i, j] = sims[j, i] = similarity(ordered[i], ordered[j], cfg)
+    return sims
+
+
+def resolve_component(members: Sequence[Sketch], cfg: NearDedupConfig) -> list[Decision]:
+    """Star resolution of one connected component: decisions for its new documents.
+
+    Documents of earlier runs are kept first; a new document similar enough to one of them is removed for the
+    most similar. Then, repeatedly, a centre is chosen among the unassigned documents and kept, and every
+    unassigned document similar enough to it is removed for it. ``resolution="degree"`` chooses the document
+    that covers the most unassigned ones (ties: rank order); ``"rank"`` chooses the first in rank order (the
+    smallest id, or the highest quality). Either way every removed document meets the threshold against the
+    document kept for it. Components above ``degree_max_component`` use the linear-memory rank rule.
+    """
+    ordered = sorted(members, key=lambda s: s.rank)
+    if len(ordered) > cfg.degree_max_component:
+        return _resolve_incremental(ordered, cfg)
+    sims = _pairwise_similarity(ordered, cfg)
+    adjacent = sims >= similarity_floor(cfg) - 1e-12
+    np.fill_diagonal(adjacent, False)
+    old = np.array([s.old for s in ordered])
+    unassigned = ~old
+    decisions: list[Decision] = []
+    removed_for = np.zeros(len(ordered), dtype=np.int64)
+    for j in np.flatnonzero(unassigned):
+        near_old = np.flatnonzero(adjacent[j] & old)
+        if len(near_old):
+            best = near_old[np.argmax(sims[j, near_old])]
+            decisions.append(Decision(ordered[j].id, ordered[best].id, round(float(sims[j, best]), 6), True, 1, True))
+            unassigned[j] = False
+    while unassigned.any():
+        if cfg.resolution == "degree":
+            coverage = np.where(unassigned, (adjacent & unassigned).sum(axis=1), -1)
+            centre = int(np.argmax(coverage))  # first maximum = earliest rank on ties
+        else:
+            centre = int(np.argmax(unassigned))
+        unassigned[centre] = False
+        covered = np.flatnonzero(adjacent[centre] & unassigned)
+        unassigned[covered] = False
+        removed_for[centre] = len(covered)
+        decisions.extend(Decision(ordered[m].id, ordered[centre].id, round(float(sims[centre, m]), 6), True)
+                         for m in covered)
+        decisions.append(Decision(ordered[centre].id, ordered[centre].id, 1.0, False, 1 + len(covered)))
+    return sorted(decisions)
+
+
+def _resolve_incremental(ordered: Sequence[Sketch], cfg: NearDedupConfig) -> list[Decision]:
+    """Rank-order resolution in memory linear in the component: each document, in rank order, is removed for
+    its most similar already kept document if that one is similar enough, otherwise kept."""
+    kept: list[Sketch] = []
+    kept_signatures: list[np.ndarray] = []
+    removed_for: dict[int, int] = {}
+    decisions: list[Decision] = []
+    use_prefilter = cfg.method == "minhash" and cfg.verify == "exact"
+    for sketch in ordered:
+        if sketch.old:
+            kept.append(sketch)
+            kept_signatures.append(sketch.signature)
+            continue
+        best_sim, best = -1.0, None
+        if kept:
+            candidates = range(len(kept))
+            if use_prefilter:
+                estimates = (np.stack(kept_signatures) == sketch.signature).mean(axis=1)
+                candidates = np.flatnonzero(estimates >= cfg.threshold - _PREFILTER_MARGIN)
+            for index in candidates:
+                sim = similarity(sketch, kept[index], cfg)
+                if sim > best_sim:
+                    best_sim, best = sim, kept[index]
+        if best is not None and similar_enough(best_sim, cfg):
+            removed_for[best.id] = removed_for.get(best.id, 0) + 1
+            decisions.append(Decision(sketch.id, best.id, round(best_sim, 6), True, 1, best.old))
+        else:
+            kept.append(sketch)
+            kept_signatures.append(sketch.signature)
+    decisions.extend(Decision(s.id, s.id, 1.0, False, 1 + removed_for.get(s.id, 0)) for s in kept if not s.old)
+    return sorted(decisions)
+
+
+def connected_components(edges: Iterable[tuple[int, int]]) -> dict[int, int]:
+    """Union-find; maps every node to the smallest id of its component."""
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        root = x
+        while parent.get(root, root) != root:
+            root = parent[root]
+        while parent.get(x, x) != root:  # path compression
+            parent[x], x = root, parent[x]
+        return root
+
+    for a, b in edges:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+        parent.setdefault(a, a)
+        parent.setdefault(b, b)
+    return {node: find(node) for node in parent}
+
+
+def drop_superseded_old(sketches: Iterable[Sketch]) -> list[Sketch]:
+    """A document id present in the new input and in an old index is the same document: the new one stands
+    (so a document never removes itself and refreshing against one's own earlier output changes nothing)."""
+    sketches = list(sketches)
+    new_ids = {s.id for s in sketches if not s.old}
+    return [s for s in sketches if not (s.old and s.id in new_ids)]
+
+
+def dedup_in_memory(sketches: Iterable[Sketch], cfg: NearDedupConfig) -> list[Decision]:
+    """The whole algorithm on one machine; the Beam path computes exactly the same decisions."""
+    by_id = {s.id: s for s in drop_superseded_old(sketches)}
+    buckets: dict[bytes, list[tuple[tuple, int, bool]]] = {}
+    for sketch in by_id.values():
+        for key in bucket_keys(sketch, cfg):
+            buckets.setdefault(key, []).append((sketch.rank, sketch.id, sketch.old))
+    edges = {edge for members in buckets.values() for edge in star_edges(members)}
+    verified = [(a, b) for a, b in sorted(edges) if verify_edge(by_id[a], by_id[b], cfg)]
+    components: dict[int, list[Sketch]] = {}
+    for node, label in connected_components(verified).items():
+        components.setdefault(label, []).append(by_id[node])
+    decisions = []
+    for label in sorted(components):
+        decisions.extend(resolve_component(components[label], cfg))
+    return decisions
+
+
+def annotate(doc: Doc, decision: Optional[Decision]) -> Doc:
+    """Record the decision on the document; removed ones also get ``removed_by``/``reason``."""
+    if decision is None:
+        return doc
+    annotations = doc.setdefault("annotations", {})
+    if decision.removed:
+        annotations["dup_cluster"] = decision.cluster
+        annotations["dup_similarity"] = decision.similarity
+        if decision.kept_is_old:
+            annotations["dup_of_earlier_run"] = True
+        return mark_removed(doc, STEP_NAME, REASON)
+    if decision.cluster_size > 1:
+        annotations["dup_cluster"] = decision.cluster
+        annotations["dup_cluster_size"] = decision.cluster_size
+    return doc
+
+
+# ---------------------------------------------------------------- index (Parquet) helpers
+
+SKETCH_FILES = "sketches"
+BAND_FILES = "bands"
+PARAMS_FILE = "index_params.json"
+
+
+def sketch_row(sketch: Sketch) -> dict:
+    return {"id": sketch.id, "signature": sketch.signature.tobytes(), "shingles": sketch.shingles.astype("<u8").tobytes()}
+
+
+def sketch_from_row(row: dict, cfg: NearDedupConfig) -> Sketch:
+    dtype = np.uint64 if cfg.method == "simhash" else np.uint32
+    return Sketch(int(row["id"]), doc_rank(int(row["id"]), None, cfg, old=True),
+                  np.frombuffer(row["signature"], dtype=dtype).copy(),
+                  np.frombuffer(row["shingles"], dtype="<u8").astype(np.uint64), old=True)
+
+
+def check_index_params(index_dir: str, cfg: NearDedupConfig) -> None:
+    """Fail early, naming the differing keys, when an earlier run's index was built with other parameters."""
+    from apache_beam.io.filesystems import FileSystems
+
+    path = FileSystems.join(index_dir, PARAMS_FILE)
+    if not FileSystems.exists(path):
+        raise FileNotFoundError(f"{index_dir} is not a near-dedup index (no {PARAMS_FILE}); pass a run's dedup/ folder")
+    with FileSystems.open(path) as handle:
+        stored = json.loads(handle.read().decode("utf-8"))
+    wanted = cfg.index_params()
+    differing = {k: (stored.get(k), v) for k, v in wanted.items() if stored.get(k) != v}
+    if differing:
+        detail = ", ".join(f"{k}: index has {old!r}, config has {new!r}" for k, (old, new) in differing.items())
+        raise ValueError(f"near_dedup index {index_dir} was built with other parameters ({detail}); "
+                         "refresh with the same near_dedup settings as that run")
+
+
+# ---------------------------------------------------------------- Beam wrapper
+
+import apache_beam as beam  # noqa: E402  (after the pure core, which must import without Beam's start-up cost)
+from apache_beam.metrics import Metrics  # noqa: E402
+
+KEPT, REMOVED = "kept", "removed"
+
+
+class _SketchFn(beam.DoFn):
+    """doc → (id, doc) on the main output, (id, Sketch) on ``sketches``."""
+
+    def __init__(self, cfg: NearDedupConfig):
+        self._cfg = cfg
+        self._no_tokens = Metrics.counter(STEP_NAME, "docs_without_tokens")
+
+    def setup(self):
+        self._builder = SketchBuilder(self._cfg)
+
+    def process(self, doc):
+        sketch = self._builder.sketch(doc)
+        if sketch is None:
+            self._no_tokens.inc()
+        else:
+            yield beam.pvalue.TaggedOutput("sketches", (sketch.id, sketch))
+        yield (int(doc["id"]), doc)
+
+
+def _join_old(element, cfg: NearDedupConfig):
+    """Per id: the new sketch, or, when the id is not in the new input, the old sketch and its band keys."""
+    doc_id, groups = element
+    new, old, old_bands = list(groups["new"]), list(groups["old"]), list(groups["old_bands"])
+    if new:
+        yield beam.pvalue.TaggedOutput("sketches", (doc_id, new[0]))
+        for key in bucket_keys(new[0], cfg):
+            yield beam.pvalue.TaggedOutput("bands", (key, (new[0].rank, doc_id, False)))
+    elif old:
+        yield beam.pvalue.TaggedOutput("sketches", (doc_id, old[0]))
+        for key in old_bands:
+            yield beam.pvalue.TaggedOutput("bands", (key, (old[0].rank, doc_id, True)))
+
+
+def _bucket_edges(element):
+    _, members = element
+    # Ids only (a few bytes each): a hot bucket costs memory linear in its size and edges linear in its size.
+    yield from star_edges(members)
+
+
+def _probe_from_center(element):
+    """Edges grouped by their first end: send that end's sketch to every second end."""
+    center, groups = element
+    sketches = list(groups["sketch"])
+    if not sketches:
+        return
+    for other in groups["edges"]:
+        yield other, sketches[0]
+
+
+def _verify_probes(element, cfg: NearDedupConfig, counter):
+    doc_id, groups = element
+    sketches = list(groups["sketch"])
+    if not sketches:
+        return
+    for center in groups["probes"]:
+        if verify_edge(center, sketches[0], cfg):
+            yield center.id, doc_id
+        else:
+            counter.inc()
+
+
+def _both_directions(edge):
+    a, b = edge
+    yield a, b
+    yield b, a
+
+
+def _large_star(element):
+    node, neighbours = element
+    neighbours = set(neighbours)
+    smallest = min(neighbours | {node})
+    for other in neighbours:
+        if other > node:
+            yield other, smallest
+
+
+def _small_star(element):
+    node, neighbours = element
+    lower = {v for v in neighbours if v < node}
+    smallest = min(lower | {node})
+    for other in lower | {node}:
+        if other != smallest:
+            yield other, smallest
+
+
+def _component_label(element, not_converged):
+    """After the rounds every component should be a star around its smallest id: a node with a smaller
+    neighbour has no other neighbour. Count violations (the component is then split, which removes less but
+    never chains, since resolution verifies every removal)."""
+    node, neighbours = element
+    neighbours = set(neighbours)
+    lower = {v for v in neighbours if v < node}
+    if lower and len(neighbours) > 1:
+        not_converged.inc()
+    yield node, min(lower | {node})
+
+
+def _label_sketch(element):
+    _, groups = element
+    labels, sketches = list(groups["label"]), list(groups["sketch"])
+    if labels and sketches:
+        yield labels[0], sketches[0]
+
+
+def _resolve(element, cfg: NearDedupConfig):
+    _, members = element
+    for decision in resolve_component(list(members), cfg):
+        yield decision.id, decision
+
+
+def _resolve_all(element, cfg: NearDedupConfig):
+    _, sketches = element
+    for decision in dedup_in_memory(sketches, cfg):
+        yield decision.id, decision
+
+
+class _Finish(beam.DoFn):
+    """Per id: annotate the document, route it to kept/removed, and emit the kept document's index rows."""
+
+    def __init__(self, cfg: NearDedupConfig):
+        self._cfg = cfg
+        self._kept = Metrics.counter(STEP_NAME, "kept")
+        self._removed = Metrics.counter(STEP_NAME, "removed")
+
+    def process(self, element):
+        _, groups = element
+        docs = list(groups["doc"])
+        if not docs:  # an old run's document: nothing to emit
+            return iter(())
+        return self._finish(docs, groups)
+
+    def _finish(self, docs, groups):
+        if len(docs) > 1:
+            raise ValueError(f"near_dedup: document id {docs[0]['id']} occurs {len(docs)} times; ids must be unique")
+        decisions, sketches = list(groups["decision"]), list(groups.get("sketch", ()))
+        doc = annotate(docs[0], decisions[0] if decisions else None)
+        if doc.get("removed_by") == STEP_NAME:
+            self._removed.inc()
+            yield beam.pvalue.TaggedOutput(REMOVED, doc)
+            return
+        self._kept.inc()
+        yield doc
+        if sketches and not sketches[0].old:
+            sketch = sketches[0]
+            yield beam.pvalue.TaggedOutput("index_sketches", sketch_row(sketch))
+            for key in bucket_keys(sketch, self._cfg):
+                yield beam.pvalue.TaggedOutput("index_bands", {"key": key, "id": sketch.id})
+
+
+class NearDedup(beam.PTransform):
+    """Near-duplicate removal over a PCollection of documents (Contract 1 dicts with int ids).
+
+    ``expand`` returns ``{"kept", "removed"}``; removed documents carry ``removed_by="near_dedup"``,
+    ``reason="near_duplicate"`` and ``annotations.dup_cluster`` (the kept document's id) and
+    ``dup_similarity``. When ``index_out_dir`` is given, the sketches and band keys of the kept documents are
+    written there as Parquet (``sketches-*.parquet``: id, signature, shingles; ``bands-*.parquet``: key, id;
+    ``index_params.json``). ``against_dirs`` are earlier runs' index folders: their documents always win and
+    only new documents are removed; their text is never read.
+
+    ``cfg.mode`` chooses the path; ``auto`` decides from ``input_bytes`` (the caller's input size, when given)
+    when the graph is built, otherwise at run time from the number of sketches (new + old):
+    ``memory`` gathers all sketches on one worker and runs ``dedup_in_memory``; ``beam`` groups band keys with
+    the runner's shuffle, verifies star edges by joins, finds components by large-star/small-star rounds and
+    resolves each component on its own (memory per worker bounded by a bucket's ids or a component's
+    sketches). Both give the same decisions; both are deterministic on any number of workers.
+    """
+
+    def __init__(self, cfg: NearDedupConfig, index_out_dir: Optional[str] = None, against_dirs: Sequence[str] = (),
+                 input_bytes: Optional[int] = None):
+        super().__init__()
+        self.cfg = cfg
+        self.index_out_dir = index_out_dir
+        self.against_dirs = list(against_dirs)
+        self.input_bytes = input_bytes
+        for directory in self.against_dirs:
+            check_index_params(directory, cfg)
+
+    def path(self) -> str:
+        """memory | beam | auto (decided at run time from the number of sketches)."""
+        if self.cfg.mode != "auto" or self.input_bytes is None:
+            return self.cfg.mode
+        from apache_beam.io.filesystems import FileSystems
+
+        index_bytes = sum(meta.size_in_bytes for directory in self.against_dirs for result in FileSystems.match(
+            [FileSystems.join(directory, f"{SKETCH_FILES}-*.parquet")]) for meta in result.metadata_list)
+        return "memory" if self.input_bytes + index_bytes <= self.cfg.memory_max_input_bytes else "beam"
+
+    def expand(self, docs):
+        cfg = self.cfg
+        if not cfg.enabled:
+            empty = docs.pipeline | "NoRemovals" >> beam.Create([])
+            return {KEPT: docs, REMOVED: empty}
+        sketched = docs | "Sketch" >> beam.ParDo(_SketchFn(cfg)).with_outputs("sketches", main="docs")
+        docs_by_id, new_sketches = sketched.docs, sketched.sketches
+
+        if self.against_dirs:
+            old_sketches, old_bands = self._read_against(docs.pipeline)
+            joined = (
+                {"new": new_sketches, "old": old_sketches, "old_bands": old_bands}
+                | "JoinOldIndex" >> beam.CoGroupByKey()
+                | "SketchesAndBands" >> beam.FlatMap(_join_old, cfg).with_outputs("sketches", "bands")
+            )
+            sketches, bands = joined.sketches, joined.bands
+        else:  # nothing to join: spare a shuffle of every sketch
+            sketches = new_sketches
+            bands = new_sketches | "BandKeys" >> beam.FlatMap(
+                lambda kv, cfg=cfg: ((key, (kv[1].rank, kv[0], False)) for key in bucket_keys(kv[1], cfg)))
+
+        path = self.path()
+        if path == "memory":
+            decisions = self._in_memory(sketches)
+        elif path == "beam":
+            decisions = self._distributed(sketches, bands)
+        else:  # auto: choose at run time from the number of sketches; the other path then sees empty inputs
+            count = beam.pvalue.AsSingleton(sketches | "CountSketches" >> beam.combiners.Count.Globally())
+            limit = cfg.memory_max_docs
+            route = lambda _, parts, n, limit=limit: 0 if n <= limit else 1  # noqa: E731
+            routed_sketches = sketches | "RouteSketches" >> beam.Partition(route, 2, count)
+            routed_bands = bands | "RouteBands" >> beam.Partition(route, 2, count)
+            decisions = (
+                (self._in_memory(routed_sketches[0]), self._distributed(routed_sketches[1], routed_bands[1]))
+                | "AllDecisions" >> beam.Flatten()
+            )
+
+        # The sketches join the decisions only when the kept documents' index is wanted.
+        to_join = {"doc": docs_by_id, "decision": decisions}
+        if self.index_out_dir:
+            to_join["sketch"] = sketches
+        finished = (
+            to_join
+            | "JoinDecisions" >> beam.CoGroupByKey()
+            | "Finish" >> beam.ParDo(_Finish(cfg)).with_outputs(REMOVED, "index_sketches", "index_bands", main=KEPT)
+        )
+        if self.index_out_dir:
+            self._write_index(docs.pipeline, finished.index_sketches, finished.index_bands)
+        return {KEPT: finished[KEPT], REMOVED: finished[REMOVED]}
+
+    def _in_memory(self, sketches):
+        return (
+            sketches
+            | "OneGroup" >> beam.Map(lambda kv: (0, kv[1]))
+            | "GatherAll" >> beam.GroupByKey()
+            | "DedupInMemory" >> beam.FlatMap(_resolve_all, self.cfg)
+        )
+
+    def _distributed(self, sketches, bands):
+        cfg = self.cfg
+        rejected = Metrics.counter(STEP_NAME, "candidate_edges_rejected")
+        not_converged = Metrics.counter(STEP_NAME, "cc_nodes_not_converged")
+        edges = (
+            bands
+            | "GroupBuckets" >> beam.GroupByKey()
+            | "StarEdges" >> beam.FlatMap(_bucket_edges)
+            | "DistinctEdges" >> beam.Distinct()
+        )
+        probes = (
+            {"sketch": sketches, "edges": edges}
+            | "JoinCenters" >> beam.CoGroupByKey()
+            | "ProbeFromCenter" >> beam.FlatMap(_probe_from_center)
+        )
+        verified = (
+            {"sketch": sketches, "probes": probes}
+            | "JoinMembers" >> beam.CoGroupByKey()
+            | "VerifyEdges" >> beam.FlatMap(_verify_probes, cfg, rejected)
+        )
+        graph = verified
+        for round_index in range(cfg.cc_max_rounds):
+            graph = (
+                graph
+                | f"LargeStarSym{round_index}" >> beam.FlatMap(_both_directions)
+                | f"LargeStarGroup{round_index}" >> beam.GroupByKey()
+                | f"LargeStar{round_index}" >> beam.FlatMap(_large_star)
+                | f"SmallStarGroup{round_index}" >> beam.GroupByKey()
+                | f"SmallStar{round_index}" >> beam.FlatMap(_small_star)
+            )  # repeated edges are harmless: every grouping step turns neighbours into a set
+        labels = (
+            graph
+            | "LabelSym" >> beam.FlatMap(_both_directions)
+            | "LabelGroup" >> beam.GroupByKey()
+            | "ComponentLabel" >> beam.FlatMap(_component_label, not_converged)
+        )
+        return (
+            {"label": labels, "sketch": sketches}
+            | "JoinLabels" >> beam.CoGroupByKey()
+            | "ByComponent" >> beam.FlatMap(_label_sketch)
+            | "GroupComponents" >> beam.GroupByKey()
+            | "ResolveComponents" >> beam.FlatMap(_resolve, cfg)
+        )
+
+    def _read_against(self, pipeline):
+        cfg = self.cfg
+        if not self.against_dirs:
+            return (pipeline | "NoOldSketches" >> beam.Create([]),
+                    pipeline | "NoOldBands" >> beam.Create([]))
+        from apache_beam.io.filesystems import FileSystems
+        from apache_beam.io.parquetio import ReadFromParquet
+
+        sketch_reads, band_reads = [], []
+        for i, directory in enumerate(self.against_dirs):
+            sketch_reads.append(pipeline | f"ReadOldSketches{i}" >> ReadFromParquet(
+                FileSystems.join(directory, f"{SKETCH_FILES}-*.parquet")))
+            band_reads.append(pipeline | f"ReadOldBands{i}" >> ReadFromParquet(
+                FileSystems.join(directory, f"{BAND_FILES}-*.parquet")))
+        # An id kept by two earlier runs is one document: keep one sketch (the same id means the same text).
+        old_sketches = (
+            sketch_reads | "FlattenOldSketches" >> beam.Flatten()
+            | "OldSketch" >> beam.Map(lambda row: (int(row["id"]), sketch_from_row(row, cfg)))
+            | "GroupOldById" >> beam.GroupByKey()
+            | "OneOldSketch" >> beam.Map(lambda kv: (kv[0], min(kv[1], key=lambda s: s.shingles.tobytes()))))
+        old_bands = (
+            band_reads | "FlattenOldBands" >> beam.Flatten()
+            | "OldBand" >> beam.Map(lambda row: (int(row["id"]), bytes(row["key"])))
+            | "DistinctOldBands" >> beam.Distinct())
+        return old_sketches, old_bands
+
+    def _write_index(self, pipeline, sketch_rows, band_rows):
+        import pyarrow as pa
+        from apache_beam.io.filesystems import FileSystems
+        from apache_beam.io.parquetio import WriteToParquet
+
+        out = self.index_out_dir
+        sketch_rows | "WriteIndexSketches" >> WriteToParquet(
+            FileSystems.join(out, SKETCH_FILES), file_name_suffix=".parquet",
+            schema=pa.schema([("id", pa.int64()), ("signature", pa.binary()), ("shingles", pa.binary())]))
+        band_rows | "WriteIndexBands" >> WriteToParquet(
+            FileSystems.join(out, BAND_FILES), file_name_suffix=".parquet",
+            schema=pa.schema([("key", pa.binary()), ("id", pa.int64())]))
+        (pipeline
+         | "IndexParams" >> beam.Create([json.dumps(self.cfg.index_params(), sort_keys=True)])
+         | "WriteIndexParams" >> beam.io.WriteToText(FileSystems.join(out, PARAMS_FILE), shard_name_template=""))
