@@ -262,3 +262,28 @@ def test_run_training_in_process_writes_metrics(shards, tmp_path):
     records = [json.loads(line) for line in (tmp_path / "train" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 1] and all("val_loss" in r and r["mfu"] > 0 for r in records)
     assert (tmp_path / "train" / "checkpoints" / "latest").read_text().strip() == "step-00000002"
+
+
+def test_activation_checkpointing_changes_memory_not_math(shards, tmp_path):
+    plain = train(quick({"steps": 3, "checkpoint": {"enabled": False}, "eval": {"interval": 0}}),
+                  shard_dir=shards, out_dir=tmp_path / "plain")
+    for mode in ("every", "every_n"):
+        cfg = quick({"steps": 3, "checkpoint": {"enabled": False}, "eval": {"interval": 0},
+                     "activation_checkpointing": {"mode": mode, "every_n": 2}})
+        recomputed = train(cfg, shard_dir=shards, out_dir=tmp_path / mode)
+        assert max(abs(recomputed.losses[s] - plain.losses[s]) for s in range(3)) < 1e-6
+
+
+def test_activation_checkpointing_recomputes_the_chosen_blocks(monkeypatch):
+    from trainer_bridge.parallelize import apply_activation_checkpointing
+
+    silu_calls = []
+    real_silu = F.silu
+    monkeypatch.setattr(F, "silu", lambda x: silu_calls.append(1) or real_silu(x))  # one call per block forward
+    batch = collate([(np.arange(1, 33), np.array([20, 12], dtype=np.int32))], [0], seq_len=32)
+    for mode, expected in (("none", 4), ("every_n", 4 + 2), ("every", 4 + 4)):  # 4 blocks; every_n=2: 0 and 2
+        model = tiny_model()
+        apply_activation_checkpointing(model, mode, every_n=2)
+        silu_calls.clear()
+        model(batch.input_ids, batch.position_ids, batch.segment_ids).sum().backward()
+        assert len(silu_calls) == expected, mode  # checkpointed blocks run forward again during backward

@@ -27,6 +27,7 @@ from trainer_bridge.train import TrainHooks, train  # noqa: E402
 
 TWO_RANK_EQUIVALENCE = {
     "fsdp2": {"mesh": {"dp": 2}},
+    "fsdp2_activation_checkpointing": {"mesh": {"dp": 2}, "activation_checkpointing": {"mode": "every"}},
     "pp_gpipe": {"mesh": {"pp": 2}, "batch": {"micro_batch_size": 4}, "pipeline": {"schedule": "gpipe"}},
     "pp_1f1b": {"mesh": {"pp": 2}, "batch": {"micro_batch_size": 4}, "pipeline": {"schedule": "1f1b"}},
     "pp_interleaved_1f1b": {"mesh": {"pp": 2}, "batch": {"micro_batch_size": 4},
