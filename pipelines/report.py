@@ -331,6 +331,8 @@ def node_labels(data: RunData, edges: list[Edge]) -> dict[str, str]:
     for row in stats.get("steps", []):
         labels[row["step"]] = (f"{row['step']}<br>{_fmt(row.get('in'))} → {_fmt(row.get('kept'))}<br>"
                                f"{seconds.get(row['step'], 0.0):.1f} s")
+        if row["step"] == "pii" and data.docs is not None and data.docs.pii_spans:
+            labels["pii"] += f"<br>{sum(data.docs.pii_spans.values()):,} spans masked"
     labels["kept documents"] = f"kept<br>{_fmt(stats.get('kept'))} docs"
     shards = data.shards or {}
     for split, t in (shards.get("totals") or {}).items():
@@ -489,6 +491,14 @@ def elapsed_seconds(metrics: list[dict]) -> list[float]:
     return elapsed
 
 
+def time_axis(metrics: list[dict]) -> tuple[list[float], str]:
+    """Elapsed seconds when the records carry times; the step number when they do not."""
+    xs = elapsed_seconds(metrics)
+    if xs and max(xs) > 0:
+        return xs, "elapsed training time (s)"
+    return [float(r.get("step", i)) for i, r in enumerate(metrics)], "step"
+
+
 TRAINING_SERIES = (
     # chart name, title, y-axis title, [(metric key, trace name, transform)], log y
     ("loss", "Loss", "loss", [("loss", "train loss", None), ("val_loss", "validation loss", None)], False),
@@ -507,7 +517,7 @@ def training_figures(data: RunData) -> tuple[list[tuple[str, Any]], list[str]]:
     import plotly.graph_objects as go
 
     metrics, figures, notes = data.metrics, [], []
-    xs = elapsed_seconds(metrics)
+    xs, x_title = time_axis(metrics)
     step_to_x = {r.get("step"): x for r, x in zip(metrics, xs)}
     alert_xs = [_alert_x(a, step_to_x, xs) for a in data.alerts]
     events = [(x, r) for r, x in zip(metrics, xs) if r.get("event")]
@@ -522,7 +532,7 @@ def training_figures(data: RunData) -> tuple[list[tuple[str, Any]], list[str]]:
             mode = "lines+markers" if key == "val_loss" or len(points) < 30 else "lines"
             fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], customdata=[p[2] for p in points],
                                      name=trace_name, mode=mode, line={"color": color},
-                                     hovertemplate="step %{customdata}<br>%{x:.1f} s<br>%{y:.4g}<extra>" + trace_name
+                                     hovertemplate="step %{customdata}<br>%{x:.1f}<br>%{y:.4g}<extra>" + trace_name
                                                    + "</extra>"))
         if not fig.data:
             notes.append(f"{title}: not in metrics.jsonl.")
@@ -536,7 +546,7 @@ def training_figures(data: RunData) -> tuple[list[tuple[str, Any]], list[str]]:
             if x is not None:
                 fig.add_vline(x=x, line_dash="dot", line_color=ACTION_COLORS.get(alert.get("action"), "#888"),
                               opacity=0.7)
-        _base_layout(fig, title, 260, xaxis_title="elapsed training time (s)", yaxis_title=y_title,
+        _base_layout(fig, title, 260, xaxis_title=x_title, yaxis_title=y_title,
                      legend={"orientation": "h", "y": 1.12, "x": 1, "xanchor": "right"})
         figures.append((name, fig))
     skipped = [(x, r) for r, x in zip(metrics, xs)
@@ -547,7 +557,7 @@ def training_figures(data: RunData) -> tuple[list[tuple[str, Any]], list[str]]:
                            ("rollbacks", PALETTE["model"])):
             fig.add_trace(go.Scatter(x=[x for x, _ in skipped], y=[r.get(key) or 0 for _, r in skipped], name=key,
                                      mode="lines", line={"shape": "hv", "color": color}))
-        _base_layout(fig, "Skipped steps (cumulative)", 240, xaxis_title="elapsed training time (s)", yaxis_title="steps")
+        _base_layout(fig, "Skipped steps (cumulative)", 240, xaxis_title=x_title, yaxis_title="steps")
         figures.append(("skipped", fig))
     else:
         notes.append("Skipped steps: none (no NaN/Inf, spike or overflow step was skipped).")
@@ -569,7 +579,7 @@ def alerts_figure(data: RunData):
 
     if not data.alerts:
         return None
-    xs = elapsed_seconds(data.metrics)
+    xs, x_title = time_axis(data.metrics)
     step_to_x = {r.get("step"): x for r, x in zip(data.metrics, xs)}
     fig = go.Figure()
     for action in ("warn", "pause", "stop"):
@@ -585,7 +595,7 @@ def alerts_figure(data: RunData):
             marker={"size": 13, "color": ACTION_COLORS[action], "symbol": "diamond"},
             text=[f"step {a.get('step')}: {a.get('message', '')}" for a in chosen],
             hovertemplate="%{text}<extra>" + action + "</extra>"))
-    _base_layout(fig, "Alerts on the training time axis", 240, xaxis_title="elapsed training time (s)")
+    _base_layout(fig, "Alerts on the training time axis", 240, xaxis_title=x_title)
     return fig
 
 
@@ -638,7 +648,10 @@ def pipeline_section(data: RunData) -> str:
                         "pipeline")
     edges = pipeline_edges(data)
     seconds = step_seconds(data.stats, data.manifest)
-    body = _chart("pipeline", pipeline_figure(data, edges))
+    if any(e.documents > 0 for e in edges):
+        body = _chart("pipeline", pipeline_figure(data, edges))
+    else:
+        body = _missing("No document was read, so there is no flow to draw.")
     body += "<h3>Every edge</h3>" + _table(
         ("from", "to", "documents", "tokens"),
         ((e.source, e.target, e.documents, e.tokens) for e in edges), "pipeline-edges")

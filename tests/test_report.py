@@ -370,3 +370,23 @@ def test_every_chart_draws_in_chromium(full_run, chromium, tmp_path):
     broken = tmp_path / "broken.html"
     broken.write_text(text[:data_at] + "[]" + text[end:], encoding="utf-8")
     assert set(empty_charts(chromium, broken)) == {"lr"}
+
+
+def test_report_edge_cases(tmp_path):
+    """An empty corpus draws no flow; metrics without step times fall back to a step axis; a resumed run's
+    re-logged steps count once."""
+    run_dir = tmp_path / "edge"
+    run_dir.mkdir()
+    (run_dir / "stats.json").write_text(json.dumps({"documents_read": 0, "quarantined": {"total": 0, "by_kind": {}},
+                                                    "steps": [{"step": "filters", "in": 0, "kept": 0, "removed": 0,
+                                                               "removed_by_reason": {}, "busy_seconds": 0.0}],
+                                                    "kept": 0, "accounting": {"balanced": True}}))
+    (run_dir / "train").mkdir()
+    lines = [{"step": s, "loss": 3.0 - 0.1 * s} for s in (0, 1, 2, 1, 2, 3)]  # crashed after 2, resumed from 1
+    (run_dir / "train" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    page = parse(build_report(run_dir))
+    assert "pipeline" not in page.charts and any("No document was read" in m for m in page.missing)
+    assert page.charts == ["loss"]
+    facts = dict(page.tables["train-facts"][1:])
+    assert number(facts["steps logged"]) == 4 and number(facts["steps re-logged after a resume"]) == 2
+    assert '"xaxis":{"title":{"text":"step"}' in (run_dir / "report.html").read_text().replace(" ", "")
