@@ -7,15 +7,13 @@ import json
 import math
 import re
 import shutil
-import socket
-import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from pipelines.report import ReportConfig, build_report, load_run, pipeline_edges
+from pipelines.report import build_report, load_run, pipeline_edges
 from trainer_bridge.alerts import AlertMonitor, AlertsConfig
 from trainer_bridge.metrics import MetricsLog
 
@@ -314,8 +312,7 @@ def empty_charts(driver, path: Path) -> dict[str, str]:
     """Load the report; return {chart: why it is empty} for every chart that draws nothing."""
     from selenium.webdriver.common.by import By
 
-    driver.get(path.as_uri())
-    driver.execute_script("return document.readyState")
+    driver.get(path.as_uri())  # returns after the load event: every Plotly.newPlot has run
     marks = driver.execute_script(DRAWN_MARKS_JS)
     empty = {}
     for box in driver.find_elements(By.CSS_SELECTOR, "div.chart"):
