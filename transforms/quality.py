@@ -220,14 +220,17 @@ class _ScoreFn(beam.DoFn):
         if not self.decide_here:
             yield from batch
             return
+        removed = 0
         for doc, score in zip(batch, scores):
             reason = decide(float(score), doc.get("id"), self.cfg)
             if reason is None:
-                self.kept.inc()
                 yield doc
             else:
-                self.removed.inc()
+                removed += 1
                 yield beam.pvalue.TaggedOutput(REMOVED, mark_removed(doc, STEP_NAME, reason))
+        # counters once per batch: a per-document increment costs as much as a tenth of the scoring
+        self.kept.inc(len(batch) - removed)
+        self.removed.inc(removed)
 
 
 class _DecideByCutoffFn(beam.DoFn):

@@ -129,20 +129,33 @@ class HashedNgramLM:
             raise ValueError(f"order must be >= 2, got {order}")
         self.order, self.bits, self.discount = order, bits, discount
         self.tables = tables or {}
+        self._packed: dict[int, np.ndarray] = {}
 
     def _concat(self, seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
         """All sequences, each preceded by order-1 BOS pads, and the mask of real-token positions."""
+        lengths = np.array([len(s) for s in seqs], dtype=np.int64)
+        ids = np.fromiter(chain.from_iterable(seqs), dtype=np.uint64, count=int(lengths.sum()))
+        return self._padded(ids, lengths)
+
+    def _padded(self, ids: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Flat ids of consecutive sequences (``lengths``) with order-1 BOS pads before each, vectorised."""
         pad = self.order - 1
-        total = sum(len(s) for s in seqs) + pad * len(seqs)
-        flat = np.zeros(total, dtype=np.uint64)
-        real = np.zeros(total, dtype=bool)
-        pos = 0
-        for s in seqs:
-            pos += pad
-            flat[pos : pos + len(s)] = s
-            real[pos : pos + len(s)] = True
-            pos += len(s)
+        # position of every real token once pad slots are inserted before each sequence
+        doc_index = np.repeat(np.arange(len(lengths)), lengths)
+        target = np.arange(len(ids)) + pad * (doc_index + 1)
+        flat = np.zeros(len(ids) + pad * len(lengths), dtype=np.uint64)
+        real = np.zeros(len(flat), dtype=bool)
+        flat[target] = ids
+        real[target] = True
         return flat, real
+
+    def _context_table(self, n: int) -> np.ndarray:
+        """[buckets, 2] array of (context count, distinct continuations): one memory access per lookup."""
+        packed = self._packed.get(n)
+        if packed is None:
+            packed = np.stack([self.tables[f"context{n}"], self.tables[f"types{n}"]], axis=1)
+            self._packed[n] = packed
+        return packed
 
     def fit(self, seqs: Sequence[Sequence[int]], vocab_size: int) -> "HashedNgramLM":
         """Count n-grams of ``seqs`` (ids in [1, vocab_size)); id vocab_size-1 may be an unseen 'unknown'."""
@@ -159,12 +172,17 @@ class HashedNgramLM:
             distinct = np.unique(contexts * size + grams) // size  # N1+(h .): distinct continuations
             tables[f"types{n}"] = np.bincount(distinct, minlength=size).astype(np.float32)
         self.tables = tables
+        self._packed = {}
         return self
 
-    def token_logprobs(self, seqs: Sequence[Sequence[int]]) -> tuple[list[np.ndarray], np.ndarray]:
-        """Per order 1..N, the log-probability of every real token (flattened over the batch), plus the
-        flattened real-token mask's length bookkeeping left to the caller (tokens come in input order)."""
-        flat, real = self._concat(seqs)
+    def token_logprobs(self, seqs: Sequence[Sequence[int]] | None = None, *, flat_ids: np.ndarray | None = None,
+                       lengths: np.ndarray | None = None) -> tuple[list[np.ndarray], np.ndarray]:
+        """Per order 1..N, the log-probability of every real token, flattened over the batch in input order;
+        the sequences come as ``seqs`` or, already flat, as ``flat_ids`` + ``lengths``."""
+        if seqs is not None:
+            flat, real = self._concat(seqs)
+        else:
+            flat, real = self._padded(flat_ids.astype(np.uint64), lengths)
         unigram = self.tables["unigram"]
         vocab = len(unigram)
         ids = np.minimum(flat.astype(np.int64), vocab - 1)
@@ -172,12 +190,12 @@ class HashedNgramLM:
         prob = (unigram[ids] + 0.5) / (unigram.sum() + 0.5 * (vocab + 1))
         logprobs = [np.log(prob[real])]
         d = self.discount
+        previous = _ngram_buckets(flat, 1, self.bits)
         for n in range(2, self.order + 1):
             grams = _ngram_buckets(flat, n, self.bits)
-            contexts = _ngram_buckets(flat, n - 1, self.bits)[:-1]
+            contexts, previous = previous[:-1], grams  # the context of an n-gram is the (n-1)-gram before it
             count = self.tables[f"count{n}"][grams]
-            ctx = self.tables[f"context{n}"][contexts]
-            types = self.tables[f"types{n}"][contexts]
+            ctx, types = self._context_table(n)[contexts].T
             lower = prob[n - 1 :]
             mixed = (np.maximum(count - d, 0.0) + d * types * lower) / np.maximum(ctx, 1.0)
             higher = np.where(ctx > 0, mixed, lower)
@@ -195,19 +213,32 @@ PRONOUN_PERSON = {
     "they": 6, "them": 6, "their": 6, "theirs": 6, "it": 7, "its": 7, "itself": 7,
 }
 _SENTENCE_END = (".", "!", "?", '"', ":")
+MAX_TABLE_ROWS = 1_000_000  # token table bound (~32 MB of columns plus the dict)
 CACHE_WEIGHT = 0.1  # weight of the in-document cache in the cache-mixture unigram model
 
 
-def _group_first_flags(keys_major: np.ndarray, keys_minor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For items in input order: how many earlier items share (major, minor), and the stable sort order."""
-    order = np.lexsort((np.arange(len(keys_minor)), keys_minor, keys_major))
-    km, kn = keys_major[order], keys_minor[order]
+class _RowTable(dict):
+    """token -> row of the per-token columns; an unknown token reads as -1 (without being inserted)."""
+
+    def __missing__(self, key: str) -> int:
+        return -1
+
+
+def _earlier_occurrences(doc_of: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """For each item, in input order: how many earlier items of the same document carry the same key."""
+    # one stable sort of a combined key (document in the high bits, 47 bits of the key below) groups equal
+    # (document, key) pairs while keeping their positions in order; a 47-bit collision is negligible here
+    mixed = (keys.astype(np.uint64) * _MIX_MULT) >> np.uint64(17)
+    combined = (doc_of.astype(np.uint64) << np.uint64(47)) | mixed
+    order = np.argsort(combined, kind="stable")
+    ranked = combined[order]
     new_group = np.ones(len(order), dtype=bool)
-    new_group[1:] = (km[1:] != km[:-1]) | (kn[1:] != kn[:-1])
-    group_start = np.maximum.accumulate(np.where(new_group, np.arange(len(order)), 0))
+    new_group[1:] = ranked[1:] != ranked[:-1]
+    index = np.arange(len(order))
+    group_start = np.maximum.accumulate(np.where(new_group, index, 0))
     earlier = np.empty(len(order), dtype=np.int64)
-    earlier[order] = np.arange(len(order)) - group_start
-    return earlier, order
+    earlier[order] = index - group_start
+    return earlier
 
 
 class OrderFeatures:
@@ -259,45 +290,47 @@ class OrderFeatures:
             names += [f"class_gain{n}", f"class_drop{n}_0.5", f"class_drop{n}_1"]
         return names
 
-    def _build_token_table(self, tokens: Iterable[str], max_entries: int = 200_000) -> None:
-        """One dict lookup per token at scoring time: surface form -> row of per-token columns."""
-        self.token_row: dict[str, int] = {}
-        self._unseen_memo: dict[str, tuple[int, int, int, int]] = {}
-        class_col, word_col, alpha_col = [], [], []
+    def _build_token_table(self, tokens: Iterable[str]) -> None:
+        """Surface form -> row of per-token columns (class id, word id, identity key, is alphabetic), so that
+        scoring costs one C-level dict lookup per token. Known word forms are added up front; new forms are
+        appended as they are met, up to MAX_TABLE_ROWS (a long run meets an open vocabulary)."""
+        self.token_row: _RowTable = _RowTable()
+        self._columns = np.zeros((1024, 4), dtype=np.int64)
+        self._rows = 0
         for token in tokens:
-            if token in self.token_row or len(self.token_row) >= max_entries:
-                continue
-            self.token_row[token] = len(class_col)
-            lower = token.lower()
-            class_col.append(self.classes.class_id(token))
-            word_col.append(self.word_ids.get(lower, 0))
-            alpha_col.append(lower.isalpha())
-        self.token_class = np.array(class_col, dtype=np.int64)
-        self.token_word = np.array(word_col, dtype=np.int64)
-        self.token_alpha = np.array(alpha_col, dtype=bool)
+            if token not in self.token_row:
+                self._add_row(token)
+
+    def _describe(self, token: str) -> tuple[int, int, int, int]:
+        lower = token.lower()
+        word = self.word_ids.get(lower, 0)
+        # a word outside the vocabulary still needs an identity to detect repeats: a negative hash never
+        # equals a word id (Python's str hash is per process, which is all a document needs)
+        key = word or -1 - (hash(lower) & 0x3FFF_FFFF_FFFF_FFFF)
+        return self.classes.class_id(token), word, key, int(lower.isalpha())
+
+    def _add_row(self, token: str) -> tuple[int, int, int, int]:
+        described = self._describe(token)
+        if self._rows < MAX_TABLE_ROWS:
+            if self._rows == len(self._columns):
+                self._columns = np.concatenate([self._columns, np.zeros_like(self._columns)])
+            self._columns[self._rows] = described
+            self.token_row[token] = self._rows
+            self._rows += 1
+        return described
 
     def _token_columns(self, tokens: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(class id, word id [0 = unseen], identity key, is alphabetic) for each token."""
-        rows = np.array([self.token_row.get(t, -1) for t in tokens], dtype=np.int64)
+        # map() over the bound lookup keeps the per-token loop in C: the hot loop of the whole step
+        rows = np.fromiter(map(self.token_row.__getitem__, tokens), dtype=np.int64, count=len(tokens))
         unseen = np.flatnonzero(rows < 0)
-        rows[unseen] = 0
-        class_ids, word_ids, alpha = self.token_class[rows], self.token_word[rows], self.token_alpha[rows]
-        keys = word_ids.copy()
-        if len(unseen):  # a small minority of tokens: rare words, typos, numbers
-            memo, describe = self._unseen_memo, self._describe_unseen
-            extra = np.array([memo.get(t) or describe(t) for t in (tokens[i] for i in unseen)], dtype=np.int64)
-            class_ids[unseen], word_ids[unseen], keys[unseen], alpha[unseen] = extra.T
-        return class_ids, word_ids, keys, alpha
-
-    def _describe_unseen(self, token: str) -> tuple[int, int, int, int]:
-        lower = token.lower()
-        word = self.word_ids.get(lower, 0)
-        # an unseen word still needs an identity to detect repeats: a negative hash never equals a word id
-        key = word or -1 - (hash(lower) & 0x3FFF_FFFF_FFFF_FFFF)
-        found = (self.classes.class_id(token), word, key, int(lower.isalpha()))
-        if len(self._unseen_memo) < 200_000:  # bounded: a long run meets an open vocabulary
-            self._unseen_memo[token] = found
-        return found
+        if len(unseen):
+            extra = [self._add_row(tokens[i]) if tokens[i] not in self.token_row else
+                     tuple(self._columns[self.token_row[tokens[i]]]) for i in unseen]
+        columns = self._columns[np.maximum(rows, 0)]
+        if len(unseen):
+            columns[unseen] = extra
+        return columns[:, 0], columns[:, 1], columns[:, 2], columns[:, 3].astype(bool)
 
     def transform(self, texts: Sequence[str], token_lists: Sequence[list[str]] | None = None) -> np.ndarray:
         """Feature matrix [len(texts), len(self.names)] (float64), vectorised over the batch.
@@ -327,7 +360,7 @@ class OrderFeatures:
         per_doc = lambda values: np.add.reduceat(values, starts)  # noqa: E731
 
         # cache model: how much better a word is predicted by its earlier uses in the same document
-        earlier, _ = _group_first_flags(doc_of, word_keys)
+        earlier = _earlier_occurrences(doc_of, word_keys)
         p_static = np.exp(self.word_logprob[word_ids])
         p_cache = earlier / np.maximum(position, 1)
         cache_gain = np.log((CACHE_WEIGHT * p_cache + (1 - CACHE_WEIGHT) * p_static) / p_static)
@@ -345,14 +378,15 @@ class OrderFeatures:
         out[docs, 4] = n_content / lengths
         # entropy of the grammatical persons of the pronouns used
         person = self.word_person[word_ids]
-        counts = np.zeros((len(docs), max(PRONOUN_PERSON.values()) + 1))
-        np.add.at(counts, (doc_of[person > 0], person[person > 0]), 1.0)
+        persons = max(PRONOUN_PERSON.values()) + 1
+        used = person > 0
+        counts = np.bincount(doc_of[used] * persons + person[used], minlength=len(docs) * persons)
+        counts = counts.reshape(len(docs), persons).astype(np.float64)
         share = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
         out[docs, 5] = -(share * np.log(np.where(share > 0, share, 1.0))).sum(axis=1)
 
         # class n-gram model: gains of each extra order of context, and how often it hurts
-        seqs = np.split(class_ids, np.cumsum(lengths)[:-1])
-        logprobs, _ = self.lm.token_logprobs(seqs)
+        logprobs, _ = self.lm.token_logprobs(flat_ids=class_ids, lengths=lengths)
         col = len(self.COHESION)
         for lp in logprobs:
             out[docs, col] = per_doc(lp) / lengths

@@ -45,7 +45,7 @@ class QualityTrainConfig(BaseModel):
     seed: int = 0
     # fastText supervised hyper-parameters
     epoch: int = Field(10, ge=1)
-    lr: float = Field(0.5, gt=0)
+    lr: float = Field(0.5, gt=0, description="fastText learning rate (halved and retried if training diverges)")
     dim: int = Field(32, ge=2)
     word_ngrams: int = Field(2, ge=1, le=5)
     min_count: int = Field(1, ge=1)
@@ -302,9 +302,18 @@ def _train_fasttext(texts: Sequence[str], labels: Sequence[str], cfg: QualityTra
     with open(path, "w", encoding="utf-8") as fh:
         for text, label in zip(texts, labels):
             fh.write(f"__label__{label} {fasttext_line(tokenize_head(text, DEFAULT_MAX_CHARS))}\n")
-    model = fasttext.train_supervised(
-        input=path, epoch=cfg.epoch, lr=cfg.lr, dim=cfg.dim, wordNgrams=cfg.word_ngrams, minCount=cfg.min_count,
-        bucket=cfg.bucket, thread=cfg.threads, seed=cfg.seed, verbose=0, loss="softmax")
+    lr = cfg.lr
+    for attempt in range(4):
+        try:
+            model = fasttext.train_supervised(
+                input=path, epoch=cfg.epoch, lr=lr, dim=cfg.dim, wordNgrams=cfg.word_ngrams,
+                minCount=cfg.min_count, bucket=cfg.bucket, thread=cfg.threads, seed=cfg.seed, verbose=0,
+                loss="softmax")
+            break
+        except RuntimeError as err:  # fastText diverges ("Encountered NaN") when lr is too high for the data
+            if "NaN" not in str(err) or attempt == 3:
+                raise
+            lr /= 2
     os.remove(path)
     return model
 

@@ -1,0 +1,175 @@
+"""Pure-core tests of quality scoring: features, language model, stacker, decisions, config (no Beam, fast)."""
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from transforms.quality import (QualityConfig, cutoff_from_quantiles, decide, keep_pareto, pareto_draw,
+                                top_fraction_cutoff)
+from transforms.quality_features import HashedNgramLM, OrderFeatures, WordClasses, tokenize
+from transforms.quality_model import LogisticStacker, binary_metrics, roc_auc, split_records, QualityTrainConfig
+
+SUBSET = Path(__file__).resolve().parents[1] / "data" / "quality" / "quality_train_subset.jsonl.gz"
+
+
+@pytest.fixture(scope="module")
+def prose() -> list[str]:
+    """High-quality passages from the shipped labelled subset."""
+    with gzip.open(SUBSET, "rt", encoding="utf-8") as fh:
+        records = [json.loads(line) for line in fh]
+    return [r["text"] for r in records if r["label"] == "hq"]
+
+
+def shuffle_words(text: str, rng: random.Random) -> str:
+    words = text.split()
+    rng.shuffle(words)
+    return " ".join(words)
+
+
+def markov_babble(corpus: list[str], length: int, rng: random.Random) -> str:
+    """An order-1 word Markov chain over ``corpus``: every adjacent word pair is real, nothing longer is."""
+    following: dict[str, list[str]] = {}
+    for text in corpus:
+        words = text.split()
+        for a, b in zip(words, words[1:]):
+            following.setdefault(a, []).append(b)
+    word = rng.choice(list(following))
+    out = [word]
+    while len(out) < length:
+        word = rng.choice(following.get(word) or list(following))
+        out.append(word)
+    return " ".join(out)
+
+
+def test_tokenize_keeps_case_and_splits_punctuation():
+    assert tokenize("Hello, World! It's 2024.", 100) == ["Hello", ",", "World", "!", "It", "'", "s", "2024", "."]
+    assert len(tokenize("word " * 1000, 16)) == 16
+
+
+def test_word_classes_map_frequent_words_to_themselves_and_others_to_shapes():
+    classes = WordClasses.fit(["the cat and the dog and the bird"], num_frequent=2, max_tokens=100)
+    assert set(classes.frequent) == {"the", "and"}
+    assert classes.class_name("The") == "^the"
+    assert classes.class_name("walking") == "<ng>"
+    assert classes.class_name("Walking") == "^<ng>"
+    assert classes.class_name("1999") == "<digits>"
+    assert classes.class_name("NASA") == "<CAPS>"
+    restored = WordClasses.from_json(classes.to_json())
+    assert restored.frequent == classes.frequent
+
+
+def test_ngram_model_prefers_the_order_it_was_trained_on():
+    rng = random.Random(0)
+    vocab = list(range(1, 21))
+    ordered = [[vocab[(start + i) % 20] for i in range(40)] for start in range(200)]
+    lm = HashedNgramLM(order=3, bits=14, discount=0.75).fit(ordered, vocab_size=22)
+    shuffled = [rng.sample(seq, len(seq)) for seq in ordered[:20]]
+    lp_ordered, _ = lm.token_logprobs(ordered[:20])
+    lp_shuffled, _ = lm.token_logprobs(shuffled)
+    # the trigram model is far better on ordered text; on shuffled text context does not help at all
+    assert lp_ordered[2].mean() > lp_shuffled[2].mean() + 1.0
+    assert (lp_ordered[1] - lp_ordered[0]).mean() > 1.0
+    assert (lp_shuffled[1] - lp_shuffled[0]).mean() < 0.0
+
+
+def test_order_features_separate_prose_from_shuffled_words_and_markov_babble(prose):
+    rng = random.Random(1)
+    train, held = prose[:600], prose[600:700]
+    features = OrderFeatures.fit(train, num_frequent=300, order=3, bits=18, max_tokens=256)
+    names = features.names
+    real = features.transform(held)
+    salad = features.transform([shuffle_words(t, rng) for t in held])
+    babble = features.transform([markov_babble(prose[700:], len(t.split()), rng) for t in held])
+    gain2 = names.index("class_gain2")
+    cache = names.index("cache_gain")
+    y = np.r_[np.ones(len(held)), np.zeros(len(held))].astype(bool)
+    # word salad destroys bigram structure; Markov babble destroys topical cohesion
+    assert roc_auc(y, np.r_[real[:, gain2], salad[:, gain2]]) > 0.95
+    assert roc_auc(y, np.r_[real[:, cache], babble[:, cache]]) > 0.9
+    # serialisation round trip gives identical features
+    again = OrderFeatures.from_arrays(features.to_arrays())
+    np.testing.assert_allclose(again.transform(held[:10]), real[:10])
+
+
+def test_order_features_handle_empty_odd_and_foreign_text(prose):
+    features = OrderFeatures.fit(prose[:200], num_frequent=100, order=3, bits=16)
+    x = features.transform(["", "   ", "!!!", "数据清洗是很重要的。", "x" * 50_000, prose[0]])
+    assert x.shape == (6, len(features.names))
+    assert np.isfinite(x).all()
+    assert (x[:2] == 0).all()  # no tokens: all features zero, no crash
+
+
+def test_logistic_stacker_learns_a_separable_problem():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 3))
+    y = (x[:, 0] - 2 * x[:, 2] > 0).astype(float)
+    model = LogisticStacker.fit(x, y, l2=0.1)
+    assert ((model.logit(x) > 0) == (y > 0)).mean() > 0.97
+    restored = LogisticStacker.from_arrays(model.to_arrays("p_"), "p_")
+    np.testing.assert_allclose(restored.logit(x), model.logit(x))
+
+
+def test_metrics_and_auc():
+    y = np.array([1, 1, 0, 0], dtype=bool)
+    m = binary_metrics(y, np.array([0.9, 0.4, 0.6, 0.1]))
+    assert m["accuracy"] == 0.5 and m["precision"] == 0.5 and m["recall"] == 0.5
+    assert m["auc"] == pytest.approx(0.75)
+    assert roc_auc(y, np.full(4, 0.3)) == pytest.approx(0.5)
+
+
+def test_split_never_puts_one_group_on_both_sides():
+    records = [{"text": "t", "label": "hq", "group": f"g{i % 37}"} for i in range(500)]
+    train, held = split_records(records, QualityTrainConfig())
+    assert {records[i]["group"] for i in train}.isdisjoint({records[i]["group"] for i in held})
+    assert 0 < len(held) < len(train)
+
+
+def test_threshold_decision():
+    cfg = QualityConfig(threshold=0.7)
+    assert decide(0.71, 1, cfg) is None
+    assert decide(0.69, 1, cfg) == "low_quality"
+
+
+def test_pareto_decision_is_deterministic_and_monotone_in_score():
+    cfg = QualityConfig(mode="pareto", pareto_alpha=9, seed=3)
+    ids = range(4000)
+    first = [decide(0.5, i, cfg) for i in ids]
+    assert first == [decide(0.5, i, cfg) for i in ids]  # same ids, same seed: same documents survive
+    other_seed = QualityConfig(mode="pareto", pareto_alpha=9, seed=4)
+    assert first != [decide(0.5, i, other_seed) for i in ids]
+    kept = {s: np.mean([keep_pareto(s, i, 9, 3) for i in ids]) for s in (0.2, 0.5, 0.9, 1.0)}
+    assert kept[0.2] < kept[0.5] < kept[0.9] < kept[1.0] == 1.0
+    # numpy's Pareto (Lomax) with alpha 9: P(X > 1 - s) = (2 - s) ** -9
+    assert kept[0.9] == pytest.approx(1.1 ** -9, abs=0.03)
+    assert pareto_draw(7, 9, 3) == pareto_draw(7, 9, 3) >= 0
+
+
+def test_top_fraction_cutoffs():
+    scores = [0.1, 0.9, 0.5, 0.7, 0.3]
+    assert top_fraction_cutoff(scores, 0.4) == 0.7
+    assert top_fraction_cutoff(scores, 1.0) == 0.1
+    quantiles = list(np.linspace(0, 1, 1001))
+    assert cutoff_from_quantiles(quantiles, 0.25) == pytest.approx(0.75)
+    cfg = QualityConfig(mode="top_fraction", top_fraction=0.25)
+    assert decide(0.8, 1, cfg, cutoff=0.75) is None
+    assert decide(0.7, 1, cfg, cutoff=0.75) == "below_top_fraction"
+    with pytest.raises(ValueError, match="cut-off"):
+        decide(0.7, 1, cfg)
+
+
+def test_config_errors_name_the_field_and_allowed_values():
+    with pytest.raises(ValidationError) as err:
+        QualityConfig(mode="best")
+    assert "mode" in str(err.value) and "top_fraction" in str(err.value)
+    with pytest.raises(ValidationError, match="threshold"):
+        QualityConfig(threshold=1.5)
+    with pytest.raises(ValidationError, match="treshold"):
+        QualityConfig(treshold=0.5)  # typo: extra keys are forbidden
+    with pytest.raises(ValidationError, match="word_ngrams"):
+        QualityConfig(train={"word_ngrams": 0})
