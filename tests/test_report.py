@@ -329,11 +329,8 @@ def empty_charts(driver, path: Path) -> dict[str, str]:
 def chromium():
     if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
         pytest.skip(f"Chromium not installed ({INSTALL_HINT})")
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        pytest.skip("selenium is not installed (pip install selenium==4.50.0)")
+    from selenium import webdriver  # a project test dependency (selenium==4.50.0): missing is an error, not a skip
+    from selenium.webdriver.chrome.service import Service
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
