@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -31,6 +32,7 @@ from trainer_bridge.train import train  # noqa: E402
 
 MODEL_1B = {"dim": 2048, "n_layers": 18, "n_heads": 16, "n_kv_heads": 8, "multiple_of": 256,
             "rope_theta": 500000.0}
+MODEL_SMOKE = {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "multiple_of": 16}
 
 
 def main() -> int:
@@ -44,8 +46,13 @@ def main() -> int:
     parser.add_argument("--activation-checkpointing", choices=["none", "every", "every_n"], default="none")
     parser.add_argument("--compile", action="store_true", help="torch.compile every block")
     parser.add_argument("--out", type=Path, help="also write the summary JSON here")
+    parser.add_argument("--smoke", action="store_true",
+                        help="check this script on CPU with a tiny fp32 model (no meaningful figure)")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
+    if args.smoke:
+        args.steps, args.warmup, args.seq_len, args.micro_batch, args.global_batch = 4, 1, 256, 2, 4
+        args.attention = "sdpa"
+    elif not torch.cuda.is_available():
         print("gpu_bench: needs a CUDA GPU (this machine has none); the CPU benchmark is bench_trainer.py",
               file=sys.stderr)
         return 2
@@ -57,25 +64,38 @@ def main() -> int:
                            train_docs=rows_needed * 3, val_docs=8, min_doc_len=64, max_doc_len=3000, fill=0.97,
                            rows_per_shard=512)
     cfg = TrainConfig.model_validate({
-        "model": MODEL_1B,
-        "precision": {"dtype": "bf16"},
+        "model": MODEL_SMOKE if args.smoke else MODEL_1B,
+        "precision": {"dtype": "fp32" if args.smoke else "bf16"},
         "batch": {"global_batch_size": args.global_batch, "micro_batch_size": args.micro_batch},
         "optimizer": {"lr": 3e-4, "warmup_steps": 10},
         "activation_checkpointing": {"mode": args.activation_checkpointing},
         "checkpoint": {"enabled": False}, "eval": {"interval": 0},
         "metrics": {"tensorboard": False},
-        "attention": args.attention, "compile": args.compile, "steps": args.steps, "device": "cuda",
+        "attention": args.attention, "compile": args.compile, "steps": args.steps,
+        "device": "cpu" if args.smoke else "cuda",
     })
     params = count_parameters(cfg.model.model_copy(update={"vocab_size": 32000, "max_seq_len": args.seq_len}))
-    print(f"gpu_bench: {torch.cuda.get_device_name()}; model {params['total'] / 1e9:.2f}B parameters "
+    device_name = "cpu (smoke check)" if args.smoke else torch.cuda.get_device_name()
+    print(f"gpu_bench: {device_name}; model {params['total'] / 1e9:.2f}B parameters "
           f"({params['non_embedding'] / 1e9:.2f}B in matmuls), seq_len {args.seq_len}, "
-          f"{args.global_batch} rows/step in micro-batches of {args.micro_batch}, bf16, attention {args.attention}",
+          f"{args.global_batch} rows/step in micro-batches of {args.micro_batch}, {cfg.precision.dtype}, "
+          f"attention {args.attention}",
           flush=True)
-    result = train(cfg, shard_dir=work / "shards", out_dir=work / "train")
+    try:
+        result = train(cfg, shard_dir=work / "shards", out_dir=work / "train")
+    except Exception as error:  # noqa: BLE001 — flex_attention compilation can fail on some stacks
+        if args.attention == "sdpa":
+            raise
+        print(f"gpu_bench: attention {args.attention} failed ({type(error).__name__}: {error}); "
+              "measuring again with --attention sdpa", flush=True)
+        args.attention = "sdpa"
+        cfg = cfg.model_copy(update={"attention": "sdpa"})
+        shutil.rmtree(work / "train", ignore_errors=True)
+        result = train(cfg, shard_dir=work / "shards", out_dir=work / "train")
     records = [json.loads(line) for line in (work / "train" / "metrics.jsonl").read_text().splitlines()]
     timed = [r for r in records if r["step"] >= args.warmup]
     summary = {
-        "device": torch.cuda.get_device_name(),
+        "device": device_name,
         "parameters": params["total"],
         "tokens_per_s": statistics.median(r["tokens_per_s"] for r in timed),
         "mfu": statistics.median(r["mfu"] for r in timed),

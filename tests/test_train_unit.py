@@ -287,3 +287,22 @@ def test_activation_checkpointing_recomputes_the_chosen_blocks(monkeypatch):
         silu_calls.clear()
         model(batch.input_ids, batch.position_ids, batch.segment_ids).sum().backward()
         assert len(silu_calls) == expected, mode  # checkpointed blocks run forward again during backward
+
+
+def test_spike_guard_judges_against_running_mean():
+    from trainer_bridge.config import GuardConfig
+    from trainer_bridge.train import StepGuard
+
+    guard = StepGuard(GuardConfig(spike_factor=2.0, spike_warmup_steps=3, ema_beta=0.5))
+    assert guard.verdict(100.0, 1.0) is None  # no statistic yet: never a spike during warm-up
+    for loss in (4.0, 4.0, 4.0):
+        guard.record(loss)
+    assert guard.verdict(7.9, 1.0) is None
+    assert guard.verdict(8.1, 1.0).startswith("loss spike")
+    assert guard.verdict(float("nan"), 1.0) == "non-finite loss"
+    assert guard.verdict(3.0, float("inf")) == "non-finite gradient"
+    guard.record(None)
+    guard.record(None)
+    assert guard.consecutive_bad == 2
+    guard.record(3.0)
+    assert guard.consecutive_bad == 0 and guard.mean == pytest.approx(3.5)

@@ -106,7 +106,11 @@ class Attention(nn.Module):
         v = self.wv(x).view(batch, seq, self.n_kv_heads, self.head_dim)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, S, D]
         if use_flex:
-            out = _compiled_flex_attention()(q, k, v, block_mask=mask, enable_gqa=self.n_kv_heads != self.n_heads)
+            # Run flex outside autocast with one dtype for q, k, v: its compiled backward under autocast is
+            # fragile (pytorch/pytorch#176025); the projections above already ran in the compute dtype.
+            with torch.autocast(device_type=q.device.type, enabled=False):
+                q, k = q.to(v.dtype), k.to(v.dtype)
+                out = _compiled_flex_attention()(q, k, v, block_mask=mask, enable_gqa=self.n_kv_heads != self.n_heads)
         else:
             repeats = self.n_heads // self.n_kv_heads
             if repeats > 1:
