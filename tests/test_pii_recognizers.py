@@ -213,3 +213,22 @@ def test_titled_unknown_name_needs_ner(person):
     art = Art()
     art.entities = [Ent(7, 20, "PERSON")]
     assert [text[r.start:r.end] for r in person.analyze(text, [], art)] == ["Zxqwy Okonkwo"]
+
+
+# -- postal addresses ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,expected", [
+    ("Send it to 679 Wallace Ways Apt. 380, East Thomasville, AL 07893. If", ["679 Wallace Ways Apt. 380, East Thomasville, AL 07893"]),
+    ("PSC 2034, Box 9699, APO AP 58602\n", ["PSC 2034, Box 9699, APO AP 58602"]),
+    ("lives at Flat 22e, Sheila Street, Port Mandyhaven, DY5 9FZ.", ["Flat 22e, Sheila Street, Port Mandyhaven, DY5 9FZ"]),
+    ("3 Garry Lights, Markshire, BH1N 2PX", ["3 Garry Lights, Markshire, BH1N 2PX"]),
+    ("wohnt in Kuschstraße 6-5, 75019 Neustadt am Rübenberge. Der", ["Kuschstraße 6-5, 75019 Neustadt am Rübenberge"]),
+    ("an Kostolzingasse 9-5, 31863 Schwäbisch Gmünd.", ["Kostolzingasse 9-5, 31863 Schwäbisch Gmünd"]),
+    ("住在重庆市贵阳市花溪辛集街U座 836118。由于", ["重庆市贵阳市花溪辛集街U座 836118"]),
+    ("北京市海淀区中关村大街27号", ["北京市海淀区中关村大街27号"]),
+    ("We met in Berlin and London; the office is in Mountain View, CA.", []),   # places, not addresses
+    ("上海是一个城市，北京的路很宽。", []),
+    ("Use 2 threads, GB 10 of RAM, Python 3.11", []),
+])
+def test_street_address(text, expected):
+    assert found(R.StreetAddressRecognizer(), text) == expected

@@ -184,8 +184,8 @@ def test_no_raw_pii_in_logs_stats_or_manifest(tmp_path, caplog, capsys):
                    encoding="utf-8")
     cfg = validate_config({
         "name": "piirun", "input": {"paths": [str(src)]}, "output": {"runs_dir": str(tmp_path / "runs")},
-        "runner": {"name": "direct", "workers": 1}, "filters": {"enabled": False},
-        "near_dedup": {"enabled": False}, "pii": {"ner": "off", "max_spans": 3}})
+        "runner": {"name": "inprocess", "workers": 1}, "filters": {"enabled": False},
+        "near_dedup": {"enabled": False}, "quality": {"enabled": False}, "pii": {"ner": "off", "max_spans": 3}})
     logged = []
     with caplog.at_level(logging.DEBUG):
         run_stages(cfg, ("clean",), log=logged.append)
@@ -203,6 +203,7 @@ def test_no_raw_pii_in_logs_stats_or_manifest(tmp_path, caplog, capsys):
     haystacks["kept docs"] = "\n".join(kept)
     haystacks["removed docs"] = json.dumps(removed, ensure_ascii=False)
     assert len(kept) == 3 and "<EMAIL_ADDRESS>" in haystacks["kept docs"]
+    assert [r["reason"] for part in removed for r in part] == ["too_much_pii"]
     for where, text in haystacks.items():
         leaked = [v for v in PII_VALUES if v in text]
         assert not leaked, f"raw PII in {where}"

@@ -36,7 +36,7 @@ REASON_TOO_MUCH_PII = "too_much_pii"
 
 SUPPORTED_ENTITIES = (
     "EMAIL_ADDRESS", "PHONE_NUMBER", "CN_MOBILE", "CREDIT_CARD", "IBAN_CODE", "IP_ADDRESS", "US_SSN", "UK_NINO",
-    "CN_RESIDENT_ID", "DATE_OF_BIRTH", "PERSON", "URL",
+    "CN_RESIDENT_ID", "DATE_OF_BIRTH", "PERSON", "LOCATION", "URL",
 )
 # URL is opt-in: links in a training corpus are mostly public pages, not personal data.
 DEFAULT_ENTITIES = tuple(e for e in SUPPORTED_ENTITIES if e != "URL")

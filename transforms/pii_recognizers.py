@@ -501,6 +501,61 @@ class DateOfBirthRecognizer(_RegexRecognizer):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Postal (street) addresses, by each country's written format: anchored on the parts that make an address an
+# address (US state + ZIP, UK postcode, German street + PLZ, Chinese province ... road + number), so that a bare
+# place name ("Berlin", "Debian's London office") is never masked.
+
+_US_STATES = ("AL AK AZ AR CA CO CT DE FL GA HI ID IL IN IA KS KY LA ME MD MA MI MN MS MO MT NE NV NH NJ NM NY NC "
+              "ND OH OK OR PA RI SC SD TN TX UT VT VA WA WV WI WY DC AS GU MP PR VI FM MH PW AA AE AP").split()
+_CAP = r"[A-Z][A-Za-z'\-]*"
+_US_ADDRESS = re.compile(
+    r"(?<![0-9A-Za-z])(?P<value>"
+    rf"(?:\d{{1,6}}(?:[ ]{_CAP}\.?){{1,4}}(?:[ ](?:Apt\.|Apartment|Suite|Ste\.|Unit|\#)[ ]?[0-9A-Za-z\-]+)?"
+    rf"|(?:PSC|Unit|USNS|USS|USCGC)[ ][0-9A-Za-z ]{{1,30}}?,?[ ]Box[ ]\d+)"
+    rf",[ ](?:{_CAP}[ ]){{0,3}}(?:{_CAP}|APO|FPO|DPO),?[ ](?:{'|'.join(_US_STATES)})[ ]\d{{5}}(?:-\d{{4}})?)"
+    r"(?![0-9A-Za-z])"
+)
+_UK_ADDRESS = re.compile(
+    r"(?<![0-9A-Za-z])(?P<value>"
+    r"(?:(?:Flat|Studio|Apartment|Unit|Room)[ ]\d+[A-Za-z]?,[ ](?:\d+[A-Za-z]?[ ])?|\d+[A-Za-z]?[ ])"
+    rf"(?:{_CAP}[ ]?){{1,4}}(?:,[ ](?:{_CAP}[ ]?){{1,4}}){{1,2}},[ ]"
+    r"[A-Z]{1,2}\d[A-Z\d]?[ ]?\d[A-Z]{2})"
+    r"(?![0-9A-Za-z])"
+)
+_DE_STREET_END = r"(?i:stra(?:ß|ss)e|str\.|weg|allee|platz|ring|gasse|ufer|damm|chaussee|markt|steig|pfad|promenade)"
+_DE_ADDRESS = re.compile(
+    r"(?<![0-9A-Za-zÄÖÜäöüß\-])(?P<value>"
+    rf"(?:[A-ZÄÖÜ][\wäöüß.\-]*[ ]){{0,2}}[A-ZÄÖÜ][\wäöüß\-]*{_DE_STREET_END}"
+    r"[ ]\d{1,5}[a-z]?(?:[\-/]\d{1,5}[a-z]?)?,[ ]\d{5}[ ][A-ZÄÖÜ][\wäöüß\-]*"
+    r"(?:[ ](?:am|an|der|im|in|ob|bei|a\.|i\.)(?:[ ]d\.)?[ ][A-ZÄÖÜ][\wäöüß\-]*"
+    r"|[ ][A-ZÄÖÜ][\wäöüß\-]*(?=[.,;:)\n]|$))?)"
+    r"(?![0-9A-Za-zÄÖÜäöüß])"
+)
+_CN_PROVINCES_NAMES = ("北京|天津|上海|重庆|河北|山西|辽宁|吉林|黑龙江|江苏|浙江|安徽|福建|江西|山东|河南|湖北|湖南|广东|"
+                       "海南|四川|贵州|云南|陕西|甘肃|青海|台湾|内蒙古|广西壮族|广西|西藏|宁夏回族|宁夏|新疆维吾尔|新疆|"
+                       "香港|澳门")
+_CN_ADDRESS = re.compile(
+    rf"(?P<value>(?:{_CN_PROVINCES_NAMES})(?:省|市|自治区|特别行政区)?"
+    r"[\u4e00-\u9fff]{1,20}?(?:路|街|道|巷|胡同|弄|大街|大道)"
+    r"(?:\s*[0-9A-Za-z\-]{1,6}\s*(?:号|座|栋|幢|楼|室|单元))+"
+    r"(?:\s*\d{6}(?!\d))?)"
+)
+
+
+class StreetAddressRecognizer(_RegexRecognizer):
+    """Postal addresses in US, UK, German and Chinese formats (entity LOCATION, as Presidio names places)."""
+
+    ENTITY = "LOCATION"
+    PATTERNS = (_US_ADDRESS, _UK_ADDRESS, _DE_ADDRESS, _CN_ADDRESS)
+
+    def quick_check(self, text):
+        return any(c.isdigit() for c in text)
+
+    def score(self, m, text):
+        return 0.8
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Person names: spaCy NER spans, checked against a lexicon of given names
 
 _NAME_WORD = r"[A-ZÀ-ÖØ-Þ][a-zß-öø-ÿ'’]+(?:-[A-ZÀ-ÖØ-Þ][a-zß-öø-ÿ'’]+)?"
@@ -537,6 +592,13 @@ def _function_words() -> frozenset[str]:
     from spacy.lang.en.stop_words import STOP_WORDS as EN
 
     return frozenset(EN | DE)
+
+
+def _english_and_german_only_words() -> tuple[frozenset[str], frozenset[str]]:
+    from spacy.lang.de.stop_words import STOP_WORDS as DE
+    from spacy.lang.en.stop_words import STOP_WORDS as EN
+
+    return frozenset(EN - DE), frozenset(DE - EN)
 
 
 def _fold(word: str) -> str:
@@ -576,10 +638,11 @@ class PersonNameRecognizer(EntityRecognizer):
     def __init__(self, given_names: frozenset[str], ner_confirms_untitled: bool = False):
         super().__init__(supported_entities=[self.ENTITY], name="PersonNameRecognizer", supported_language=LANGUAGE)
         self.given_names = given_names
-        # Off by default: on the dev set spaCy's PERSON on untitled pairs like "Memory Nodes" or "Nitrokey Pro"
-        # cost more precision (0.98 -> 0.80) than the recall it added (+1 name of 325).
+        # Off by default: on the dev set, spaCy's PERSON on untitled English pairs ("Memory Nodes", "Nitrokey
+        # Pro") cost precision and found no name the lexicon had missed (benchmarks/RESULTS.md).
         self.ner_confirms_untitled = ner_confirms_untitled
         self.function_words = _function_words()
+        self._english_only, self._german_only = _english_and_german_only_words()
 
     def load(self) -> None:
         pass
@@ -626,6 +689,13 @@ class PersonNameRecognizer(EntityRecognizer):
                     yield toks[i][0], end, self.is_given_name(word), titled
                 i = j
 
+    def is_english(self, text: str) -> bool:
+        """More English-only than German-only function words (spaCy's stop lists), and at least two."""
+        words = re.findall(r"[a-zäöüß]+", text.lower())
+        en = sum(w in self._english_only for w in words)
+        de = sum(w in self._german_only for w in words)
+        return en >= 2 and en > de
+
     def ner_windows(self, text: str, max_side: int = 120) -> list[tuple[int, int]]:
         """Where NER can change the decision: around name candidates whose given name is unknown (and, unless
         ``ner_confirms_untitled``, that follow a title). Each window is the candidate's sentence (cut at
@@ -640,6 +710,8 @@ class PersonNameRecognizer(EntityRecognizer):
             hi = min(len(text), end + max_side)
             ends = [k for k in (text.find(c, end, hi) for c in ".!?\n。") if k >= 0]
             hi = min(ends) + 1 if ends else hi
+            if not titled and not self.is_english(text[lo:hi]):
+                continue  # the model is English: on German text it calls "Laut Ticket" a person
             if windows and lo <= windows[-1][1]:
                 windows[-1] = (windows[-1][0], max(hi, windows[-1][1]))
             else:
@@ -678,6 +750,6 @@ def default_recognizers(given_names: frozenset[str] | None = None) -> list[Entit
     return [
         EmailAddressRecognizer(), WebUrlRecognizer(), IpAddressRecognizer(), PaymentCardRecognizer(), IbanCodeRecognizer(),
         UsSocialSecurityRecognizer(), UkNationalInsuranceRecognizer(), CnResidentIdRecognizer(), CnMobileRecognizer(), PhoneNumberRecognizer(),
-        DateOfBirthRecognizer(),
+        DateOfBirthRecognizer(), StreetAddressRecognizer(),
         PersonNameRecognizer(load_given_names() if given_names is None else given_names),
     ]
