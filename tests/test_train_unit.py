@@ -306,3 +306,18 @@ def test_spike_guard_judges_against_running_mean():
     assert guard.consecutive_bad == 2
     guard.record(3.0)
     assert guard.consecutive_bad == 0 and guard.mean == pytest.approx(3.5)
+
+
+def test_validation_rows_are_split_evenly_across_ranks(shards):
+    from tokenizer.shards import ShardReader
+    from trainer_bridge.data import validation_batches
+
+    source = ShardReader(str(shards), "val")
+    assert len(source) >= 5
+    per_rank = [validation_batches(source, max_rows=5, micro_batch_size=2, dp_rank=r, dp_size=2) for r in (0, 1)]
+    assert [[len(b.sample_ids) for b in batches] for batches in per_rank] == [[2], [2]]
+    assert sorted(i for batches in per_rank for b in batches for i in b.sample_ids) == [0, 1, 2, 3]
+    three = validation_batches(source, max_rows=5, micro_batch_size=3, dp_rank=0, dp_size=1)
+    assert [len(b.sample_ids) for b in three] == [3, 2]
+    whole_only = validation_batches(source, max_rows=5, micro_batch_size=3, dp_rank=0, dp_size=1, divisible_by=3)
+    assert [len(b.sample_ids) for b in whole_only] == [3]

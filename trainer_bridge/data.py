@@ -197,15 +197,17 @@ class StepBatches:
 
 
 def validation_batches(source: RowSource, *, max_rows: int, micro_batch_size: int, dp_rank: int,
-                       dp_size: int) -> list[Batch]:
-    """A fixed held-out slice (the first ``max_rows`` rows of the 'val' split), split across dp ranks."""
-    # Whole micro-batches only, on every rank alike (pipeline schedules split a micro-batch evenly).
-    per_pass = micro_batch_size * dp_size
-    rows_total = min(max_rows, len(source)) // per_pass * per_pass
-    mine = list(range(dp_rank, rows_total, dp_size))
+                       dp_size: int, divisible_by: int = 1) -> list[Batch]:
+    """A fixed held-out slice (the first ``max_rows`` rows of the 'val' split), split across dp ranks.
+
+    Every rank gets the same number of rows in batches of the same sizes (collectives and pipeline schedules
+    need that); a batch size is a multiple of ``divisible_by`` (pipelines: only whole micro-batches)."""
+    per_rank = min(max_rows, len(source)) // dp_size
+    mine = list(range(dp_rank, per_rank * dp_size, dp_size))
     batches = []
     for start in range(0, len(mine), micro_batch_size):
         ids = mine[start:start + micro_batch_size]
-        rows = [source.row(i)[:2] for i in ids]
-        batches.append(collate(rows, ids, source.seq_len))
+        ids = ids[: len(ids) // divisible_by * divisible_by]
+        if ids:
+            batches.append(collate([source.row(i)[:2] for i in ids], ids, source.seq_len))
     return batches

@@ -374,7 +374,13 @@ class Trainer:
                              dp_rank=dp_rank, dp_size=cfg.mesh.dp, prefetch=cfg.batch.prefetch_batches)
         val_batches = (validation_batches(self.val_source, max_rows=cfg.eval.max_rows,
                                           micro_batch_size=cfg.batch.micro_batch_size, dp_rank=dp_rank,
-                                          dp_size=cfg.mesh.dp) if self.val_source is not None else [])
+                                          dp_size=cfg.mesh.dp,
+                                          # pipeline stages keep the micro-batch shapes of training
+                                          divisible_by=cfg.batch.micro_batch_size if cfg.mesh.pp > 1 else 1)
+                       if self.val_source is not None else [])
+        if self.val_source is not None and not val_batches:
+            self._say(f"the 'val' split has {len(self.val_source)} row(s): too few for {cfg.mesh.dp} data-parallel "
+                      "rank(s) and the pipeline's micro-batches; validation is off")
         self._say(f"{self.flops.non_embedding_params / 1e6:.2f}M non-embedding parameters, mesh pp={cfg.mesh.pp} "
                   f"dp={cfg.mesh.dp}, {cfg.precision.dtype}, {cfg.grad_accum_steps} accumulation step(s), "
                   f"peak {self.peak_flops / 1e12:.3g} TFLOP/s per device ({self.peak_source})")
