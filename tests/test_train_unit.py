@@ -321,3 +321,17 @@ def test_validation_rows_are_split_evenly_across_ranks(shards):
     assert [len(b.sample_ids) for b in three] == [3, 2]
     whole_only = validation_batches(source, max_rows=5, micro_batch_size=3, dp_rank=0, dp_size=1, divisible_by=3)
     assert [len(b.sample_ids) for b in whole_only] == [3]
+
+
+def test_rope_scaling_stretches_only_long_wavelengths():
+    from trainer_bridge.config import ModelConfig
+    from trainer_bridge.model import rope_inverse_frequencies
+
+    base = rope_inverse_frequencies(64, ModelConfig(rope_theta=500000.0))
+    linear = rope_inverse_frequencies(64, ModelConfig(rope_theta=500000.0, rope_scaling="linear", rope_scaling_factor=8))
+    assert torch.allclose(linear, base / 8)
+    llama3 = rope_inverse_frequencies(64, ModelConfig(rope_theta=500000.0, rope_scaling="llama3",
+                                                      rope_scaling_factor=8, rope_original_max_len=8192))
+    assert llama3[0] == base[0]  # highest frequency (short wavelength) kept
+    assert torch.isclose(llama3[-1], base[-1] / 8)  # lowest frequency interpolated by the factor
+    assert bool(((llama3 <= base) & (llama3 >= base / 8 - 1e-12)).all())
