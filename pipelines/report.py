@@ -349,55 +349,99 @@ def node_labels(data: RunData, edges: list[Edge]) -> dict[str, str]:
     return labels
 
 
-def node_positions(names: list[str], edges: list[Edge]) -> tuple[list[float], list[float]]:
-    """Main path left to right along the top; what a step removes drops below, just right of that step."""
-    side = ("removed", "quarantined", "val")
-    main = [n for n in names if not any(e.target == n and e.kind in side for e in edges)]
-    column = {n: i for i, n in enumerate(main)}
+SIDE_KINDS = ("removed", "quarantined", "val")
+MAIN_PX, MAIN_GAP_PX, SINK_GAP_PX, NODE_PAD_PX = 240, 28, 15, 6
+
+
+@dataclass
+class SankeyLayout:
+    x: list[float]
+    y: list[float]
+    spacer: float  # value of an invisible flow that sets plotly's pixels-per-document scale
+    height_px: int
+
+
+def _depths(names: list[str], edges: list[Edge]) -> dict[str, int]:
+    """Longest distance from a source: the column plotly (d3-sankey) puts a node in when sizing nodes."""
+    depth = {n: 0 for n in names}
+    for _ in names:
+        for e in edges:
+            depth[e.target] = max(depth[e.target], depth[e.source] + 1)
+    return depth
+
+
+def sankey_layout(names: list[str], edges: list[Edge]) -> SankeyLayout:
+    """A funnel: the main path left to right along the top, what each step removes stacked below, just right of
+    it. Node heights are documents × a fixed scale; an invisible flow in the first column pins that scale, so the
+    main path and the largest stack of removals both fit, and tiny removals keep room for their labels."""
+    main = [n for n in names if not any(e.target == n and e.kind in SIDE_KINDS for e in edges)]
+    # The last column's labels are drawn to its left: give that gap double width so they do not collide.
+    column = {n: i + (1 if i == len(main) - 1 and i > 1 else 0) for i, n in enumerate(main)}
+    last = max(1, max(column.values(), default=1))
+    value = {n: max(sum(e.documents for e in edges if e.target == n), sum(e.documents for e in edges if e.source == n))
+             for n in names}
+    ky = MAIN_PX / max(1, max((value[n] for n in main), default=1))
     sinks: dict[str, list[str]] = {}
     for e in edges:
-        if e.kind in side:
+        if e.kind in SIDE_KINDS:
             sinks.setdefault(e.source, []).append(e.target)
-    last = max(1, len(main) - 1)
+    stack_px = max((sum(value[t] for t in ts) * ky + (len(ts) - 1) * SINK_GAP_PX for ts in sinks.values()), default=0)
+    plot_px = MAIN_PX + MAIN_GAP_PX + stack_px + 8
+    # Every other column must allow at least this scale (d3-sankey takes the minimum over columns).
+    depth = _depths(names, edges)
+    for d in set(depth.values()):
+        members = [n for n in names if depth[n] == d]
+        need = sum(value[n] for n in members) * ky + (len(members) - 1) * NODE_PAD_PX
+        plot_px = max(plot_px, need + 1)
+    spacer = (plot_px - NODE_PAD_PX) / ky - sum(value[n] for n in names if depth[n] == 0)
     x = {n: 0.001 + 0.998 * column[n] / last for n in main}
-    y = {n: 0.2 for n in main}
+    y = {n: value[n] * ky / 2 / plot_px for n in main}
+    top = (MAIN_PX + MAIN_GAP_PX) / plot_px
     for source, targets in sinks.items():
-        for i, target in enumerate(targets):
+        cursor = top
+        for target in targets:
+            height = value[target] * ky / plot_px
             x[target] = min(0.999, x[source] + 0.5 / last)
-            y[target] = 0.5 + 0.49 * i / (len(targets) - 1) if len(targets) > 1 else 0.6
-    return [x[n] for n in names], [y[n] for n in names]
+            y[target] = cursor + height / 2
+            cursor += height + SINK_GAP_PX / plot_px
+    return SankeyLayout([x[n] for n in names], [y[n] for n in names], spacer, int(plot_px))
 
 
 def pipeline_figure(data: RunData, edges: list[Edge]):
     import plotly.graph_objects as go
 
     labels = node_labels(data, edges)
-    names = list(dict.fromkeys(n for e in edges for n in (e.source, e.target)))
-    index = {n: i for i, n in enumerate(names)}
     shown = [e for e in edges if e.documents > 0]
+    names = list(dict.fromkeys(n for e in shown for n in (e.source, e.target)))
+    index = {n: i for i, n in enumerate(names)}
     color_of = {"kept": "rgba(42,157,143,0.35)", "removed": "rgba(231,111,81,0.45)",
                 "quarantined": "rgba(155,93,229,0.45)", "tokens": "rgba(69,123,157,0.45)",
                 "val": "rgba(244,162,97,0.5)", "model": "rgba(29,53,87,0.45)"}
     node_color = []
     for n in names:
-        kinds = {e.kind for e in edges if e.target == n}
+        kinds = {e.kind for e in shown if e.target == n}
         node_color.append(PALETTE["removed"] if "removed" in kinds else PALETTE["quarantined"]
                           if "quarantined" in kinds else PALETTE["model"] if n == "model" else PALETTE["step"])
-    x, y = node_positions(names, edges)
+    layout = sankey_layout(names, shown)
+    # The invisible flow: two transparent nodes at the bottom of the first two columns.
+    spacer_nodes = [len(names), len(names) + 1]
     fig = go.Figure(go.Sankey(
-        arrangement="snap",
-        node={"label": [labels.get(n, n) for n in names], "color": node_color, "pad": 6, "thickness": 14,
-              "x": x, "y": y},
-        link={"source": [index[e.source] for e in shown], "target": [index[e.target] for e in shown],
-              "value": [e.documents for e in shown], "color": [color_of.get(e.kind) for e in shown],
-              "customdata": [(f"{e.tokens:,} tokens" if e.tokens is not None else "") for e in shown],
+        arrangement="fixed",
+        node={"label": [labels.get(n, n) for n in names] + ["", ""],
+              "color": node_color + ["rgba(0,0,0,0)"] * 2, "pad": NODE_PAD_PX, "thickness": 14,
+              "x": layout.x + [0.001, layout.x[index[shown[0].target]]], "y": layout.y + [0.999, 0.999],
+              "line": {"width": 0},
+              "hoverinfo": "none"},
+        link={"source": [index[e.source] for e in shown] + [spacer_nodes[0]],
+              "target": [index[e.target] for e in shown] + [spacer_nodes[1]],
+              "value": [e.documents for e in shown] + [max(layout.spacer, 0.0)],
+              "color": [color_of.get(e.kind) for e in shown] + ["rgba(0,0,0,0)"],
+              "customdata": [(f"{e.tokens:,} tokens" if e.tokens is not None else "") for e in shown] + [""],
               "hovertemplate": "%{source.label} → %{target.label}<br>%{value:,} documents<br>%{customdata}"
                                "<extra></extra>"},
     ))
-    widest = max(Counter(e.source for e in edges if e.kind in ("removed", "quarantined")).values(), default=1)
-    height = max(480, 300 + 18 * widest)
-    _base_layout(fig, "Pipeline: documents through every step, then tokens into shards and the model", height,
-                 font={"size": 11})
+    _base_layout(fig, "Pipeline: documents through every step, then tokens into shards and the model",
+                 layout.height_px + 95, font={"size": 11})
     return fig
 
 
