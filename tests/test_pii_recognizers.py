@@ -232,3 +232,18 @@ def test_titled_unknown_name_needs_ner(person):
 ])
 def test_street_address(text, expected):
     assert found(R.StreetAddressRecognizer(), text) == expected
+
+
+# -- Chinese names ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,expected", [
+    ("如有疑问，请联系骆敏，手机号码", ["骆敏"]),
+    ("请将合同寄到某地，收件人张丽华。", ["张丽华"]),
+    ("不过服务很好。仇桂芳的身份证号码是", ["仇桂芳"]),
+    ("客户欧阳明月（身份证", ["欧阳明月"]),
+    ("\n姓名：亢金凤\nIP：1", ["亢金凤"]),
+    ("王者荣耀很好玩，张家界的风景也不错。", []),      # surname characters without a cue
+    ("请查看联系方式：电话或邮件。客户关系管理", []),
+])
+def test_chinese_person(text, expected):
+    assert found(R.ChinesePersonNameRecognizer(), text) == expected

@@ -225,3 +225,21 @@ def test_dev_set_bars(step):
     for (loc, etype), (k, n) in s["precision"].items():
         if loc == "all":
             assert k / n >= 0.95, (etype, k, n)
+
+
+def test_errors_do_not_quote_the_text(monkeypatch):
+    from transforms import pii_recognizers as R
+    from transforms.pii import PiiStepError
+
+    def explode(self, match, text):
+        raise ValueError(f"cannot parse {match.group()!r} in {text!r}")
+
+    monkeypatch.setattr(R.EmailAddressRecognizer, "score", explode)
+    step = PiiStep(PiiConfig(ner="off"))
+    docs = pii_docs()
+    with pytest.raises(PiiStepError) as info:
+        step.apply(docs)
+    message = str(info.value)
+    assert "id=1" in message and "ValueError" in message
+    assert not any(v in message for v in PII_VALUES)
+    assert info.value.__cause__ is None and info.value.__suppress_context__

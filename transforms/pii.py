@@ -199,7 +199,7 @@ class PiiEngine:
         nlp_engine = NoOpNlpEngine(models=[{"lang_code": R.LANGUAGE, "model_name": "none"}])
         nlp_engine.load()
         self.analyzer = AnalyzerEngine(registry=registry, nlp_engine=nlp_engine, supported_languages=[R.LANGUAGE],
-                                       context_aware_enhancer=_NoContextEnhancer())
+                                       context_aware_enhancer=_no_context_enhancer())
         self.anonymizer = AnonymizerEngine()
         self._operators = self._build_operators()
         self._language = R.LANGUAGE
@@ -272,6 +272,17 @@ class PiiEngine:
         return [PiiResult(spans, self.mask(t, spans)) for t, spans in zip(texts, self.analyze(texts))]
 
 
+class PiiStepError(RuntimeError):
+    """A failure inside Presidio or a recognizer. Carries the document id and the error type only: the original
+    message (and its traceback chain) may quote the text, so it is not passed on."""
+
+    def __init__(self, doc_id, err: BaseException):
+        super().__init__(f"PII step failed on document id={doc_id!r}: {type(err).__name__} "
+                         f"(message withheld: it may contain personal data)")
+        self.doc_id = doc_id
+        self.error_type = type(err).__name__
+
+
 class PiiStep:
     """DocStep: annotate ``annotations.pii`` (counts per entity type), mask ``text``, drop on the max_spans policy.
 
@@ -301,7 +312,10 @@ class PiiStep:
     def process(self, docs: Sequence[Doc]) -> tuple[list[PiiResult], list[str | None]]:
         """Analyze and mask; return the results (with offsets into the ORIGINAL texts) and removal reasons."""
         texts = [d["text"] for d in docs]
-        results = self.engine.process(texts)
+        try:
+            results = self.engine.process(texts)
+        except Exception as err:  # noqa: BLE001 - re-raised without the message, which may quote the text
+            raise PiiStepError(self._failing_doc(docs), err) from None
         reasons: list[str | None] = []
         max_spans = self.cfg.max_spans
         for doc, res in zip(docs, results):
@@ -312,6 +326,14 @@ class PiiStep:
 
     def apply(self, docs: Sequence[Doc]) -> list[str | None]:
         return self.process(docs)[1]
+
+    def _failing_doc(self, docs: Sequence[Doc]):
+        for doc in docs:
+            try:
+                self.engine.process([doc["text"]])
+            except Exception:  # noqa: BLE001
+                return doc.get("id")
+        return None
 
     def __getstate__(self):  # Beam pickles the step; engines are rebuilt in setup() on the worker
         return {"cfg": self.cfg, "_engine": None}
@@ -331,16 +353,16 @@ def engine_description(cfg: PiiConfig | None = None) -> str:
 
 
 def _load_ner_only(model_name: str):
+    """The spaCy pipeline with only ``ner`` (and any component it listens to) enabled.
+
+    en_core_web_sm's NER carries its own tok2vec, so tagger, parser, lemmatizer and attribute ruler are excluded:
+    Presidio's default engine runs them all on every document and uses none of them for PERSON.
+    """
     import spacy
 
     nlp = spacy.load(model_name)
-    # Keep NER and whatever it listens to; everything else (tagger, parser, lemmatizer...) is dead weight here.
-    keep = {"ner"}
-    ner = nlp.get_pipe("ner")
-    listened = {name for name, pipe in nlp.pipeline if hasattr(pipe, "listening_components")
-                and "ner" in getattr(pipe, "listening_components", [])}
-    keep |= listened
-    del ner
+    keep = {"ner"} | {name for name, pipe in nlp.pipeline
+                      if "ner" in getattr(pipe, "listening_components", [])}
     drop = [name for name in nlp.pipe_names if name not in keep]
     return spacy.load(model_name, exclude=drop)
 
@@ -351,16 +373,12 @@ def _nlp_artifacts_class():
     return NlpArtifacts
 
 
-class _NoContextEnhancerBase:
-    pass
-
-
-def _make_no_context_enhancer():
+def _no_context_enhancer():
+    """Presidio's lemma-based context enhancer, switched off: corpusmill's recognizers check their context words
+    on the raw text themselves (which also works in Chinese and German)."""
     from presidio_analyzer.context_aware_enhancers import ContextAwareEnhancer
 
     class NoContextEnhancer(ContextAwareEnhancer):
-        """Context is handled inside corpusmill's recognizers on the raw text (works for CJK too)."""
-
         def __init__(self):
             super().__init__(context_similarity_factor=0.0, min_score_with_context_similarity=0.0,
                              context_prefix_count=0, context_suffix_count=0)
@@ -369,10 +387,6 @@ def _make_no_context_enhancer():
             return raw_results
 
     return NoContextEnhancer()
-
-
-def _NoContextEnhancer():
-    return _make_no_context_enhancer()
 
 
 def _quiet_third_party_loggers() -> None:

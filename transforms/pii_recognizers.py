@@ -745,11 +745,49 @@ class PersonNameRecognizer(EntityRecognizer):
         return results
 
 
+# The commonest Chinese family names (the Hundred Family Surnames' frequent single names and the compound ones),
+# covering the large majority of the population.
+_CN_SURNAMES_1 = ("王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘于蒋蔡余杜叶程苏魏吕丁任沈"
+                  "姚卢姜崔钟谭陆汪范金石廖贾夏韦付方白邹孟熊秦邱江尹薛闫段雷侯龙史陶黎贺顾毛郝龚邵万钱严覃武戴莫孔向"
+                  "汤常温康施文牛樊葛邢安齐易乔伍庞颜倪庄聂章鲁岳翟殷詹申欧耿关兰焦俞左柳甘祝包宁尚符舒阮柯纪梅童凌毕"
+                  "单季裴霍涂成苗谷盛曲翁冉骆蓝路游辛靳管柴蒙鲍华喻祁蒲房滕屈饶解牟艾尤阳时穆农司卓古吉缪简车项连芦麦"
+                  "褚娄窦戚岑景党宫费卜冷晏席卫米柏宗瞿桂全佟应臧闵苟邬边卞姬师和仇栾隋商刁沙荣巫寇桑郎甄丛仲虞敖巩明"
+                  "佘池查麻苑迟邝")
+_CN_SURNAMES_2 = ("欧阳", "司马", "上官", "诸葛", "东方", "皇甫", "尉迟", "公孙", "慕容", "长孙", "宇文", "司徒", "令狐",
+                  "夏侯", "轩辕", "端木", "西门", "南宫", "独孤", "申屠")
+_CN_SURNAME = "(?:" + "|".join(_CN_SURNAMES_2) + "|[" + _CN_SURNAMES_1 + "])"
+_CN_GIVEN = r"[\u4e00-\u9fff]{1,2}?"
+_CN_NAME_END = r"(?=[，。、；：:（(\s！？]|$)"
+_CN_PERSON_AFTER_CUE = re.compile(
+    r"(?:联系人?|收件人|收货人|寄件人|客户|患者|乘客|户主|持卡人|申请人)(?!方式|方法|时间|关系|电话)"
+    rf"(?P<value>{_CN_SURNAME}{_CN_GIVEN}){_CN_NAME_END}")
+# A "name:" field label says what follows is a name, whatever the family name.
+_CN_PERSON_FIELD = re.compile(r"姓名[：:]\s*(?P<value>[\u4e00-\u9fff·]{2,6})(?=[\s，。；,;]|$)")
+_CN_PERSON_BEFORE_CUE = re.compile(
+    rf"(?:^|(?<=[。！？，；\n]))(?P<value>{_CN_SURNAME}{_CN_GIVEN})"
+    r"(?=的(?:身份证|手机|电话|邮箱|地址|银行卡)|[，,]\s*(?:出生|身份证|手机|电话)|先生|女士|（身份证)")
+
+
+class ChinesePersonNameRecognizer(_RegexRecognizer):
+    """Chinese full names (family name + one or two characters) where the text says a person is meant: right
+    after 联系/收件人/客户/姓名：…, or right before 的身份证/的手机/，出生…/先生/女士. Without such a cue a
+    surname character is far too common to decide on."""
+
+    ENTITY = "PERSON"
+    PATTERNS = (_CN_PERSON_AFTER_CUE, _CN_PERSON_BEFORE_CUE, _CN_PERSON_FIELD)
+
+    def quick_check(self, text):
+        return any("\u4e00" <= c <= "\u9fff" for c in text)
+
+    def score(self, m, text):
+        return 0.8
+
+
 def default_recognizers(given_names: frozenset[str] | None = None) -> list[EntityRecognizer]:
     """Every corpusmill recognizer, one instance each."""
     return [
         EmailAddressRecognizer(), WebUrlRecognizer(), IpAddressRecognizer(), PaymentCardRecognizer(), IbanCodeRecognizer(),
         UsSocialSecurityRecognizer(), UkNationalInsuranceRecognizer(), CnResidentIdRecognizer(), CnMobileRecognizer(), PhoneNumberRecognizer(),
-        DateOfBirthRecognizer(), StreetAddressRecognizer(),
+        DateOfBirthRecognizer(), StreetAddressRecognizer(), ChinesePersonNameRecognizer(),
         PersonNameRecognizer(load_given_names() if given_names is None else given_names),
     ]
