@@ -189,3 +189,29 @@ def test_pause_waits_for_resume_signal_and_cli(tmp_path):
     assert not resume_requested(run_dir, later)
     request_resume(run_dir)
     assert resume_requested(run_dir, paused_at)
+
+
+def test_respond_checkpoints_then_pauses_or_stops(tmp_path):
+    from trainer_bridge.alerts import ACTION_CODES, action_code, respond
+
+    saved, said = [], []
+    assert not respond(ACTION_CODES["warn"], run_dir=tmp_path, checkpoint=lambda: saved.append(1), say=said.append)
+    assert saved == [] and said == []
+    assert respond(ACTION_CODES["stop"], run_dir=tmp_path, checkpoint=lambda: saved.append("stop"), say=said.append)
+    assert saved == ["stop"] and "stopped by an alert" in said[-1]
+
+    alert = RuleState(only("gpu_temperature", action="pause")).evaluate(3, {"gpu_temperature_c": 99}, 0.0)
+    assert action_code(alert) == ACTION_CODES["pause"]
+    outcome = []
+    worker = threading.Thread(target=lambda: outcome.append(respond(
+        action_code(alert), run_dir=tmp_path, checkpoint=lambda: saved.append("pause"), poll_s=0.01,
+        alert=alert[0], say=said.append)))
+    worker.start()
+    time.sleep(0.1)
+    assert worker.is_alive() and saved[-1] == "pause" and (tmp_path / "train" / "PAUSED").exists()
+    assert "corpusmill resume" in said[-1]
+    paused = json.loads((tmp_path / "train" / "PAUSED").read_text())
+    assert paused["alert"]["rule"] == "gpu_temperature"
+    request_resume(tmp_path)
+    worker.join(5)
+    assert outcome == [False] and said[-1] == "resumed"

@@ -350,3 +350,32 @@ def wait_for_resume(run_dir: Path, paused_at: float, poll_s: float = 5.0, timeou
     except FileNotFoundError:
         pass  # another rank removed it first
     return True
+
+
+# -------------------------------------------------------------------------------------------- in the loop
+
+ACTION_CODES = {None: 0, "warn": 1, "pause": 2, "stop": 3}
+
+
+def action_code(alerts: list[Alert]) -> int:
+    """An integer the ranks can max-reduce, so all of them take the most severe action any of them saw."""
+    return ACTION_CODES[most_severe(alerts)]
+
+
+def respond(code: int, *, run_dir: Path, checkpoint, poll_s: float = 5.0, alert: Alert | None = None,
+            say=print) -> bool:
+    """Carry out an agreed action on every rank. ``warn``: nothing. ``pause``: ``checkpoint()``, then wait for
+    ``corpusmill resume RUN_DIR``. ``stop``: ``checkpoint()``. Returns True when training must end."""
+    if code < ACTION_CODES["pause"]:
+        return False
+    checkpoint()
+    if code >= ACTION_CODES["stop"]:
+        say(f"stopped by an alert{f' ({alert.rule}: {alert.message})' if alert else ''}; checkpoint saved, "
+            f"re-run to resume")
+        return True
+    paused_at = mark_paused(run_dir, alert)
+    say(f"paused by an alert{f' ({alert.rule}: {alert.message})' if alert else ''}; checkpoint saved. "
+        f"Continue with: corpusmill resume {run_dir}")
+    wait_for_resume(run_dir, paused_at, poll_s)
+    say("resumed")
+    return False
