@@ -70,7 +70,11 @@ def plain_loop_step_times(cfg: TrainConfig, batch, steps: int) -> list[float]:
 
 def main() -> None:
     torch.set_num_threads(1)
-    work = Path(tempfile.mkdtemp(prefix="bench_trainer_"))
+    with tempfile.TemporaryDirectory(prefix="bench_trainer_") as tmp:
+        run(Path(tmp))
+
+
+def run(work: Path) -> None:
     shards = work / "shards"
     write_synthetic_shards(shards, seq_len=SEQ_LEN, vocab_size=VOCAB, train_docs=4000, val_docs=20,
                            min_doc_len=16, max_doc_len=120, fill=0.95, rows_per_shard=256)

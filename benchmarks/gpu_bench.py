@@ -57,7 +57,11 @@ def main() -> int:
               file=sys.stderr)
         return 2
     started = time.perf_counter()
-    work = Path(tempfile.mkdtemp(prefix="gpu_bench_"))
+    with tempfile.TemporaryDirectory(prefix="gpu_bench_") as tmp:
+        return measure(args, Path(tmp), started)
+
+
+def measure(args: argparse.Namespace, work: Path, started: float) -> int:
     rows_needed = args.global_batch * (args.steps + 2)
     # Documents of 64..3000 tokens (cut at seq_len), greedily packed: realistic document structure.
     write_synthetic_shards(work / "shards", seq_len=args.seq_len, vocab_size=32000,
