@@ -69,6 +69,7 @@ class RunData:
     shards: dict | None = None
     metrics: list[dict] = field(default_factory=list)
     relogged_steps: int = 0
+    restarts: list[dict] = field(default_factory=list)
     alerts: list[dict] = field(default_factory=list)
     recovery: list[dict] = field(default_factory=list)
     docs: DocStats | None = None
@@ -230,6 +231,26 @@ def dedupe_metrics(records: list[dict]) -> tuple[list[dict], int]:
     return [by_step[s] for s in sorted(by_step)], relogged
 
 
+def find_restarts(records: list[dict]) -> list[dict]:
+    """Restarts show in metrics.jsonl as a step that does not follow the one before it (the resumed process
+    re-logs from its checkpoint). With record times, the gap from the last step before to the first step after
+    bounds the recovery time (failure → first completed step)."""
+    restarts = []
+    previous = None
+    for record in records:
+        step = record.get("step")
+        if not isinstance(step, int) or isinstance(step, bool):
+            continue
+        if previous is not None and step <= previous["step"]:
+            before, after = _number(previous.get("time")), _number(record.get("time"))
+            restarts.append({"last step before": previous["step"], "first step after": step,
+                             "steps redone": previous["step"] - step + 1,
+                             "seconds between them": round(after - before, 2) if before is not None and
+                             after is not None else None})
+        previous = record
+    return restarts
+
+
 def load_run(run_dir: Path, cfg: ReportConfig | None = None) -> RunData:
     cfg = cfg or ReportConfig()
     run_dir = Path(run_dir)
@@ -240,7 +261,9 @@ def load_run(run_dir: Path, cfg: ReportConfig | None = None) -> RunData:
     data.shards = _read_json(run_dir / "shards" / "manifest.json", p)
     if data.shards is not None:
         fill_split_documents(run_dir / "shards", data.shards, p)
-    data.metrics, data.relogged_steps = dedupe_metrics(_read_jsonl(run_dir / "train" / "metrics.jsonl", p))
+    raw_metrics = _read_jsonl(run_dir / "train" / "metrics.jsonl", p)
+    data.restarts = find_restarts(raw_metrics)
+    data.metrics, data.relogged_steps = dedupe_metrics(raw_metrics)
     data.alerts = _read_jsonl(run_dir / "train" / "alerts.jsonl", p)
     data.recovery = _read_jsonl(run_dir / "train" / "recovery.jsonl", p)
     data.docs = scan_documents(run_dir, cfg.max_docs_scanned, p)
@@ -771,9 +794,15 @@ def training_section(data: RunData) -> str:
              ("rollbacks", last.get("rollbacks")), ("alerts", len(data.alerts))]
     if data.relogged_steps:
         facts.append(("steps re-logged after a resume", data.relogged_steps))
+    if data.restarts:
+        facts.append(("restarts", len(data.restarts)))
     body = _table(("", ""), facts, "train-facts")
     body += "".join(_chart(n, f) for n, f in figures) + "".join(_missing(n) for n in notes)
     body += alerts_body(data)
+    if data.restarts:
+        keys = list(data.restarts[0])
+        body += "<h3>Restarts seen in metrics.jsonl</h3>" + _table(
+            keys, ([r[k] for k in keys] for r in data.restarts), "restarts")
     if data.recovery:
         keys = list(dict.fromkeys(k for r in data.recovery for k in r))
         body += "<h3>Restarts and recovery</h3>" + _table(keys, ([r.get(k) for k in keys] for r in data.recovery),

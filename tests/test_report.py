@@ -377,10 +377,12 @@ def test_report_edge_cases(tmp_path):
                                                     "kept": 0, "accounting": {"balanced": True}}))
     (run_dir / "train").mkdir()
     lines = [{"step": s, "loss": 3.0 - 0.1 * s} for s in (0, 1, 2, 1, 2, 3)]  # crashed after 2, resumed from 1
+    lines[2]["time"], lines[3]["time"] = 100.0, 112.5
     (run_dir / "train" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     page = parse(build_report(run_dir))
     assert "pipeline" not in page.charts and any("No document was read" in m for m in page.missing)
     assert page.charts == ["loss"]
     facts = dict(page.tables["train-facts"][1:])
     assert number(facts["steps logged"]) == 4 and number(facts["steps re-logged after a resume"]) == 2
+    assert page.tables["restarts"][1:] == [["2", "1", "2", "12.5"]]
     assert '"xaxis":{"title":{"text":"step"}' in (run_dir / "report.html").read_text().replace(" ", "")
