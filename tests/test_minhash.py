@@ -1,0 +1,133 @@
+"""MinHash / SimHash cores: datasketch compatibility, shingling (incl. CJK), estimates, bucket keys."""
+import itertools
+import random
+
+import numpy as np
+import pytest
+from datasketch import MinHash
+
+from transforms import minhash, simhash
+
+TEXT = ("Augmented assignment is the combination, in a single statement, of a binary operation and an "
+        "assignment statement. An augmented assignment evaluates the target only once.")
+
+
+def _shingles_py(tokens, n):
+    """Reference shingle set, plain Python strings."""
+    n = min(n, len(tokens))
+    return {" ".join(tokens[i:i + n]) for i in range(len(tokens) - n + 1)}
+
+
+@pytest.mark.parametrize("scheme", ["affine32", "legacy"])
+def test_signature_equals_datasketch_on_the_same_hash_values(scheme):
+    tokens, _ = minhash.tokenize(TEXT)
+    hashes32 = minhash.to_hash32(minhash.shingle_hashes(tokens, 5), "fast")
+    reference = MinHash(num_perm=128, seed=7, hashfunc=lambda value: value, scheme=scheme)
+    reference.update_batch([int(h) for h in hashes32])
+    mine = minhash.MinHasher(num_perm=128, seed=7, scheme=scheme, chunk=5).signature(hashes32)  # several chunks
+    assert np.array_equal(mine, reference.hashvalues.astype(np.uint32))
+
+
+def test_sha1_shingles_give_datasketchs_default_signature_bit_for_bit():
+    tokens, _ = minhash.tokenize(TEXT)
+    reference = MinHash(num_perm=64, seed=3)  # default scheme and default sha1_hash32
+    for shingle in sorted(_shingles_py(tokens, 5)):
+        reference.update(shingle.encode("utf-8"))
+    mine = minhash.MinHasher(num_perm=64, seed=3).signature(
+        minhash.to_hash32(minhash.shingle_hashes_sha1(tokens, 5), "sha1"))
+    assert np.array_equal(mine, reference.hashvalues)
+
+
+def test_different_seeds_give_different_signatures():
+    hashes32 = minhash.to_hash32(minhash.shingle_hashes(minhash.tokenize(TEXT)[0], 5), "fast")
+    assert not np.array_equal(minhash.MinHasher(seed=1).signature(hashes32), minhash.MinHasher(seed=2).signature(hashes32))
+
+
+def test_lsh_params_match_datasketch():
+    lsh = pytest.importorskip("datasketch.lsh")
+    if not hasattr(lsh, "_optimal_param"):
+        pytest.skip("datasketch no longer exposes _optimal_param")
+    for threshold, num_perm in [(0.8, 128), (0.7, 128), (0.5, 64), (0.9, 256)]:
+        assert minhash.lsh_params(threshold, num_perm) == lsh._optimal_param(threshold, num_perm, 0.5, 0.5)
+
+
+def test_tokenize_normalizes_and_splits_cjk_into_characters():
+    tokens, n_cjk = minhash.tokenize("Ｆｕｌｌ-width ＡＢＣ and 中文文本，mixed 混合カタカナ")
+    assert tokens[:3] == ["full", "width", "abc"]  # NFKC + lower-case
+    assert tokens[4:8] == ["中", "文", "文", "本"] and "mixed" in tokens and tokens[-4:] == ["カ", "タ", "カ", "ナ"]
+    assert n_cjk == 10
+    assert minhash.choose_ngram(len(tokens), n_cjk, word_ngram=5, cjk_ngram=4) == 4
+    assert minhash.choose_ngram(10, 2, word_ngram=5, cjk_ngram=4) == 5
+    assert minhash.tokenize("plain ascii, Words_1 here")[0] == ["plain", "ascii", "words_1", "here"]
+
+
+def test_shingle_hash_sets_give_the_exact_jaccard_of_the_string_sets():
+    rng = random.Random(0)
+    words = TEXT.split() * 3
+    for _ in range(20):
+        a = [rng.choice(words) for _ in range(rng.randint(1, 60))]
+        b = a[:] if rng.random() < 0.5 else [rng.choice(words) for _ in range(rng.randint(1, 60))]
+        for i in range(len(b) // 10):
+            b[rng.randrange(len(b))] = rng.choice(words)
+        ta, tb = minhash.tokenize(" ".join(a))[0], minhash.tokenize(" ".join(b))[0]
+        sa, sb = _shingles_py(ta, 5), _shingles_py(tb, 5)
+        expected = len(sa & sb) / len(sa | sb)
+        got = minhash.exact_jaccard(minhash.shingle_hashes(ta, 5), minhash.shingle_hashes(tb, 5))
+        assert got == pytest.approx(expected)
+        assert len(minhash.shingle_hashes(ta, 5)) == len(sa)  # no collisions, one hash per distinct shingle
+
+
+def test_short_texts_are_one_shingle_and_empty_texts_none():
+    assert len(minhash.shingle_hashes(["one", "two"], 5)) == 1
+    assert len(minhash.shingle_hashes([], 5)) == 0
+    # the shingle of a short text never equals a full-length shingle of a longer one
+    longer = minhash.shingle_hashes(["a", "b", "c", "d", "e", "a", "b"], 5)
+    assert minhash.shingle_hashes(["a", "b"], 5)[0] not in set(longer)
+
+
+def test_minhash_estimate_tracks_exact_jaccard():
+    rng = np.random.default_rng(1)
+    universe = rng.integers(0, 2**63, 4000, dtype=np.uint64)
+    hasher = minhash.MinHasher(num_perm=256)
+    for overlap in (0.5, 0.8, 0.95):
+        k = int(2000 * overlap)
+        a = np.unique(universe[:2000])
+        b = np.unique(np.concatenate([universe[:k], universe[2000:2000 + 2000 - k]]))
+        exact = minhash.exact_jaccard(a, b)
+        estimate = minhash.estimated_jaccard(hasher.signature(minhash.to_hash32(a, "fast")),
+                                             hasher.signature(minhash.to_hash32(b, "fast")))
+        assert abs(estimate - exact) < 0.08
+
+
+def test_band_keys_are_per_band_and_deterministic():
+    sig = minhash.MinHasher().signature(minhash.to_hash32(minhash.shingle_hashes(minhash.tokenize(TEXT)[0], 5), "fast"))
+    keys = minhash.band_keys(sig, 9, 13)
+    assert len(set(keys)) == 9 and keys == minhash.band_keys(sig.copy(), 9, 13)
+    other = sig.copy()
+    other[0] ^= 1  # only band 0 changes
+    assert [a == b for a, b in zip(keys, minhash.band_keys(other, 9, 13))] == [False] + [True] * 8
+
+
+def test_simhash_is_close_for_near_copies_and_far_for_unrelated_text():
+    tokens = minhash.tokenize(TEXT * 5)[0]
+    base = simhash.simhash(minhash.shingle_hashes(tokens, 3))
+    edited = tokens[:]
+    edited[10] = "replaced"
+    near = simhash.simhash(minhash.shingle_hashes(edited, 3))
+    far = simhash.simhash(minhash.shingle_hashes(minhash.tokenize("completely different words about gardens, "
+                                                                  "tomatoes and the weather in spring")[0], 3))
+    assert simhash.hamming(base, near) < simhash.hamming(base, far)
+    assert simhash.similarity(base, base) == 1.0
+
+
+def test_simhash_bucket_keys_never_miss_a_pair_within_the_distance():
+    rng = random.Random(5)
+    for _ in range(300):
+        value = rng.getrandbits(64)
+        flipped = value
+        for bit in rng.sample(range(64), rng.randint(0, 3)):
+            flipped ^= 1 << bit
+        assert set(simhash.bucket_keys(value, 6, 3)) & set(simhash.bucket_keys(flipped, 6, 3))
+    assert len(simhash.bucket_keys(0, 6, 3)) == len(list(itertools.combinations(range(6), 3)))
+    with pytest.raises(ValueError, match="max_distance"):
+        simhash.bucket_keys(0, 3, 3)
