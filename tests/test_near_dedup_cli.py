@@ -1,0 +1,51 @@
+"""`corpusmill dedup`: one line per input document with the reported id, its cluster and whether it is kept."""
+import gzip
+import json
+from pathlib import Path
+
+from pipelines.cli import main
+
+DEMO_CORPUS = Path(__file__).resolve().parents[1] / "data/demo/corpus.jsonl.gz"
+
+
+def _write_input(path: Path) -> list[dict]:
+    with gzip.open(DEMO_CORPUS, "rt", encoding="utf-8") as fh:
+        texts = [r["text"] for r in map(json.loads, fh) if r["lang"] == "en" and len(r["text"]) > 1500][:8]
+    records = [{"id": f"doc-{i}", "text": t, "source": "demo"} for i, t in enumerate(texts)]
+    records += [{"id": "copy-of-2", "text": texts[2] + "\n\nShare this page"},
+                {"id": "copy-of-5", "text": texts[5].replace(" the ", " a ", 3)}]
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        for rec in records:
+            fh.write(json.dumps(rec) + "\n")
+        fh.write("{not json\n")  # quarantined by the reader, never a crash
+    return records
+
+
+def test_dedup_command_writes_one_line_per_document(tmp_path, capsys):
+    records = _write_input(tmp_path / "in.jsonl.gz")
+    out = tmp_path / "clusters.jsonl"
+    code = main(["dedup", str(tmp_path / "in.jsonl.gz"), "--out", str(out), "--runner", "inprocess",
+                 "--set", "near_dedup.threshold=0.8", "--set", "dedup.resolution=rank"])
+    assert code == 0
+    rows = {row["id"]: row for row in map(json.loads, out.read_text(encoding="utf-8").splitlines())}
+    assert set(rows) == {r["id"] for r in records}
+    # ids are hashes of the input position, so either member of a pair may be the kept one
+    for original, copy in (("doc-2", "copy-of-2"), ("doc-5", "copy-of-5")):
+        pair = [rows[original], rows[copy]]
+        assert rows[original]["cluster"] == rows[copy]["cluster"] in (original, copy)
+        assert sorted(r["kept"] for r in pair) == [False, True]
+        assert all(r["kept"] == (r["cluster"] == r["id"]) for r in pair)
+    others = [f"doc-{i}" for i in range(8) if i not in (2, 5)]
+    assert all(rows[i] == {"id": i, "cluster": i, "kept": True} for i in others)
+    assert "1 quarantined" in capsys.readouterr().err
+
+
+def test_dedup_command_reports_bad_settings_by_name(tmp_path, capsys):
+    _write_input(tmp_path / "in.jsonl.gz")
+    code = main(["dedup", str(tmp_path / "in.jsonl.gz"), "--out", str(tmp_path / "o.jsonl"),
+                 "--set", "near_dedup.verify=sometimes"])
+    assert code == 2 and "near_dedup.verify" in capsys.readouterr().err
+    code = main(["dedup", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o.jsonl")])
+    assert code == 2 and "missing.jsonl" in capsys.readouterr().err
+    code = main(["dedup", str(tmp_path / "in.jsonl.gz"), "--out", str(tmp_path / "o.jsonl"), "--set", "quality.x=1"])
+    assert code == 2 and "near_dedup.KEY" in capsys.readouterr().err
