@@ -336,11 +336,11 @@ class Trainer:
 
     def _rollback(self, bad_step: int, reason: str) -> None:
         cfg = self.cfg.guards
-        path = latest_checkpoint(self.out_dir / "checkpoints") if self.checkpointer else None
+        path = None
         if self.checkpointer is not None:
-            self.checkpointer.wait()
+            self.checkpointer.wait()  # an async save in flight may be the newest healthy state
             if self.runtime.distributed:
-                dist.barrier()
+                dist.barrier()  # rank 0 has promoted it before anyone reads 'latest'
             path = latest_checkpoint(self.out_dir / "checkpoints")
         if cfg.on_persistent == "stop" or path is None or self.result.rollbacks >= cfg.max_rollbacks:
             why = ("guards.on_persistent is 'stop'" if cfg.on_persistent == "stop" else
