@@ -56,8 +56,11 @@ def test_tokenize_normalizes_and_splits_cjk_into_characters():
     assert tokens[:3] == ["full", "width", "abc"]  # NFKC + lower-case
     assert tokens[4:8] == ["中", "文", "文", "本"] and "mixed" in tokens and tokens[-4:] == ["カ", "タ", "カ", "ナ"]
     assert n_cjk == 10
-    assert minhash.choose_ngram(len(tokens), n_cjk, word_ngram=5, cjk_ngram=4) == 4
-    assert minhash.choose_ngram(10, 2, word_ngram=5, cjk_ngram=4) == 5
+    # mostly CJK: character units throughout, embedded Latin words spelled out
+    units, is_chars = minhash.shingle_units(*minhash.tokenize("中文文本 linux 内核文档"))
+    assert is_chars and units == list("中文文本linux内核文档")
+    units, is_chars = minhash.shingle_units(*minhash.tokenize("mostly english words with 中文 inside"))
+    assert not is_chars and units == ["mostly", "english", "words", "with", "中", "文", "inside"]
     assert minhash.tokenize("plain ascii, Words_1 here")[0] == ["plain", "ascii", "words_1", "here"]
 
 

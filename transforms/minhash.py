@@ -54,9 +54,13 @@ def tokenize(text: str) -> tuple[list[str], int]:
     return tokens, n_cjk
 
 
-def choose_ngram(n_tokens: int, n_cjk: int, word_ngram: int, cjk_ngram: int) -> int:
-    """Character n-grams for mostly-CJK documents, word n-grams otherwise."""
-    return cjk_ngram if n_cjk * 2 > n_tokens else word_ngram
+def shingle_units(tokens: list[str], n_cjk: int) -> tuple[list[str], bool]:
+    """The units shingles are made of: for a mostly-CJK document every word character (Latin words embedded in
+    Chinese text are spelled out too, so an edit costs the same anywhere in the text); otherwise the tokens
+    (words, with CJK characters as one-character words). Returns (units, is_character_level)."""
+    if n_cjk * 2 > len(tokens):
+        return [char for token in tokens for char in token], True
+    return tokens, False
 
 
 def _word_hash64(word: str) -> int:

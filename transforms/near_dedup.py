@@ -151,8 +151,8 @@ class SketchBuilder:
         self._word_cache: dict[str, int] = {}
 
     def shingles(self, text: str) -> np.ndarray:
-        tokens, n_cjk = minhash.tokenize(text)
-        ngram = minhash.choose_ngram(len(tokens), n_cjk, self.cfg.word_ngram, self.cfg.cjk_ngram)
+        tokens, is_characters = minhash.shingle_units(*minhash.tokenize(text))
+        ngram = self.cfg.cjk_ngram if is_characters else self.cfg.word_ngram
         if self.cfg.shingle_hash == "sha1":
             return minhash.shingle_hashes_sha1(tokens, ngram)
         if len(self._word_cache) > self._WORD_CACHE_LIMIT:
