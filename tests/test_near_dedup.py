@@ -401,3 +401,41 @@ def test_refresh_against_an_index_built_with_other_parameters_fails_clearly(tmp_
         NearDedup(NearDedupConfig(num_perm=64), None, [index])
     with pytest.raises(FileNotFoundError, match="not a near-dedup index"):
         NearDedup(NearDedupConfig(), None, [str(tmp_path)])
+
+
+def test_large_star_small_star_rounds_find_components_and_report_non_convergence():
+    from collections import defaultdict
+
+    from transforms.near_dedup import _both_directions, _component_label, _large_star, _small_star
+
+    class Counter:
+        value = 0
+
+        def inc(self, n=1):
+            self.value += n
+
+    def grouped(pairs):
+        groups = defaultdict(list)
+        for key, value in pairs:
+            groups[key].append(value)
+        return groups.items()
+
+    def components(edges, rounds):
+        graph = list(edges)
+        for _ in range(rounds):  # the same functions, in the same order, as the Beam graph
+            graph = [e for item in grouped(x for e in graph for x in _both_directions(e)) for e in _large_star(item)]
+            graph = [e for item in grouped(graph) for e in _small_star(item)]
+        not_converged = Counter()
+        labels = dict(x for item in grouped(y for e in graph for y in _both_directions(e))
+                      for x in _component_label(item, not_converged))
+        return labels, not_converged.value
+
+    rng = random.Random(3)
+    ids = rng.sample(range(10**6), 600)
+    chain = [(ids[i], ids[i + 1]) for i in range(299)]  # one long chain ...
+    star = [(ids[300], ids[j]) for j in range(301, 600)]  # ... and one big star
+    labels, not_converged = components(chain + star, NearDedupConfig().cc_max_rounds)
+    assert not_converged == 0
+    assert {labels[i] for i in ids[:300]} == {min(ids[:300])} and {labels[i] for i in ids[300:]} == {min(ids[300:])}
+    _, not_converged = components(chain, 1)
+    assert not_converged > 0  # too few rounds are reported, never silently trusted

@@ -82,7 +82,7 @@ class NearDedupConfig(BaseModel):
         200_000_000, ge=0, description="auto, when the caller passes the input size: the in-memory path up to this "
                                        "many input bytes (files as stored, plus earlier runs' index files), decided "
                                        "when the graph is built, which spares the run-time routing")
-    cc_max_rounds: int = Field(8, ge=1, le=64, description="large-star/small-star rounds of the Beam path")
+    cc_max_rounds: int = Field(12, ge=1, le=64, description="large-star/small-star rounds of the Beam path")
 
     @model_validator(mode="after")
     def _check(self) -> "NearDedupConfig":
