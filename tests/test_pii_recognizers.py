@@ -247,3 +247,52 @@ def test_street_address(text, expected):
 ])
 def test_chinese_person(text, expected):
     assert found(R.ChinesePersonNameRecognizer(), text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "Tel. (555) 123-4567", "call 555-123-4567 ext. 89", "+1 (555) 123-4567", "1-800-555-0199 toll free",
+    "020 7946 0018", "+44 20 7946 0018", "(020) 7946 0018", "mobile 07700 900123", "+44 7700 900123",
+    "030 12345678", "+49 30 12345678", "Telefon 030/12345678", "+49 (0)30 12345678", "0049 30 12345678",
+    "0171 1234567", "电话(010)62751234", "+86 10 6275 1234", "0755-86013388",
+])
+def test_phone_formats_per_country(text):
+    hits = found(R.PhoneNumberRecognizer(), text)
+    assert len(hits) == 1 and sum(c.isdigit() for c in hits[0]) >= 7
+
+
+def test_phone_shaped_number_after_phone_word_counts_even_if_unplaceable():
+    rec = R.PhoneNumberRecognizer()
+    assert found(rec, "erreichen Sie Frau Bärer unter 00793 008184.") == ["00793 008184"]
+    assert found(rec, "shipment 00793 008184 arrived") == []
+    assert found(rec, "on 3/4/2021 and 12/05/2020 at 1/2 speed") == []
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("held by Donald Green. Together", ["Donald Green"]),          # surnames that are also street words
+    ("name on file: Jonathan Meadows. Also", ["Jonathan Meadows"]),
+    ("lives at 12 Donald Green, Leeds", []),
+    ("Name: Laszlo Jacobi Jäckel\n", ["Laszlo Jacobi Jäckel"]),     # lexicon has "László"
+])
+def test_person_names_street_words_and_diacritics(person, text, expected):
+    assert found(person, text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "Copyright: 2017-2020, Facebook", "Boston, MA 02110-1301 USA", "ISBN 0-252-00918-5.",
+    "| 330 98 105 105 90 |", "Files: * Copyright: © 1994-2020 dbus",
+])
+def test_phone_false_positives_from_real_text(text):
+    assert found(R.PhoneNumberRecognizer(), text) == []
+
+
+def test_section_numbers_are_not_ips():
+    assert found(R.IpAddressRecognizer(), "见 第 9.2.1.4 节 and 6.5.1.1. Managing") == []
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("the terms of the GNU General Public License as published", []),     # "General": extremely rare name
+    ("eine Art von Geschäftsmodell vertreiben", []),                      # "Art": rare, and not in German use
+    ("Desktop und Software.\n\nName: Kläre Heintze\nKreditkarte", ["Kläre Heintze"]),  # rare, but German
+])
+def test_rare_given_names(person, text, expected):
+    assert found(person, text) == expected

@@ -14,6 +14,7 @@ on every document whatever its language (mixed-language documents included).
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import ipaddress
 import re
 import unicodedata
@@ -30,13 +31,22 @@ LANGUAGE = "en"  # the one Presidio registry key every corpusmill recognizer is 
 # Shared helpers
 
 
-def has_context(text: str, start: int, end: int, words: Iterable[str], before: int = 40, after: int = 0) -> bool:
+def has_context(text: str, start: int, end: int, words: tuple[str, ...], before: int = 40, after: int = 0) -> bool:
     """True when one of ``words`` (lower-case) occurs within ``before`` characters before the span (or ``after``
-    characters after it). Plain substring search, so it works for CJK context words too."""
+    characters after it). Latin words must start a word ("cell" is not found in "Purcell"); CJK words are found
+    anywhere, as Chinese has no spaces."""
     window = text[max(0, start - before):start].lower()
     if after:
         window += " " + text[end:end + after].lower()
-    return any(w in window for w in words)
+    return _context_regex(words).search(window) is not None
+
+
+@functools.lru_cache(maxsize=None)
+def _context_regex(words: tuple[str, ...]) -> re.Pattern:
+    latin = [re.escape(w) for w in words if w.isascii()]
+    other = [re.escape(w) for w in words if not w.isascii()]
+    parts = ([r"(?<![a-z])(?:" + "|".join(latin) + ")"] if latin else []) + other
+    return re.compile("|".join(parts))
 
 
 def luhn_valid(digits: str) -> bool:
@@ -153,8 +163,8 @@ _VERSION_CONTEXT = ("version", "ver.", "release", "v.", "python", "kernel", "lin
 
 
 class IpAddressRecognizer(_RegexRecognizer):
-    """IPv4 (octets ≤ 255) and IPv6 (validated by ``ipaddress``). A dotted quad right after a version word, or
-    starting with 0, is a version number, not an address."""
+    """IPv4 (octets ≤ 255) and IPv6 (validated by ``ipaddress``). A dotted quad right after a version word,
+    starting with 0, or made of single digits only, is a version or section number, not an address."""
 
     ENTITY = "IP_ADDRESS"
     PATTERNS = (_IPV4, _IPV6)
@@ -170,6 +180,8 @@ class IpAddressRecognizer(_RegexRecognizer):
                 return None
             if text[max(0, start - 1):start] in ("v", "V") or has_context(text, start, start, _VERSION_CONTEXT, 16):
                 return None
+            if all(len(octet) == 1 for octet in value.split(".")):
+                return None  # "6.5.1.1", "9.2.1.4": section and version numbers, not hosts
             return 0.9
         if value.count(":") < 2 or sum(c.isalnum() for c in value) < 4:
             return None
@@ -373,7 +385,7 @@ class CnResidentIdRecognizer(_RegexRecognizer):
 
 _CN_MOBILE = re.compile(r"(?<![0-9A-Za-z+\-])(?P<value>(?:(?:\+|00)86[ \-]?)?1[3-9]\d(?P<s>[ \-]?)\d{4}(?P=s)\d{4})"
                         r"(?![0-9A-Za-z]|[ \-]?\d)")
-_PHONE_CONTEXT = ("phone", "tel", "call", "mobile", "cell", "fax", "contact", "reach", "dial", "ring",
+_PHONE_CONTEXT = ("phone", "tel", "call", "mobile", "cell", "fax", "contact", "reach", "dial",
                   "telefon", "handy", "mobil", "ruf", "erreich", "unter",
                   "电话", "手机", "联系", "致电", "号码", "热线", "传真")
 
@@ -398,14 +410,17 @@ _PHONE = re.compile(
     r"(?P<value>"
     r"(?P<intl>(?:\+|00)\d{1,3}[ .\-]?(?:\(0\)[ ]?)?)?"
     r"(?P<area>\(\d{1,5}\)[ .\-]?)?"
-    r"\d(?:[ .\-]?\d){5,14}"
+    r"\d(?:[ .\-/]?\d){5,14}"
     r"(?:[ ]?(?:x|ext\.?|Durchwahl|#)[ ]?\d{1,6})?"
     r")"
-    r"(?![0-9A-Za-z]|[ .\-]?\d)"
+    r"(?![0-9A-Za-z]|[ .\-/]?\d)"
 )
 _DATE_SHAPE = re.compile(r"^(?:\d{1,4}[./\-]\d{1,2}[./\-]\d{1,4})$")
 _NANP_DOTTED = re.compile(r"^(?:\+?1[ .\-])?\d{3}\.\d{3}\.\d{4}(?:[ ]?x\d+)?$")
 _SSN_SHAPE = re.compile(r"^\d{3}-\d{2}-\d{4}$")
+_YEAR_RANGE = re.compile(r"^(?:1[5-9]|20)\d\d ?[\-/] ?(?:1[5-9]|20)\d\d$")
+_ZIP4_SHAPE = re.compile(r"^\d{5}-\d{4}$")
+_NANP_SHAPE = re.compile(r"^(?:1[ .\-]?)?\d{3}[ .\-]\d{3}[ .\-]\d{4}$")
 _EXT = re.compile(r"[ ]?(?:x|ext\.?|Durchwahl|#)[ ]?\d{1,6}$")
 _NATIONAL_REGIONS = ("US", "GB", "DE", "CN", "FR", "AT", "CH", "IN", "AU", "CA")
 
@@ -414,8 +429,9 @@ class PhoneNumberRecognizer(_RegexRecognizer):
     """Phone-shaped strings checked against libphonenumber's per-country length rules.
 
     Accepted shapes: international (``+CC``/``00CC``, optional ``(0)``), national with a trunk ``0`` or an area
-    code in parentheses, or NANP ``NXX-NXX-XXXX`` groups; optional extension. Rejected: dotted strings that are
-    IPs or versions, dates, SSN-shaped strings, and bare digit runs without a phone context word.
+    code in parentheses, or NANP ``NXX-NXX-XXXX`` groups; optional extension; any other grouping only right after
+    a phone context word. Rejected: dotted strings that are IPs or versions, dates, year ranges, ZIP+4 codes,
+    ISBNs, SSN-shaped strings.
     """
 
     ENTITY = "PHONE_NUMBER"
@@ -430,7 +446,11 @@ class PhoneNumberRecognizer(_RegexRecognizer):
         body = _EXT.sub("", raw)
         if "." in body and not _NANP_DOTTED.match(body):
             return None  # IPs, versions, dotted dates
-        if _DATE_SHAPE.match(body) or _SSN_SHAPE.match(body):
+        if _DATE_SHAPE.match(body) or _SSN_SHAPE.match(body) or _YEAR_RANGE.match(body):
+            return None
+        if _ZIP4_SHAPE.match(body) and re.search(r"\b[A-Z]{2},?\s+$", text[max(0, m.start() - 12):m.start()]):
+            return None  # "Boston, MA 02110-1301"
+        if has_context(text, m.start(), m.end(), ("isbn", "issn", "doi"), 12):
             return None
         digits = re.sub(r"\D", "", body.replace("(0)", ""))
         context = has_context(text, m.start(), m.end(), _PHONE_CONTEXT, 30)
@@ -439,16 +459,22 @@ class PhoneNumberRecognizer(_RegexRecognizer):
             cc_digits = digits if intl.startswith("+") else digits[2:]
             try:
                 number = phonenumbers.parse("+" + cc_digits, None)
+                possible = phonenumbers.is_possible_number(number) or self._possible_with_trunk(number)
             except phonenumbers.NumberParseException:
-                return None
-            if not phonenumbers.is_possible_number(number) and not self._possible_with_trunk(number):
-                return None
-            return 0.9 if context else 0.75
-        separated = bool(m.group("area")) or any(c in body for c in " -.")
+                possible = False
+            if possible:
+                return 0.9 if context else 0.75
+            # Not a number libphonenumber can place, but phone-shaped and introduced as a phone number.
+            return 0.55 if context and 8 <= len(digits) <= 15 and " " in body.strip() else None
+        if "/" in body and not re.fullmatch(r"\(?0\d{2,5}\)?/\d[\d \-]*", body):
+            return None  # the slash only as German "030/1234567", never "3/4/2021" or "1/2"
         if not (7 <= len(digits) <= 12):
             return None
-        if not separated and not digits.startswith("0") and not context:
-            return None  # a bare digit run is only a phone number when the text says so
+        trunk = bool(m.group("area")) or (digits.startswith("0") and (len(digits) >= 9 or body != digits))
+        if not trunk and not _NANP_SHAPE.match(body) and not context:
+            # Without a trunk 0 or an area code in parentheses, only the North American 3-3-4 grouping reads as
+            # a phone number: "2017-2020", ZIP+4 "02110-1301" and table columns do not.
+            return None
         for region in self.regions:
             try:
                 number = phonenumbers.parse(digits, region)
@@ -564,14 +590,23 @@ _TITLES = ("Mr", "Mrs", "Ms", "Miss", "Mx", "Dr", "Prof", "Sir", "Dame", "Lady",
 _TITLE_RE = r"(?:" + "|".join(re.escape(t) for t in sorted(_TITLES, key=len, reverse=True)) + r")\.?"
 _PARTICLES = ("von", "van", "de", "zu", "da", "di", "le", "la", "du", "del", "ten", "ter", "bin")
 # Words that end a street name rather than a personal name ("30 Oliver Trace", "Ina-Koch-Ring 6").
-_STREET_WORDS = frozenset("""street st road rd avenue ave lane ln way drive dr court ct place pl square sq boulevard
-blvd terrace crescent close gardens grove park parkway row hill hills trace field fields ferry mill mills bridge
-brook stream dale valley mountain curve lock prairie estates spring springs oval expressway corner corners lake
-lakes village ports port unions union lights light island islands highway circle creek crossing green heights
-meadow meadows path pike plaza ridge river route shore station summit trail turnpike view walk wells apt suite unit straße
-strasse str weg allee ring gasse platz ufer damm chaussee""".split())
+# Words that end a street name rather than a personal name ("30 Oliver Trace", "Ina-Koch-Ring 6"). The first set
+# is (almost) never a surname; the second often is ("Donald Green", "Tara Mills"), so it counts only next to a
+# house number.
+_STREET_DESIGNATORS = frozenset("""street st road rd avenue ave boulevard blvd parkway expressway highway apt suite
+straße strasse str weg allee ring gasse platz ufer damm chaussee""".split())
+_STREET_WORDS = frozenset("""lane ln way drive dr court ct place pl square sq terrace crescent close gardens grove
+park row hill hills trace field fields ferry mill mills bridge brook stream dale valley mountain curve lock prairie
+estates spring springs oval corner corners lake lakes village ports port unions union lights light island islands
+circle creek crossing green heights meadow meadows path pike plaza ridge river route shore station summit trail
+turnpike view walk wells unit""".split())
+_CALENDAR_WORDS = frozenset("""mon tue tues wed thu thur thurs fri sat sun monday tuesday wednesday thursday
+friday saturday sunday jan feb mar apr jun jul aug sep sept oct nov dec january february march april june july
+august september october november december montag dienstag mittwoch donnerstag freitag samstag sonntag januar
+februar märz juni juli oktober dezember""".split())
 _ORG_WORDS = frozenset("""foundation inc ltd llc gmbh ag corp corporation company university institute project team
 group association society consortium council committee""".split())
+_HOUSE_NUMBER_AFTER = re.compile(r"[ \t]+\d+[a-z]?(?:[\-/]\d+)?(?![0-9A-Za-z])")
 _HOUSE_NUMBER_BEFORE = re.compile(r"\d+[A-Za-z]?,?[ \t]*$")
 _NON_PERSON_NER = frozenset({"ORG", "PRODUCT", "WORK_OF_ART", "LAW", "EVENT", "FAC", "GPE", "LOC", "NORP",
                              "LANGUAGE"})
@@ -584,6 +619,7 @@ _CAPS_RUN = re.compile(
 _TITLE_TOKEN = re.compile(rf"^{_TITLE_RE}$")
 _NAME_TOKEN = re.compile(rf"^{_NAME_WORD}$")
 _TOKEN = re.compile(r"\S+")
+_LOWER_WORD = re.compile(r"[a-zäöüß]+")
 
 
 def _function_words() -> frozenset[str]:
@@ -605,37 +641,51 @@ def _fold(word: str) -> str:
     return "".join(c for c in unicodedata.normalize("NFKD", word) if not unicodedata.combining(c))
 
 
-def load_given_names() -> frozenset[str]:
+# nam_dict.txt gives one frequency column per country; these are Germany, Austria, Switzerland, East Frisia and
+# Luxembourg (0-based character positions, from the file's own header).
+_GERMAN_SPEAKING_COLUMNS = (39, 41, 42, 43, 44)
+
+
+def load_given_names() -> dict[str, tuple[int, int]]:
     """Given names from Jörg Michael's ``nam_dict.txt`` (48k names, 50+ countries), shipped by the
-    ``gender-guesser`` package (GFDL data). Empty when the package is absent (names then rely on NER alone)."""
+    ``gender-guesser`` package (GFDL data), as name -> (highest frequency class in any country, highest in the
+    German-speaking countries). Classes run from 1 (extremely rare) to 13 (very common), each step doubling.
+    Empty when the package is absent (names then rely on NER alone)."""
     try:
         data = resources.files("gender_guesser").joinpath("data/nam_dict.txt").read_text(encoding="utf-8")
     except (ModuleNotFoundError, FileNotFoundError):
-        return frozenset()
-    names = set()
+        return {}
+    names: dict[str, tuple[int, int]] = {}
     for line in data.splitlines():
         if not line or line[0] in "#=" or len(line) < 4:
             continue
         name = line[3:29].strip()
-        if name and "<" not in name:
-            for part in (name.replace("+", "-"), name.replace("+", " ")):
-                names.add(part)
-    return frozenset(names)
+        if not name or "<" in name:
+            continue
+        freqs = {i: int(c, 16) for i, c in enumerate(line[30:], start=30) if c in "123456789ABCDEF"}
+        overall = max(freqs.values(), default=0)
+        german = max((freqs.get(i, 0) for i in _GERMAN_SPEAKING_COLUMNS), default=0)
+        for part in (name.replace("+", "-"), name.replace("+", " ")):
+            for key in (part, _fold(part)):  # "László" is also looked up as "Laszlo"
+                old = names.get(key, (0, 0))
+                names[key] = (max(overall, old[0]), max(german, old[1]))
+    return names
 
 
 class PersonNameRecognizer(EntityRecognizer):
     """Full personal names: a known given name followed by one or two capitalised surname words.
 
     Candidates are runs of capitalised words; inside a run, a name starts at a word found in the given-name
-    lexicon and takes the capitalised words after it (an initial and name particles allowed). spaCy's PERSON
-    spans, where NER ran, raise the score of a lexicon match and add titled names whose given name is not in the
-    lexicon ("Dr Ngozi Okafor"). Single words (surnames alone, product names) are left alone: masking "Python"
-    or "Debian" would damage the corpus far more than a lone surname leaks.
+    lexicon and takes the capitalised words after it (an initial and name particles allowed). A common given name
+    decides alone. spaCy's NER decides, in English text, the candidates the lexicon cannot: an extremely rare
+    given name ("Houston Astrodome", "General Public License" vs "Elvira Quist") and a titled name whose given
+    name is unknown ("Dr Ngozi Okafor"). Single words (surnames alone, product names) are left alone: masking
+    "Python" or "Debian" would damage the corpus far more than a lone surname leaks.
     """
 
     ENTITY = "PERSON"
 
-    def __init__(self, given_names: frozenset[str], ner_confirms_untitled: bool = False):
+    def __init__(self, given_names: dict[str, tuple[int, int]], ner_confirms_untitled: bool = False):
         super().__init__(supported_entities=[self.ENTITY], name="PersonNameRecognizer", supported_language=LANGUAGE)
         self.given_names = given_names
         # Off by default: on the dev set, spaCy's PERSON on untitled English pairs ("Memory Nodes", "Nitrokey
@@ -651,18 +701,25 @@ class PersonNameRecognizer(EntityRecognizer):
     def quick_check(text: str) -> bool:
         return _CAPS_RUN.search(text) is not None
 
-    def is_given_name(self, word: str) -> bool:
-        """Exact, then the first part of a double name, then without diacritics (the lexicon often folds them)."""
-        if word.lower() in self.function_words:  # "In", "Da", "Will", "May": capitalised at a sentence start
-            return False
-        for w in (word, word.split("-")[0]):
-            if w in self.given_names or _fold(w) in self.given_names:
-                return True
-        return False
+    def given_name_strength(self, word: str, english: bool = True) -> int:
+        """2: a given name with frequency class ≥ 2 somewhere (or, outside English text, any frequency in a
+        German-speaking country); 1: only extremely rare ("General", "Houston", "Malay" are in the lexicon too);
+        0: unknown or a function/calendar word ("In", "Will", "Mon"). Looks up the word, the first part of a
+        double name, and both without diacritics."""
+        if word.lower() in self.function_words or word.lower() in _CALENDAR_WORDS:
+            return 0
+        overall = german = 0
+        for w in (word, word.split("-")[0], _fold(word), _fold(word.split("-")[0])):
+            o, g = self.given_names.get(w, (0, 0))
+            overall, german = max(overall, o), max(german, g)
+        if overall >= 2 or (german >= 1 and not english):
+            return 2
+        return 1 if overall == 1 else 0
 
     def candidates(self, text: str) -> Iterator[tuple[int, int, bool, bool]]:
-        """(start, end, given name known, preceded by a title) for every name-shaped stretch of text: a
+        """(start, end, given-name strength, preceded by a title) for every name-shaped stretch of text: a
         capitalised word that is not a function word, followed by one or two more (an initial allowed)."""
+        english = self.is_english(text)
         for run in _CAPS_RUN.finditer(text):
             toks = [(t.start() + run.start(), t.end() + run.start(), t.group()) for t in _TOKEN.finditer(run.group())]
             i = 0
@@ -686,23 +743,26 @@ class PersonNameRecognizer(EntityRecognizer):
                     i += 1
                     continue
                 if not self.looks_like_street(text, toks[i][0], end):
-                    yield toks[i][0], end, self.is_given_name(word), titled
+                    yield toks[i][0], end, self.given_name_strength(word, english), titled
                 i = j
 
     def is_english(self, text: str) -> bool:
         """More English-only than German-only function words (spaCy's stop lists), and at least two."""
-        words = re.findall(r"[a-zäöüß]+", text.lower())
+        words = _LOWER_WORD.findall(text.lower())
         en = sum(w in self._english_only for w in words)
         de = sum(w in self._german_only for w in words)
         return en >= 2 and en > de
 
     def ner_windows(self, text: str, max_side: int = 120) -> list[tuple[int, int]]:
-        """Where NER can change the decision: around name candidates whose given name is unknown (and, unless
-        ``ner_confirms_untitled``, that follow a title). Each window is the candidate's sentence (cut at
-        ``max_side`` characters each side); overlapping windows are merged."""
+        """Where NER can change the decision: around untitled candidates whose given name is extremely rare, and
+        around titled candidates whose given name is unknown (untitled ones too with ``ner_confirms_untitled``).
+        Each window is the candidate's sentence (cut at ``max_side`` characters each side); overlapping windows
+        are merged."""
         windows: list[tuple[int, int]] = []
-        for start, end, known, titled in self.candidates(text):
-            if known or not (titled or self.ner_confirms_untitled):
+        for start, end, strength, titled in self.candidates(text):
+            needs_ner = (strength == 1 and not titled) or (
+                strength == 0 and (titled or self.ner_confirms_untitled))
+            if not needs_ner:
                 continue
             lo = max(0, start - max_side)
             cut = max(text.rfind(c, lo, start) for c in ".!?\n。")
@@ -720,13 +780,15 @@ class PersonNameRecognizer(EntityRecognizer):
 
     @staticmethod
     def looks_like_street(text: str, start: int, end: int) -> bool:
-        """"30 Oliver Trace", "Flat 22e, Sheila Street", "Ina-Koch-Ring 6": a house number before it, or a street
-        (or organisation) word as its last part."""
+        """"30 Oliver Trace", "Flat 22e, Sheila Street", "Ina-Koch-Ring 6": a house number before it, a street
+        designator as its last part, or a street word as its last part with a house number after it."""
         line_start = text.rfind("\n", 0, start) + 1
         if _HOUSE_NUMBER_BEFORE.search(text[max(line_start, start - 12):start]):
             return True
         last = re.split(r"[ \t-]", text[start:end])[-1].lower()
-        return last in _STREET_WORDS or last in _ORG_WORDS
+        if last in _STREET_DESIGNATORS or last in _ORG_WORDS:
+            return True
+        return last in _STREET_WORDS and _HOUSE_NUMBER_AFTER.match(text, end) is not None
 
     def analyze(self, text, entities, nlp_artifacts=None):
         if entities and self.ENTITY not in entities:
@@ -735,12 +797,14 @@ class PersonNameRecognizer(EntityRecognizer):
         if nlp_artifacts is not None and nlp_artifacts.entities:
             ner_spans = [(e.start_char, e.end_char) for e in nlp_artifacts.entities if e.label_ == "PERSON"]
         results = []
-        for start, end, known, titled in self.candidates(text):
+        for start, end, strength, titled in self.candidates(text):
             by_ner = any(s <= start and end <= e for s, e in ner_spans) or (
-                any(s < end and start < e for s, e in ner_spans) and known)
-            if known:
+                any(s < end and start < e for s, e in ner_spans) and strength > 0)
+            if strength == 2:
                 results.append(RecognizerResult(self.ENTITY, start, end, 0.9 if by_ner else 0.75))
-            elif by_ner and (titled or self.ner_confirms_untitled):
+            elif strength == 1 and (titled or by_ner):
+                results.append(RecognizerResult(self.ENTITY, start, end, 0.7))
+            elif strength == 0 and by_ner and (titled or self.ner_confirms_untitled):
                 results.append(RecognizerResult(self.ENTITY, start, end, 0.7 if titled else 0.6))
         return results
 
@@ -783,7 +847,7 @@ class ChinesePersonNameRecognizer(_RegexRecognizer):
         return 0.8
 
 
-def default_recognizers(given_names: frozenset[str] | None = None) -> list[EntityRecognizer]:
+def default_recognizers(given_names: dict[str, int] | None = None) -> list[EntityRecognizer]:
     """Every corpusmill recognizer, one instance each."""
     return [
         EmailAddressRecognizer(), WebUrlRecognizer(), IpAddressRecognizer(), PaymentCardRecognizer(), IbanCodeRecognizer(),
