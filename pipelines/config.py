@@ -13,6 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from pipelines.report import ReportConfig
 from tokenizer.config import PackingConfig, TokenizerConfig
 from trainer_bridge.config import TrainConfig
 from transforms.exact_dedup import ExactDedupConfig
@@ -43,6 +44,8 @@ class InputConfig(Strict):
 class OutputConfig(Strict):
     runs_dir: str = "runs"
     target_shard_bytes: int = Field(64_000_000, gt=0, description="approximate size of each docs/ Parquet file")
+    pushgateway_url: str | None = Field(None, description="Prometheus Pushgateway (host:port) that receives each "
+                                                          "stage's counters; stats.json is written always")
 
 
 class RunnerConfig(Strict):
@@ -65,6 +68,7 @@ class RunConfig(Strict):
     tokenizer: TokenizerConfig = TokenizerConfig()
     packing: PackingConfig = PackingConfig()
     train: TrainConfig = TrainConfig()
+    report: ReportConfig = ReportConfig()
 
     @field_validator("input", mode="before")
     @classmethod

@@ -106,6 +106,11 @@ def _run_stage(cfg: RunConfig, stage: str, against: tuple[str, ...], log: Callab
     if stage == "clean":
         stats = run_clean(cfg, against, log)
         log(summary_table(stats))
+        if cfg.output.pushgateway_url:
+            from trainer_bridge.monitoring import MonitoringConfig, push_pipeline_stats
+
+            push_pipeline_stats(stats, MonitoringConfig(pushgateway_url=cfg.output.pushgateway_url), run=cfg.name,
+                                stage="clean")
         return {"inputs": stats.pop("inputs"), "inputs_seen": stats.pop("inputs_seen"), "against": list(against),
                 "steps": [row["step"] for row in stats["steps"]], "counts": stats["accounting"],
                 "pii_engine": _pii_engine(cfg)}
@@ -127,7 +132,10 @@ def _run_stage(cfg: RunConfig, stage: str, against: tuple[str, ...], log: Callab
     if stage == "report":
         from pipelines.report import build_report
 
-        path = build_report(cfg.run_dir)
+        if not cfg.report.enabled:
+            log("report: disabled (report.enabled: false)")
+            return {}
+        path = build_report(cfg.run_dir, cfg.report)
         log(f"report: {path}")
         return {"report": str(path)}
     raise ValueError(f"unknown stage {stage!r}")

@@ -9,6 +9,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from trainer_bridge.alerts import AlertsConfig
+from trainer_bridge.monitoring import MonitoringConfig
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -150,6 +153,8 @@ class TrainConfig(_Strict):
     eval: EvalConfig = EvalConfig()
     guards: GuardConfig = GuardConfig()
     metrics: MetricsConfig = MetricsConfig()
+    monitoring: MonitoringConfig = MonitoringConfig()
+    alerts: AlertsConfig = AlertsConfig()
     device: Literal["auto", "cpu", "cuda"] = "auto"
     attention: Literal["auto", "sdpa", "flex"] = Field("auto", description="auto: flex on CUDA, sdpa elsewhere")
     compile: bool = False

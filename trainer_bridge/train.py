@@ -25,10 +25,12 @@ import torch.nn.functional as F
 
 from tokenizer.shards import ShardFormatError
 from trainer_bridge import device as devices
-from trainer_bridge.checkpoint import Checkpointer, latest_checkpoint
+from trainer_bridge.alerts import AlertMonitor, action_code, respond
+from trainer_bridge.checkpoint import Checkpointer, latest_checkpoint, step_dir_name
 from trainer_bridge.config import GuardConfig, OptimizerConfig, TrainConfig
 from trainer_bridge.data import IGNORE_INDEX, StepBatch, StepBatches, open_split, validation_batches
 from trainer_bridge.metrics import FlopCounter, MetricsLog, mfu
+from trainer_bridge.monitoring import TrainingMonitor
 from trainer_bridge.parallelize import ModelParts, build_mesh, build_model, global_grad_norm, scale_grads, zero_grads
 from trainer_bridge.precision import DynamicLossScaler, compute_context
 
@@ -62,6 +64,7 @@ class TrainResult:
     resumed_from: str | None = None
     data_wait_seconds: float = 0.0
     train_seconds: float = 0.0
+    stopped_by_alert: bool = False
 
 
 def learning_rate(step: int, cfg: OptimizerConfig, total_steps: int) -> float:
@@ -187,6 +190,9 @@ class Trainer:
         self.flops = FlopCounter(cfg.model)
         self.peak_flops, self.peak_source = devices.peak_flops(self.runtime.device, cfg.precision.dtype,
                                                                cfg.metrics.peak_flops)
+        run_name = self.out_dir.parent.name
+        self.monitor = TrainingMonitor(cfg.monitoring, run=run_name, rank=self.runtime.rank)
+        self.alerts = AlertMonitor(cfg.alerts, self.out_dir.parent, run=run_name) if self.runtime.is_main else None
         self.step = 0
         self.samples = 0  # global sample index: the whole data state
         self.tokens_seen = 0
@@ -197,10 +203,19 @@ class Trainer:
         if self.runtime.is_main:
             print(f"corpusmill train: {message}", flush=True)
 
-    def _all_reduce(self, tensor: torch.Tensor, group=None) -> torch.Tensor:
+    def _all_reduce(self, tensor: torch.Tensor, group=None, op=dist.ReduceOp.SUM) -> torch.Tensor:
         if self.runtime.distributed:
-            dist.all_reduce(tensor, group=group)
+            dist.all_reduce(tensor, op=op, group=group)
         return tensor
+
+    def _checkpoint_now(self) -> None:
+        """Before pausing or stopping for an alert: a checkpoint of this step, unless one was just taken."""
+        if self.checkpointer is None:
+            return
+        latest = latest_checkpoint(self.out_dir / "checkpoints")
+        if latest is None or latest.name != step_dir_name(self.step):
+            self._save()
+        self.checkpointer.wait()
 
     def _train_state(self) -> dict[str, torch.Tensor]:
         r = self.result
@@ -228,7 +243,9 @@ class Trainer:
                       "this rank keeps its seeded RNG")
 
     def _save(self) -> None:
+        started = time.perf_counter()
         self.checkpointer.save(self.step, self.model.parts, self.optimizers, self._train_state())
+        self.monitor.observe_checkpoint(time.perf_counter() - started, self.checkpointer.last_blocking_seconds)
         self.result.events.append({"step": self.step, "event": "checkpoint",
                                    "blocking_s": self.checkpointer.last_blocking_seconds})
 
@@ -384,6 +401,7 @@ class Trainer:
         self._say(f"{self.flops.non_embedding_params / 1e6:.2f}M non-embedding parameters, mesh pp={cfg.mesh.pp} "
                   f"dp={cfg.mesh.dp}, {cfg.precision.dtype}, {cfg.grad_accum_steps} accumulation step(s), "
                   f"peak {self.peak_flops / 1e12:.3g} TFLOP/s per device ({self.peak_source})")
+        self.monitor.start()
         start = last_time = time.perf_counter()
         last_cpu = time.process_time()
         devices.reset_peak_memory(self.runtime.device)
@@ -420,6 +438,15 @@ class Trainer:
                     record["event"] = "rollback"
                 if val_batches and cfg.eval.interval and self.step % cfg.eval.interval == 0:
                     record["val_loss"] = result.val_losses[self.step] = self.evaluate(val_batches)
+                record["time"] = time.time()
+                record.update(self.monitor.hardware())
+                self.monitor.observe_step(record)
+                fired = self.alerts.observe(step, record) if self.alerts is not None else []
+                for alert in fired:
+                    self.monitor.observe_alert(alert.rule, alert.action)
+                # Every rank takes the most severe action any rank saw, so none waits in a collective alone.
+                action = int(self._all_reduce(torch.tensor([action_code(fired)]), op=dist.ReduceOp.MAX)[0]) \
+                    if self.runtime.distributed else action_code(fired)
                 if step % cfg.metrics.log_interval == 0 or "event" in record or "val_loss" in record:
                     self.log.log(record)
                     self._say(f"step {step:>6} loss {record['loss']:.4f} gnorm {record['grad_norm']:.3f} "
@@ -432,9 +459,17 @@ class Trainer:
                     due = self.step % cfg.checkpoint.interval == 0 or self.step == cfg.steps
                     if due and self.guard.consecutive_bad == 0:
                         self._save()
+                if action and respond(action, run_dir=self.out_dir.parent, checkpoint=self._checkpoint_now,
+                                      poll_s=cfg.alerts.resume_poll_s, alert=fired[0] if fired else None,
+                                      say=self._say):
+                    result.stopped_by_alert = True
+                    break
                 if self.hooks.stop_after_step is not None and self.step >= self.hooks.stop_after_step:
                     break
         finally:
+            self.monitor.close()
+            if self.alerts is not None:
+                self.alerts.close()
             loader.close()
             if self.checkpointer is not None:
                 self.checkpointer.close()
