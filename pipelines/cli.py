@@ -14,6 +14,7 @@ COMMAND_MODULES = (
     "pipelines.cmd_pii",
     "pipelines.cmd_dedup",
     "pipelines.cmd_report",
+    "pipelines.cmd_quality",
 )
 
 

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from transforms.quality import (QualityConfig, cutoff_from_quantiles, decide, keep_pareto, pareto_draw,
                                 top_fraction_cutoff)
-from transforms.quality_features import HashedNgramLM, OrderFeatures, WordClasses, tokenize
+from transforms.quality_features import HashedNgramLM, OrderFeatures, WordClasses, split_token, tokenize
 from transforms.quality_model import LogisticStacker, binary_metrics, roc_auc, split_records, QualityTrainConfig
 
 SUBSET = Path(__file__).resolve().parents[1] / "data" / "quality" / "quality_train_subset.jsonl.gz"
@@ -47,19 +47,23 @@ def markov_babble(corpus: list[str], length: int, rng: random.Random) -> str:
     return " ".join(out)
 
 
-def test_tokenize_keeps_case_and_splits_punctuation():
-    assert tokenize("Hello, World! It's 2024.", 100) == ["Hello", ",", "World", "!", "It", "'", "s", "2024", "."]
+def test_tokens_keep_case_and_glued_punctuation():
+    assert tokenize("Hello, World!\n It's  2024.", 100) == ["Hello,", "World!", "It's", "2024."]
     assert len(tokenize("word " * 1000, 16)) == 16
+    assert split_token('"Well,') == ('"', "Well", ",")
+    assert split_token("--") == ("", "", "--")
+    assert split_token("it's") == ("", "it's", "")
 
 
 def test_word_classes_map_frequent_words_to_themselves_and_others_to_shapes():
-    classes = WordClasses.fit(["the cat and the dog and the bird"], num_frequent=2, max_tokens=100)
+    classes = WordClasses.fit(["the cat and the dog, and the bird."], num_frequent=2, max_tokens=100)
     assert set(classes.frequent) == {"the", "and"}
-    assert classes.class_name("The") == "^the"
-    assert classes.class_name("walking") == "<ng>"
-    assert classes.class_name("Walking") == "^<ng>"
-    assert classes.class_name("1999") == "<digits>"
-    assert classes.class_name("NASA") == "<CAPS>"
+    assert classes.class_name("The") == "|^the|"
+    assert classes.class_name("walking,") == "|<ng>|,"
+    assert classes.class_name('"Walking') == '"|^<ng>|'
+    assert classes.class_name("1999.") == "|<digits>|."
+    assert classes.class_name("NASA") == "|<CAPS>|"
+    assert classes.class_name("--") == "||<punct>"
     restored = WordClasses.from_json(classes.to_json())
     assert restored.frequent == classes.frequent
 

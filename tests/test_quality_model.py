@@ -68,9 +68,15 @@ def test_model_scores_are_probabilities_and_reload_identically(model_path, recor
     model = QualityModel.load(model_path)
     texts = [r["text"] for r in records[:50]] + ["", "数据清洗", "a"]
     scores = model.score(texts)
-    for key in ("score", "fasttext", "gibberish"):
+    for key in ("score", "logit", "fasttext", "gibberish"):
         assert scores[key].shape == (len(texts),)
+    assert (np.diff(scores["score"][np.argsort(scores["logit"])]) >= -1e-12).all()  # the logit ranks as the score
+    for key in ("score", "fasttext"):
         assert ((scores[key] >= 0) & (scores[key] <= 1)).all()
+    # the second stage (and its gibberish probability) runs exactly on what fastText passes
+    second = scores["fasttext"] >= model.stacker.gate
+    assert np.isfinite(scores["gibberish"][second]).all() and np.isnan(scores["gibberish"][~second]).all()
+    np.testing.assert_allclose(scores["score"][~second], scores["fasttext"][~second])
     again = QualityModel.load(model_path).score(texts)
     np.testing.assert_allclose(again["score"], scores["score"])
     # batching does not change a document's score
@@ -97,7 +103,8 @@ def test_quality_filter_threshold_annotates_and_accounts_for_every_document(mode
         n_removed = len(docs) - len(expected)
         assert_that(removed, equal_to([("quality", "low_quality", True)] * n_removed), label="removed")
         annotated = out["kept"] | "Keys" >> beam.Map(lambda d: sorted(d["annotations"]))
-        assert_that(annotated, equal_to([["quality_fasttext", "quality_gibberish", "quality_score"]] * len(expected)),
+        assert_that(annotated, equal_to([["quality_fasttext", "quality_gibberish", "quality_logit", "quality_score"]]
+                                         * len(expected)),
                     label="annotations")
     labels = [r["label"] for r in records[:120]]
     kept_hq = sum(1 for i in expected if labels[i] == "hq")
@@ -147,7 +154,10 @@ def test_cli_train_and_score(tmp_path, records):
         assert path.exists(), path
     card = json.loads(Path(sidecar_paths(str(model))[1]).read_text())
     assert {"accuracy", "precision", "recall", "auc"} <= set(card["metrics"]["stacked"])
-    assert card["data"]["skipped_lines"] == 1 and "metrics_quantized" in card
+    assert card["data"]["skipped_lines"] == 1
+    quantized_card = json.loads(Path(sidecar_paths(str(tmp_path / "m" / "quality.ftz"))[1]).read_text())
+    assert quantized_card["metrics_quantized"]["accuracy"] > 0.8
+    assert (tmp_path / "m" / "quality.ftz").stat().st_size < model.stat().st_size / 4
 
     inputs = tmp_path / "in.jsonl"
     with open(inputs, "w", encoding="utf-8") as fh:

@@ -5,13 +5,17 @@ word-order and cohesion features (class n-gram model gains, in-document cache ga
 pronoun consistency) that catch fluent-looking gibberish a bag of n-grams cannot see, joined by a small
 logistic second stage. Annotations written on every document:
 
-    quality_score       P(high quality), the stacked score every decision uses
+    quality_score       P(high quality), the stacked score the decisions use
+    quality_logit       its log-odds: confident documents all round to score 1.0, their logits still rank them
+                        (top_fraction ranks by it)
     quality_fasttext    P(high quality) from fastText alone (for comparison and retuning)
-    quality_gibberish   P(low quality | fastText would pass it) from word order and cohesion
+    quality_gibberish   P(low quality | fastText passes it) from word order and cohesion; null when fastText
+                        alone rejected the document (P(hq) below the gate: the second stage never runs)
 
 Decision (``mode``), applied to ``quality_score``:
     threshold     keep when score >= threshold
-    top_fraction  keep the best ``top_fraction`` of the corpus (cut-off from Beam's approximate quantiles)
+    top_fraction  keep the best ``top_fraction`` of the corpus by ``quality_logit`` (cut-off from Beam's
+                  approximate quantiles)
     pareto        keep when pareto(alpha) > 1 - score (GPT-3 / NeMo Curator style), with a draw that is a
                   pure function of (seed, document id): the same documents survive on any runner and rerun.
 """
@@ -83,7 +87,8 @@ def top_fraction_cutoff(scores: Sequence[float], fraction: float) -> float:
 
 
 def decide(score: float, doc_id, cfg: QualityConfig, cutoff: float | None = None) -> str | None:
-    """The removal reason for a document with this score, or None to keep it."""
+    """The removal reason for a document with this score, or None to keep it (top_fraction: ``score`` and
+    ``cutoff`` are on the ranking scale, ``quality_logit``)."""
     if cfg.mode == "threshold":
         keep = score >= cfg.threshold
     elif cfg.mode == "pareto":
@@ -114,11 +119,14 @@ class QualityScorer:
         self.setup()
         texts = [d.get("text") if isinstance(d.get("text"), str) else "" for d in docs]
         result = self.model.score(texts, max_chars=self.max_chars)
-        for doc, score, fasttext_p, gibberish in zip(docs, result["score"], result["fasttext"], result["gibberish"]):
+        for doc, score, log_odds, fasttext_p, gibberish in zip(
+                docs, result["score"], result["logit"], result["fasttext"], result["gibberish"]):
             annotations = doc.setdefault("annotations", {})
             annotations["quality_score"] = round(float(score), 6)
+            annotations["quality_logit"] = round(float(log_odds), 4)
             annotations["quality_fasttext"] = round(float(fasttext_p), 6)
-            annotations["quality_gibberish"] = round(float(gibberish), 6)
+            # only documents fastText passes reach the second stage; for the rest fastText alone decided
+            annotations["quality_gibberish"] = None if np.isnan(gibberish) else round(float(gibberish), 6)
         return result["score"]
 
 
@@ -242,7 +250,7 @@ class _DecideByCutoffFn(beam.DoFn):
     def process(self, doc, quantiles):
         cutoff = cutoff_from_quantiles(quantiles, self.cfg.top_fraction)
         doc["annotations"]["quality_cutoff"] = round(cutoff, 6)
-        reason = decide(doc["annotations"]["quality_score"], doc.get("id"), self.cfg, cutoff)
+        reason = decide(doc["annotations"]["quality_logit"], doc.get("id"), self.cfg, cutoff)
         if reason is None:
             self.kept.inc()
             yield doc
@@ -251,8 +259,8 @@ class _DecideByCutoffFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(REMOVED, mark_removed(doc, STEP_NAME, reason))
 
 
-def _score_of(doc: Doc) -> float:
-    return doc["annotations"]["quality_score"]
+def _rank_of(doc: Doc) -> float:
+    return doc["annotations"]["quality_logit"]
 
 
 class QualityFilter(beam.PTransform):
@@ -279,7 +287,7 @@ class QualityFilter(beam.PTransform):
             return {KEPT: scored[KEPT], REMOVED: scored[REMOVED]}
         quantiles = (
             scored[KEPT]
-            | "Scores" >> beam.Map(_score_of)
+            | "Ranks" >> beam.Map(_rank_of)
             | "Quantiles" >> ApproximateQuantiles.Globally(QUANTILES + 1)
         )
         decided = scored[KEPT] | "Decide" >> beam.ParDo(

@@ -12,6 +12,10 @@ order-1 word Markov chain ("Markov babble") look like prose to it. Two cheap sig
 * Lexical cohesion: real passages repeat their topic words, while a Markov chain wanders from topic to topic,
   so the share of repeated content words is low.
 
+Tokens are whitespace-separated units (``str.split``, several times faster than a regex tokenizer, and this
+step must score thousands of documents per second per core); punctuation glued to a word becomes part of its
+class ("her," -> class "her" with a trailing comma), so the model still sees commas and sentence ends.
+
 Everything is computed over the first ``max_tokens`` tokens of a document (a sample that bounds the cost of
 very long documents) and vectorised over a whole batch with numpy: hashing n-grams into fixed-size count
 tables keeps the model a handful of flat arrays (saved with ``np.savez``, no pickle) and lookups O(1).
@@ -19,16 +23,18 @@ tables keeps the model a handful of flat arrays (saved with ``np.savez``, no pic
 from __future__ import annotations
 
 import json
-import re
+import string
 from collections import Counter
 from itertools import chain
 from typing import Iterable, Sequence
 
 import numpy as np
 
-TOKEN_RE = re.compile(r"\w+|[^\w\s]")
-# Bytes of a document read for the order features: enough for max_tokens tokens of ordinary prose.
-_CHARS_PER_TOKEN_BOUND = 12
+# Characters of a document read for the order features: enough for max_tokens tokens of ordinary prose.
+_CHARS_PER_TOKEN_BOUND = 16
+# Punctuation that may be glued to a word; stripping it leaves the word's core.
+PUNCTUATION = "".join(sorted(set(string.punctuation) | set("“”‘’«»„‚—–…·•¿¡")))
+SENTENCE_END_MARKS = ".!?:"
 
 BOS = 0  # class id of the padding before a document's first token
 _MIX_MULT = np.uint64(0xBF58476D1CE4E5B9)
@@ -37,14 +43,28 @@ _STEP_MULT = np.uint64(1_000_003)
 
 
 def tokenize(text: str, max_tokens: int) -> list[str]:
-    """Words and single punctuation marks of the head of ``text`` (case kept: capitalisation is a feature)."""
-    return TOKEN_RE.findall(text[: max_tokens * _CHARS_PER_TOKEN_BOUND])[:max_tokens]
+    """Whitespace-separated tokens of the head of ``text`` (case and glued punctuation kept: both are features)."""
+    return text[: max_tokens * _CHARS_PER_TOKEN_BOUND].split()[:max_tokens]
+
+
+def _core(token: str) -> str:
+    return token.strip(PUNCTUATION)
+
+
+def split_token(token: str) -> tuple[str, str, str]:
+    """(leading punctuation, core, trailing punctuation) of a whitespace token: '"Well,' -> ('"', 'Well', ',')."""
+    core = token.strip(PUNCTUATION)
+    if not core:
+        return "", "", token
+    lead = len(token) - len(token.lstrip(PUNCTUATION))
+    return token[:lead], core, token[lead + len(core):]
 
 
 class WordClasses:
     """Maps a token to a small class id: frequent words are their own class, other words fall into shape
     classes (capitalised or not, all-caps, digits, punctuation, two-letter suffix), a cheap stand-in for a
-    part-of-speech tag that makes n-gram statistics dense enough to learn from a few hundred thousand words."""
+    part-of-speech tag that makes n-gram statistics dense enough to learn from a few hundred thousand words.
+    Punctuation glued to the word adds its nearest mark on each side: class names are "lead|base|trail"."""
 
     def __init__(self, frequent_words: Sequence[str], class_names: Sequence[str] = ()):
         self.frequent = {w: i for i, w in enumerate(frequent_words)}
@@ -55,21 +75,25 @@ class WordClasses:
     def fit(cls, texts: Iterable[str], num_frequent: int, max_tokens: int) -> "WordClasses":
         counts: Counter[str] = Counter()
         for text in texts:
-            counts.update(w.lower() for w in tokenize(text, max_tokens))
+            counts.update(split_token(w)[1].lower() or w for w in tokenize(text, max_tokens))
         return cls([w for w, _ in counts.most_common(num_frequent)])
 
-    def class_name(self, token: str) -> str:
-        lower = token.lower()
-        cap = "^" if token[:1].isupper() else ""
+    def base_name(self, core: str) -> str:
+        lower = core.lower()
+        cap = "^" if core[:1].isupper() else ""
         if lower in self.frequent:
             return cap + lower
-        if token.isdigit():
+        if core.isdigit():
             return "<digits>"
-        if len(token) == 1 and not token.isalnum():
-            return "<punct>"
-        if len(token) > 1 and token.isupper():
+        if len(core) > 1 and core.isupper():
             return "<CAPS>"
         return f"{cap}<{lower[-2:]}>"
+
+    def class_name(self, token: str) -> str:
+        lead, core, trail = split_token(token)
+        if not core:  # a token of punctuation only: frequent ones ("--", "*") are their own class
+            return f"||{trail if trail in self.frequent else '<punct>'}"
+        return f"{lead[-1:]}|{self.base_name(core)}|{trail[:1]}"
 
     def class_id(self, token: str) -> int:
         """The id of a token's class; a class never seen in training maps to the shared unknown id."""
@@ -212,7 +236,7 @@ PRONOUN_PERSON = {
     "he": 4, "him": 4, "his": 4, "himself": 4, "she": 5, "her": 5, "hers": 5, "herself": 5,
     "they": 6, "them": 6, "their": 6, "theirs": 6, "it": 7, "its": 7, "itself": 7,
 }
-_SENTENCE_END = (".", "!", "?", '"', ":")
+PREFILLED_WORDS = 5_000  # words whose common forms are in the token table from the start (fast model load)
 MAX_TABLE_ROWS = 1_000_000  # token table bound (~32 MB of columns plus the dict)
 CACHE_WEIGHT = 0.1  # weight of the in-document cache in the cache-mixture unigram model
 
@@ -261,15 +285,15 @@ class OrderFeatures:
         for w, person in PRONOUN_PERSON.items():
             if w in self.word_ids:
                 self.word_person[self.word_ids[w]] = person
-        names = [""] * (classes.num_ids)
+        parts = [("", "", "")] * classes.num_ids  # (lead, base, trail) per class id; BOS and unknown are empty
         for name, i in classes.class_ids.items():
-            names[i] = name
-        self.class_is_content = np.array([n.startswith(("<", "^<")) and n not in ("<digits>", "<punct>")
-                                          for n in names])
-        self.class_is_name = np.array([n.startswith("^<") or n == "<CAPS>" for n in names])
-        self.class_ends_sentence = np.array([n in _SENTENCE_END or n == "" for n in names])
-        # every known word form in its common casings
-        self._build_token_table(chain.from_iterable((w, w.capitalize()) for w in self.words))
+            parts[i] = tuple(name.split("|", 2))
+        self.class_is_content = np.array([b.startswith(("<", "^<")) and b != "<digits>" for _, b, _ in parts])
+        self.class_is_name = np.array([b.startswith("^<") or b == "<CAPS>" for _, b, _ in parts])
+        self.class_ends_sentence = np.array([(t[:1] in SENTENCE_END_MARKS and t != "") or b == "" for _, b, t in parts])
+        # the most frequent words in their common surface forms; other forms are added as they are met
+        self._build_token_table(chain.from_iterable((w, w.capitalize(), w + ",", w + ".")
+                                                    for w in self.words[:PREFILLED_WORDS]))
 
     @classmethod
     def fit(cls, texts: Sequence[str], *, num_frequent: int = 1000, order: int = 3, bits: int = 20,
@@ -278,7 +302,7 @@ class OrderFeatures:
         token_lists = [tokenize(text, max_tokens) for text in texts]
         seqs = [[classes.register(t) for t in toks] for toks in token_lists]
         lm = HashedNgramLM(order, bits, discount).fit(seqs, classes.num_ids)
-        counts = Counter(t.lower() for toks in token_lists for t in toks)
+        counts = Counter(core.lower() for toks in token_lists for core in map(_core, toks) if core)
         words = counts.most_common(max_words)
         return cls(classes, lm, [w for w, _ in words], np.array([c for _, c in words], dtype=np.float64), max_tokens)
 
@@ -297,26 +321,30 @@ class OrderFeatures:
         self.token_row: _RowTable = _RowTable()
         self._columns = np.zeros((1024, 4), dtype=np.int64)
         self._rows = 0
-        for token in tokens:
-            if token not in self.token_row:
-                self._add_row(token)
+        self._add_rows(list(dict.fromkeys(tokens)))
 
     def _describe(self, token: str) -> tuple[int, int, int, int]:
-        lower = token.lower()
+        core = _core(token)
+        lower = core.lower()
         word = self.word_ids.get(lower, 0)
         # a word outside the vocabulary still needs an identity to detect repeats: a negative hash never
         # equals a word id (Python's str hash is per process, which is all a document needs)
         key = word or -1 - (hash(lower) & 0x3FFF_FFFF_FFFF_FFFF)
-        return self.classes.class_id(token), word, key, int(lower.isalpha())
+        class_id = self.classes.class_ids.get(self.classes.class_name(token), self.classes.unknown_id)
+        return class_id, word, key, int(lower.isalpha())  # "".isalpha() is False
 
-    def _add_row(self, token: str) -> tuple[int, int, int, int]:
-        described = self._describe(token)
-        if self._rows < MAX_TABLE_ROWS:
-            if self._rows == len(self._columns):
+    def _add_rows(self, tokens: Iterable[str]) -> list[tuple[int, int, int, int]]:
+        """Describe new surface forms and append them to the table (while it has room)."""
+        described = [self._describe(t) for t in tokens]
+        room = min(len(described), MAX_TABLE_ROWS - self._rows)
+        if room > 0:
+            while self._rows + room > len(self._columns):
                 self._columns = np.concatenate([self._columns, np.zeros_like(self._columns)])
-            self._columns[self._rows] = described
-            self.token_row[token] = self._rows
-            self._rows += 1
+            self._columns[self._rows : self._rows + room] = described[:room]
+            table = self.token_row
+            for offset, token in enumerate(tokens[:room]):
+                table[token] = self._rows + offset
+            self._rows += room
         return described
 
     def _token_columns(self, tokens: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -325,17 +353,23 @@ class OrderFeatures:
         rows = np.fromiter(map(self.token_row.__getitem__, tokens), dtype=np.int64, count=len(tokens))
         unseen = np.flatnonzero(rows < 0)
         if len(unseen):
-            extra = [self._add_row(tokens[i]) if tokens[i] not in self.token_row else
-                     tuple(self._columns[self.token_row[tokens[i]]]) for i in unseen]
-        columns = self._columns[np.maximum(rows, 0)]
-        if len(unseen):
-            columns[unseen] = extra
+            new_forms = list(dict.fromkeys(tokens[i] for i in unseen))
+            self._add_rows(new_forms)
+            rows[unseen] = [self.token_row[tokens[i]] for i in unseen]
+        columns = self._columns[rows] if (rows >= 0).all() else self._columns_with_overflow(tokens, rows)
         return columns[:, 0], columns[:, 1], columns[:, 2], columns[:, 3].astype(bool)
+
+    def _columns_with_overflow(self, tokens: list[str], rows: np.ndarray) -> np.ndarray:
+        """The table is full: describe the forms that did not fit on the fly."""
+        columns = self._columns[np.maximum(rows, 0)]
+        missing = np.flatnonzero(rows < 0)
+        columns[missing] = [self._describe(tokens[i]) for i in missing]
+        return columns
 
     def transform(self, texts: Sequence[str], token_lists: Sequence[list[str]] | None = None) -> np.ndarray:
         """Feature matrix [len(texts), len(self.names)] (float64), vectorised over the batch.
 
-        ``token_lists`` (``TOKEN_RE.findall`` of each text's head, case kept) may be passed in by a caller that
+        ``token_lists`` (``tokenize`` of each text's head, or a longer ``str.split``) may be passed in by a caller that
         has tokenised the texts already; only the first ``max_tokens`` of each are used."""
         out = np.zeros((len(texts), len(self.names)), dtype=np.float64)
         if not texts:

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from transforms.quality_features import TOKEN_RE, OrderFeatures
+from transforms.quality_features import OrderFeatures
 
 MODEL_FORMAT_VERSION = 1
 DEFAULT_MAX_CHARS = 20_000  # characters of a document fastText reads
@@ -69,7 +69,7 @@ def fasttext_line(tokens: Sequence[str]) -> str:
 
 def tokenize_head(text: str, max_chars: int) -> list[str]:
     """The tokens both models read: fastText all of them, the order features the first ``max_tokens``."""
-    return TOKEN_RE.findall(text[:max_chars])
+    return text[:max_chars].split()
 
 
 class LogisticStacker:
@@ -134,9 +134,12 @@ class SecondStage:
         model = LogisticStacker.fit(cls._expand((base - mean) / scale), y, l2)
         return cls(mean, scale, model, gate)
 
-    def predict(self, p_fasttext: np.ndarray, order_x: np.ndarray) -> np.ndarray:
+    def predict_logit(self, p_fasttext: np.ndarray, order_x: np.ndarray) -> np.ndarray:
         z = (self._base(p_fasttext, order_x) - self.mean) / self.scale
-        return sigmoid(self.model.logit(self._expand(z)))
+        return self.model.logit(self._expand(z))
+
+    def predict(self, p_fasttext: np.ndarray, order_x: np.ndarray) -> np.ndarray:
+        return sigmoid(self.predict_logit(p_fasttext, order_x))
 
     def to_arrays(self, prefix: str) -> dict[str, np.ndarray]:
         arrays = self.model.to_arrays(prefix + "lr_")
@@ -193,18 +196,27 @@ class QualityModel:
         token_lists = [tokenize_head(t, max_chars) for t in texts]
         return self.fasttext_hq(token_lists), self.order.transform(texts, token_lists)
 
-    def combine(self, p_fasttext: np.ndarray, order_x: np.ndarray) -> dict[str, np.ndarray]:
-        p_second = self.stacker.predict(p_fasttext, order_x)  # P(hq | fastText passes it, order, cohesion)
-        score = np.where(p_fasttext >= self.stacker.gate, p_second, p_fasttext)
-        return {"score": score, "fasttext": p_fasttext, "gibberish": 1.0 - p_second}
-
     def score(self, texts: Sequence[str], max_chars: int = DEFAULT_MAX_CHARS) -> dict[str, np.ndarray]:
-        """Arrays ``score`` (stacked P(hq)), ``fasttext`` (fastText P(hq)), ``gibberish`` (P(lq) from word
-        order and cohesion alone), each of length len(texts)."""
+        """Arrays ``score`` (P(hq) of the cascade), ``logit`` (its log-odds, unbounded: confident scores all
+        round to 1.0, their logits still rank them), ``fasttext`` (fastText P(hq)) and ``gibberish`` (P(lq)
+        from word order and cohesion, among what fastText passes; NaN where fastText alone decided), each of
+        length len(texts). The order features are computed only for documents fastText passes (p >= gate): the
+        rest are low quality whatever their word order, so the cascade spends nothing more on them."""
         if not texts:
             empty = np.zeros(0)
-            return {"score": empty, "fasttext": empty, "gibberish": empty}
-        return self.combine(*self.stack_inputs(texts, max_chars))
+            return {"score": empty, "logit": empty, "fasttext": empty, "gibberish": empty}
+        token_lists = [tokenize_head(t, max_chars) for t in texts]
+        p_fasttext = self.fasttext_hq(token_lists)
+        second = np.flatnonzero(p_fasttext >= self.stacker.gate)
+        score = p_fasttext.copy()
+        log_odds = logit(p_fasttext, eps=1e-7)
+        gibberish = np.full(len(texts), np.nan)
+        if len(second):
+            order_x = self.order.transform([texts[i] for i in second], [token_lists[i] for i in second])
+            log_odds[second] = self.stacker.predict_logit(p_fasttext[second], order_x)
+            score[second] = sigmoid(log_odds[second])
+            gibberish[second] = 1.0 - score[second]
+        return {"score": score, "logit": log_odds, "fasttext": p_fasttext, "gibberish": gibberish}
 
     def quantize(self) -> None:
         """Quantize the fastText part in place (product quantization; a much smaller .ftz)."""
