@@ -141,8 +141,8 @@ def _speed(args) -> None:
     for name, (per_cpu, per_wall) in results.items():
         print(f"| {name} | {per_cpu:,.0f} | {per_wall:,.0f} |")
     reference = _reference_seconds()
-    print(f"\nmachine load: reference loop took {reference:.3f} CPU-s (sum(range(10**7)); ~0.13 s on an idle core "
-          f"of this machine type) -- CPU-second rates above are deflated by about that ratio under contention")
+    print(f"\nload indicator: a fixed reference loop (sum(range(10**7))) took {reference:.3f} CPU-s in this run; "
+          f"on a shared machine it grows with contention, and so does every CPU-second figure above")
 
 
 def _rates(n: int, seconds: tuple[float, float]) -> tuple[float, float]:

@@ -31,6 +31,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.stats import ApproximateQuantiles
+from apache_beam.utils.windowed_value import WindowedValue
 from pydantic import BaseModel, ConfigDict, Field
 
 from transforms.base import Doc, mark_removed
@@ -206,11 +207,15 @@ def cutoff_from_quantiles(quantiles: Sequence[float], fraction: float) -> float:
 
 
 class _ScoreFn(beam.DoFn):
-    """Scores batches; decides per document too unless the decision needs the whole corpus."""
+    """Scores documents in batches of ``batch_size``; decides per document too unless the decision needs the
+    whole corpus. It batches by itself (a buffer flushed when full and at the end of each bundle), which
+    costs less per document than a separate BatchElements step; every document keeps its own window and
+    timestamp."""
 
     def __init__(self, cfg: QualityConfig, model_path: str, decide_here: bool):
         self.cfg, self.model_path, self.decide_here = cfg, model_path, decide_here
         self.scorer: QualityScorer | None = None
+        self.buffer: list[tuple[Doc, object, object]] = []
         self.kept = Metrics.counter(STEP_NAME, "kept")
         self.removed = Metrics.counter(STEP_NAME, "removed")
         self.scored = Metrics.counter(STEP_NAME, "scored")
@@ -220,25 +225,38 @@ class _ScoreFn(beam.DoFn):
         self.scorer = QualityScorer(self.model_path, self.cfg.max_chars)
         self.scorer.setup()  # the model is loaded once per worker
 
-    def process(self, batch):
-        started = time.perf_counter()
-        scores = self.scorer.annotate(batch)
-        self.scored.inc(len(batch))
-        self.busy_ms.inc(int((time.perf_counter() - started) * 1000))
-        if not self.decide_here:
-            yield from batch
+    def start_bundle(self):
+        self.buffer = []
+
+    def process(self, doc, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam):
+        self.buffer.append((doc, window, timestamp))
+        if len(self.buffer) >= self.cfg.batch_size:
+            yield from self._flush()
+
+    def finish_bundle(self):
+        yield from self._flush()
+
+    def _flush(self):
+        batch, self.buffer = self.buffer, []
+        if not batch:
             return
+        docs = [doc for doc, _, _ in batch]
+        started = time.perf_counter()
+        scores = self.scorer.annotate(docs)
+        self.busy_ms.inc(int((time.perf_counter() - started) * 1000))
+        self.scored.inc(len(docs))
         removed = 0
-        for doc, score in zip(batch, scores):
-            reason = decide(float(score), doc.get("id"), self.cfg)
+        for (doc, window, timestamp), score in zip(batch, scores):
+            reason = decide(float(score), doc.get("id"), self.cfg) if self.decide_here else None
             if reason is None:
-                yield doc
+                yield WindowedValue(doc, timestamp, (window,))
             else:
                 removed += 1
-                yield beam.pvalue.TaggedOutput(REMOVED, mark_removed(doc, STEP_NAME, reason))
-        # counters once per batch: a per-document increment costs as much as a tenth of the scoring
-        self.kept.inc(len(batch) - removed)
-        self.removed.inc(removed)
+                yield beam.pvalue.TaggedOutput(
+                    REMOVED, WindowedValue(mark_removed(doc, STEP_NAME, reason), timestamp, (window,)))
+        if self.decide_here:  # counters once per batch: per document they cost a tenth of the scoring
+            self.kept.inc(len(docs) - removed)
+            self.removed.inc(removed)
 
 
 class _DecideByCutoffFn(beam.DoFn):
@@ -278,11 +296,8 @@ class QualityFilter(beam.PTransform):
 
     def expand(self, docs):
         per_doc = self.cfg.mode != "top_fraction"
-        scored = (
-            docs
-            | "Batch" >> beam.BatchElements(min_batch_size=self.cfg.batch_size, max_batch_size=self.cfg.batch_size)
-            | "Score" >> beam.ParDo(_ScoreFn(self.cfg, self.model_path, per_doc)).with_outputs(REMOVED, main=KEPT)
-        )
+        scored = docs | "Score" >> beam.ParDo(_ScoreFn(self.cfg, self.model_path, per_doc)).with_outputs(
+            REMOVED, main=KEPT)
         if per_doc:
             return {KEPT: scored[KEPT], REMOVED: scored[REMOVED]}
         quantiles = (
