@@ -6,8 +6,9 @@ texts. Where its speed comes from (each measured in ``benchmarks/bench_pii.py``)
 
 * spaCy runs only the ``ner`` component (en_core_web_sm's NER has its own tok2vec, so tagger, parser, lemmatizer
   and attribute ruler are excluded at load time), over the whole batch with ``nlp.pipe``;
-* spaCy runs only on documents that contain a name candidate (two capitalised words in a row) — a Chinese review
-  or a log line never reaches the neural model;
+* spaCy reads only the sentences around the name candidates it has to decide (English text; a given name too
+  rare for the lexicon to decide alone, or a titled name with an unknown given name) — a common "First Last"
+  name, a Chinese review or a log line never reaches the neural model;
 * a document with no digit, no ``@``, no URL and no name candidate cannot hold any supported entity and skips
   the analyzer altogether;
 * Presidio's lemma-based context enhancer is replaced by context words checked in each recognizer on the raw text
