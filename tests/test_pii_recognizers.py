@@ -80,6 +80,8 @@ def test_card_luhn_issuer_and_grouping():
     bad = visa[:-1] + str((int(visa[-1]) + 1) % 10)
     assert found(rec, f"Card: {bad}") == []                      # Luhn fails
     assert found(rec, f"id {luhn_complete('9', 16)}") == []       # no issuer starts with 9
+    legacy = luhn_complete("0604", 16)
+    assert found(rec, f"Card ending in {legacy} was declined") == [legacy]  # unknown prefix, card context
     assert found(rec, f"Card: {grouped[:9]}-{grouped[10:]}") == []  # mixed separators
     maestro = luhn_complete("6759", 12)
     assert found(rec, f"Kreditkarte {maestro} belastet") == [maestro]

@@ -227,7 +227,8 @@ _CARD_GROUPINGS = {(4, 4, 4, 4), (4, 4, 4, 4, 3), (4, 6, 5), (4, 6, 4), (4, 4, 4
 
 
 class PaymentCardRecognizer(_RegexRecognizer):
-    """13–19 digits, plain or grouped as printed on cards, Luhn-valid, with a known issuer prefix and length."""
+    """12–19 digits, plain or grouped as printed on cards, Luhn-valid, with a known issuer prefix and length (or,
+    for a prefix outside the table, a card word just before it)."""
 
     ENTITY = "CREDIT_CARD"
     PATTERNS = (_CARD,)
@@ -239,9 +240,14 @@ class PaymentCardRecognizer(_RegexRecognizer):
             if len({c for c in raw if c in " -"}) > 1 or groups not in _CARD_GROUPINGS:
                 return None
         digits = raw.replace(" ", "").replace("-", "")
-        if not (12 <= len(digits) <= 19) or not luhn_valid(digits) or not card_issuer_ok(digits):
+        if not (12 <= len(digits) <= 19) or not luhn_valid(digits):
             return None
-        if len(digits) == 12 and not has_context(text, m.start(), m.end(), _CARD_CONTEXT, 40):
+        context = has_context(text, m.start(), m.end(), _CARD_CONTEXT, 40)
+        if not card_issuer_ok(digits):
+            # An issuer range missing from the table (regional and legacy schemes) still counts when the text
+            # says it is a card; a Luhn-valid number alone does not.
+            return 0.7 if context else None
+        if len(digits) == 12 and not context:
             return None  # only Maestro issues 12 digits; too many ordinary numbers pass Luhn at that length
         return 0.85
 
