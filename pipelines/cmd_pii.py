@@ -27,6 +27,8 @@ def register(subparsers) -> None:
     p.add_argument("--config", help="run config YAML; its `pii` section is used (default: built-in defaults)")
     p.add_argument("--ner", choices=["auto", "on", "off"], help="override pii.ner")
     p.add_argument("--operator", choices=["replace", "mask", "hash", "redact"], help="override pii.operator")
+    p.add_argument("--hash-salt-env", metavar="VAR",
+                   help="take pii.hash_salt from this environment variable (keeps the salt off the command line)")
     p.add_argument("--batch-size", type=int, default=256)
     p.set_defaults(handler=_run)
 
@@ -95,6 +97,10 @@ def _run(args) -> int:
         section["ner"] = args.ner
     if args.operator:
         section["operator"] = args.operator
+    if args.hash_salt_env:
+        if args.hash_salt_env not in os.environ:
+            raise ConfigError(f"--hash-salt-env: environment variable {args.hash_salt_env} is not set")
+        section["hash_salt"] = os.environ[args.hash_salt_env]
     try:
         cfg = PiiConfig(**section)
     except Exception as err:  # pydantic's message names the field and the allowed values
