@@ -22,6 +22,7 @@ import itertools
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -121,11 +122,11 @@ class PeakRss:
         self._thread.join()
 
 
-def run_datasketch(records: list[dict], verify_estimate: bool) -> tuple[dict, set, float]:
+def run_datasketch(records: list[dict], verify_estimate: bool) -> tuple[dict, set, float, float]:
     """The plain baseline: MinHash.update per 5-word shingle, MinHashLSH(0.8), union-find over query hits."""
     from datasketch import MinHash, MinHashLSH
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     lsh = MinHashLSH(threshold=0.8, num_perm=128)
     sketches = []
     for index, rec in enumerate(records):
@@ -149,25 +150,31 @@ def run_datasketch(records: list[dict], verify_estimate: bool) -> tuple[dict, se
                 ra, rb = find(index), find(other)
                 if ra != rb:
                     parent[max(ra, rb)] = min(ra, rb)
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     clusters = {rec["id"]: find(i) for i, rec in enumerate(records)}
     kept = {rec["id"] for i, rec in enumerate(records) if find(i) == i}
-    return clusters, kept, elapsed
+    return clusters, kept, elapsed, cpu
 
 
-def run_corpusmill(data: str, overrides: list[str], extra: list[str]) -> tuple[dict, set, float, int]:
+def children_cpu() -> float:
+    """User + system CPU seconds of all terminated, waited-for descendants (Beam worker processes included)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_corpusmill(data: str, overrides: list[str], extra: list[str]) -> tuple[dict, set, float, float, int]:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "clusters.jsonl")
         cmd = [sys.executable, "-m", "pipelines.cli", "dedup", data, "--out", out]
         for item in overrides:
             cmd += ["--set", item]
         cmd += extra
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), children_cpu()
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, "PYTHONPATH": str(REPO)})
         with PeakRss(proc.pid) as rss:
             stdout, stderr = proc.communicate()
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, children_cpu() - cpu_started
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{stderr[-3000:]}")
         clusters, kept = {}, set()
@@ -177,7 +184,7 @@ def run_corpusmill(data: str, overrides: list[str], extra: list[str]) -> tuple[d
                 clusters[row["id"]] = row["cluster"]
                 if row["kept"]:
                     kept.add(row["id"])
-    return clusters, kept, elapsed, rss.peak
+    return clusters, kept, elapsed, cpu, rss.peak
 
 
 def main() -> int:
@@ -195,8 +202,9 @@ def main() -> int:
     n = len(records)
     results = []
 
-    def record(name, clusters, kept, elapsed, peak):
+    def record(name, clusters, kept, elapsed, cpu, peak):
         row = {"method": name, "docs_per_s": round(n / elapsed, 1), "seconds": round(elapsed, 2),
+               "cpu_seconds": round(cpu, 2), "docs_per_cpu_s": round(n / cpu, 1),
                "peak_rss_mb": round(peak / 2**20) if peak else None, **score(clusters, kept, records, pairs)}
         results.append(row)
         print(json.dumps(row), flush=True)
@@ -207,9 +215,9 @@ def main() -> int:
     for verify in (False, True):
         before = me.memory_info().rss
         with PeakRss(os.getpid()) as rss:
-            clusters, kept, elapsed = run_datasketch(records, verify)
+            clusters, kept, elapsed, cpu = run_datasketch(records, verify)
         name = "datasketch 128 perm, MinHashLSH 0.8" + (", estimated J >= 0.8 kept" if verify else "")
-        record(name, clusters, kept, elapsed, max(rss.peak - before, 0) or None)
+        record(name, clusters, kept, elapsed, cpu, max(rss.peak - before, 0) or None)
 
     variants = [("corpusmill dedup (default: minhash, exact verify, degree stars; direct runner)", [], [])]
     if not args.quick:
@@ -220,24 +228,26 @@ def main() -> int:
             ("corpusmill dedup, verify=estimated", ["near_dedup.verify=estimated"], []),
         ]
     for name, overrides, extra in variants:
-        clusters, kept, elapsed, peak = run_corpusmill(args.data, overrides, extra)
-        record(name, clusters, kept, elapsed, peak)
+        clusters, kept, elapsed, cpu, peak = run_corpusmill(args.data, overrides, extra)
+        record(name, clusters, kept, elapsed, cpu, peak)
 
-    baseline = results[0]["docs_per_s"]
+    baseline, baseline_cpu = results[0]["docs_per_s"], results[0]["docs_per_cpu_s"]
     for row in results:
         row["speedup_vs_datasketch"] = round(row["docs_per_s"] / baseline, 2)
+        row["cpu_speedup_vs_datasketch"] = round(row["docs_per_cpu_s"] / baseline_cpu, 2)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as fh:
         json.dump({"data": args.data, "docs": n, "cpus": os.cpu_count(), "load_avg": os.getloadavg(),
                    "results": results}, fh, indent=1)
 
-    print("\n| method | docs/s | × datasketch | peak RSS MB | F1 / P / R exact-J≥0.8 | F1 cluster truth | "
+    print("\n| method | docs/s (wall) | × datasketch (wall) | × datasketch (CPU time) | peak RSS MB | F1 / P / R exact-J≥0.8 | F1 cluster truth | "
           "pairs J<0.5 | truth clusters lost | residual J≥0.8 pairs | recall by J bin (0.5–0.6 … 0.9–1.0) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         e, c = r["exact_j08"], r["cluster_truth"]
         bins = " / ".join("-" if v is None else f"{v:.3f}" for v in r["recall_by_jaccard_bin"].values())
-        print(f"| {r['method']} | {r['docs_per_s']} | {r['speedup_vs_datasketch']} | {r['peak_rss_mb']} | "
+        print(f"| {r['method']} | {r['docs_per_s']} | {r['speedup_vs_datasketch']} | "
+              f"{r['cpu_speedup_vs_datasketch']} | {r['peak_rss_mb']} | "
               f"{e['f1']:.3f} / {e['precision']:.3f} / {e['recall']:.3f} | {c['f1']:.3f} | {r['pairs_below_j05']} | "
               f"{r['truth_clusters_lost']} | {r['residual_dup_pairs_j08']} | {bins} |")
     print(f"\nload average during the run: {os.getloadavg()}")

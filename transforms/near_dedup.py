@@ -420,7 +420,7 @@ def check_index_params(index_dir: str, cfg: NearDedupConfig) -> None:
 
 # ---------------------------------------------------------------- Beam wrapper
 
-import apache_beam as beam  # noqa: E402  (after the pure core, which must import without Beam's start-up cost)
+import apache_beam as beam  # noqa: E402  (the core above does not use Beam; only the wrapper below does)
 from apache_beam.metrics import Metrics  # noqa: E402
 
 KEPT, REMOVED = "kept", "removed"
