@@ -588,14 +588,13 @@ class StreetAddressRecognizer(_RegexRecognizer):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Person names: spaCy NER spans, checked against a lexicon of given names
+# Person names: a lexicon of given names decides; spaCy NER decides what the lexicon cannot
 
 _NAME_WORD = r"[A-ZÀ-ÖØ-Þ][a-zß-öø-ÿ'’]+(?:-[A-ZÀ-ÖØ-Þ][a-zß-öø-ÿ'’]+)?"
 _TITLES = ("Mr", "Mrs", "Ms", "Miss", "Mx", "Dr", "Prof", "Sir", "Dame", "Lady", "Lord", "Herr", "Frau", "Ing",
            "Dipl.-Ing", "Univ.Prof", "Rev", "Hon")
 _TITLE_RE = r"(?:" + "|".join(re.escape(t) for t in sorted(_TITLES, key=len, reverse=True)) + r")\.?"
 _PARTICLES = ("von", "van", "de", "zu", "da", "di", "le", "la", "du", "del", "ten", "ter", "bin")
-# Words that end a street name rather than a personal name ("30 Oliver Trace", "Ina-Koch-Ring 6").
 # Words that end a street name rather than a personal name ("30 Oliver Trace", "Ina-Koch-Ring 6"). The first set
 # is (almost) never a surname; the second often is ("Donald Green", "Tara Mills"), so it counts only next to a
 # house number.
@@ -614,8 +613,6 @@ _ORG_WORDS = frozenset("""foundation inc ltd llc gmbh ag corp corporation compan
 group association society consortium council committee""".split())
 _HOUSE_NUMBER_AFTER = re.compile(r"[ \t]+\d+[a-z]?(?:[\-/]\d+)?(?![0-9A-Za-z])")
 _HOUSE_NUMBER_BEFORE = re.compile(r"\d+[A-Za-z]?,?[ \t]*$")
-_NON_PERSON_NER = frozenset({"ORG", "PRODUCT", "WORK_OF_ART", "LAW", "EVENT", "FAC", "GPE", "LOC", "NORP",
-                             "LANGUAGE"})
 # A run of capitalised words (titles, initials and name particles allowed inside), on one line.
 _CAPS_RUN = re.compile(
     rf"(?<![0-9A-Za-zÀ-ÿ\-.])(?:{_TITLE_RE}|{_NAME_WORD}|[A-Z]\.)"
