@@ -439,3 +439,16 @@ def test_large_star_small_star_rounds_find_components_and_report_non_convergence
     assert {labels[i] for i in ids[:300]} == {min(ids[:300])} and {labels[i] for i in ids[300:]} == {min(ids[300:])}
     _, not_converged = components(chain, 1)
     assert not_converged > 0  # too few rounds are reported, never silently trusted
+
+
+def test_a_hot_component_of_near_identical_pages_resolves_into_one_verified_star():
+    cfg = NearDedupConfig()
+    rng = random.Random(9)
+    base = load(DEMO_CORPUS, lang="en", min_chars=3000, limit=1)[0]["text"]
+    texts = [edit_words(base, 0.003, rng) for _ in range(300)]
+    sketches = {s.id: s for s in sketches_of(as_docs(texts), cfg)}
+    decisions = dedup_in_memory(sketches.values(), cfg)  # one bucket per band holds all 300 ids
+    kept = [d for d in decisions if not d.removed]
+    assert len(kept) == 1 and kept[0].cluster_size == 300
+    assert all(minhash.exact_jaccard(sketches[d.id].shingles, sketches[d.cluster].shingles) >= cfg.threshold
+               for d in decisions if d.removed)

@@ -18,6 +18,7 @@ Beam wrapper: ``NearDedup(cfg, index_out_dir, against_dirs)``; see its docstring
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import math
@@ -38,6 +39,9 @@ INDEX_FORMAT_VERSION = 1
 # Before an exact Jaccard, skip kept members whose MinHash estimate is this far below the threshold: with 128
 # permutations the estimate's standard deviation near J=0.8 is ~0.035, so 0.15 is over four of them.
 _PREFILTER_MARGIN = 0.15
+# Components up to this size choose star centres by exact coverage (at most ~2,000 Jaccards); larger ones by
+# the MinHash estimate, so that a component of thousands of near-identical pages stays linear in exact work.
+_EXACT_COVERAGE_MAX_MEMBERS = 64
 
 log = logging.getLogger(__name__)
 
@@ -227,21 +231,54 @@ def verify_edge(a: Sketch, b: Sketch, cfg: NearDedupConfig) -> bool:
     return similar_enough(similarity(a, b, cfg), cfg)
 
 
-def _pairwise_similarity(ordered: Sequence[Sketch], cfg: NearDedupConfig) -> np.ndarray:
-    """Similarity matrix of a component; pairs the MinHash estimate rules out are left at 0."""
-    n = len(ordered)
-    sims = np.zeros((n, n))
-    signatures = np.stack([s.signature for s in ordered]) if cfg.method == "minhash" else None
-    for i in range(n):
-        if signatures is not None and cfg.verify == "exact":
-            estimates = (signatures[i + 1:] == signatures[i]).mean(axis=1)
-            partners = i + 1 + np.flatnonzero(estimates >= cfg.threshold - _PREFILTER_MARGIN)
+class _ComponentSimilarity:
+    """Similarities inside one component.
+
+    With MinHash and exact verification, the signatures give every pair's estimate at once (vectorized); exact
+    Jaccards are computed only for the pairs a decision needs (centre → candidate) and cached, so a component
+    of near-identical documents costs a similarity per removed document, not per pair. Otherwise every pair's
+    similarity is computed up front (estimates are cheap).
+    """
+
+    def __init__(self, ordered: Sequence[Sketch], cfg: NearDedupConfig):
+        self.ordered, self.cfg = ordered, cfg
+        self.floor = similarity_floor(cfg) - 1e-12
+        n = len(ordered)
+        self.lazy = cfg.method == "minhash" and cfg.verify == "exact"
+        if self.lazy:
+            signatures = np.stack([s.signature for s in ordered])
+            estimates = np.stack([(signatures == signatures[i]).mean(axis=1) for i in range(n)])
+            self.likely = estimates >= cfg.threshold  # only ranks centres by how much they would cover
+            self.candidate = estimates >= cfg.threshold - _PREFILTER_MARGIN
+            self._exact: dict[tuple[int, int], float] = {}
         else:
-            partners = range(i + 1, n)
-        for j in partners:
-            if not (ordered[i].old and ordered[j].old):
-                sims[i, j] = sims[j, i] = similarity(ordered[i], ordered[j], cfg)
-    return sims
+            self.sims = np.zeros((n, n))
+            for i, j in itertools.combinations(range(n), 2):
+                self.sims[i, j] = self.sims[j, i] = similarity(ordered[i], ordered[j], cfg)
+            self.likely = self.candidate = self.sims >= self.floor
+        old = np.array([s.old for s in ordered])
+        self.candidate = self.candidate & ~(old[:, None] & old[None, :])  # old documents are never compared
+        np.fill_diagonal(self.likely, False)
+        np.fill_diagonal(self.candidate, False)
+        if self.lazy and n <= _EXACT_COVERAGE_MAX_MEMBERS:  # small component: rank centres by exact coverage
+            self.likely = np.zeros((n, n), dtype=bool)
+            for i, j in zip(*np.nonzero(np.triu(self.candidate))):
+                self.likely[i, j] = self.likely[j, i] = self.get(i, j) >= self.floor
+
+    def get(self, i: int, j: int) -> float:
+        if not self.lazy:
+            return float(self.sims[i, j])
+        key = (i, j) if i < j else (j, i)
+        if key not in self._exact:
+            self._exact[key] = similarity(self.ordered[i], self.ordered[j], self.cfg)
+        return self._exact[key]
+
+    def similar(self, i: int, among: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The members of ``among`` (a boolean mask) similar enough to ``i``, and their similarities."""
+        candidates = np.flatnonzero(self.candidate[i] & among)
+        sims = np.array([self.get(i, j) for j in candidates], dtype=float)
+        close = sims >= self.floor
+        return candidates[close], sims[close]
 
 
 def resolve_component(members: Sequence[Sketch], cfg: NearDedupConfig) -> list[Decision]:
@@ -250,38 +287,37 @@ def resolve_component(members: Sequence[Sketch], cfg: NearDedupConfig) -> list[D
     Documents of earlier runs are kept first; a new document similar enough to one of them is removed for the
     most similar. Then, repeatedly, a centre is chosen among the unassigned documents and kept, and every
     unassigned document similar enough to it is removed for it. ``resolution="degree"`` chooses the document
-    that covers the most unassigned ones (ties: rank order); ``"rank"`` chooses the first in rank order (the
-    smallest id, or the highest quality). Either way every removed document meets the threshold against the
-    document kept for it. Components above ``degree_max_component`` use the linear-memory rank rule.
+    that would cover the most unassigned ones (exactly in small components, by the MinHash estimate in large
+    ones; ties: rank order); ``"rank"`` chooses
+    the first in rank order (the smallest id, or the highest quality). Either way every removed document meets
+    the threshold against the document kept for it (exactly, with ``verify="exact"``). Components above
+    ``degree_max_component`` use the linear-memory rank rule.
     """
     ordered = sorted(members, key=lambda s: s.rank)
     if len(ordered) > cfg.degree_max_component:
         return _resolve_incremental(ordered, cfg)
-    sims = _pairwise_similarity(ordered, cfg)
-    adjacent = sims >= similarity_floor(cfg) - 1e-12
-    np.fill_diagonal(adjacent, False)
+    sims = _ComponentSimilarity(ordered, cfg)
     old = np.array([s.old for s in ordered])
     unassigned = ~old
     decisions: list[Decision] = []
-    removed_for = np.zeros(len(ordered), dtype=np.int64)
     for j in np.flatnonzero(unassigned):
-        near_old = np.flatnonzero(adjacent[j] & old)
+        near_old, near_sims = sims.similar(j, old)
         if len(near_old):
-            best = near_old[np.argmax(sims[j, near_old])]
-            decisions.append(Decision(ordered[j].id, ordered[best].id, round(float(sims[j, best]), 6), True, 1, True))
+            best = int(np.argmax(near_sims))
+            decisions.append(Decision(ordered[j].id, ordered[near_old[best]].id, round(float(near_sims[best]), 6),
+                                      True, 1, True))
             unassigned[j] = False
     while unassigned.any():
         if cfg.resolution == "degree":
-            coverage = np.where(unassigned, (adjacent & unassigned).sum(axis=1), -1)
+            coverage = np.where(unassigned, (sims.likely & unassigned).sum(axis=1), -1)
             centre = int(np.argmax(coverage))  # first maximum = earliest rank on ties
         else:
             centre = int(np.argmax(unassigned))
         unassigned[centre] = False
-        covered = np.flatnonzero(adjacent[centre] & unassigned)
+        covered, covered_sims = sims.similar(centre, unassigned)
         unassigned[covered] = False
-        removed_for[centre] = len(covered)
-        decisions.extend(Decision(ordered[m].id, ordered[centre].id, round(float(sims[centre, m]), 6), True)
-                         for m in covered)
+        decisions.extend(Decision(ordered[m].id, ordered[centre].id, round(float(sim), 6), True)
+                         for m, sim in zip(covered, covered_sims))
         decisions.append(Decision(ordered[centre].id, ordered[centre].id, 1.0, False, 1 + len(covered)))
     return sorted(decisions)
 
