@@ -190,9 +190,10 @@ class PiiEngine:
             if isinstance(rec, R.PersonNameRecognizer):
                 rec.ner_confirms_untitled = cfg.ner_confirms_untitled
         self._person = next(r for r in recognizers if isinstance(r, R.PersonNameRecognizer))
-        if "PERSON" in self.entities and not self._person.given_names and self._nlp is None:
-            log.warning("PII: neither a NER model nor the given-name lexicon (gender-guesser) is installed; "
-                        "PERSON cannot be detected")
+        if "PERSON" in self.entities and not self._person.given_names:
+            log.warning("PII: the given-name lexicon is NOT INSTALLED (pip install gender-guesser==0.4.0); PERSON "
+                        "is found only %s", "for titled names, by NER" if self._nlp is not None else
+                        "in Chinese text (no NER model either)")
         registry = RecognizerRegistry(supported_languages=[R.LANGUAGE])
         for rec in recognizers:
             if set(rec.supported_entities) & set(self.entities):
@@ -341,13 +342,17 @@ class PiiStep:
 
 
 def engine_description(cfg: PiiConfig | None = None) -> str:
-    """Which NER engine a step with this config would run, without loading the model (for the run manifest)."""
+    """Which NER engine a step with this config would run, without loading the model (for the run manifest).
+    Also says when PERSON lacks its given-name lexicon (the ``gender-guesser`` package)."""
     cfg = cfg or PiiConfig()
+    lexicon = "" if importlib.util.find_spec("gender_guesser") else "; no given-name lexicon (gender-guesser)"
+    if "PERSON" not in cfg.entities:
+        lexicon = ""
     if cfg.ner == "off" or not any(e in NER_ENTITIES for e in cfg.entities):
-        return "patterns-only"
+        return "patterns-only" + lexicon
     if ner_model_available(cfg.ner_model):
-        return f"spacy:{cfg.ner_model} (ner only)"
-    return f"patterns-only (spaCy model {cfg.ner_model} not installed)"
+        return f"spacy:{cfg.ner_model} (ner only)" + lexicon
+    return f"patterns-only (spaCy model {cfg.ner_model} not installed)" + lexicon
 
 
 # ---------------------------------------------------------------------------------------------------------------
