@@ -54,7 +54,7 @@ def _train(args: argparse.Namespace) -> int:
     written = [args.out]
     if cfg.quantize:
         ftz = os.path.splitext(args.out)[0] + ".ftz"
-        model.quantize()
+        model.quantize(cfg.quantize_cutoff)
         _, heldout = split_records(records, cfg)
         if heldout:
             import numpy as np

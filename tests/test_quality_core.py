@@ -32,17 +32,22 @@ def shuffle_words(text: str, rng: random.Random) -> str:
     return " ".join(words)
 
 
-def markov_babble(corpus: list[str], length: int, rng: random.Random) -> str:
-    """An order-1 word Markov chain over ``corpus``: every adjacent word pair is real, nothing longer is."""
+def markov_chain(corpus: list[str]) -> dict[str, list[str]]:
+    """Order-1 word transitions of ``corpus``."""
     following: dict[str, list[str]] = {}
     for text in corpus:
         words = text.split()
         for a, b in zip(words, words[1:]):
             following.setdefault(a, []).append(b)
-    word = rng.choice(list(following))
+    return following
+
+
+def markov_babble(following: dict[str, list[str]], starts: list[str], length: int, rng: random.Random) -> str:
+    """Text from an order-1 word Markov chain: every adjacent word pair is real, nothing longer is."""
+    word = rng.choice(starts)
     out = [word]
     while len(out) < length:
-        word = rng.choice(following.get(word) or list(following))
+        word = rng.choice(following.get(word) or starts)
         out.append(word)
     return " ".join(out)
 
@@ -89,7 +94,9 @@ def test_order_features_separate_prose_from_shuffled_words_and_markov_babble(pro
     names = features.names
     real = features.transform(held)
     salad = features.transform([shuffle_words(t, rng) for t in held])
-    babble = features.transform([markov_babble(prose[700:], len(t.split()), rng) for t in held])
+    following = markov_chain(prose[700:])
+    starts = sorted(following)
+    babble = features.transform([markov_babble(following, starts, len(t.split()), rng) for t in held])
     gain2 = names.index("class_gain2")
     cache = names.index("cache_gain")
     y = np.r_[np.ones(len(held)), np.zeros(len(held))].astype(bool)

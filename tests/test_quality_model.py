@@ -149,7 +149,8 @@ def test_cli_train_and_score(tmp_path, records):
         fh.write("{not json\n")  # a bad line is reported and skipped, never a traceback
     model = tmp_path / "m" / "quality.bin"
     assert main(["quality", "train", "--data", str(data), "--out", str(model), "--param", "epoch=5",
-                 "--param", "folds=2", "--quantize"]) == 0
+                 "--param", "folds=2", "--param", "bucket=20000", "--param", "quantize_cutoff=5000",
+                 "--quantize"]) == 0
     for path in (model, *map(Path, sidecar_paths(str(model))), tmp_path / "m" / "quality.ftz"):
         assert path.exists(), path
     card = json.loads(Path(sidecar_paths(str(model))[1]).read_text())

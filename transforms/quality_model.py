@@ -52,6 +52,8 @@ class QualityTrainConfig(BaseModel):
     bucket: int = Field(200_000, ge=1000, description="hash buckets of word n-grams (model size ~ bucket*dim*4 B)")
     threads: int = Field(1, ge=1, description="fastText training threads (1 is deterministic)")
     quantize: bool = Field(False, description="also write a quantized .ftz next to the model")
+    quantize_cutoff: int = Field(100_000, ge=0, description="words + n-gram buckets kept by the .ftz (by norm); "
+                                                             "0 keeps all")
     # word-order model
     frequent_words: int = Field(1000, ge=10, description="most frequent words kept as their own class")
     order: int = Field(3, ge=2, le=6, description="n-gram order of the class language model")
@@ -218,9 +220,10 @@ class QualityModel:
             gibberish[second] = 1.0 - score[second]
         return {"score": score, "logit": log_odds, "fasttext": p_fasttext, "gibberish": gibberish}
 
-    def quantize(self) -> None:
-        """Quantize the fastText part in place (product quantization; a much smaller .ftz)."""
-        self.fasttext.quantize(qnorm=True, retrain=False)
+    def quantize(self, cutoff: int = 0) -> None:
+        """Quantize the fastText part in place (product quantization, keeping the ``cutoff`` rows of largest
+        norm when > 0): a much smaller .ftz."""
+        self.fasttext.quantize(qnorm=True, retrain=False, cutoff=cutoff)
 
     def save(self, model_path: str, card: dict[str, Any] | None = None) -> None:
         """Write the fastText model to ``model_path`` and the sidecars next to it (each via a temp file)."""
@@ -307,26 +310,46 @@ def roc_auc(y_true: np.ndarray, score: np.ndarray) -> float:
     return float((ranks[y_true].sum() - pos * (pos + 1) / 2) / (pos * neg))
 
 
+# fastText training runs in a fresh interpreter: in a long-lived process this build of fastText sometimes
+# stops with a spurious "Encountered NaN" or trains a slightly different model from the same input and seed
+# (its result depends on the state of the process's heap); in a fresh process it is reproducible.
+_FASTTEXT_TRAINER = """
+import json, sys
+import fasttext
+params = json.loads(sys.argv[1])
+try:
+    model = fasttext.train_supervised(**params)
+except RuntimeError as err:
+    print(err, file=sys.stderr)
+    sys.exit(3 if "NaN" in str(err) else 1)
+model.save_model(sys.argv[2])
+"""
+
+
 def _train_fasttext(texts: Sequence[str], labels: Sequence[str], cfg: QualityTrainConfig, workdir: str):
-    import fasttext
+    import subprocess
+    import sys
 
     path = os.path.join(workdir, "fasttext_train.txt")
     with open(path, "w", encoding="utf-8") as fh:
         for text, label in zip(texts, labels):
             fh.write(f"__label__{label} {fasttext_line(tokenize_head(text, DEFAULT_MAX_CHARS))}\n")
-    lr = cfg.lr
-    for attempt in range(4):
-        try:
-            model = fasttext.train_supervised(
-                input=path, epoch=cfg.epoch, lr=lr, dim=cfg.dim, wordNgrams=cfg.word_ngrams,
-                minCount=cfg.min_count, bucket=cfg.bucket, thread=cfg.threads, seed=cfg.seed, verbose=0,
-                loss="softmax")
+    out = os.path.join(workdir, "fasttext_model.bin")
+    params = {"input": path, "epoch": cfg.epoch, "lr": cfg.lr, "dim": cfg.dim, "wordNgrams": cfg.word_ngrams,
+              "minCount": cfg.min_count, "bucket": cfg.bucket, "thread": cfg.threads, "seed": cfg.seed,
+              "verbose": 0, "loss": "softmax"}
+    for attempt in range(6):
+        done = subprocess.run([sys.executable, "-c", _FASTTEXT_TRAINER, json.dumps(params), out],
+                              capture_output=True, text=True)
+        if done.returncode == 0:
             break
-        except RuntimeError as err:  # fastText diverges ("Encountered NaN") when lr is too high for the data
-            if "NaN" not in str(err) or attempt == 3:
-                raise
-            lr /= 2
+        if done.returncode != 3 or attempt == 5:
+            raise RuntimeError(f"fastText training failed: {done.stderr.strip()[-500:]}")
+        if attempt >= 2:  # diverging again and again: the learning rate is too high for this data
+            params["lr"] /= 2
+    model = _load_fasttext(out)
     os.remove(path)
+    os.remove(out)
     return model
 
 
