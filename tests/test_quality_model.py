@@ -111,6 +111,14 @@ def test_quality_filter_threshold_annotates_and_accounts_for_every_document(mode
     assert kept_hq / max(len(expected), 1) > 0.9
 
 
+def test_quality_filter_disabled_passes_everything(model_path, records):
+    docs = _docs(records, 20)
+    with _pipeline() as p:
+        out = p | beam.Create(docs) | QualityFilter(QualityConfig(enabled=False), model_path)
+        assert_that(out["kept"] | beam.Map(lambda d: d["id"]), equal_to(list(range(20))), label="kept")
+        assert_that(out["removed"], equal_to([]), label="removed")
+
+
 def test_quality_filter_pareto_matches_the_pure_core(model_path, records):
     docs = _docs(records, 200)
     cfg = QualityConfig(mode="pareto", seed=5, batch_size=64)

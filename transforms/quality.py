@@ -40,7 +40,7 @@ from transforms.quality_model import QualityModel, QualityTrainConfig, load_labe
 STEP_NAME = "quality"
 KEPT, REMOVED = "kept", "removed"
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_TRAIN_DATA = REPO_ROOT / "data" / "quality" / "quality_train_subset.jsonl.gz"
+DEFAULT_TRAIN_DATA = "data/quality/quality_train_subset.jsonl.gz"  # relative: to the cwd, else to the repo
 REASONS = {"threshold": "low_quality", "top_fraction": "below_top_fraction", "pareto": "pareto_sampled_out"}
 
 
@@ -53,7 +53,8 @@ class QualityConfig(BaseModel):
     model: str | None = Field(None, description="path of a model from `corpusmill quality train` (.bin or .ftz "
                                                 "with its .order.npz next to it); null: train the default model "
                                                 "from `train_data` at run time (cached)")
-    train_data: str = Field(str(DEFAULT_TRAIN_DATA), description="labelled JSONL(.gz) for the default model")
+    train_data: str = Field(DEFAULT_TRAIN_DATA, description="labelled JSONL(.gz) for the default model; a relative "
+                                                            "path is looked up in the cwd, then in the repository")
     mode: Literal["threshold", "top_fraction", "pareto"] = "threshold"
     threshold: float = Field(0.5, ge=0.0, le=1.0, description="mode=threshold: keep when quality_score >= it")
     top_fraction: float = Field(0.8, gt=0.0, le=1.0, description="mode=top_fraction: share of documents kept")
@@ -148,10 +149,18 @@ class QualityStep(QualityScorer):
 # ----------------------------------------------------------------------------------------- default model
 
 
+def resolve_train_data(path: str) -> str:
+    """``path`` itself when it exists, else (relative paths) the same path inside the repository."""
+    if os.path.exists(path) or os.path.isabs(path):
+        return path
+    in_repo = REPO_ROOT / path
+    return str(in_repo) if in_repo.exists() else path
+
+
 def default_model_path(cache_dir: str | os.PathLike, cfg: QualityConfig) -> Path:
     """Where the default model for this training data and these parameters lives in ``cache_dir``."""
     digest = hashlib.sha256()
-    with open(cfg.train_data, "rb") as fh:
+    with open(resolve_train_data(cfg.train_data), "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
     digest.update(cfg.train.model_dump_json().encode("utf-8"))
@@ -168,19 +177,21 @@ def ensure_default_model(cache_dir: str | os.PathLike, cfg: QualityConfig | None
             if not os.path.exists(path):
                 raise FileNotFoundError(f"quality.model: {path} does not exist")
         return cfg.model
-    if not os.path.exists(cfg.train_data):
+    train_data = resolve_train_data(cfg.train_data)
+    if not os.path.exists(train_data):
         raise FileNotFoundError(f"quality.train_data: {cfg.train_data} does not exist (the repository ships "
                                 f"{DEFAULT_TRAIN_DATA}; or set quality.model)")
     path = default_model_path(cache_dir, cfg)
     if path.exists() and Path(sidecar_paths(str(path))[0]).exists():
         return str(path)
     started = time.time()
-    log(f"quality: training the default model from {cfg.train_data} into {path}")
-    records, problems = load_labeled(cfg.train_data, cfg.train)
+    log(f"quality: training the default model from {train_data} into {path}")
+    Path(cache_dir).mkdir(parents=True, exist_ok=True)
+    records, problems = load_labeled(train_data, cfg.train)
     if problems:
         raise ValueError(f"quality.train_data: {len(problems)} unusable lines, first: {problems[0]}")
     model, card = train_quality_model(records, cfg.train, log=log)
-    card["data"]["path"] = str(cfg.train_data)
+    card["data"]["path"] = str(cfg.train_data)  # as configured: no machine-specific absolute path
     # write under a private name, then rename: the .bin, checked first by readers, lands last
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.bin")
     model.save(str(tmp), card)
@@ -295,6 +306,8 @@ class QualityFilter(beam.PTransform):
         self.cfg, self.model_path = cfg, model_path
 
     def expand(self, docs):
+        if not self.cfg.enabled:  # switched off: every document passes untouched
+            return {KEPT: docs, REMOVED: docs.pipeline | "NothingRemoved" >> beam.Create([])}
         per_doc = self.cfg.mode != "top_fraction"
         scored = docs | "Score" >> beam.ParDo(_ScoreFn(self.cfg, self.model_path, per_doc)).with_outputs(
             REMOVED, main=KEPT)

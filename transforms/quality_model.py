@@ -239,6 +239,7 @@ class QualityModel:
         arrays["format_version"] = np.array([MODEL_FORMAT_VERSION])
         with tempfile.NamedTemporaryFile(dir=directory, suffix=".npz", delete=False) as fh:
             np.savez_compressed(fh, **arrays)
+        os.chmod(fh.name, 0o644)  # NamedTemporaryFile creates it private; the model is meant to be shared
         os.replace(fh.name, order_path)
         if card is not None:
             write_json_atomic(card_path, card)
