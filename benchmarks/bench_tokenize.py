@@ -90,6 +90,9 @@ def bench_corpus(corpus: str, out_root: str, seq_len: int, vocab_size: int, repe
         "raw_fast_s": [round(x, 2) for x in fast_s], "raw_fast_cpu_s": [round(x, 2) for x in fast_cpu],
         "beam_over_raw_fast": round(statistics.median(fast_s) / beam_med, 3),
         "beam_over_raw_fast_cpu": round(statistics.median(fast_cpu) / statistics.median(beam_cpu), 3),
+        # Best-of-repeats: the run least disturbed by other processes on a shared machine.
+        "beam_over_raw_best": round(min(raw_s) / min(beam_s), 3),
+        "beam_over_raw_fast_best": round(min(fast_s) / min(beam_s), 3),
         "load_avg_1m": os.getloadavg()[0], "cpus": os.cpu_count(),
         "rayon_threads": os.environ.get("RAYON_NUM_THREADS", "default (all cores)"),
         "pack_python_s": round(pack_s, 3),
@@ -117,13 +120,14 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
-    print("\n| corpus | MB | raw encode_batch MB/s | Beam build MB/s | Beam/raw (wall) | Beam/raw (CPU) | "
-          "Beam/raw encode_batch_fast (wall, CPU) | load avg |")
+    print("\n| corpus | MB | raw encode_batch MB/s | Beam build MB/s | Beam/raw wall (median, best) | "
+          "Beam/raw CPU | Beam/raw encode_batch_fast wall (median, best), CPU | load avg |")
     print("|---|---|---|---|---|---|---|---|")
     for r in results:
         print(f"| {os.path.basename(r['corpus'])} | {r['text_mb']} | {r['raw_mb_s']} | {r['beam_mb_s']} | "
-              f"{r['beam_over_raw']:.1%} | {r['beam_over_raw_cpu']:.1%} | {r['beam_over_raw_fast']:.1%}, "
-              f"{r['beam_over_raw_fast_cpu']:.1%} | {r['load_avg_1m']:.1f} |")
+              f"{r['beam_over_raw']:.1%}, {r['beam_over_raw_best']:.1%} | {r['beam_over_raw_cpu']:.1%} | "
+              f"{r['beam_over_raw_fast']:.1%}, {r['beam_over_raw_fast_best']:.1%}, {r['beam_over_raw_fast_cpu']:.1%} | "
+              f"{r['load_avg_1m']:.1f} |")
     print("\n| corpus | BFD fill | BFD docs split | concat+chunk docs split | docs > seq_len | "
           "shards train fill | shards val fill |")
     print("|---|---|---|---|---|---|---|")
