@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from pathlib import Path
 
 import apache_beam as beam
@@ -147,7 +146,6 @@ def test_quality_filter_top_fraction_keeps_about_the_fraction(model_path, record
 
 
 def test_cli_train_and_score(tmp_path, records):
-    from pipelines.cmd_quality import register  # noqa: F401  (the module imports cleanly)
     from pipelines.cli import main
 
     data = tmp_path / "labeled.jsonl"

@@ -69,7 +69,6 @@ class WordClasses:
     def __init__(self, frequent_words: Sequence[str], class_names: Sequence[str] = ()):
         self.frequent = {w: i for i, w in enumerate(frequent_words)}
         self.class_ids: dict[str, int] = {name: i + 1 for i, name in enumerate(class_names)}  # 0 is BOS
-        self._cache: dict[str, int] = {}
 
     @classmethod
     def fit(cls, texts: Iterable[str], num_frequent: int, max_tokens: int) -> "WordClasses":
@@ -97,12 +96,7 @@ class WordClasses:
 
     def class_id(self, token: str) -> int:
         """The id of a token's class; a class never seen in training maps to the shared unknown id."""
-        found = self._cache.get(token)
-        if found is None:
-            found = self.class_ids.get(self.class_name(token), self.unknown_id)
-            if len(self._cache) < 500_000:  # bounded memo: a long run sees an open vocabulary
-                self._cache[token] = found
-        return found
+        return self.class_ids.get(self.class_name(token), self.unknown_id)
 
     def register(self, token: str) -> int:
         """Training only: the class id of ``token``, creating its class when new."""
@@ -330,8 +324,7 @@ class OrderFeatures:
         # a word outside the vocabulary still needs an identity to detect repeats: a negative hash never
         # equals a word id (Python's str hash is per process, which is all a document needs)
         key = word or -1 - (hash(lower) & 0x3FFF_FFFF_FFFF_FFFF)
-        class_id = self.classes.class_ids.get(self.classes.class_name(token), self.classes.unknown_id)
-        return class_id, word, key, int(lower.isalpha())  # "".isalpha() is False
+        return self.classes.class_id(token), word, key, int(lower.isalpha())  # "".isalpha() is False
 
     def _add_rows(self, tokens: Iterable[str]) -> list[tuple[int, int, int, int]]:
         """Describe new surface forms and append them to the table (while it has room)."""

@@ -1,4 +1,5 @@
-"""The quality model: fastText over words + word-order/cohesion features, joined by a small logistic stacker.
+"""The quality model, a cascade: fastText over words and bigrams; for the documents it passes, a logistic second
+stage over fastText's logit and word-order/cohesion features (``transforms.quality_features``).
 
 Files of one model (``MODEL`` is the path given by the user, e.g. ``model.bin`` or ``model.ftz``):
     MODEL                 the fastText supervised classifier (usable on its own with the fastText tools)
@@ -18,7 +19,7 @@ import json
 import os
 import tempfile
 import time
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
