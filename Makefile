@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: install
-	$(BIN)/corpusmill prepare configs/demo.yaml
+	$(BIN)/corpusmill run configs/demo.yaml
 
 test: install
 	$(BIN)/python -m pytest
