@@ -136,3 +136,11 @@ def test_training_excludes_validation_documents_and_loading_copies(tmp_path, dem
         train_or_load(str(other), TokenizerConfig(path=str(bare), eos_token="</s>"), packing)
     with pytest.raises(FileNotFoundError, match="tokenizer.path"):
         train_or_load(str(other), TokenizerConfig(path=str(tmp_path / "nope.json")), packing)
+
+
+@pytest.mark.parametrize("model", ["bpe", "wordpiece"])
+def test_training_is_reproducible_to_the_byte(tmp_path, mixed_sample, model):
+    cfg = TokenizerConfig(model=model, vocab_size=1500)
+    for k in range(2):
+        train_tokenizer(mixed_sample, cfg, str(tmp_path / f"{k}.json"))
+    assert sha256_file(str(tmp_path / "0.json")) == sha256_file(str(tmp_path / "1.json"))

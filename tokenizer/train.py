@@ -7,6 +7,7 @@ docs and config always give the same sample, whatever the file layout.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -116,6 +117,26 @@ def _save_atomic(tok: Tokenizer, path: str) -> None:
     os.replace(tmp, path)
 
 
+def canonical_vocabulary(tok: Tokenizer, cfg: TokenizerConfig) -> Tokenizer:
+    """Make a trained WordPiece tokenizer a function of its content, not of the trainer's thread timing.
+
+    The WordPiece trainer yields the same tokens run after run, but numbers tokens of equal rank in hash order.
+    Special tokens keep ids 0..k-1; the others are numbered in code point order (WordPiece matching never looks at
+    ids). BPE needs nothing: its merges and ids are already reproducible. Unigram is not made reproducible here:
+    HF tokenizers gives the rare characters it adds at the end scores that depend on hash order (they change
+    segmentation, not just ids) — train it once and pin it with ``tokenizer.path``.
+    """
+    if cfg.model != "wordpiece":
+        return tok
+    data = json.loads(tok.to_str())
+    ranked = sorted(data["model"]["vocab"].items(), key=lambda kv: kv[1])
+    n_special = len(cfg.special_tokens())
+    specials = [t for t, _ in ranked[:n_special]]
+    rest = sorted(t for t, _ in ranked[n_special:])
+    data["model"]["vocab"] = {t: i for i, t in enumerate(specials + rest)}
+    return Tokenizer.from_str(json.dumps(data, ensure_ascii=False))
+
+
 def train_tokenizer(texts: Sequence[str], cfg: TokenizerConfig, out_path: str) -> Tokenizer:
     if not texts:
         raise ValueError("cannot train a tokenizer on zero documents")
@@ -126,6 +147,7 @@ def train_tokenizer(texts: Sequence[str], cfg: TokenizerConfig, out_path: str) -
             yield list(texts[i : i + 1000])
 
     tok.train_from_iterator(chunks(), trainer=trainer, length=len(texts))
+    tok = canonical_vocabulary(tok, cfg)
     _save_atomic(tok, out_path)
     return tok
 
