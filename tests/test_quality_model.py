@@ -82,6 +82,33 @@ def test_model_scores_are_probabilities_and_reload_identically(model_path, recor
     np.testing.assert_allclose(model.score(texts[:7])["score"], scores["score"][:7], rtol=1e-6, atol=1e-9)
 
 
+def test_model_behind_a_filesystems_uri_is_copied_locally(tmp_path, model_path):
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.localfilesystem import LocalFileSystem
+
+    from transforms.quality import local_model_copy
+
+    class PrefixedLocalFileSystem(LocalFileSystem):
+        """Local files behind a URI scheme, standing in for gs:// or s3:// (Beam finds FileSystem subclasses)."""
+
+        @classmethod
+        def scheme(cls):
+            return "corpusmilltest"
+
+        def open(self, path, mime_type="application/octet-stream", compression_type=CompressionTypes.AUTO):
+            return super().open(path.split("://", 1)[1], mime_type, compression_type)
+
+        def exists(self, path):
+            return super().exists(path.split("://", 1)[1])
+
+    uri = "corpusmilltest://" + model_path
+    local = local_model_copy(uri, str(tmp_path))
+    assert local == str(tmp_path / Path(model_path).name)
+    for original, copy in zip((model_path, *sidecar_paths(model_path)), (local, *sidecar_paths(local))):
+        assert Path(copy).read_bytes() == Path(original).read_bytes()
+    assert local_model_copy(model_path) == model_path  # local paths are used in place
+
+
 def test_load_fails_clearly_without_the_sidecar(tmp_path, model_path):
     lone = tmp_path / "lone.bin"
     lone.write_bytes(Path(model_path).read_bytes())

@@ -102,6 +102,27 @@ def decide(score: float, doc_id, cfg: QualityConfig, cutoff: float | None = None
     return None if keep else REASONS[cfg.mode]
 
 
+def local_model_copy(model_path: str, directory: str | None = None) -> str:
+    """A local path for the model: ``model_path`` itself when local, else (gs://, s3://, ... through Beam's
+    FileSystems) a copy of the model and its sidecars in a temporary directory, made once per worker: fastText
+    reads local files only."""
+    if "://" not in model_path:
+        return model_path
+    import shutil
+    import tempfile
+
+    from apache_beam.io.filesystems import FileSystems
+
+    directory = directory or tempfile.mkdtemp(prefix="corpusmill-quality-model-")
+    local = os.path.join(directory, os.path.basename(model_path))
+    for src, dst in ((model_path, local), *zip(sidecar_paths(model_path), sidecar_paths(local))):
+        if src.endswith(".card.json") and not FileSystems.exists(src):
+            continue  # the card documents the model; scoring does not need it
+        with FileSystems.open(src, compression_type="uncompressed") as fin, open(dst, "wb") as fout:
+            shutil.copyfileobj(fin, fout, length=1 << 20)
+    return local
+
+
 class QualityScorer:
     """Loads the model once and annotates batches of documents (no decision): the core of every path."""
 
@@ -114,7 +135,7 @@ class QualityScorer:
 
     def setup(self) -> None:
         if self.model is None:
-            self.model = QualityModel.load(self.model_path)
+            self.model = QualityModel.load(local_model_copy(self.model_path))
 
     def annotate(self, docs: Sequence[Doc]) -> np.ndarray:
         """Write the quality annotations on ``docs``; return their quality scores."""
