@@ -16,6 +16,8 @@ statistics; the LR schedule is a pure function of the step) and every rank's RNG
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import pickle
 import shutil
@@ -85,6 +87,57 @@ def latest_checkpoint(root: Path) -> Path | None:
         return None
     path = root / pointer.read_text().strip()
     return path if (path / ".metadata").exists() else None
+
+
+CHECKSUMS = "checksums.json"
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_checksums(path: Path) -> None:
+    """Record size and sha256 of every file of a complete save, so that a damaged checkpoint is detected
+    before it is loaded (DCP itself would load flipped bytes silently)."""
+    files = {p.name: {"bytes": p.stat().st_size, "sha256": _file_sha256(p)}
+             for p in sorted(path.iterdir()) if p.is_file() and p.name != CHECKSUMS}
+    (path / CHECKSUMS).write_text(json.dumps(files, indent=1, sort_keys=True))
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be trusted (missing metadata, a missing, truncated or altered file), or None."""
+    if not (path / ".metadata").exists():
+        return "no .metadata file"
+    listing = path / CHECKSUMS
+    if not listing.exists():
+        return None  # written by an older version: nothing to compare against
+    try:
+        expected = json.loads(listing.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        return f"{CHECKSUMS} unreadable ({error})"
+    for name, want in sorted(expected.items()):
+        file = path / name
+        if not file.exists():
+            return f"{name} is missing"
+        if file.stat().st_size != want["bytes"]:
+            return f"{name} has {file.stat().st_size} bytes, {want['bytes']} were written"
+        if _file_sha256(file) != want["sha256"]:
+            return f"{name} does not match its checksum"
+    return None
+
+
+def checkpoint_candidates(root: Path) -> list[Path]:
+    """Complete checkpoints, newest first, starting from the one ``latest`` names."""
+    complete = sorted((p for p in Path(root).glob("step-*") if p.is_dir() and not p.name.endswith(PARTIAL_SUFFIX)),
+                      reverse=True)
+    newest = latest_checkpoint(Path(root))
+    if newest is not None:
+        complete = [p for p in complete if p.name <= newest.name]
+    return complete
 
 
 def saved_keys(path: Path) -> set[str]:
@@ -160,6 +213,7 @@ class Checkpointer:
         # the save returned on rank 0: the checkpoint is complete.
         if not self.runtime.is_main:
             return
+        write_checksums(partial)
         if final.exists():
             shutil.rmtree(final)
         os.replace(partial, final)

@@ -159,6 +159,8 @@ class TrainConfig(_Strict):
     attention: Literal["auto", "sdpa", "flex"] = Field("auto", description="auto: flex on CUDA, sdpa elsewhere")
     compile: bool = False
     seed: int = 1234
+    collective_timeout_s: float = Field(600.0, gt=0, description="a collective waiting longer than this fails the "
+                                                                 "rank, so torchrun can restart the group")
     steps: int = Field(1000, ge=1)
 
     @property

@@ -56,7 +56,7 @@ def resolve_device_type(requested: str) -> str:
     return requested
 
 
-def init_runtime(requested: str) -> Runtime:
+def init_runtime(requested: str, collective_timeout_s: float = 600.0) -> Runtime:
     """Initialize the process group when launched by torchrun (WORLD_SIZE > 1); otherwise run alone."""
     device_type = resolve_device_type(requested)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -71,7 +71,7 @@ def init_runtime(requested: str) -> Runtime:
     if world_size > 1:
         backend = "nccl" if device_type == "cuda" else "gloo"
         if not dist.is_initialized():
-            dist.init_process_group(backend=backend, timeout=timedelta(minutes=10),
+            dist.init_process_group(backend=backend, timeout=timedelta(seconds=collective_timeout_s),
                                     device_id=device if device_type == "cuda" else None)
     return Runtime(device=device, backend=backend, rank=rank, world_size=world_size, local_rank=local_rank)
 

@@ -83,7 +83,7 @@ def train_in_process(train_cfg: TrainConfig, run_dir: Path) -> int:
     from trainer_bridge.device import init_runtime, shutdown
     from trainer_bridge.train import TrainingStopped, train
 
-    runtime = init_runtime(train_cfg.device)
+    runtime = init_runtime(train_cfg.device, train_cfg.collective_timeout_s)
     try:
         result = train(train_cfg, shard_dir=run_dir / "shards", out_dir=run_dir / "train",
                        tokenizer_sha256=tokenizer_sha256(run_dir))

@@ -13,6 +13,7 @@ micro-batches and pipeline micro-batches, which is what makes runs on different 
 """
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -26,7 +27,8 @@ import torch.nn.functional as F
 from tokenizer.shards import ShardFormatError
 from trainer_bridge import device as devices
 from trainer_bridge.alerts import AlertMonitor, action_code, respond
-from trainer_bridge.checkpoint import Checkpointer, latest_checkpoint, step_dir_name
+from trainer_bridge.checkpoint import (Checkpointer, checkpoint_candidates, checkpoint_problem, latest_checkpoint,
+                                       step_dir_name)
 from trainer_bridge.config import GuardConfig, OptimizerConfig, TrainConfig
 from trainer_bridge.data import IGNORE_INDEX, StepBatch, StepBatches, open_split, validation_batches
 from trainer_bridge.metrics import FlopCounter, MetricsLog, mfu
@@ -163,7 +165,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, *, shard_dir: Path, out_dir: Path, hooks: TrainHooks | None = None,
                  tokenizer_sha256: str | None = None):
         self.hooks = hooks or TrainHooks()
-        self.runtime = devices.init_runtime(cfg.device)
+        self.runtime = devices.init_runtime(cfg.device, cfg.collective_timeout_s)
         self.out_dir = Path(out_dir)
         torch.manual_seed(cfg.seed)
 
@@ -193,6 +195,7 @@ class Trainer:
         run_name = self.out_dir.parent.name
         self.monitor = TrainingMonitor(cfg.monitoring, run=run_name, rank=self.runtime.rank)
         self.alerts = AlertMonitor(cfg.alerts, self.out_dir.parent, run=run_name) if self.runtime.is_main else None
+        self._recovering_since: tuple[int, float] | None = None
         self.step = 0
         self.samples = 0  # global sample index: the whole data state
         self.tokens_seen = 0
@@ -376,15 +379,53 @@ class Trainer:
         self.result.events.append({"step": bad_step, "event": "rollback", "to": path.name})
         self._say(f"{cfg.max_consecutive_bad} bad steps in a row (last: {reason}): rolled back to {path.name}")
 
+    def _resume_from_newest_sound_checkpoint(self) -> None:
+        """Load the newest checkpoint that passes its checksums; a damaged one is skipped, with a log line."""
+        for path in checkpoint_candidates(self.out_dir / "checkpoints"):
+            problem = checkpoint_problem(path)
+            if problem is not None:
+                self._say(f"checkpoint {path.name} is damaged ({problem}); falling back to an older one")
+                continue
+            self._load(path)
+            self.result.resumed_from = path.name
+            self._say(f"resumed from {path.name}: step {self.step}, sample {self.samples}")
+            self._recovering_since = self._last_logged_time()
+            return
+
+    def _last_logged_time(self) -> tuple[int, float] | None:
+        """(step, wall time) of the last step logged before a restart, to measure the recovery time."""
+        path = self.out_dir / "metrics.jsonl"
+        if not self.runtime.is_main or not path.exists():
+            return None
+        last = None
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut short by the failure
+                if "time" in record and "step" in record:
+                    last = (int(record["step"]), float(record["time"]))
+        return last
+
+    def _record_recovery(self, step: int) -> None:
+        """Failure to first completed step after restart: from the last logged step to now (an upper bound)."""
+        failed_after, last_time = self._recovering_since
+        self._recovering_since = None
+        now = time.time()
+        entry = {"failed_after_step": failed_after, "last_record_time": last_time, "resumed_from":
+                 self.result.resumed_from, "first_step_after_restart": step, "recovered_at": now,
+                 "recovery_seconds": round(now - last_time, 3)}
+        with open(self.out_dir / "recovery.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(entry) + "\n")
+        self._say(f"recovered from a restart in {entry['recovery_seconds']:.1f} s "
+                  f"(last step logged before it: {failed_after})")
+
     # -- the loop -----------------------------------------------------------------------------------------
     def fit(self) -> TrainResult:
         cfg, result = self.cfg, self.result
         if self.checkpointer is not None and cfg.checkpoint.resume:
-            path = latest_checkpoint(self.out_dir / "checkpoints")
-            if path is not None:
-                self._load(path)
-                result.resumed_from = path.name
-                self._say(f"resumed from {path.name}: step {self.step}, sample {self.samples}")
+            self._resume_from_newest_sound_checkpoint()
         dp_rank = self.model.dp_rank
         loader = StepBatches(self.train_source, seed=cfg.seed, start_sample=self.samples,
                              global_batch_size=cfg.batch.global_batch_size, micro_batch_size=cfg.batch.micro_batch_size,
@@ -439,6 +480,8 @@ class Trainer:
                 if val_batches and cfg.eval.interval and self.step % cfg.eval.interval == 0:
                     record["val_loss"] = result.val_losses[self.step] = self.evaluate(val_batches)
                 record["time"] = time.time()
+                if self._recovering_since is not None:
+                    self._record_recovery(step)
                 record.update(self.monitor.hardware())
                 self.monitor.observe_step(record)
                 fired = self.alerts.observe(step, record) if self.alerts is not None else []
