@@ -184,3 +184,20 @@ def test_config_errors_name_the_field_and_allowed_values():
         QualityConfig(treshold=0.5)  # typo: extra keys are forbidden
     with pytest.raises(ValidationError, match="word_ngrams"):
         QualityConfig(train={"word_ngrams": 0})
+
+
+def test_chinese_documents_are_kept_unscored_by_the_english_model(tmp_path):
+    """The default model knows English only: CJK documents pass through with the reason recorded."""
+    from transforms.quality import QualityConfig, QualityStep, ensure_default_model
+
+    cfg = QualityConfig()
+    model = ensure_default_model(tmp_path, cfg, log=lambda _: None)
+    zh = {"id": 1, "text": "在软件包管理中，依赖关系决定了安装的顺序，系统会自动解决冲突并提示用户确认。",
+          "annotations": {"script": "cjk"}}
+    en = {"id": 2, "text": "the the the buy now cheap cheap click here click here", "annotations": {"script": "other"}}
+    reasons = QualityStep(cfg, model).apply([zh, en])
+    assert reasons[0] is None and zh["annotations"]["quality_score"] is None
+    assert "quality_skipped" in zh["annotations"] and en["annotations"]["quality_score"] is not None
+    strict = cfg.model_copy(update={"skip_scripts": []})
+    zh["annotations"] = {"script": "cjk"}
+    assert QualityStep(strict, model).apply([zh])[0] == "low_quality"

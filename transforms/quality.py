@@ -60,6 +60,10 @@ class QualityConfig(BaseModel):
     top_fraction: float = Field(0.8, gt=0.0, le=1.0, description="mode=top_fraction: share of documents kept")
     pareto_alpha: float = Field(9.0, gt=0.0, description="mode=pareto: shape of the Pareto draw (GPT-3 used 9)")
     seed: int = Field(0, description="mode=pareto: seed of the per-document draw")
+    skip_scripts: list[Literal["cjk", "other"]] = Field(
+        default_factory=lambda: ["cjk"],
+        description="documents of these scripts (annotations.script, set by normalize) are kept unscored: the "
+                    "default model is trained on English text only and would reject all Chinese text")
     batch_size: int = Field(256, ge=1, le=65536, description="documents scored per model call")
     max_chars: int = Field(20_000, ge=100, description="characters of each document fastText reads")
     train: QualityTrainConfig = QualityTrainConfig()
@@ -137,20 +141,34 @@ class QualityScorer:
         if self.model is None:
             self.model = QualityModel.load(local_model_copy(self.model_path))
 
-    def annotate(self, docs: Sequence[Doc]) -> np.ndarray:
-        """Write the quality annotations on ``docs``; return their quality scores."""
+    def annotate(self, docs: Sequence[Doc], skip_scripts: Sequence[str] = ()) -> np.ndarray:
+        """Write the quality annotations on ``docs``; return their quality scores (NaN for documents of a
+        script in ``skip_scripts``: kept unscored, with ``quality_skipped`` saying why)."""
         self.setup()
-        texts = [d.get("text") if isinstance(d.get("text"), str) else "" for d in docs]
+        scores = np.full(len(docs), np.nan)
+        scored_idx = []
+        for i, doc in enumerate(docs):
+            script = doc.get("annotations", {}).get("script")
+            if script in skip_scripts:
+                doc.setdefault("annotations", {}).update(
+                    quality_score=None, quality_skipped=f"script {script}: the model is not trained on it")
+            else:
+                scored_idx.append(i)
+        if not scored_idx:
+            return scores
+        scored_docs = [docs[i] for i in scored_idx]
+        texts = [d.get("text") if isinstance(d.get("text"), str) else "" for d in scored_docs]
         result = self.model.score(texts, max_chars=self.max_chars)
+        scores[scored_idx] = result["score"]
         for doc, score, log_odds, fasttext_p, gibberish in zip(
-                docs, result["score"], result["logit"], result["fasttext"], result["gibberish"]):
+                scored_docs, result["score"], result["logit"], result["fasttext"], result["gibberish"]):
             annotations = doc.setdefault("annotations", {})
             annotations["quality_score"] = round(float(score), 6)
             annotations["quality_logit"] = round(float(log_odds), 4)
             annotations["quality_fasttext"] = round(float(fasttext_p), 6)
             # only documents fastText passes reach the second stage; for the rest fastText alone decided
             annotations["quality_gibberish"] = None if np.isnan(gibberish) else round(float(gibberish), 6)
-        return result["score"]
+        return scores
 
 
 class QualityStep(QualityScorer):
@@ -163,8 +181,8 @@ class QualityStep(QualityScorer):
         self.cfg = cfg
 
     def apply(self, docs: Sequence[Doc]) -> list[str | None]:
-        scores = self.annotate(docs)
-        return [decide(float(s), d.get("id"), self.cfg) for d, s in zip(docs, scores)]
+        scores = self.annotate(docs, self.cfg.skip_scripts)
+        return [None if np.isnan(s) else decide(float(s), d.get("id"), self.cfg) for d, s in zip(docs, scores)]
 
 
 # ----------------------------------------------------------------------------------------- default model
@@ -274,12 +292,13 @@ class _ScoreFn(beam.DoFn):
             return
         docs = [doc for doc, _, _ in batch]
         started = time.perf_counter()
-        scores = self.scorer.annotate(docs)
+        scores = self.scorer.annotate(docs, self.cfg.skip_scripts)
         self.busy_ms.inc(int((time.perf_counter() - started) * 1000))
         self.scored.inc(len(docs))
         removed = 0
         for (doc, window, timestamp), score in zip(batch, scores):
-            reason = decide(float(score), doc.get("id"), self.cfg) if self.decide_here else None
+            reason = (decide(float(score), doc.get("id"), self.cfg)
+                      if self.decide_here and not np.isnan(score) else None)
             if reason is None:
                 yield WindowedValue(doc, timestamp, (window,))
             else:
@@ -298,6 +317,10 @@ class _DecideByCutoffFn(beam.DoFn):
         self.removed = Metrics.counter(STEP_NAME, "removed")
 
     def process(self, doc, quantiles):
+        if doc["annotations"].get("quality_score") is None:  # a skipped script: kept unscored
+            self.kept.inc()
+            yield doc
+            return
         cutoff = cutoff_from_quantiles(quantiles, self.cfg.top_fraction)
         doc["annotations"]["quality_cutoff"] = round(cutoff, 6)
         reason = decide(doc["annotations"]["quality_logit"], doc.get("id"), self.cfg, cutoff)
@@ -309,8 +332,9 @@ class _DecideByCutoffFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(REMOVED, mark_removed(doc, STEP_NAME, reason))
 
 
-def _rank_of(doc: Doc) -> float:
-    return doc["annotations"]["quality_logit"]
+def _ranks_of(doc: Doc) -> list[float]:
+    annotations = doc["annotations"]
+    return [] if annotations.get("quality_score") is None else [annotations["quality_logit"]]
 
 
 class QualityFilter(beam.PTransform):
@@ -336,7 +360,7 @@ class QualityFilter(beam.PTransform):
             return {KEPT: scored[KEPT], REMOVED: scored[REMOVED]}
         quantiles = (
             scored[KEPT]
-            | "Ranks" >> beam.Map(_rank_of)
+            | "Ranks" >> beam.FlatMap(_ranks_of)
             | "Quantiles" >> ApproximateQuantiles.Globally(QUANTILES + 1)
         )
         decided = scored[KEPT] | "Decide" >> beam.ParDo(
