@@ -32,6 +32,18 @@ class DocStep(Protocol):
         ...
 
 
+class ConfiguredStep:
+    """Base for steps whose only state is their config: nothing heavy to load in ``setup()``."""
+
+    name: str
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def setup(self) -> None:
+        pass
+
+
 def mark_removed(doc: Doc, step: str, reason: str) -> Doc:
     doc["removed_by"] = step
     doc["reason"] = reason

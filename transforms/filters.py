@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from transforms.base import Doc
+from transforms.base import ConfiguredStep, Doc
 from transforms.text_units import CJK_RE, words
 
 _BULLETS = ("•", "●", "○", "▪", "◦", "*", "-", "·", "‣", "⁃")
@@ -216,14 +216,8 @@ def drop_boilerplate_lines(text: str) -> tuple[str, int]:
     return "\n".join(kept).strip(), len(lines) - len(kept)
 
 
-class HeuristicFilterStep:
+class HeuristicFilterStep(ConfiguredStep):
     name = "filters"
-
-    def __init__(self, cfg: FiltersConfig):
-        self.cfg = cfg
-
-    def setup(self) -> None:
-        pass
 
     def apply(self, docs: Sequence[Doc]) -> list[str | None]:
         reasons: list[str | None] = []

@@ -7,7 +7,7 @@ from typing import Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from transforms.base import Doc
+from transforms.base import ConfiguredStep, Doc
 from transforms.text_units import cjk_ratio
 
 # C0/C1 controls except tab and newline, plus zero-width and bidi marks that only hide text.
@@ -39,16 +39,10 @@ def normalize_text(text: str, cfg: NormalizeConfig) -> str:
     return text.strip()
 
 
-class NormalizeStep:
+class NormalizeStep(ConfiguredStep):
     """Rewrites the text in normalized form and records the script; removes documents left empty."""
 
     name = "normalize"
-
-    def __init__(self, cfg: NormalizeConfig):
-        self.cfg = cfg
-
-    def setup(self) -> None:
-        pass
 
     def apply(self, docs: Sequence[Doc]) -> list[str | None]:
         reasons: list[str | None] = []
