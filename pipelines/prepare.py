@@ -134,7 +134,13 @@ def collect_stats(run_dir: Path, steps: list[str], counters: dict[tuple[str, str
         problems.append(f"after the last step {flowing} documents should remain, docs/ holds {kept}")
     if read_total != kept + n_removed + n_quarantined:
         problems.append(f"read {read_total} != kept {kept} + removed {n_removed} + quarantined {n_quarantined}")
+    warnings = []
+    if counters.get(("near_dedup", "cc_nodes_not_converged"), 0) > 0:
+        warnings.append(f"near_dedup: {counters[('near_dedup', 'cc_nodes_not_converged')]} documents' components "
+                        f"did not converge within near_dedup.cc_max_rounds; raise it")
     return {
+        "warnings": warnings,
+        "counters": {f"{ns}/{name}": value for (ns, name), value in sorted(counters.items())},
         "documents_read": read_total,
         "text_bytes_read": counters.get(("read", "text_bytes"), 0),
         "quarantined": {"total": n_quarantined, "by_kind": dict(sorted(quarantined.items()))},
@@ -154,6 +160,7 @@ def summary_table(stats: dict) -> str:
         reasons = ", ".join(f"{k} {v}" for k, v in sorted(row["removed_by_reason"].items(), key=lambda kv: -kv[1]))
         lines.append(f"{row['step']:<14}{row['in']:>9}{row['kept']:>9}{row['removed']:>9}"
                      f"{row['busy_seconds']:>9.1f}  {reasons}")
+    lines += [f"WARNING {w}" for w in stats.get("warnings", [])]
     acc = stats["accounting"]
     lines.append(f"accounting: read {acc['read']} = kept {acc['kept']} + removed {acc['removed']} + quarantined "
                  f"{acc['quarantined']}: {'balanced' if acc['balanced'] else 'NOT BALANCED'}")
@@ -175,7 +182,8 @@ def run_clean(cfg: RunConfig, against: tuple[str, ...] = (), log: Callable[[str]
     for name in ("docs", "removed", "quarantine", "dedup"):
         (run_dir / name).mkdir(parents=True, exist_ok=True)
     steps = enabled_steps(cfg)
-    ctx = StepContext(run_dir=str(run_dir), against=tuple(against))
+    ctx = StepContext(run_dir=str(run_dir), against=tuple(against),
+                      input_bytes=sum(i["bytes"] for i in new_inputs))
     pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options)
     build_cleaning_graph(pipeline, cfg, [i["path"] for i in new_inputs], ctx)
     result = pipeline.run()

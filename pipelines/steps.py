@@ -19,6 +19,7 @@ class StepContext:
 
     run_dir: str
     against: tuple[str, ...] = ()
+    input_bytes: int | None = None  # lets a step choose its in-memory or distributed path at build time
 
 
 class _PerDocument(beam.PTransform):
@@ -47,9 +48,14 @@ def _exact_dedup(cfg: RunConfig, ctx: StepContext):
 
 
 def _near_dedup(cfg: RunConfig, ctx: StepContext):
+    from pipelines.config import ConfigError
     from transforms.near_dedup import NearDedup
-    return NearDedup(cfg.near_dedup, index_out_dir=f"{ctx.run_dir}/dedup",
-                     against_dirs=[f"{run}/dedup" for run in ctx.against])
+
+    try:
+        return NearDedup(cfg.near_dedup, index_out_dir=f"{ctx.run_dir}/dedup",
+                         against_dirs=[f"{run}/dedup" for run in ctx.against], input_bytes=ctx.input_bytes)
+    except (FileNotFoundError, ValueError) as err:  # an --against run without a usable index
+        raise ConfigError(f"near_dedup: {err}") from None
 
 
 def _quality(cfg: RunConfig, ctx: StepContext):

@@ -14,7 +14,8 @@ from pipelines.read import doc_id
 def _config(tmp_path: Path, paths, name="t", workers=1, **sections) -> object:
     data = {"name": name, "input": {"paths": [str(p) for p in paths], "max_doc_bytes": 1_000_000},
             "output": {"runs_dir": str(tmp_path / "runs")}, "runner": {"name": "direct", "workers": workers},
-            "pii": {"enabled": False}}  # the PII step has its own tests; the backbone's are about accounting
+            # PII and quality have their own tests; the backbone's are about reading and accounting
+            "pii": {"enabled": False}, "quality": {"enabled": False}}
     data.update(sections)
     return validate_config(data)
 
