@@ -51,8 +51,9 @@ def _inspect(args: argparse.Namespace) -> int:
 
     try:
         reader = ShardReader(args.shards, split=args.split)
-        if args.verify:
-            reader.verify()
+        if args.verify:  # every split, not only the one being decoded
+            for split in reader.manifest["splits"]:
+                ShardReader(args.shards, split=split).verify()
     except ShardFormatError as err:
         print(f"corpusmill inspect: {err}", file=sys.stderr)
         return 1
@@ -69,7 +70,8 @@ def _inspect(args: argparse.Namespace) -> int:
         print(f"{split}: {t['shards']} shards  {t['rows']} rows  {t['tokens']} tokens  {t['padding']} padding  "
               f"fill {t['fill_ratio']:.4%}{extra}")
     if args.verify:
-        print(f"verify: all {reader.num_shards} {args.split} shards match their sha256 and schema")
+        count = sum(len(entries) for entries in m["splits"].values())
+        print(f"verify: all {count} shards ({', '.join(m['splits'])}) match their sha256 and schema")
     if not args.row:
         return 0
     tok_path = args.tokenizer or os.path.join(os.path.dirname(os.path.abspath(args.shards)), "tokenizer",
