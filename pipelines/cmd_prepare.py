@@ -97,8 +97,11 @@ def register(subparsers) -> None:
     add_run_options(refresh)
     refresh.add_argument("--against", action="append", required=True, metavar="RUN_DIR",
                          help="an earlier run whose kept documents win; repeatable")
-    refresh.set_defaults(handler=lambda a: _run(a, DATA_STAGES, tuple(a.against), resume=False),
-                         accepts_beam_args=True)
+    refresh.add_argument("--train", action="store_true",
+                         help="then train and report too (with train.init_from: RUN_DIR, training continues from "
+                              "that run's last checkpoint on the new shards)")
+    refresh.set_defaults(handler=lambda a: _run(a, ALL_STAGES if a.train else DATA_STAGES, tuple(a.against),
+                                                resume=False), accepts_beam_args=True)
 
     run = subparsers.add_parser("run", help="raw corpus to trained model and report: clean → shards → train → "
                                             "report, resuming after a crash from the last completed stage")

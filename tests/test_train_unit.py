@@ -335,3 +335,13 @@ def test_rope_scaling_stretches_only_long_wavelengths():
     assert llama3[0] == base[0]  # highest frequency (short wavelength) kept
     assert torch.isclose(llama3[-1], base[-1] / 8)  # lowest frequency interpolated by the factor
     assert bool(((llama3 <= base) & (llama3 >= base / 8 - 1e-12)).all())
+
+
+def test_init_from_continues_another_runs_training_on_new_data(shards, tmp_path):
+    base = quick({"steps": 4, "checkpoint": {"interval": 2}, "eval": {"interval": 0}})
+    first = train(base, shard_dir=shards, out_dir=tmp_path / "base" / "train")
+    continued_cfg = base.model_copy(update={"steps": 6, "init_from": str(tmp_path / "base")})
+    continued = train(continued_cfg, shard_dir=shards, out_dir=tmp_path / "refresh" / "train")
+    assert continued.initialized_from.endswith("step-00000004") and continued.resumed_from is None
+    assert sorted(continued.losses) == [4, 5]  # the step (and LR schedule) continue where the base run ended
+    assert continued.consumed[0] == first.consumed[0]  # but the data starts at sample 0 of this run's shards

@@ -159,6 +159,10 @@ class TrainConfig(_Strict):
     attention: Literal["auto", "sdpa", "flex"] = Field("auto", description="auto: flex on CUDA, sdpa elsewhere")
     compile: bool = False
     seed: int = 1234
+    init_from: str | None = Field(None, description="a run directory whose newest sound checkpoint initializes the "
+                                                    "model, optimizer and step when this run has none of its own "
+                                                    "(continue training after a refresh); the data position starts "
+                                                    "at 0 on this run's shards")
     collective_timeout_s: float = Field(600.0, gt=0, description="a collective waiting longer than this fails the "
                                                                  "rank, so torchrun can restart the group")
     steps: int = Field(1000, ge=1)

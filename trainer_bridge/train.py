@@ -67,6 +67,7 @@ class TrainResult:
     data_wait_seconds: float = 0.0
     train_seconds: float = 0.0
     stopped_by_alert: bool = False
+    initialized_from: str | None = None
 
 
 def learning_rate(step: int, cfg: OptimizerConfig, total_steps: int) -> float:
@@ -392,6 +393,19 @@ class Trainer:
             self._recovering_since = self._last_logged_time()
             return
 
+    def _initialize_from_run(self, run_dir: Path) -> None:
+        """Continue another run's training on this run's data: its weights, optimizer and step, our samples."""
+        for path in checkpoint_candidates(run_dir / "train" / "checkpoints"):
+            problem = checkpoint_problem(path)
+            if problem is not None:
+                self._say(f"init_from: checkpoint {path.name} is damaged ({problem}); trying an older one")
+                continue
+            self._load(path, keep_data_position=True)
+            self.result.initialized_from = f"{run_dir}/{path.name}"
+            self._say(f"initialized from {run_dir} {path.name}: step {self.step}, data from sample 0 of this run")
+            return
+        raise FileNotFoundError(f"train.init_from: no usable checkpoint under {run_dir}/train/checkpoints")
+
     def _last_logged_time(self) -> tuple[int, float] | None:
         """(step, wall time) of the last step logged before a restart, to measure the recovery time."""
         path = self.out_dir / "metrics.jsonl"
@@ -426,6 +440,8 @@ class Trainer:
         cfg, result = self.cfg, self.result
         if self.checkpointer is not None and cfg.checkpoint.resume:
             self._resume_from_newest_sound_checkpoint()
+        if result.resumed_from is None and cfg.init_from:
+            self._initialize_from_run(Path(cfg.init_from))
         dp_rank = self.model.dp_rank
         loader = StepBatches(self.train_source, seed=cfg.seed, start_sample=self.samples,
                              global_batch_size=cfg.batch.global_batch_size, micro_batch_size=cfg.batch.micro_batch_size,
