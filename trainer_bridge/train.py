@@ -459,6 +459,7 @@ class Trainer:
                   f"dp={cfg.mesh.dp}, {cfg.precision.dtype}, {cfg.grad_accum_steps} accumulation step(s), "
                   f"peak {self.peak_flops / 1e12:.3g} TFLOP/s per device ({self.peak_source})")
         self.monitor.start()
+        first_step = self.step
         start = last_time = time.perf_counter()
         last_cpu = time.process_time()
         devices.reset_peak_memory(self.runtime.device)
@@ -508,7 +509,10 @@ class Trainer:
                     if self.runtime.distributed else action_code(fired)
                 if step % cfg.metrics.log_interval == 0 or "event" in record or "val_loss" in record:
                     self.log.log(record)
-                    self._say(f"step {step:>6} loss {record['loss']:.4f} gnorm {record['grad_norm']:.3f} "
+                    done = max(self.step - first_step, 1)
+                    eta_s = (cfg.steps - self.step) * (time.perf_counter() - start) / done
+                    self._say(f"step {step:>6}/{cfg.steps} eta {eta_s:4.0f}s "
+                              f"loss {record['loss']:.4f} gnorm {record['grad_norm']:.3f} "
                               f"lr {record['lr']:.3g} {record['tokens_per_s']:.0f} tok/s mfu {record['mfu']:.3f}"
                               + (f" val {record['val_loss']:.4f}" if "val_loss" in record else "")
                               + (f" [{record['event']}]" if "event" in record else ""))
