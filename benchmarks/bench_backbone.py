@@ -39,9 +39,9 @@ def pure_core_seconds(path: str) -> tuple[float, int, int]:
     return time.perf_counter() - started, len(docs), n_bytes
 
 
-def beam_seconds(path: str, workers: int, runs_dir: str) -> float:
+def beam_seconds(path: str, workers: int, runs_dir: str, label: str) -> float:
     # The backbone alone: the later steps (near-dedup, quality, PII) have their own benchmarks.
-    cfg = validate_config({"name": f"bench-{workers}", "input": {"paths": [path]},
+    cfg = validate_config({"name": f"bench-{label}-{workers}", "input": {"paths": [path]},
                            "output": {"runs_dir": runs_dir}, "runner": {"name": "direct", "workers": workers},
                            "near_dedup": {"enabled": False}, "quality": {"enabled": False},
                            "pii": {"enabled": False}})
@@ -60,13 +60,13 @@ def main() -> None:
         corpora.append(str(shared))
     rows = []
     with tempfile.TemporaryDirectory() as runs_dir:
-        for path in corpora:
+        for index, path in enumerate(corpora):
             base_s, n_docs, n_bytes = pure_core_seconds(path)
             mb = n_bytes / 1e6
             row = {"corpus": Path(path).name, "docs": n_docs, "MB": round(mb, 2),
                    "pure_core_docs_s": round(n_docs / base_s), "pure_core_MB_s": round(mb / base_s, 2)}
             for workers in (1, 2):
-                secs = beam_seconds(path, workers, runs_dir)
+                secs = beam_seconds(path, workers, runs_dir, str(index))
                 row[f"beam_{workers}w_docs_s_per_worker"] = round(n_docs / secs / workers)
                 row[f"beam_{workers}w_MB_s_per_worker"] = round(mb / secs / workers, 2)
                 row[f"beam_{workers}w_vs_pure_core"] = round(base_s / secs, 2)
