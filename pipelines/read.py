@@ -285,4 +285,6 @@ class ReadCorpus(beam.PTransform):
             | "SpreadFiles" >> beam.Reshuffle()
             | "ReadFiles" >> beam.ParDo(_ReadFileFn(self.cfg)).with_outputs("quarantined", main="docs")
         )
-        return {"docs": outputs.docs, "quarantined": outputs.quarantined}
+        # One file is read by one worker; spreading its documents lets every worker clean a share of them.
+        docs = outputs.docs | "SpreadDocuments" >> beam.Reshuffle()
+        return {"docs": docs, "quarantined": outputs.quarantined}
