@@ -21,6 +21,7 @@ from apache_beam.metrics.metric import MetricsFilter
 
 from pipelines.beam_options import make_pipeline
 from pipelines.config import ConfigError, RunConfig
+from pipelines.progress import PROGRESS_DIR, ProgressPrinter
 from pipelines.read import ReadCorpus, expand_inputs
 from pipelines.rundir import (DOCS_SCHEMA, REMOVED_SCHEMA, WriteSorted, clear_outputs, read_manifest,
                               doc_row, jsonl_bytes, parquet_bytes, removed_row, sha256_file, write_atomic,
@@ -69,7 +70,7 @@ def previously_processed(against: tuple[str, ...]) -> set[str]:
 def build_cleaning_graph(p: beam.Pipeline, cfg: RunConfig, files: list[str], ctx: StepContext) -> None:
     run_dir = str(cfg.run_dir)
     target = cfg.output.target_shard_bytes
-    read = p | "Read" >> ReadCorpus(cfg.input, files)
+    read = p | "Read" >> ReadCorpus(cfg.input, files, progress_dir=ctx.progress_dir)
     cleaned = read["docs"] | "Clean" >> CleanDocuments(cfg, ctx)
     (cleaned["kept"]
      | "DocRows" >> beam.Map(doc_row)
@@ -182,12 +183,16 @@ def run_clean(cfg: RunConfig, against: tuple[str, ...] = (), log: Callable[[str]
     for name in ("docs", "removed", "quarantine", "dedup"):
         (run_dir / name).mkdir(parents=True, exist_ok=True)
     steps = enabled_steps(cfg)
+    progress_dir = run_dir / PROGRESS_DIR
+    clear_outputs(run_dir, (PROGRESS_DIR,))
     ctx = StepContext(run_dir=str(run_dir), against=tuple(against),
-                      input_bytes=sum(i["bytes"] for i in new_inputs))
+                      input_bytes=sum(i["bytes"] for i in new_inputs), progress_dir=str(progress_dir))
     pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options)
     build_cleaning_graph(pipeline, cfg, [i["path"] for i in new_inputs], ctx)
-    result = pipeline.run()
-    result.wait_until_finish()
+    with ProgressPrinter(progress_dir, steps, log):
+        result = pipeline.run()
+        result.wait_until_finish()
+    clear_outputs(run_dir, (PROGRESS_DIR,))
     stats = collect_stats(run_dir, steps, _counters(result))
     stats["cleaning_seconds"] = round(time.time() - started, 2)
     stats["inputs"] = new_inputs

@@ -17,6 +17,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from pipelines.config import ConfigError, InputConfig
+from transforms.progress import ProgressFile
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 COMPRESSION_SUFFIXES = (".gz", ".zst", ".bz2", ".deflate", ".xz")
@@ -250,14 +251,23 @@ class _Prepended:
 
 
 class _ReadFileFn(beam.DoFn):
-    def __init__(self, cfg: InputConfig):
+    def __init__(self, cfg: InputConfig, progress_dir: str | None = None):
         self.cfg = cfg
+        self.progress_dir = progress_dir
+        self._progress = None
         self._docs = Metrics.counter("read", "documents")
         self._quarantined = Metrics.counter("read", "quarantined")
         self._bytes = Metrics.counter("read", "text_bytes")
 
+    def setup(self):
+        self._progress = ProgressFile(self.progress_dir, "read")
+
+    def finish_bundle(self):
+        self._progress.flush()
+
     def process(self, path: str):
         for item in read_file(path, self.cfg):
+            self._progress.add(1)
             if isinstance(item, Quarantined):
                 self._quarantined.inc()
                 yield beam.pvalue.TaggedOutput("quarantined", item.as_record())
@@ -273,17 +283,18 @@ class ReadCorpus(beam.PTransform):
     Returns ``{"docs": PCollection[Doc], "quarantined": PCollection[dict]}``.
     """
 
-    def __init__(self, cfg: InputConfig, files: list[str] | None = None):
+    def __init__(self, cfg: InputConfig, files: list[str] | None = None, progress_dir: str | None = None):
         super().__init__()
         self.cfg = cfg
         self.files = files if files is not None else expand_inputs(cfg.paths)
+        self.progress_dir = progress_dir
 
     def expand(self, pbegin):
         outputs = (
             pbegin
             | "ListFiles" >> beam.Create(self.files)
             | "SpreadFiles" >> beam.Reshuffle()
-            | "ReadFiles" >> beam.ParDo(_ReadFileFn(self.cfg)).with_outputs("quarantined", main="docs")
+            | "ReadFiles" >> beam.ParDo(_ReadFileFn(self.cfg, self.progress_dir)).with_outputs("quarantined", main="docs")
         )
         # One file is read by one worker; spreading its documents lets every worker clean a share of them.
         docs = outputs.docs | "SpreadDocuments" >> beam.Reshuffle()

@@ -20,26 +20,27 @@ class StepContext:
     run_dir: str
     against: tuple[str, ...] = ()
     input_bytes: int | None = None  # lets a step choose its in-memory or distributed path at build time
+    progress_dir: str | None = None  # where workers count documents done, for the terminal progress line
 
 
 class _PerDocument(beam.PTransform):
-    def __init__(self, step):
+    def __init__(self, step, ctx: StepContext):
         super().__init__()
-        self.step = step
+        self.step, self.ctx = step, ctx
 
     def expand(self, docs):
-        outputs = docs | ApplyStep(self.step)
+        outputs = docs | ApplyStep(self.step, progress_dir=self.ctx.progress_dir)
         return {"kept": outputs.kept, "removed": outputs.removed}
 
 
 def _normalize(cfg: RunConfig, ctx: StepContext):
     from transforms.normalize import NormalizeStep
-    return _PerDocument(NormalizeStep(cfg.normalize))
+    return _PerDocument(NormalizeStep(cfg.normalize), ctx)
 
 
 def _filters(cfg: RunConfig, ctx: StepContext):
     from transforms.filters import HeuristicFilterStep
-    return _PerDocument(HeuristicFilterStep(cfg.filters))
+    return _PerDocument(HeuristicFilterStep(cfg.filters), ctx)
 
 
 def _exact_dedup(cfg: RunConfig, ctx: StepContext):
@@ -70,7 +71,7 @@ def _quality(cfg: RunConfig, ctx: StepContext):
 
 def _pii(cfg: RunConfig, ctx: StepContext):
     from transforms.pii import PiiStep
-    return _PerDocument(PiiStep(cfg.pii))
+    return _PerDocument(PiiStep(cfg.pii), ctx)
 
 
 STEPS: list[tuple[str, Callable[[RunConfig], bool], Callable[[RunConfig, StepContext], beam.PTransform]]] = [

@@ -70,3 +70,20 @@ def test_threshold_can_be_retuned_from_stored_measurements():
     m = measure("word " * 40 + "the and of.", "other", cfg)
     assert decide(m, cfg.default) == "gopher_min_words"
     assert decide(m, cfg.default.model_copy(update={"min_words": 10})) != "gopher_min_words"
+
+
+def test_progress_counters_sum_across_workers_and_give_a_line(tmp_path):
+    from pipelines.progress import progress_line
+    from transforms.progress import ProgressFile, read_progress
+
+    for worker_docs in (300, 200):
+        counter = ProgressFile(str(tmp_path), "filters", every_s=3600)
+        counter.add(worker_docs)  # the first add writes; later ones wait for every_s
+        counter.add(1)
+        counter.flush()
+    reader = ProgressFile(str(tmp_path), "read")
+    reader.add(600)
+    totals = read_progress(tmp_path)
+    assert totals == {"filters": 502, "read": 600}
+    line = progress_line(totals, ["normalize", "filters"], {"filters": 49.0}, read_done=True)
+    assert line == "clean: read 600 | filters 502 (49/s) | ETA ≤ 2s"
