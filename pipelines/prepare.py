@@ -23,9 +23,9 @@ from pipelines.beam_options import make_pipeline
 from pipelines.config import ConfigError, RunConfig
 from pipelines.progress import PROGRESS_DIR, ProgressPrinter
 from pipelines.read import ReadCorpus, expand_inputs
-from pipelines.rundir import (DOCS_SCHEMA, REMOVED_SCHEMA, WriteSorted, clear_outputs, read_manifest,
-                              doc_row, jsonl_bytes, parquet_bytes, removed_row, sha256_file, write_atomic,
-                              write_json)
+from pipelines.rundir import (DOCS_SCHEMA, REMOVED_SCHEMA, WriteSorted, clear_outputs, count_parquet_rows,
+                              doc_row, jsonl_bytes, parquet_bytes, read_manifest, removed_row, sha256_file,
+                              write_atomic, write_json)
 from pipelines.steps import CleanDocuments, StepContext, enabled_steps
 
 CLEANING_OUTPUTS = ("docs", "removed", "quarantine", "dedup", "stats.json", "manifest.json")
@@ -97,7 +97,7 @@ def _counters(result) -> dict[tuple[str, str], int]:
 
 def collect_stats(run_dir: Path, steps: list[str], counters: dict[tuple[str, str], int]) -> dict:
     """Count the outputs on disk and check them against what the reader counted."""
-    kept = sum(pq.ParquetFile(p).metadata.num_rows for p in sorted((run_dir / "docs").glob("*.parquet")))
+    kept = count_parquet_rows(run_dir / "docs")
     removed_by: dict[str, Counter] = {step: Counter() for step in steps}
     for path in sorted((run_dir / "removed").glob("*.parquet")):
         table = pq.read_table(path, columns=["removed_by", "reason"])

@@ -151,7 +151,3 @@ def read_manifest(run_dir: Path) -> dict | None:
     except json.JSONDecodeError:
         return None
 
-
-def complete_manifest(run_dir: Path) -> dict | None:
-    manifest = read_manifest(run_dir)
-    return manifest if manifest is not None and manifest.get("status") == "complete" else None
