@@ -25,7 +25,7 @@ from pipelines.progress import PROGRESS_DIR, ProgressPrinter
 from pipelines.read import ReadCorpus, expand_inputs
 from pipelines.rundir import (DOCS_SCHEMA, REMOVED_SCHEMA, WriteSorted, clear_outputs, count_parquet_rows,
                               doc_row, jsonl_bytes, parquet_bytes, read_manifest, removed_row, sha256_file,
-                              write_atomic, write_json)
+                              write_json)
 from pipelines.steps import CleanDocuments, StepContext, enabled_steps
 
 CLEANING_OUTPUTS = ("docs", "removed", "quarantine", "dedup", "stats.json", "manifest.json")
