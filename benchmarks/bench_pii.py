@@ -105,7 +105,7 @@ def run_presidio_default(records, model: str, repeat: int):
     from presidio_analyzer.nlp_engine import NlpEngineProvider
     from presidio_anonymizer import AnonymizerEngine
 
-    from transforms.pii import _quiet_third_party_loggers
+    from transforms.pii.step import _quiet_third_party_loggers
 
     _quiet_third_party_loggers()
     _offline_tldextract()

@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 
 
 def _accuracy(args) -> None:
-    from transforms.quality_model import QualityTrainConfig, load_labeled, train_quality_model
+    from transforms.quality.model import QualityTrainConfig, load_labeled, train_quality_model
 
     rows = []
     for seed in [int(s) for s in args.seeds.split(",")]:
@@ -84,8 +84,8 @@ def _speed(args) -> None:
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-    from transforms.quality import QualityConfig, QualityFilter
-    from transforms.quality_model import QualityModel, tokenize_head, DEFAULT_MAX_CHARS
+    from transforms.quality.step import QualityConfig, QualityFilter
+    from transforms.quality.model import QualityModel, tokenize_head, DEFAULT_MAX_CHARS
 
     texts = _texts(args.data, args.docs)
     mean_chars = sum(map(len, texts)) / len(texts)

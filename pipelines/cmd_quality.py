@@ -29,7 +29,7 @@ def _parse_params(pairs: list[str], model_cls, section: str):
 
 def _train(args: argparse.Namespace) -> int:
     from pipelines.config import ConfigError
-    from transforms.quality_model import (QualityModel, QualityTrainConfig, binary_metrics, load_labeled,
+    from transforms.quality.model import (QualityModel, QualityTrainConfig, binary_metrics, load_labeled,
                                           split_records, train_quality_model)
 
     cfg = _parse_params(args.params, QualityTrainConfig, "quality.train")
@@ -97,8 +97,8 @@ def _score(args: argparse.Namespace) -> int:
     from pipelines.beam_options import make_pipeline
     from pipelines.config import ConfigError, InputConfig
     from pipelines.read import ReadCorpus
-    from transforms.quality import QualityConfig, QualityFilter
-    from transforms.quality_model import sidecar_paths
+    from transforms.quality.step import QualityConfig, QualityFilter
+    from transforms.quality.model import sidecar_paths
 
     overrides = list(args.params)
     if args.mode:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from datasketch import MinHash
 
-from transforms import minhash, simhash
+from transforms.near_dedup import minhash, simhash
 
 TEXT = ("Augmented assignment is the combination, in a single statement, of a binary operation and an "
         "assignment statement. An augmented assignment evaluates the target only once.")

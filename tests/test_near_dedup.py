@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from transforms import minhash
-from transforms.near_dedup import (
+from transforms.near_dedup import minhash
+from transforms.near_dedup.core import (
     Decision, NearDedupConfig, SketchBuilder, dedup_in_memory, resolve_component, star_edges,
 )
 
@@ -406,7 +406,7 @@ def test_refresh_against_an_index_built_with_other_parameters_fails_clearly(tmp_
 def test_large_star_small_star_rounds_find_components_and_report_non_convergence():
     from collections import defaultdict
 
-    from transforms.near_dedup import _both_directions, _component_label, _large_star, _small_star
+    from transforms.near_dedup.beam import _both_directions, _component_label, _large_star, _small_star
 
     class Counter:
         value = 0

@@ -4,7 +4,7 @@ Pure regex/validator tests: no spaCy, no Beam, milliseconds each.
 """
 import pytest
 
-from transforms import pii_recognizers as R
+from transforms.pii import recognizers as R
 
 
 def luhn_complete(prefix: str, length: int) -> str:

@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from tests.test_pii_recognizers import cn_id, iban, luhn_complete
-from transforms.pii import PiiConfig, PiiEngine, PiiStep, engine_description
+from transforms.pii.step import PiiConfig, PiiEngine, PiiStep, engine_description
 
 REPO = Path(__file__).resolve().parents[1]
 DEV_SET = REPO.parent / "shared" / "eval" / "pii_dev.jsonl.gz"
@@ -228,8 +228,8 @@ def test_dev_set_bars(step):
 
 
 def test_errors_do_not_quote_the_text(monkeypatch):
-    from transforms import pii_recognizers as R
-    from transforms.pii import PiiStepError
+    from transforms.pii import recognizers as R
+    from transforms.pii.step import PiiStepError
 
     def explode(self, match, text):
         raise ValueError(f"cannot parse {match.group()!r} in {text!r}")

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from transforms.quality import (QualityConfig, cutoff_from_quantiles, decide, keep_pareto, pareto_draw,
+from transforms.quality.step import (QualityConfig, cutoff_from_quantiles, decide, keep_pareto, pareto_draw,
                                 top_fraction_cutoff)
-from transforms.quality_features import HashedNgramLM, OrderFeatures, WordClasses, split_token, tokenize
-from transforms.quality_model import LogisticStacker, binary_metrics, roc_auc, split_records, QualityTrainConfig
+from transforms.quality.features import HashedNgramLM, OrderFeatures, WordClasses, split_token, tokenize
+from transforms.quality.model import LogisticStacker, binary_metrics, roc_auc, split_records, QualityTrainConfig
 
 SUBSET = Path(__file__).resolve().parents[1] / "data" / "quality" / "quality_train_subset.jsonl.gz"
 
@@ -188,7 +188,7 @@ def test_config_errors_name_the_field_and_allowed_values():
 
 def test_chinese_documents_are_kept_unscored_by_the_english_model(tmp_path):
     """The default model knows English only: CJK documents pass through with the reason recorded."""
-    from transforms.quality import QualityConfig, QualityStep, ensure_default_model
+    from transforms.quality.step import QualityConfig, QualityStep, ensure_default_model
 
     cfg = QualityConfig()
     model = ensure_default_model(tmp_path, cfg, log=lambda _: None)

@@ -15,8 +15,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.quality import QualityConfig, QualityFilter, QualityStep, ensure_default_model
-from transforms.quality_model import QualityModel, sidecar_paths
+from transforms.quality.step import QualityConfig, QualityFilter, QualityStep, ensure_default_model
+from transforms.quality.model import QualityModel, sidecar_paths
 
 REPO = Path(__file__).resolve().parents[1]
 SUBSET = REPO / "data" / "quality" / "quality_train_subset.jsonl.gz"
@@ -86,7 +86,7 @@ def test_model_behind_a_filesystems_uri_is_copied_locally(tmp_path, model_path):
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.localfilesystem import LocalFileSystem
 
-    from transforms.quality import local_model_copy
+    from transforms.quality.step import local_model_copy
 
     class PrefixedLocalFileSystem(LocalFileSystem):
         """Local files behind a URI scheme, standing in for gs:// or s3:// (Beam finds FileSystem subclasses)."""

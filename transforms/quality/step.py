@@ -1,6 +1,6 @@
 """Quality scoring: annotate every document with P(high quality), then decide from the annotation.
 
-Score (``transforms.quality_model.QualityModel``): a fastText classifier over words and word bigrams, plus
+Score (``transforms.quality.model.QualityModel``): a fastText classifier over words and word bigrams, plus
 word-order and cohesion features (class n-gram model gains, in-document cache gain, topic-word repetition,
 pronoun consistency) that catch fluent-looking gibberish a bag of n-grams cannot see, joined by a small
 logistic second stage. Annotations written on every document:
@@ -35,11 +35,11 @@ from apache_beam.utils.windowed_value import WindowedValue
 from pydantic import BaseModel, ConfigDict, Field
 
 from transforms.base import Doc, mark_removed
-from transforms.quality_model import QualityModel, QualityTrainConfig, load_labeled, sidecar_paths, train_quality_model
+from transforms.quality.model import QualityModel, QualityTrainConfig, load_labeled, sidecar_paths, train_quality_model
 
 STEP_NAME = "quality"
 KEPT, REMOVED = "kept", "removed"
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TRAIN_DATA = "data/quality/quality_train_subset.jsonl.gz"  # relative: to the cwd, else to the repo
 REASONS = {"threshold": "low_quality", "top_fraction": "below_top_fraction", "pareto": "pareto_sampled_out"}
 

@@ -1,7 +1,7 @@
 """PII detection and masking with Presidio: config, pure core, and the pipeline step.
 
 The core (``PiiEngine``) builds one Presidio ``AnalyzerEngine`` (corpusmill's recognizers from
-``transforms.pii_recognizers``) and one ``AnonymizerEngine``, and turns a batch of texts into spans and masked
+``transforms.pii.recognizers``) and one ``AnonymizerEngine``, and turns a batch of texts into spans and masked
 texts. Where its speed comes from (each measured in ``benchmarks/bench_pii.py``):
 
 * spaCy runs only the ``ner`` component (en_core_web_sm's NER has its own tok2vec, so tagger, parser, lemmatizer
@@ -158,7 +158,7 @@ class PiiEngine:
         from presidio_analyzer.nlp_engine import NoOpNlpEngine
         from presidio_anonymizer import AnonymizerEngine
 
-        from transforms import pii_recognizers as R
+        from transforms.pii import recognizers as R
 
         _quiet_third_party_loggers()
         self.cfg = cfg

@@ -1,5 +1,5 @@
 """The quality model, a cascade: fastText over words and bigrams; for the documents it passes, a logistic second
-stage over fastText's logit and word-order/cohesion features (``transforms.quality_features``).
+stage over fastText's logit and word-order/cohesion features (``transforms.quality.features``).
 
 Files of one model (``MODEL`` is the path given by the user, e.g. ``model.bin`` or ``model.ftz``):
     MODEL                 the fastText supervised classifier (usable on its own with the fastText tools)
@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from transforms.quality_features import OrderFeatures
+from transforms.quality.features import OrderFeatures
 
 MODEL_FORMAT_VERSION = 1
 DEFAULT_MAX_CHARS = 20_000  # characters of a document fastText reads

@@ -1,0 +1,153 @@
+"""The run directory's layout (Contract 2 in DESIGN.md): the one place that spells its path components.
+
+``RunPaths`` is built once from the config (``RunPaths.of(cfg)``) or from a run directory given on the command
+line (``RunPaths(run_dir)``), and passed explicitly to the pipelines, the tokenizer stage, the trainer, the
+report and monitoring. Nothing else joins these names into a path; nobody guesses the run directory from a
+sub-folder's parent.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+CACHE_DIR = ".cache"  # under the runs directory: shared by every run there (e.g. the default quality model)
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Every path of one run directory, ``runs/<name>/`` (local; a URI run directory is not supported)."""
+
+    root: Path
+
+    def __init__(self, root: str | os.PathLike):
+        object.__setattr__(self, "root", Path(root))
+
+    @classmethod
+    def of(cls, cfg) -> "RunPaths":
+        """The run directory of a ``RunConfig``: ``<output.runs_dir>/<name>``."""
+        return cls(Path(cfg.output.runs_dir) / cfg.name)
+
+    def __str__(self) -> str:
+        return str(self.root)
+
+    @property
+    def name(self) -> str:
+        return self.root.name
+
+    # -- files at the top ---------------------------------------------------------------------------------
+    @property
+    def config_yaml(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "manifest.json"
+
+    @property
+    def stats(self) -> Path:
+        return self.root / "stats.json"
+
+    @property
+    def report_html(self) -> Path:
+        return self.root / "report.html"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / ".lock"
+
+    @property
+    def progress(self) -> Path:
+        """Worker-side progress counters of the stage running now (removed when it ends)."""
+        return self.root / ".progress"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def error_log(self) -> Path:
+        return self.logs / "error.log"
+
+    @property
+    def cache(self) -> Path:
+        """Shared by all runs of the same runs directory (never part of one run's outputs)."""
+        return self.root.parent / CACHE_DIR
+
+    def cache_for(self, component: str) -> Path:
+        return self.cache / component
+
+    # -- cleaning stage -----------------------------------------------------------------------------------
+    @property
+    def docs(self) -> Path:
+        return self.root / "docs"
+
+    @property
+    def removed(self) -> Path:
+        return self.root / "removed"
+
+    @property
+    def quarantine(self) -> Path:
+        return self.root / "quarantine"
+
+    @property
+    def dedup(self) -> Path:
+        """The near-dedup index (sketches and band keys) that a later refresh dedups against."""
+        return self.root / "dedup"
+
+    # -- shard stage --------------------------------------------------------------------------------------
+    @property
+    def tokenizer_dir(self) -> Path:
+        return self.root / "tokenizer"
+
+    @property
+    def tokenizer_json(self) -> Path:
+        return self.tokenizer_dir / "tokenizer.json"
+
+    @property
+    def shards(self) -> Path:
+        return self.root / "shards"
+
+    # -- training -----------------------------------------------------------------------------------------
+    @property
+    def train(self) -> Path:
+        return self.root / "train"
+
+    @property
+    def train_config(self) -> Path:
+        return self.train / "train_config.json"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.train / "checkpoints"
+
+    @property
+    def metrics_jsonl(self) -> Path:
+        return self.train / "metrics.jsonl"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.train / "tensorboard"
+
+    @property
+    def alerts_jsonl(self) -> Path:
+        return self.train / "alerts.jsonl"
+
+    @property
+    def recovery_jsonl(self) -> Path:
+        return self.train / "recovery.jsonl"
+
+    @property
+    def paused(self) -> Path:
+        """Present while training is paused by an alert; says why."""
+        return self.train / "PAUSED"
+
+    # -- stage outputs, for clearing and fingerprinting ---------------------------------------------------
+    @property
+    def cleaning_outputs(self) -> tuple[Path, ...]:
+        return (self.docs, self.removed, self.quarantine, self.dedup, self.stats, self.manifest)
+
+    @property
+    def all_outputs(self) -> tuple[Path, ...]:
+        return (self.docs, self.removed, self.quarantine, self.dedup, self.tokenizer_dir, self.shards, self.train,
+                self.stats, self.manifest, self.report_html)
