@@ -165,7 +165,7 @@ def children_cpu() -> float:
 def run_corpusmill(data: str, overrides: list[str], extra: list[str]) -> tuple[dict, set, float, float, int]:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "clusters.jsonl")
-        cmd = [sys.executable, "-m", "pipelines.cli", "dedup", data, "--out", out]
+        cmd = [sys.executable, "-m", "cli.main", "dedup", data, "--out", out]
         for item in overrides:
             cmd += ["--set", item]
         cmd += extra

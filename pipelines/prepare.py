@@ -21,14 +21,14 @@ from apache_beam.metrics.metric import MetricsFilter
 
 from pipelines.beam_options import make_pipeline
 from pipelines.config import ConfigError, RunConfig
-from pipelines.progress import PROGRESS_DIR, ProgressPrinter
+from pipelines.progress import ProgressPrinter
 from pipelines.read import ReadCorpus, expand_inputs
 from pipelines.rundir import (DOCS_SCHEMA, REMOVED_SCHEMA, WriteSorted, clear_outputs, count_parquet_rows,
-                              doc_row, jsonl_bytes, parquet_bytes, read_manifest, removed_row, sha256_file,
-                              write_json)
-from pipelines.steps import CleanDocuments, StepContext, enabled_steps
+                              doc_row, jsonl_bytes, parquet_bytes, read_manifest, removed_row)
+from pipelines.steps import CleanDocuments, StepContext, check_steps, enabled_steps
+from runio.files import sha256_file, write_json
+from runio.layout import RunPaths
 
-CLEANING_OUTPUTS = ("docs", "removed", "quarantine", "dedup", "stats.json", "manifest.json")
 PACKAGES = ("corpusmill", "apache-beam", "datasketch", "presidio-analyzer", "spacy", "fasttext-numpy2",
             "tokenizers", "pyarrow", "torch", "pydantic")
 
@@ -55,11 +55,11 @@ def describe_inputs(files: list[str]) -> list[dict]:
     return described
 
 
-def previously_processed(against: tuple[str, ...]) -> set[str]:
+def previously_processed(against: tuple[RunPaths | str, ...]) -> set[str]:
     """Checksums of the inputs that earlier runs already processed (a refresh reads only new ones)."""
     seen: set[str] = set()
     for run in against:
-        manifest = read_manifest(Path(run))
+        manifest = read_manifest(run)
         if manifest is None or "clean" not in manifest.get("stages_done", []):
             raise ConfigError(f"--against {run}: not a run whose cleaning stage completed (see its manifest.json)")
         seen.update(i["sha256"] for i in manifest.get("inputs", []))
@@ -68,21 +68,22 @@ def previously_processed(against: tuple[str, ...]) -> set[str]:
 
 
 def build_cleaning_graph(p: beam.Pipeline, cfg: RunConfig, files: list[str], ctx: StepContext) -> None:
-    run_dir = str(cfg.run_dir)
+    paths = ctx.paths
     target = cfg.output.target_shard_bytes
     read = p | "Read" >> ReadCorpus(cfg.input, files, progress_dir=ctx.progress_dir)
     cleaned = read["docs"] | "Clean" >> CleanDocuments(cfg, ctx)
     (cleaned["kept"]
      | "DocRows" >> beam.Map(doc_row)
-     | "WriteDocs" >> WriteSorted(f"{run_dir}/docs", "docs", ".parquet", lambda rows: parquet_bytes(rows, DOCS_SCHEMA),
+     | "WriteDocs" >> WriteSorted(str(paths.docs), paths.docs.name, ".parquet",
+                                  lambda rows: parquet_bytes(rows, DOCS_SCHEMA),
                                   lambda r: len(r["text"]) + len(r["annotations"]) + 64, target))
     (cleaned["removed"]
      | "RemovedRows" >> beam.Map(removed_row)
-     | "WriteRemoved" >> WriteSorted(f"{run_dir}/removed", "removed", ".parquet",
+     | "WriteRemoved" >> WriteSorted(str(paths.removed), paths.removed.name, ".parquet",
                                      lambda rows: parquet_bytes(rows, REMOVED_SCHEMA),
                                      lambda r: len(r["annotations"]) + 96, target))
     (read["quarantined"]
-     | "WriteQuarantine" >> WriteSorted(f"{run_dir}/quarantine", "quarantine", ".jsonl", jsonl_bytes,
+     | "WriteQuarantine" >> WriteSorted(str(paths.quarantine), paths.quarantine.name, ".jsonl", jsonl_bytes,
                                         lambda r: 256, target, sort_key=lambda r: (r["source"], r["position"])))
 
 
@@ -95,16 +96,17 @@ def _counters(result) -> dict[tuple[str, str], int]:
     return counters
 
 
-def collect_stats(run_dir: Path, steps: list[str], counters: dict[tuple[str, str], int]) -> dict:
+def collect_stats(run: RunPaths | Path, steps: list[str], counters: dict[tuple[str, str], int]) -> dict:
     """Count the outputs on disk and check them against what the reader counted."""
-    kept = count_parquet_rows(run_dir / "docs")
+    paths = run if isinstance(run, RunPaths) else RunPaths(run)
+    kept = count_parquet_rows(paths.docs)
     removed_by: dict[str, Counter] = {step: Counter() for step in steps}
-    for path in sorted((run_dir / "removed").glob("*.parquet")):
+    for path in sorted(paths.removed.glob("*.parquet")):
         table = pq.read_table(path, columns=["removed_by", "reason"])
         for step, reason in zip(table.column("removed_by").to_pylist(), table.column("reason").to_pylist()):
             removed_by.setdefault(step, Counter())[reason] += 1
     quarantined: Counter = Counter()
-    for path in sorted((run_dir / "quarantine").glob("*.jsonl")):
+    for path in sorted(paths.quarantine.glob("*.jsonl")):
         with open(path, encoding="utf-8") as fh:
             for line in fh:
                 quarantined[json.loads(line)["kind"]] += 1
@@ -171,33 +173,34 @@ def summary_table(stats: dict) -> str:
 def run_clean(cfg: RunConfig, against: tuple[str, ...] = (), log: Callable[[str], None] = print) -> dict:
     """The cleaning stage: inputs → docs/, removed/, quarantine/, dedup/, stats.json. Returns the stats."""
     started = time.time()
-    run_dir = cfg.run_dir
+    paths = RunPaths.of(cfg)
+    earlier = tuple(RunPaths(run) for run in against)
+    # every step's checks before anything is read in full or written: a config that cannot work exits 2 here
+    check_steps(cfg, StepContext(paths, earlier))
     files = expand_inputs(cfg.input.paths)
-    clear_outputs(run_dir, CLEANING_OUTPUTS)
+    clear_outputs(paths.cleaning_outputs)
     inputs = describe_inputs(files)
-    seen = previously_processed(against) if against else set()
+    seen = previously_processed(earlier) if earlier else set()
     new_inputs = [i for i in inputs if i["sha256"] not in seen]
     if against:
         log(f"refresh: {len(inputs) - len(new_inputs)} of {len(inputs)} inputs were processed by earlier runs; "
             f"reading {len(new_inputs)} new")
-    for name in ("docs", "removed", "quarantine", "dedup"):
-        (run_dir / name).mkdir(parents=True, exist_ok=True)
+    for folder in (paths.docs, paths.removed, paths.quarantine, paths.dedup):
+        folder.mkdir(parents=True, exist_ok=True)
     steps = enabled_steps(cfg)
-    progress_dir = run_dir / PROGRESS_DIR
-    clear_outputs(run_dir, (PROGRESS_DIR,))
-    ctx = StepContext(run_dir=str(run_dir), against=tuple(against),
-                      input_bytes=sum(i["bytes"] for i in new_inputs), progress_dir=str(progress_dir))
+    clear_outputs((paths.progress,))
+    ctx = StepContext(paths, earlier, input_bytes=sum(i["bytes"] for i in new_inputs))
     pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options)
     build_cleaning_graph(pipeline, cfg, [i["path"] for i in new_inputs], ctx)
-    with ProgressPrinter(progress_dir, steps, log):
+    with ProgressPrinter(paths.progress, steps, log):
         result = pipeline.run()
         result.wait_until_finish()
-    clear_outputs(run_dir, (PROGRESS_DIR,))
-    stats = collect_stats(run_dir, steps, _counters(result))
+    clear_outputs((paths.progress,))
+    stats = collect_stats(paths, steps, _counters(result))
     stats["cleaning_seconds"] = round(time.time() - started, 2)
     stats["inputs"] = new_inputs
     stats["inputs_seen"] = sorted(seen | {i["sha256"] for i in new_inputs})
-    write_json(str(run_dir / "stats.json"), stats)
+    write_json(paths.stats, stats)
     if not stats["accounting"]["balanced"]:
         raise AccountingError("accounting does not balance: " + "; ".join(stats["accounting"]["problems"]))
     return stats
@@ -207,9 +210,9 @@ def run_shards(cfg: RunConfig, log: Callable[[str], None] = print) -> dict:
     """The shard stage: train or load the tokenizer, then encode, pack and write shards/ from docs/."""
     from tokenizer.build import build_shards
 
-    clear_outputs(cfg.run_dir, ("shards",))
+    clear_outputs((RunPaths.of(cfg).shards,))
     pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options)
-    return build_shards(str(cfg.run_dir), cfg.tokenizer, cfg.packing, pipeline)
+    return build_shards(str(RunPaths.of(cfg)), cfg.tokenizer, cfg.packing, pipeline)
 
 
 def base_manifest(cfg: RunConfig) -> dict:

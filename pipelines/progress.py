@@ -1,7 +1,8 @@
 """Progress of a running Beam stage in the terminal: documents done per step, rate and ETA.
 
-The workers' counters come from `transforms/progress.py`; this thread in the launching process sums them every
-few seconds and prints one line.
+The workers' counters come from `transforms/progress.py` (every step's routing tail and the reader write them
+into the run's ``RunPaths.progress``); this thread in the launching process sums them every few seconds and
+prints one line: read, then every step in order.
 """
 from __future__ import annotations
 
@@ -11,8 +12,6 @@ from pathlib import Path
 from typing import Callable
 
 from transforms.progress import read_progress
-
-PROGRESS_DIR = ".progress"
 
 
 def progress_line(totals: dict[str, int], steps: list[str], rates: dict[str, float], read_done: bool) -> str:

@@ -1,24 +1,25 @@
-"""The run directory (Contract 2): atomic writes and deterministic, sorted output files.
+"""The run directory's cleaning outputs (Contract 2): the row schemas and deterministic, sorted output files.
 
-Every file is written under a temporary name and renamed into place, so a reader never sees half a file.
-Output files are partitioned by ``id % parts`` and sorted by id, which makes them byte-identical across
-re-runs and across any number of workers.
+Where things are is ``runio.layout.RunPaths``; how a file is written (under a temporary name, renamed into
+place, so a reader never sees half a file) is ``runio.files``. Output files are partitioned by ``id % parts``
+and sorted by id, which makes them byte-identical across re-runs and across any number of workers.
 """
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import math
 import os
-import uuid
+import shutil
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
+
+from runio.files import json_text, read_json, write_atomic
+from runio.layout import RunPaths
 
 DOCS_SCHEMA = pa.schema([("id", pa.int64()), ("text", pa.string()), ("source", pa.string()),
                          ("meta", pa.string()), ("annotations", pa.string())])
@@ -27,7 +28,7 @@ REMOVED_SCHEMA = pa.schema([("id", pa.int64()), ("source", pa.string()), ("remov
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return json_text(value, indent=None, sort_keys=True)
 
 
 def doc_row(doc: dict) -> dict:
@@ -44,28 +45,6 @@ def join(*parts: str) -> str:
     return FileSystems.join(*parts) if "://" in parts[0] else os.path.join(*parts)
 
 
-def write_atomic(path: str, data: bytes) -> None:
-    """Write to a temporary sibling, then rename over ``path``."""
-    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-    if "://" not in path:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        return
-    with FileSystems.create(tmp) as fh:
-        fh.write(data)
-    if FileSystems.exists(path):
-        FileSystems.delete([path])
-    FileSystems.rename([tmp], [path])
-
-
-def write_json(path: str, value: Any) -> None:
-    write_atomic(path, (json.dumps(value, ensure_ascii=False, indent=2, sort_keys=False) + "\n").encode("utf-8"))
-
-
 def parquet_bytes(rows: list[dict], schema: pa.Schema) -> bytes:
     table = pa.Table.from_pylist(rows, schema=schema)
     sink = io.BytesIO()
@@ -75,14 +54,6 @@ def parquet_bytes(rows: list[dict], schema: pa.Schema) -> bytes:
 
 def jsonl_bytes(rows: list[dict]) -> bytes:
     return "".join(_json(r) + "\n" for r in rows).encode("utf-8")
-
-
-def sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with (open(path, "rb") if "://" not in path else FileSystems.open(path)) as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 class _WritePartFn(beam.DoFn):
@@ -126,12 +97,11 @@ class WriteSorted(beam.PTransform):
         )
 
 
-def clear_outputs(run_dir: Path, names: tuple[str, ...]) -> None:
-    """Remove the outputs of an earlier (possibly interrupted) run of the same config before re-running."""
-    import shutil
-
-    for name in names:
-        target = run_dir / name
+def clear_outputs(outputs: Iterable[Path]) -> None:
+    """Remove outputs (files or folders, e.g. ``RunPaths.cleaning_outputs``) of an earlier, possibly
+    interrupted run of the same config before re-running."""
+    for target in outputs:
+        target = Path(target)
         if target.is_dir():
             shutil.rmtree(target)
         elif target.exists():
@@ -139,15 +109,11 @@ def clear_outputs(run_dir: Path, names: tuple[str, ...]) -> None:
 
 
 def count_parquet_rows(directory: Path) -> int:
-    return sum(pq.ParquetFile(p).metadata.num_rows for p in sorted(directory.glob("*.parquet")))
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in sorted(Path(directory).glob("*.parquet")))
 
 
-def read_manifest(run_dir: Path) -> dict | None:
-    path = Path(run_dir) / "manifest.json"
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
-        return None
-
+def read_manifest(run: RunPaths | str | os.PathLike) -> dict | None:
+    """The run's ``manifest.json``, or None when it is missing or not valid JSON (an incomplete run)."""
+    paths = run if isinstance(run, RunPaths) else RunPaths(run)
+    manifest = read_json(paths.manifest)
+    return manifest if isinstance(manifest, dict) else None

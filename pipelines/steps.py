@@ -1,6 +1,10 @@
 """The cleaning steps in the order they run: cheap ones first, so the expensive ones see fewer documents.
 
-Each entry builds a PTransform from the run config that maps documents to {"kept", "removed"}.
+Every step is declared the same way (``Step``): when it is enabled, what must hold before a worker starts
+(``check``, run when the graph is built; a problem is a ``ConfigError`` naming the field, exit code 2), and how
+to build it. Every built step is "annotate and decide" followed by the shared routing tail
+(``transforms.beam_step.Route``), so it maps documents to ``.kept`` / ``.removed`` and counts ``kept``,
+``removed`` and ``busy_ms`` under its name, and reports progress. See "How to add a step" in docs/DESIGN.md.
 """
 from __future__ import annotations
 
@@ -9,98 +13,153 @@ from typing import Callable
 
 import apache_beam as beam
 
-from pipelines.config import RunConfig
-from transforms.beam_step import ApplyStep
+from pipelines.config import ConfigError, RunConfig
+from runio.layout import RunPaths
+from transforms.base import StepConfigError
 
 
 @dataclass(frozen=True)
 class StepContext:
-    """What a step may need beyond its config section: where the run keeps its indexes and models."""
+    """What a step may need beyond its config section: the run's layout, earlier runs, the input size."""
 
-    run_dir: str
-    against: tuple[str, ...] = ()
+    paths: RunPaths
+    against: tuple[RunPaths, ...] = ()
     input_bytes: int | None = None  # lets a step choose its in-memory or distributed path at build time
-    progress_dir: str | None = None  # where workers count documents done, for the terminal progress line
+    progress: bool = True  # workers count documents done into paths.progress, for the terminal progress line
+
+    @property
+    def progress_dir(self) -> str | None:
+        return str(self.paths.progress) if self.progress else None
 
 
-class _PerDocument(beam.PTransform):
-    def __init__(self, step, ctx: StepContext):
-        super().__init__()
-        self.step, self.ctx = step, ctx
-
-    def expand(self, docs):
-        outputs = docs | ApplyStep(self.step, progress_dir=self.ctx.progress_dir)
-        return {"kept": outputs.kept, "removed": outputs.removed}
+def _no_check(cfg: RunConfig, ctx: StepContext) -> None:
+    pass
 
 
 def _normalize(cfg: RunConfig, ctx: StepContext):
+    from transforms.beam_step import ApplyStep
     from transforms.normalize import NormalizeStep
-    return _PerDocument(NormalizeStep(cfg.normalize), ctx)
+    return ApplyStep(NormalizeStep(cfg.normalize), progress_dir=ctx.progress_dir)
+
+
+def _check_filters(cfg: RunConfig, ctx: StepContext) -> None:
+    from transforms.filters import check
+    check(cfg.filters)
 
 
 def _filters(cfg: RunConfig, ctx: StepContext):
+    from transforms.beam_step import ApplyStep
     from transforms.filters import HeuristicFilterStep
-    return _PerDocument(HeuristicFilterStep(cfg.filters), ctx)
+    return ApplyStep(HeuristicFilterStep(cfg.filters), progress_dir=ctx.progress_dir)
 
 
 def _exact_dedup(cfg: RunConfig, ctx: StepContext):
     from transforms.exact_dedup import ExactDedup
-    return ExactDedup(cfg.exact_dedup)
+    return ExactDedup(cfg.exact_dedup, progress_dir=ctx.progress_dir)
+
+
+def _check_near_dedup(cfg: RunConfig, ctx: StepContext) -> None:
+    from transforms.near_dedup.index import check_index_params
+
+    if cfg.near_dedup.keep == "highest_quality" and not _runs_before(cfg, "quality", "near_dedup"):
+        raise StepConfigError(f"near_dedup.keep: highest_quality ranks by {cfg.near_dedup.quality_field}, but the "
+                              f"quality step runs after near_dedup, so no document has a score yet; use smallest_id")
+    for run in ctx.against:
+        try:
+            check_index_params(str(run.dedup), cfg.near_dedup)
+        except (FileNotFoundError, ValueError) as err:  # an --against run without a usable index
+            raise StepConfigError(f"near_dedup: {err}") from None
 
 
 def _near_dedup(cfg: RunConfig, ctx: StepContext):
-    from pipelines.config import ConfigError
     from transforms.near_dedup import NearDedup
 
-    try:
-        return NearDedup(cfg.near_dedup, index_out_dir=f"{ctx.run_dir}/dedup",
-                         against_dirs=[f"{run}/dedup" for run in ctx.against], input_bytes=ctx.input_bytes)
-    except (FileNotFoundError, ValueError) as err:  # an --against run without a usable index
-        raise ConfigError(f"near_dedup: {err}") from None
+    return NearDedup(cfg.near_dedup, index_out_dir=str(ctx.paths.dedup),
+                     against_dirs=[str(run.dedup) for run in ctx.against], input_bytes=ctx.input_bytes,
+                     progress_dir=ctx.progress_dir)
+
+
+def _check_quality(cfg: RunConfig, ctx: StepContext) -> None:
+    from transforms.quality.step import check
+    check(cfg.quality)
 
 
 def _quality(cfg: RunConfig, ctx: StepContext):
-    from pathlib import Path
-
     from transforms.quality import QualityFilter, ensure_default_model
 
-    cache = Path(cfg.output.runs_dir) / ".cache" / "quality"
-    cache.mkdir(parents=True, exist_ok=True)
-    return QualityFilter(cfg.quality, ensure_default_model(cache, cfg.quality))
+    model = ensure_default_model(ctx.paths.cache_for("quality"), cfg.quality)
+    return QualityFilter(cfg.quality, model, progress_dir=ctx.progress_dir)
+
+
+def _check_pii(cfg: RunConfig, ctx: StepContext) -> None:
+    from transforms.pii.step import check
+    check(cfg.pii)
 
 
 def _pii(cfg: RunConfig, ctx: StepContext):
+    from transforms.beam_step import ApplyStep
     from transforms.pii import PiiStep
-    return _PerDocument(PiiStep(cfg.pii), ctx)
+    return ApplyStep(PiiStep(cfg.pii), progress_dir=ctx.progress_dir)
 
 
-STEPS: list[tuple[str, Callable[[RunConfig], bool], Callable[[RunConfig, StepContext], beam.PTransform]]] = [
-    ("normalize", lambda cfg: True, _normalize),
-    ("filters", lambda cfg: cfg.filters.enabled, _filters),
-    ("exact_dedup", lambda cfg: cfg.exact_dedup.enabled, _exact_dedup),
-    ("near_dedup", lambda cfg: cfg.near_dedup.enabled, _near_dedup),
-    ("quality", lambda cfg: cfg.quality.enabled, _quality),
-    ("pii", lambda cfg: cfg.pii.enabled, _pii),
+@dataclass(frozen=True)
+class Step:
+    """One cleaning step: its name (its annotation namespace and counter namespace), when it runs, what it
+    checks when the graph is built, and how it is built."""
+
+    name: str
+    enabled: Callable[[RunConfig], bool]
+    build: Callable[[RunConfig, StepContext], beam.PTransform]
+    check: Callable[[RunConfig, StepContext], None] = _no_check
+
+
+STEPS: list[Step] = [
+    Step("normalize", lambda cfg: True, _normalize),
+    Step("filters", lambda cfg: cfg.filters.enabled, _filters, _check_filters),
+    Step("exact_dedup", lambda cfg: cfg.exact_dedup.enabled, _exact_dedup),
+    Step("near_dedup", lambda cfg: cfg.near_dedup.enabled, _near_dedup, _check_near_dedup),
+    Step("quality", lambda cfg: cfg.quality.enabled, _quality, _check_quality),
+    Step("pii", lambda cfg: cfg.pii.enabled, _pii, _check_pii),
 ]
 
 
+def _runs_before(cfg: RunConfig, step: str, later: str) -> bool:
+    """Whether ``step`` is enabled and runs before ``later``."""
+    order = enabled_steps(cfg)
+    return step in order and later in order and order.index(step) < order.index(later)
+
+
 def enabled_steps(cfg: RunConfig) -> list[str]:
-    return [name for name, enabled, _ in STEPS if enabled(cfg)]
+    return [step.name for step in STEPS if step.enabled(cfg)]
+
+
+def check_steps(cfg: RunConfig, ctx: StepContext) -> None:
+    """Every enabled step's build-time checks; the first problem is a one-line ``ConfigError`` naming the field."""
+    for step in STEPS:
+        if step.enabled(cfg):
+            try:
+                step.check(cfg, ctx)
+            except StepConfigError as err:
+                raise ConfigError(str(err)) from None
 
 
 class CleanDocuments(beam.PTransform):
-    """Run every enabled step in order; return the survivors and every removed document."""
+    """Run every enabled step in order; return the survivors and every removed document.
+
+    The steps' checks run first, while the graph is built, so a configuration that cannot work fails before
+    any worker starts."""
 
     def __init__(self, cfg: RunConfig, ctx: StepContext):
         super().__init__()
         self.cfg, self.ctx = cfg, ctx
 
     def expand(self, docs):
+        check_steps(self.cfg, self.ctx)
         removed = []
-        for name, enabled, build in STEPS:
-            if not enabled(self.cfg):
+        for step in STEPS:
+            if not step.enabled(self.cfg):
                 continue
-            out = docs | name >> build(self.cfg, self.ctx)
+            out = docs | step.name >> step.build(self.cfg, self.ctx)
             docs = out["kept"]
             removed.append(out["removed"])
         all_removed = removed | "AllRemoved" >> beam.Flatten() if removed else None

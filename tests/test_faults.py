@@ -30,7 +30,7 @@ def _write_config(tmp_path: Path, demo_corpus, name: str) -> Path:
 
 
 def _corpusmill(*args, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "pipelines.cli", *args], cwd=REPO, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "cli.main", *args], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs)
 
 

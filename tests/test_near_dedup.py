@@ -191,8 +191,8 @@ def test_highest_quality_wins_when_asked():
     cfg = NearDedupConfig(keep="highest_quality", resolution="rank")
     text = load(DEMO_CORPUS, lang="en", min_chars=2000, limit=1)[0]["text"]
     docs = as_docs([text, text + " extra", text])
-    docs[1]["annotations"]["quality_score"] = 0.9
-    docs[2]["annotations"]["quality_score"] = 0.2
+    docs[1]["annotations"]["quality"] = {"score": 0.9}
+    docs[2]["annotations"]["quality"] = {"score": 0.2}
     decisions = {d.id: d for d in dedup_in_memory(sketches_of(docs, cfg), cfg)}
     assert not decisions[1].removed and decisions[0].cluster == 1 and decisions[2].cluster == 1
 
@@ -347,7 +347,7 @@ def test_beam_path_equals_in_memory_path_and_pure_core(beam_runs):
     assert len(kept) + len(removed) == len(docs)  # accounting
     assert len(removed) >= 12
     assert all(r["reason"] == "near_duplicate" and r["removed_by"] == "near_dedup" for r in removed.values())
-    assert all(r["annotations"]["dup_cluster"] in kept and r["annotations"]["dup_similarity"] >= 0.8
+    assert all(r["annotations"]["near_dedup"]["cluster"] in kept and r["annotations"]["near_dedup"]["similarity"] >= 0.8
                for r in removed.values())
     cfg = NearDedupConfig()
     core = {d.id for d in dedup_in_memory(sketches_of(docs, cfg), cfg) if d.removed}
@@ -381,7 +381,8 @@ def test_refresh_removes_copies_of_an_earlier_run_and_is_idempotent(tmp_path):
     assert set(removed_b) == copy_ids  # every copy removed, nothing else
     assert len(kept_b) + len(removed_b) == len(run_b)  # only the new documents come out: A's stay untouched
     for row in removed_b.values():
-        assert row["annotations"]["dup_cluster"] in kept_a and row["annotations"]["dup_of_earlier_run"]
+        mine = row["annotations"]["near_dedup"]
+        assert mine["cluster"] in kept_a and mine["of_earlier_run"]
     index_b_ids = sorted(x for f in Path(index_b).glob("sketches-*.parquet") for x in pq.read_table(f).column("id").to_pylist())
     assert index_b_ids == sorted(kept_b)
 

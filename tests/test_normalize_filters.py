@@ -17,7 +17,7 @@ def test_normalize_cleans_controls_whitespace_and_unicode():
 def test_normalize_step_removes_documents_left_empty():
     docs = [_doc("\u200b \x00\n\t"), _doc("keep me")]
     assert NormalizeStep(NormalizeConfig()).apply(docs) == ["empty_text", None]
-    assert docs[1]["annotations"]["script"] == "other"
+    assert docs[1]["annotations"]["normalize"]["script"] == "other"
 
 
 def test_cjk_words_are_characters():

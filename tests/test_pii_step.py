@@ -147,7 +147,7 @@ def test_beam_apply_step_splits_kept_and_removed(tmp_path):
 def test_cli_writes_spans_into_original_text(tmp_path, capsys):
     import argparse
 
-    from pipelines import cmd_pii
+    from cli import pii as cmd_pii
 
     def main(argv):
         parser = argparse.ArgumentParser(prog="corpusmill")

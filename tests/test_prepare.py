@@ -74,7 +74,7 @@ def test_bad_input_is_quarantined_and_accounting_is_exact(tmp_path, messy_inputs
     assert manifest["stages_done"] == ["clean"] and manifest["counts"]["balanced"]
     removed = pq.read_table(next((run_dir / "removed").glob("*.parquet"))).to_pylist()
     assert removed[0]["removed_by"] == "exact_dedup"
-    assert json.loads(removed[0]["annotations"])["exact_dup_of"] in {
+    assert json.loads(removed[0]["annotations"])["exact_dedup"]["dup_of"] in {
         doc_id(str(messy_inputs / "mixed.jsonl"), 1), doc_id(str(messy_inputs / "more.jsonl.gz"), 1)}
 
 

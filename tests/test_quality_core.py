@@ -193,11 +193,12 @@ def test_chinese_documents_are_kept_unscored_by_the_english_model(tmp_path):
     cfg = QualityConfig()
     model = ensure_default_model(tmp_path, cfg, log=lambda _: None)
     zh = {"id": 1, "text": "在软件包管理中，依赖关系决定了安装的顺序，系统会自动解决冲突并提示用户确认。",
-          "annotations": {"script": "cjk"}}
-    en = {"id": 2, "text": "the the the buy now cheap cheap click here click here", "annotations": {"script": "other"}}
+          "annotations": {"normalize": {"script": "cjk"}}}
+    en = {"id": 2, "text": "the the the buy now cheap cheap click here click here",
+          "annotations": {"normalize": {"script": "other"}}}
     reasons = QualityStep(cfg, model).apply([zh, en])
-    assert reasons[0] is None and zh["annotations"]["quality_score"] is None
-    assert "quality_skipped" in zh["annotations"] and en["annotations"]["quality_score"] is not None
+    assert reasons[0] is None and zh["annotations"]["quality"]["score"] is None
+    assert "skipped" in zh["annotations"]["quality"] and en["annotations"]["quality"]["score"] is not None
     strict = cfg.model_copy(update={"skip_scripts": []})
-    zh["annotations"] = {"script": "cjk"}
+    zh["annotations"] = {"normalize": {"script": "cjk"}}
     assert QualityStep(strict, model).apply([zh])[0] == "low_quality"

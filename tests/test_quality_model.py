@@ -125,11 +125,12 @@ def test_quality_filter_threshold_annotates_and_accounts_for_every_document(mode
         out = p | beam.Create(docs) | QualityFilter(QualityConfig(), model_path)
         assert_that(out["kept"] | "KeptIds" >> beam.Map(lambda d: d["id"]), equal_to(expected), label="kept")
         removed = out["removed"] | "Reasons" >> beam.Map(lambda d: (d["removed_by"], d["reason"],
-                                                                    d["annotations"]["quality_score"] < 0.5))
+                                                                    d["annotations"]["quality"]["score"] < 0.5))
         n_removed = len(docs) - len(expected)
         assert_that(removed, equal_to([("quality", "low_quality", True)] * n_removed), label="removed")
-        annotated = out["kept"] | "Keys" >> beam.Map(lambda d: sorted(d["annotations"]))
-        assert_that(annotated, equal_to([["quality_fasttext", "quality_gibberish", "quality_logit", "quality_score"]]
+        annotated = out["kept"] | "Keys" >> beam.Map(
+            lambda d: (tuple(sorted(d["annotations"])), tuple(sorted(d["annotations"]["quality"]))))
+        assert_that(annotated, equal_to([(("quality",), ("fasttext", "gibberish", "logit", "score"))]
                                          * len(expected)),
                     label="annotations")
     labels = [r["label"] for r in records[:120]]
@@ -173,7 +174,7 @@ def test_quality_filter_top_fraction_keeps_about_the_fraction(model_path, record
 
 
 def test_cli_train_and_score(tmp_path, records):
-    from pipelines.cli import main
+    from cli.main import main
 
     data = tmp_path / "labeled.jsonl"
     with open(data, "w", encoding="utf-8") as fh:

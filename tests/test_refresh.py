@@ -59,7 +59,7 @@ def test_refresh_removes_copies_of_earlier_runs_and_leaves_them_untouched(tmp_pa
     copy_texts = {r["text"] for r in copies + near}
     kept_new = _kept(refresh.run_dir)
     assert not copy_texts & set(kept_new.values()), "a copy of an earlier run's document survived"
-    assert {json.loads(r["annotations"])["dup_cluster"] for r in dups} <= set(base_kept)
+    assert {json.loads(r["annotations"])["near_dedup"]["cluster"] for r in dups} <= set(base_kept)
     assert len(dups) == 10
     # The earlier run is untouched, byte for byte.
     assert {p: p.read_bytes() for p in base_files} == base_files

@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from transforms.base import ConfiguredStep, Doc
+from transforms.base import ConfiguredStep, Doc, StepConfigError, annotation
 from transforms.text_units import CJK_RE, words
 
 _BULLETS = ("•", "●", "○", "▪", "◦", "*", "-", "·", "‣", "⁃")
@@ -73,6 +73,34 @@ class FiltersConfig(BaseModel):
     short_line_chars: int = Field(30, gt=0, description="FineWeb: a line this short or shorter is 'short'")
     default: Thresholds = Field(default_factory=Thresholds)
     cjk: Thresholds = Field(default_factory=_cjk_defaults, description="thresholds for documents marked script=cjk")
+
+
+# Measurements that are shares of a whole (never above 1): a minimum above 1 lets no document pass.
+_SHARE_MINIMA = ("min_alpha_word_frac", "min_line_punct_ratio")
+
+
+def check(cfg: FiltersConfig) -> None:
+    """Thresholds no document can pass (checked when the graph is built): a minimum above its maximum, a share
+    minimum above 1, a maximum below 0 (every measurement is >= 0)."""
+    for part in ("default", "cjk"):
+        t: Thresholds = getattr(cfg, part)
+        field = f"filters.{part}"
+        for low, high in (("min_words", "max_words"), ("min_mean_word_len", "max_mean_word_len")):
+            lo, hi = getattr(t, low), getattr(t, high)
+            if lo is not None and hi is not None and lo > hi:
+                raise StepConfigError(f"{field}.{low} ({lo}) is above {field}.{high} ({hi}): no document can pass")
+        for name in _SHARE_MINIMA:
+            value = getattr(t, name)
+            if value is not None and value > 1:
+                raise StepConfigError(f"{field}.{name} ({value}) is above 1, the largest possible share: no "
+                                      f"document can pass")
+        for name, value in t:
+            limits = value.items() if isinstance(value, dict) else [(None, value)]
+            for n, limit in limits:
+                if name.startswith("max_") and isinstance(limit, (int, float)) and limit < 0:
+                    key = f"{field}.{name}" + (f".{n}" if n is not None else "")
+                    raise StepConfigError(f"{key} ({limit}) is below 0, the smallest possible measurement: no "
+                                          f"document can pass")
 
 
 def _duplicates(items: list[str]) -> tuple[int, int]:
@@ -225,10 +253,10 @@ class HeuristicFilterStep(ConfiguredStep):
             dropped = 0
             if self.cfg.drop_boilerplate_lines:
                 doc["text"], dropped = drop_boilerplate_lines(doc["text"])
-            script = doc["annotations"].get("script", "other")
+            script = annotation(doc, "normalize.script", "other")
             m = measure(doc["text"], script, self.cfg)
             m["boilerplate_lines_dropped"] = dropped
-            doc["annotations"]["filters"] = m
+            doc["annotations"][self.name] = m
             if not doc["text"]:
                 reasons.append("empty_text")
             else:

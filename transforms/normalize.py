@@ -1,4 +1,8 @@
-"""Unicode normalization and whitespace/control-character cleanup."""
+"""Unicode normalization and whitespace/control-character cleanup.
+
+The smallest complete per-document step (see "How to add a step" in docs/DESIGN.md): a config section, a pure
+core (``normalize_text``), and a ``DocStep`` that annotates ``annotations["normalize"]`` and decides.
+"""
 from __future__ import annotations
 
 import re
@@ -7,7 +11,7 @@ from typing import Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from transforms.base import ConfiguredStep, Doc
+from transforms.base import ConfiguredStep, Doc, annotate
 from transforms.text_units import cjk_ratio
 
 # C0/C1 controls except tab and newline, plus zero-width and bidi marks that only hide text.
@@ -40,7 +44,8 @@ def normalize_text(text: str, cfg: NormalizeConfig) -> str:
 
 
 class NormalizeStep(ConfiguredStep):
-    """Rewrites the text in normalized form and records the script; removes documents left empty."""
+    """Rewrites the text in normalized form and records the script (``annotations["normalize"]["script"]``:
+    ``cjk`` or ``other``, read by the filters and by quality's ``skip_scripts``); removes documents left empty."""
 
     name = "normalize"
 
@@ -50,8 +55,7 @@ class NormalizeStep(ConfiguredStep):
             before = len(doc["text"])
             doc["text"] = normalize_text(doc["text"], self.cfg)
             ratio = cjk_ratio(doc["text"])
-            doc["annotations"]["normalize"] = {"chars_removed": before - len(doc["text"]),
-                                               "cjk_ratio": round(ratio, 4)}
-            doc["annotations"]["script"] = "cjk" if ratio >= self.cfg.cjk_threshold else "other"
+            annotate(doc, self.name, chars_removed=before - len(doc["text"]), cjk_ratio=round(ratio, 4),
+                     script="cjk" if ratio >= self.cfg.cjk_threshold else "other")
             reasons.append("empty_text" if not doc["text"] else None)
         return reasons

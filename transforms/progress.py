@@ -12,6 +12,8 @@ import time
 import uuid
 from pathlib import Path
 
+from runio.files import atomic_output, read_json
+
 
 class ProgressFile:
     """Counts documents for one step in one worker; the file is replaced atomically, never half written."""
@@ -35,18 +37,15 @@ class ProgressFile:
         if self.path is None:
             return
         self._last_write = now if now is not None else time.monotonic()
-        tmp = self.path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
+        with atomic_output(self.path, "w", fsync=False) as fh:  # a counter, not data: no fsync
             json.dump({"step": self.step, "docs": self.docs}, fh)
-        os.replace(tmp, self.path)
 
 
 def read_progress(directory: Path) -> dict[str, int]:
     totals: dict[str, int] = {}
-    for path in directory.glob("*.json"):
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+    for path in Path(directory).glob("*.json"):
+        record = read_json(path)
+        if not isinstance(record, dict):
             continue  # replaced while reading: the next round reads it
         totals[record["step"]] = totals.get(record["step"], 0) + int(record["docs"])
     return totals

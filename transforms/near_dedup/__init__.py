@@ -1,8 +1,9 @@
-"""Near-duplicate removal (MinHash-LSH or SimHash), in three parts:
+"""Near-duplicate removal (MinHash-LSH or SimHash), in four parts:
 
 - ``core``: the pure decisions (sketches, band keys, verified star edges, component resolution), no Beam;
 - ``minhash`` / ``simhash``: the signatures;
-- ``beam``: the ``NearDedup`` PTransform that runs the core on any Beam runner and reads/writes the index.
+- ``index``: the index on disk (sketches and band keys a later refresh dedups against), ``check_index_params``;
+- ``beam``: the ``NearDedup`` PTransform (named sub-transforms ending in the shared routing tail).
 """
 from transforms.near_dedup.beam import NearDedup
 from transforms.near_dedup.core import NearDedupConfig

@@ -1,27 +1,36 @@
 """The Beam wrapper of near-duplicate removal: ``NearDedup(cfg, index_out_dir, against_dirs)``.
 
 The decisions themselves are the pure core's (``transforms.near_dedup.core``); this module only moves sketches,
-band keys and components between workers (see ``NearDedup``'s docstring).
+band keys and components between workers, as named sub-transforms (see ``NearDedup``'s docstring):
+
+    Sketch → CandidateEdges → VerifiedEdges → ConnectedComponents → VerifiedStars → Decisions → routing tail
+
+(or, on the in-memory path, Sketch → DedupInMemory → Decisions). Every function doing the step's work is timed
+into the ``near_dedup`` ``busy_ms`` counter.
 """
 from __future__ import annotations
 
-import json
+import time
 from typing import Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from transforms.near_dedup.core import (BAND_FILES, PARAMS_FILE, SKETCH_FILES, STEP_NAME, NearDedupConfig,
-                                        SketchBuilder, annotate, bucket_keys, check_index_params, dedup_in_memory,
-                                        resolve_component, sketch_from_row, sketch_row, star_edges, verify_edge)
-from transforms.near_dedup.minhash import Sketch
-KEPT, REMOVED = "kept", "removed"
+from transforms.beam_step import Route, StepFn, timed
+from transforms.near_dedup.core import (STEP_NAME, NearDedupConfig, SketchBuilder, bucket_keys, decide,
+                                        dedup_in_memory, resolve_component, star_edges, verify_edge)
+from transforms.near_dedup.index import ReadIndex, WriteIndex, check_index_params, index_bytes, sketch_row
+
+SKETCHES, DOCS = "sketches", "docs"
 
 
-class _SketchFn(beam.DoFn):
+# ---------------------------------------------------------------- sketches and band keys
+
+class _SketchFn(StepFn):
     """doc → (id, doc) on the main output, (id, Sketch) on ``sketches``."""
 
     def __init__(self, cfg: NearDedupConfig):
+        super().__init__(STEP_NAME)
         self._cfg = cfg
         self._no_tokens = Metrics.counter(STEP_NAME, "docs_without_tokens")
 
@@ -29,12 +38,31 @@ class _SketchFn(beam.DoFn):
         self._builder = SketchBuilder(self._cfg)
 
     def process(self, doc):
+        started = time.perf_counter()
         sketch = self._builder.sketch(doc)
+        self.busy(time.perf_counter() - started)
         if sketch is None:
             self._no_tokens.inc()
         else:
-            yield beam.pvalue.TaggedOutput("sketches", (sketch.id, sketch))
+            yield beam.pvalue.TaggedOutput(SKETCHES, (sketch.id, sketch))
         yield (int(doc["id"]), doc)
+
+
+class Sketch(beam.PTransform):
+    """Documents → ``.docs`` ``(id, doc)`` and ``.sketches`` ``(id, Sketch)`` (none for a tokenless document)."""
+
+    def __init__(self, cfg: NearDedupConfig):
+        super().__init__()
+        self.cfg = cfg
+
+    def expand(self, docs):
+        return docs | "Sketch" >> beam.ParDo(_SketchFn(self.cfg)).with_outputs(SKETCHES, main=DOCS)
+
+
+def _new_bands(element, cfg: NearDedupConfig):
+    doc_id, sketch = element
+    for key in bucket_keys(sketch, cfg):
+        yield key, (sketch.rank, doc_id, False)
 
 
 def _join_old(element, cfg: NearDedupConfig):
@@ -51,10 +79,45 @@ def _join_old(element, cfg: NearDedupConfig):
             yield beam.pvalue.TaggedOutput("bands", (key, (old[0].rank, doc_id, True)))
 
 
+class SketchesAndBands(beam.PTransform):
+    """New sketches (and earlier runs' indexes) → ``(sketches, bands)``: ``(id, Sketch)`` and
+    ``(band key, (rank, id, old))``. A document in the new input and in an old index is the new one."""
+
+    def __init__(self, cfg: NearDedupConfig, against_dirs: Sequence[str]):
+        super().__init__()
+        self.cfg, self.against_dirs = cfg, list(against_dirs)
+
+    def expand(self, new_sketches):
+        cfg = self.cfg
+        if not self.against_dirs:  # nothing to join: spare a shuffle of every sketch
+            return new_sketches, new_sketches | "BandKeys" >> timed(STEP_NAME, _new_bands, cfg)
+        old_sketches, old_bands = new_sketches.pipeline | "ReadIndex" >> ReadIndex(self.against_dirs, cfg)
+        joined = (
+            {"new": new_sketches, "old": old_sketches, "old_bands": old_bands}
+            | "JoinOldIndex" >> beam.CoGroupByKey()
+            | "SketchesAndBands" >> timed(STEP_NAME, _join_old, cfg).with_outputs("sketches", "bands")
+        )
+        return joined.sketches, joined.bands
+
+
+# ---------------------------------------------------------------- the distributed path
+
 def _bucket_edges(element):
     _, members = element
     # Ids only (a few bytes each): a hot bucket costs memory linear in its size and edges linear in its size.
     yield from star_edges(members)
+
+
+class CandidateEdges(beam.PTransform):
+    """Band keys → distinct candidate edges ``(first member, other member)``: a linear star per bucket."""
+
+    def expand(self, bands):
+        return (
+            bands
+            | "GroupBuckets" >> beam.GroupByKey()
+            | "StarEdges" >> timed(STEP_NAME, _bucket_edges)
+            | "DistinctEdges" >> beam.Distinct()
+        )
 
 
 def _probe_from_center(element):
@@ -77,6 +140,29 @@ def _verify_probes(element, cfg: NearDedupConfig, counter):
             yield center.id, doc_id
         else:
             counter.inc()
+
+
+class VerifiedEdges(beam.PTransform):
+    """``{"sketches", "edges"}`` → the candidate edges whose two documents are similar enough (two joins: the
+    first end's sketch travels to the second end)."""
+
+    def __init__(self, cfg: NearDedupConfig):
+        super().__init__()
+        self.cfg = cfg
+
+    def expand(self, inputs):
+        sketches, edges = inputs["sketches"], inputs["edges"]
+        rejected = Metrics.counter(STEP_NAME, "candidate_edges_rejected")
+        probes = (
+            {"sketch": sketches, "edges": edges}
+            | "JoinCenters" >> beam.CoGroupByKey()
+            | "ProbeFromCenter" >> timed(STEP_NAME, _probe_from_center)
+        )
+        return (
+            {"sketch": sketches, "probes": probes}
+            | "JoinMembers" >> beam.CoGroupByKey()
+            | "VerifyEdges" >> timed(STEP_NAME, _verify_probes, self.cfg, rejected)
+        )
 
 
 def _both_directions(edge):
@@ -115,6 +201,34 @@ def _component_label(element, not_converged):
     yield node, min(lower | {node})
 
 
+class ConnectedComponents(beam.PTransform):
+    """Verified edges → ``(id, component label)``, the label being the component's smallest id, by
+    ``rounds`` of large-star/small-star (no single machine holds the graph)."""
+
+    def __init__(self, rounds: int):
+        super().__init__()
+        self.rounds = rounds
+
+    def expand(self, edges):
+        not_converged = Metrics.counter(STEP_NAME, "cc_nodes_not_converged")
+        graph = edges
+        for round_index in range(self.rounds):
+            graph = (
+                graph
+                | f"LargeStarSym{round_index}" >> timed(STEP_NAME, _both_directions)
+                | f"LargeStarGroup{round_index}" >> beam.GroupByKey()
+                | f"LargeStar{round_index}" >> timed(STEP_NAME, _large_star)
+                | f"SmallStarGroup{round_index}" >> beam.GroupByKey()
+                | f"SmallStar{round_index}" >> timed(STEP_NAME, _small_star)
+            )  # repeated edges are harmless: every grouping step turns neighbours into a set
+        return (
+            graph
+            | "LabelSym" >> timed(STEP_NAME, _both_directions)
+            | "LabelGroup" >> beam.GroupByKey()
+            | "ComponentLabel" >> timed(STEP_NAME, _component_label, not_converged)
+        )
+
+
 def _label_sketch(element):
     _, groups = element
     labels, sketches = list(groups["label"]), list(groups["sketch"])
@@ -128,109 +242,132 @@ def _resolve(element, cfg: NearDedupConfig):
         yield decision.id, decision
 
 
+class VerifiedStars(beam.PTransform):
+    """``{"sketches", "labels"}`` → ``(id, Decision)``: each component resolved on its own into verified stars
+    (every removed document similar enough to the document kept for it: no chaining)."""
+
+    def __init__(self, cfg: NearDedupConfig):
+        super().__init__()
+        self.cfg = cfg
+
+    def expand(self, inputs):
+        return (
+            {"label": inputs["labels"], "sketch": inputs["sketches"]}
+            | "JoinLabels" >> beam.CoGroupByKey()
+            | "ByComponent" >> timed(STEP_NAME, _label_sketch)
+            | "GroupComponents" >> beam.GroupByKey()
+            | "ResolveComponents" >> timed(STEP_NAME, _resolve, self.cfg)
+        )
+
+
+class DistributedDecisions(beam.PTransform):
+    """``{"sketches", "bands"}`` → ``(id, Decision)`` by shuffles only: memory per worker bounded by a bucket's
+    ids or a component's sketches."""
+
+    def __init__(self, cfg: NearDedupConfig):
+        super().__init__()
+        self.cfg = cfg
+
+    def expand(self, inputs):
+        sketches = inputs["sketches"]
+        edges = inputs["bands"] | "CandidateEdges" >> CandidateEdges()
+        verified = {"sketches": sketches, "edges": edges} | "VerifiedEdges" >> VerifiedEdges(self.cfg)
+        labels = verified | "ConnectedComponents" >> ConnectedComponents(self.cfg.cc_max_rounds)
+        return {"sketches": sketches, "labels": labels} | "VerifiedStars" >> VerifiedStars(self.cfg)
+
+
+# ---------------------------------------------------------------- the in-memory path
+
 def _resolve_all(element, cfg: NearDedupConfig):
     _, sketches = element
     for decision in dedup_in_memory(sketches, cfg):
         yield decision.id, decision
 
 
-class _Finish(beam.DoFn):
-    """Per id: annotate the document, route it to kept/removed, and emit the kept document's index rows."""
+class DedupInMemory(beam.PTransform):
+    """``(id, Sketch)`` → ``(id, Decision)``: every sketch on one worker, ``dedup_in_memory``."""
 
     def __init__(self, cfg: NearDedupConfig):
+        super().__init__()
+        self.cfg = cfg
+
+    def expand(self, sketches):
+        return (
+            sketches
+            | "OneGroup" >> beam.Map(lambda kv: (0, kv[1]))
+            | "GatherAll" >> beam.GroupByKey()
+            | "DedupInMemory" >> timed(STEP_NAME, _resolve_all, self.cfg)
+        )
+
+
+# ---------------------------------------------------------------- decisions → (doc, reason)
+
+class _DecideFn(StepFn):
+    """Per id: record the decision on the document and emit ``(doc, reason)``; a kept document's index rows go
+    to ``index_sketches`` / ``index_bands``."""
+
+    def __init__(self, cfg: NearDedupConfig):
+        super().__init__(STEP_NAME)
         self._cfg = cfg
-        self._kept = Metrics.counter(STEP_NAME, "kept")
-        self._removed = Metrics.counter(STEP_NAME, "removed")
 
     def process(self, element):
         _, groups = element
         docs = list(groups["doc"])
         if not docs:  # an old run's document: nothing to emit
-            return iter(())
-        return self._finish(docs, groups)
+            return []
+        started = time.perf_counter()
+        out = list(self._decide(docs, groups))
+        self.busy(time.perf_counter() - started)
+        return out
 
-    def _finish(self, docs, groups):
+    def _decide(self, docs, groups):
         if len(docs) > 1:
             raise ValueError(f"near_dedup: document id {docs[0]['id']} occurs {len(docs)} times; ids must be unique")
         decisions, sketches = list(groups["decision"]), list(groups.get("sketch", ()))
-        doc = annotate(docs[0], decisions[0] if decisions else None)
-        if doc.get("removed_by") == STEP_NAME:
-            self._removed.inc()
-            yield beam.pvalue.TaggedOutput(REMOVED, doc)
-            return
-        self._kept.inc()
-        yield doc
-        if sketches and not sketches[0].old:
+        doc = docs[0]
+        reason = decide(doc, decisions[0] if decisions else None)
+        yield doc, reason
+        if reason is None and sketches and not sketches[0].old:
             sketch = sketches[0]
             yield beam.pvalue.TaggedOutput("index_sketches", sketch_row(sketch))
             for key in bucket_keys(sketch, self._cfg):
                 yield beam.pvalue.TaggedOutput("index_bands", {"key": key, "id": sketch.id})
 
 
-class NearDedup(beam.PTransform):
-    """Near-duplicate removal over a PCollection of documents (Contract 1 dicts with int ids).
+class Decisions(beam.PTransform):
+    """``{"doc", "decision"[, "sketch"]}`` keyed by id → ``(doc, reason)`` pairs on the main output, and the kept
+    documents' ``index_sketches`` / ``index_bands`` rows when the sketches are given."""
 
-    ``expand`` returns ``{"kept", "removed"}``; removed documents carry ``removed_by="near_dedup"``,
-    ``reason="near_duplicate"`` and ``annotations.dup_cluster`` (the kept document's id) and
-    ``dup_similarity``. When ``index_out_dir`` is given, the sketches and band keys of the kept documents are
-    written there as Parquet (``sketches-*.parquet``: id, signature, shingles; ``bands-*.parquet``: key, id;
-    ``index_params.json``). ``against_dirs`` are earlier runs' index folders: their documents always win and
-    only new documents are removed; their text is never read.
-
-    ``cfg.mode`` chooses the path; ``auto`` decides from ``input_bytes`` (the caller's input size, when given)
-    when the graph is built, otherwise at run time from the number of sketches (new + old):
-    ``memory`` gathers all sketches on one worker and runs ``dedup_in_memory``; ``beam`` groups band keys with
-    the runner's shuffle, verifies star edges by joins, finds components by large-star/small-star rounds and
-    resolves each component on its own (memory per worker bounded by a bucket's ids or a component's
-    sketches). Both give the same decisions; both are deterministic on any number of workers.
-    """
-
-    def __init__(self, cfg: NearDedupConfig, index_out_dir: Optional[str] = None, against_dirs: Sequence[str] = (),
-                 input_bytes: Optional[int] = None):
+    def __init__(self, cfg: NearDedupConfig):
         super().__init__()
         self.cfg = cfg
-        self.index_out_dir = index_out_dir
-        self.against_dirs = list(against_dirs)
-        self.input_bytes = input_bytes
-        for directory in self.against_dirs:
-            check_index_params(directory, cfg)
 
-    def path(self) -> str:
-        """memory | beam | auto (decided at run time from the number of sketches)."""
-        if self.cfg.mode != "auto" or self.input_bytes is None:
-            return self.cfg.mode
-        from apache_beam.io.filesystems import FileSystems
+    def expand(self, keyed):
+        return (
+            keyed
+            | "JoinDecisions" >> beam.CoGroupByKey()
+            | "Decide" >> beam.ParDo(_DecideFn(self.cfg)).with_outputs("index_sketches", "index_bands",
+                                                                         main="decided")
+        )
 
-        index_bytes = sum(meta.size_in_bytes for directory in self.against_dirs for result in FileSystems.match(
-            [FileSystems.join(directory, f"{SKETCH_FILES}-*.parquet")]) for meta in result.metadata_list)
-        return "memory" if self.input_bytes + index_bytes <= self.cfg.memory_max_input_bytes else "beam"
+
+class NearDedupDecide(beam.PTransform):
+    """The annotate-and-decide part of near-dedup: documents → ``(doc, reason)`` pairs (and the index written
+    when ``index_out_dir`` is given). See ``NearDedup``."""
+
+    def __init__(self, cfg: NearDedupConfig, index_out_dir: Optional[str] = None, against_dirs: Sequence[str] = (),
+                 path: str = "auto"):
+        super().__init__()
+        self.cfg, self.index_out_dir, self.against_dirs, self.path = cfg, index_out_dir, list(against_dirs), path
 
     def expand(self, docs):
         cfg = self.cfg
-        if not cfg.enabled:
-            empty = docs.pipeline | "NoRemovals" >> beam.Create([])
-            return {KEPT: docs, REMOVED: empty}
-        sketched = docs | "Sketch" >> beam.ParDo(_SketchFn(cfg)).with_outputs("sketches", main="docs")
-        docs_by_id, new_sketches = sketched.docs, sketched.sketches
-
-        if self.against_dirs:
-            old_sketches, old_bands = self._read_against(docs.pipeline)
-            joined = (
-                {"new": new_sketches, "old": old_sketches, "old_bands": old_bands}
-                | "JoinOldIndex" >> beam.CoGroupByKey()
-                | "SketchesAndBands" >> beam.FlatMap(_join_old, cfg).with_outputs("sketches", "bands")
-            )
-            sketches, bands = joined.sketches, joined.bands
-        else:  # nothing to join: spare a shuffle of every sketch
-            sketches = new_sketches
-            bands = new_sketches | "BandKeys" >> beam.FlatMap(
-                lambda kv, cfg=cfg: ((key, (kv[1].rank, kv[0], False)) for key in bucket_keys(kv[1], cfg)))
-
-        path = self.path()
-        if path == "memory":
-            decisions = self._in_memory(sketches)
-        elif path == "beam":
-            decisions = self._distributed(sketches, bands)
+        sketched = docs | "Sketch" >> Sketch(cfg)
+        sketches, bands = sketched[SKETCHES] | "SketchesAndBands" >> SketchesAndBands(cfg, self.against_dirs)
+        if self.path == "memory":
+            decisions = sketches | "DedupInMemory" >> DedupInMemory(cfg)
+        elif self.path == "beam":
+            decisions = {"sketches": sketches, "bands": bands} | "Distributed" >> DistributedDecisions(cfg)
         else:  # auto: choose at run time from the number of sketches; the other path then sees empty inputs
             count = beam.pvalue.AsSingleton(sketches | "CountSketches" >> beam.combiners.Count.Globally())
             limit = cfg.memory_max_docs
@@ -238,113 +375,63 @@ class NearDedup(beam.PTransform):
             routed_sketches = sketches | "RouteSketches" >> beam.Partition(route, 2, count)
             routed_bands = bands | "RouteBands" >> beam.Partition(route, 2, count)
             decisions = (
-                (self._in_memory(routed_sketches[0]), self._distributed(routed_sketches[1], routed_bands[1]))
+                (routed_sketches[0] | "DedupInMemory" >> DedupInMemory(cfg),
+                 {"sketches": routed_sketches[1], "bands": routed_bands[1]}
+                 | "Distributed" >> DistributedDecisions(cfg))
                 | "AllDecisions" >> beam.Flatten()
             )
-
         # The sketches join the decisions only when the kept documents' index is wanted.
-        to_join = {"doc": docs_by_id, "decision": decisions}
+        to_join = {"doc": sketched[DOCS], "decision": decisions}
         if self.index_out_dir:
             to_join["sketch"] = sketches
-        finished = (
-            to_join
-            | "JoinDecisions" >> beam.CoGroupByKey()
-            | "Finish" >> beam.ParDo(_Finish(cfg)).with_outputs(REMOVED, "index_sketches", "index_bands", main=KEPT)
-        )
+        decided = to_join | "Decisions" >> Decisions(cfg)
         if self.index_out_dir:
-            self._write_index(docs.pipeline, finished.index_sketches, finished.index_bands)
-        return {KEPT: finished[KEPT], REMOVED: finished[REMOVED]}
+            ({"sketches": decided.index_sketches, "bands": decided.index_bands}
+             | "WriteIndex" >> WriteIndex(self.index_out_dir, cfg))
+        return decided.decided
 
-    def _in_memory(self, sketches):
-        return (
-            sketches
-            | "OneGroup" >> beam.Map(lambda kv: (0, kv[1]))
-            | "GatherAll" >> beam.GroupByKey()
-            | "DedupInMemory" >> beam.FlatMap(_resolve_all, self.cfg)
-        )
 
-    def _distributed(self, sketches, bands):
-        cfg = self.cfg
-        rejected = Metrics.counter(STEP_NAME, "candidate_edges_rejected")
-        not_converged = Metrics.counter(STEP_NAME, "cc_nodes_not_converged")
-        edges = (
-            bands
-            | "GroupBuckets" >> beam.GroupByKey()
-            | "StarEdges" >> beam.FlatMap(_bucket_edges)
-            | "DistinctEdges" >> beam.Distinct()
-        )
-        probes = (
-            {"sketch": sketches, "edges": edges}
-            | "JoinCenters" >> beam.CoGroupByKey()
-            | "ProbeFromCenter" >> beam.FlatMap(_probe_from_center)
-        )
-        verified = (
-            {"sketch": sketches, "probes": probes}
-            | "JoinMembers" >> beam.CoGroupByKey()
-            | "VerifyEdges" >> beam.FlatMap(_verify_probes, cfg, rejected)
-        )
-        graph = verified
-        for round_index in range(cfg.cc_max_rounds):
-            graph = (
-                graph
-                | f"LargeStarSym{round_index}" >> beam.FlatMap(_both_directions)
-                | f"LargeStarGroup{round_index}" >> beam.GroupByKey()
-                | f"LargeStar{round_index}" >> beam.FlatMap(_large_star)
-                | f"SmallStarGroup{round_index}" >> beam.GroupByKey()
-                | f"SmallStar{round_index}" >> beam.FlatMap(_small_star)
-            )  # repeated edges are harmless: every grouping step turns neighbours into a set
-        labels = (
-            graph
-            | "LabelSym" >> beam.FlatMap(_both_directions)
-            | "LabelGroup" >> beam.GroupByKey()
-            | "ComponentLabel" >> beam.FlatMap(_component_label, not_converged)
-        )
-        return (
-            {"label": labels, "sketch": sketches}
-            | "JoinLabels" >> beam.CoGroupByKey()
-            | "ByComponent" >> beam.FlatMap(_label_sketch)
-            | "GroupComponents" >> beam.GroupByKey()
-            | "ResolveComponents" >> beam.FlatMap(_resolve, cfg)
-        )
+class NearDedup(beam.PTransform):
+    """Near-duplicate removal over a PCollection of documents (Contract 1 dicts with int ids).
 
-    def _read_against(self, pipeline):
-        cfg = self.cfg
-        if not self.against_dirs:
-            return (pipeline | "NoOldSketches" >> beam.Create([]),
-                    pipeline | "NoOldBands" >> beam.Create([]))
-        from apache_beam.io.filesystems import FileSystems
-        from apache_beam.io.parquetio import ReadFromParquet
+    ``expand`` returns ``.kept`` / ``.removed`` (``out["kept"]`` too) from the shared routing tail; removed
+    documents carry ``removed_by="near_dedup"``, ``reason="near_duplicate"`` and ``annotations["near_dedup"]``
+    with ``cluster`` (the kept document's id) and ``similarity``. When ``index_out_dir`` is given, the sketches
+    and band keys of the kept documents are written there (``transforms.near_dedup.index``). ``against_dirs``
+    are earlier runs' index folders: their documents always win and only new documents are removed; their text
+    is never read.
 
-        sketch_reads, band_reads = [], []
-        for i, directory in enumerate(self.against_dirs):
-            sketch_reads.append(pipeline | f"ReadOldSketches{i}" >> ReadFromParquet(
-                FileSystems.join(directory, f"{SKETCH_FILES}-*.parquet")))
-            band_reads.append(pipeline | f"ReadOldBands{i}" >> ReadFromParquet(
-                FileSystems.join(directory, f"{BAND_FILES}-*.parquet")))
-        # An id kept by two earlier runs is one document: keep one sketch (the same id means the same text).
-        old_sketches = (
-            sketch_reads | "FlattenOldSketches" >> beam.Flatten()
-            | "OldSketch" >> beam.Map(lambda row: (int(row["id"]), sketch_from_row(row, cfg)))
-            | "GroupOldById" >> beam.GroupByKey()
-            | "OneOldSketch" >> beam.Map(lambda kv: (kv[0], min(kv[1], key=lambda s: s.shingles.tobytes()))))
-        old_bands = (
-            band_reads | "FlattenOldBands" >> beam.Flatten()
-            | "OldBand" >> beam.Map(lambda row: (int(row["id"]), bytes(row["key"])))
-            | "DistinctOldBands" >> beam.Distinct())
-        return old_sketches, old_bands
+    ``cfg.mode`` chooses the path; ``auto`` decides from ``input_bytes`` (the caller's input size, when given)
+    when the graph is built, otherwise at run time from the number of sketches (new + old):
+    ``memory`` gathers all sketches on one worker and runs ``dedup_in_memory``; ``beam`` groups band keys with
+    the runner's shuffle (``CandidateEdges``), verifies star edges by joins (``VerifiedEdges``), finds
+    components by large-star/small-star rounds (``ConnectedComponents``) and resolves each component on its own
+    (``VerifiedStars``; memory per worker bounded by a bucket's ids or a component's sketches). Both give the
+    same decisions; both are deterministic on any number of workers.
+    """
 
-    def _write_index(self, pipeline, sketch_rows, band_rows):
-        import pyarrow as pa
-        from apache_beam.io.filesystems import FileSystems
-        from apache_beam.io.parquetio import WriteToParquet
+    def __init__(self, cfg: NearDedupConfig, index_out_dir: Optional[str] = None, against_dirs: Sequence[str] = (),
+                 input_bytes: Optional[int] = None, progress_dir: Optional[str] = None):
+        super().__init__()
+        self.cfg = cfg
+        self.index_out_dir = str(index_out_dir) if index_out_dir else None
+        self.against_dirs = [str(d) for d in against_dirs]
+        self.input_bytes = input_bytes
+        self.progress_dir = progress_dir
+        for directory in self.against_dirs:
+            check_index_params(directory, cfg)
 
-        out = self.index_out_dir
-        sketch_rows | "WriteIndexSketches" >> WriteToParquet(
-            FileSystems.join(out, SKETCH_FILES), file_name_suffix=".parquet",
-            schema=pa.schema([("id", pa.int64()), ("signature", pa.binary()), ("shingles", pa.binary())]))
-        band_rows | "WriteIndexBands" >> WriteToParquet(
-            FileSystems.join(out, BAND_FILES), file_name_suffix=".parquet",
-            schema=pa.schema([("key", pa.binary()), ("id", pa.int64())]))
-        (pipeline
-         | "IndexParams" >> beam.Create([json.dumps(self.cfg.index_params(), sort_keys=True)])
-         | "WriteIndexParams" >> beam.io.WriteToText(FileSystems.join(out, PARAMS_FILE), shard_name_template=""))
+    def path(self) -> str:
+        """memory | beam | auto (decided at run time from the number of sketches)."""
+        if self.cfg.mode != "auto" or self.input_bytes is None:
+            return self.cfg.mode
+        total = self.input_bytes + index_bytes(self.against_dirs)
+        return "memory" if total <= self.cfg.memory_max_input_bytes else "beam"
+
+    def expand(self, docs):
+        if not self.cfg.enabled:  # switched off: every document passes untouched
+            decided = docs | "NotEnabled" >> beam.Map(lambda doc: (doc, None))
+        else:
+            decided = docs | "Decide" >> NearDedupDecide(self.cfg, self.index_out_dir, self.against_dirs,
+                                                         self.path())
+        return decided | "Tail" >> Route(STEP_NAME, self.progress_dir)

