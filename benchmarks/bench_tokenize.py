@@ -28,6 +28,7 @@ sys.path.insert(0, ROOT)
 import pyarrow.parquet as pq  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 
+from runio.layout import RunPaths  # noqa: E402
 from tokenizer.build import build_shards  # noqa: E402
 from tokenizer.config import PackingConfig, TokenizerConfig  # noqa: E402
 from tokenizer.docs import jsonl_to_docs, list_doc_files  # noqa: E402
@@ -38,13 +39,13 @@ from tokenizer.train import train_or_load  # noqa: E402
 
 def bench_corpus(corpus: str, out_root: str, seq_len: int, vocab_size: int, repeats: int) -> dict:
     name = os.path.basename(corpus).split(".")[0]
-    run_dir = os.path.join(out_root, name)
-    docs_dir = os.path.join(run_dir, "docs")
+    paths = RunPaths(os.path.join(out_root, name))
+    docs_dir = str(paths.docs)
     if not os.path.isdir(docs_dir):
         jsonl_to_docs(corpus, docs_dir, files=4)
     packing = PackingConfig(seq_len=seq_len)
     started = time.perf_counter()
-    tok, tok_path, _ = train_or_load(run_dir, TokenizerConfig(vocab_size=vocab_size), packing)
+    tok, tok_path, _ = train_or_load(paths, TokenizerConfig(vocab_size=vocab_size), packing)
     train_s = time.perf_counter() - started
     texts = []
     for path in list_doc_files(docs_dir):
@@ -67,7 +68,7 @@ def bench_corpus(corpus: str, out_root: str, seq_len: int, vocab_size: int, repe
         fast_cpu.append(time.process_time() - c0)
         del encodings
         t0, c0 = time.perf_counter(), time.process_time()
-        manifest = build_shards(run_dir, loaded, packing)
+        manifest = build_shards(paths, loaded, packing)
         beam_s.append(time.perf_counter() - t0)
         beam_cpu.append(time.process_time() - c0)
 
@@ -77,7 +78,7 @@ def bench_corpus(corpus: str, out_root: str, seq_len: int, vocab_size: int, repe
     _, bfd = pack_documents(enumerate(lengths), seq_len, packing.window, packing.max_open_rows)
     pack_s = time.perf_counter() - t0
     concat = chunk_concatenated(lengths, seq_len)
-    reader = ShardReader(os.path.join(run_dir, "shards"))
+    reader = ShardReader(str(paths.shards))
     reader.verify()
     raw_med, beam_med = statistics.median(raw_s), statistics.median(beam_s)
     return {

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
-from pipelines.report import build_report
+from report import build_report
+from runio.layout import RunPaths
 from tests.test_report import CHROMEDRIVER, CHROMIUM, empty_charts
 
 
@@ -18,7 +18,7 @@ def main(run_dir: str) -> int:
     from selenium.webdriver.chrome.service import Service
 
     started = time.perf_counter()
-    out = build_report(Path(run_dir))
+    out = build_report(RunPaths(run_dir))
     print(f"build_report: {time.perf_counter() - started:.1f} s, {out.stat().st_size / 1e6:.1f} MB → {out}")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM

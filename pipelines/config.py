@@ -5,15 +5,15 @@ Each component owns its section's model next to its code; this module composes t
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from pipelines.report import ReportConfig
+from report.config import ReportConfig
+from runio.files import sha256_bytes
 from tokenizer.config import PackingConfig, TokenizerConfig
 from trainer_bridge.config import TrainConfig
 from transforms.exact_dedup import ExactDedupConfig
@@ -23,6 +23,7 @@ from transforms.normalize import NormalizeConfig
 from transforms.pii import PiiConfig
 from transforms.quality import QualityConfig
 
+M = TypeVar("M", bound=BaseModel)
 
 
 class ConfigError(ValueError):
@@ -89,7 +90,7 @@ class RunConfig(Strict):
         data = self.model_dump(mode="json")
         if sections is not None:
             data = {key: data[key] for key in sections}
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+        return sha256_bytes(json.dumps(data, sort_keys=True).encode())[:16]
 
 
 def _parse_value(text: str) -> Any:
@@ -117,10 +118,10 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
-def _format_error(err: ValidationError) -> str:
+def _format_error(err: ValidationError, prefix: str = "") -> str:
     lines = []
     for e in err.errors():
-        field = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        field = ".".join([*([prefix] if prefix else []), *(str(p) for p in e["loc"])]) or "(top level)"
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown key (check the spelling against the config reference in README.md)"
@@ -137,7 +138,8 @@ def validate_config(data: dict) -> RunConfig:
         raise ConfigError(_format_error(err)) from None
 
 
-def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
+def read_config_file(path: str | Path) -> dict:
+    """The sections of a run config YAML file, not yet validated."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
@@ -147,4 +149,50 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
         raise ConfigError(f"{path} is not valid YAML: {err}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
-    return validate_config(apply_overrides(data, list(overrides or [])))
+    return data
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    return validate_config(apply_overrides(read_config_file(path), list(overrides or [])))
+
+
+def param_overrides(section: str, pairs: list[str], option: str = "--param") -> list[str]:
+    """A command's ``--param KEY=VALUE`` pairs (keys relative to ``section``) as ``section.KEY=VALUE``."""
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"{option} {pair!r}: expected KEY=VALUE")
+    return [f"{section}.{pair.strip()}" for pair in pairs]
+
+
+def load_section(config_path: str | Path | None, section: str, model_cls: type[M], overrides: list[str] = (),
+                 *, values: dict[str, Any] | None = None, aliases: tuple[str, ...] = ()) -> M:
+    """One section of a run config, validated, for a command that needs only that section.
+
+    ``config_path`` is a run config YAML whose ``section`` is read, or ``None`` for the section's defaults;
+    ``section`` may be dotted (``quality.train``). ``overrides`` are ``--set`` items ``section.key=value``
+    (``alias.key=value`` too, for each of ``aliases``); an item for another section is an error. ``values``
+    are settings already typed (a choice flag, a secret from the environment), applied last. Every problem is
+    a ConfigError in ``load_config``'s format, naming the field: ``invalid configuration:\n  section.key: …``.
+    """
+    node: Any = read_config_file(config_path) if config_path is not None else {}
+    for key in section.split("."):
+        node = node.get(key) if isinstance(node, dict) else None
+    if node is not None and not isinstance(node, dict):
+        raise ConfigError(f"invalid configuration:\n  {section}: must be a mapping of settings, got {node!r}")
+    data = dict(node or {})
+    relative = []
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set expects section.key=value, got {item!r}")
+        item = item.strip()
+        prefix = next((p for p in (section, *aliases) if item.startswith(p + ".")), None)
+        if prefix is None:
+            also = f" (or {' or '.join(a + '.KEY=VALUE' for a in aliases)})" if aliases else ""
+            raise ConfigError(f"--set {item!r}: only {section}.KEY=VALUE{also} applies here")
+        relative.append(item[len(prefix) + 1:])
+    data = apply_overrides(data, relative)
+    data.update(values or {})
+    try:
+        return model_cls.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_error(err, prefix=section)) from None

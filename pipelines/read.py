@@ -3,6 +3,10 @@
 Inputs: JSONL (optionally .gz/.zst/.bz2), Parquet, and plain-text files (one document each), from local paths
 or any Beam FileSystems URI (gs://, s3://, hdfs:// when the matching extras are installed). Each file is read
 by one worker; a document's id is a stable hash of its file's URI and its position in that file.
+
+The parsing is plain Python (``read_file``); ``ReadCorpus`` runs it in Beam for the pipelines, and
+``iter_records`` runs it in this process for commands that work on documents one batch at a time, so every
+command accepts the same inputs and quarantines the same records for the same reasons.
 """
 from __future__ import annotations
 
@@ -147,93 +151,119 @@ def iter_lines(fh, max_bytes: int) -> Iterator[tuple[int, int, bytes | None, int
         yield line_no, offset, (None if oversized else bytes(buf)), length
 
 
-def read_jsonl(fh, path: str, cfg: InputConfig) -> Iterator[dict | Quarantined]:
+# Each parser yields (record index in the file from 0, document or Quarantined). The index is what a person
+# counts in the file (JSONL line - 1, Parquet row); the document id hashes the reader's own position.
+
+def parse_jsonl(fh, path: str, cfg: InputConfig) -> Iterator[tuple[int, dict | Quarantined]]:
     for line_no, offset, raw, length in iter_lines(fh, cfg.max_doc_bytes + 1024):
+        index = line_no - 1
         if raw is None:
-            yield Quarantined(path, line_no, "too_large", f"line of {length} bytes exceeds input.max_doc_bytes="
-                                                          f"{cfg.max_doc_bytes}", offset)
+            yield index, Quarantined(path, line_no, "too_large", f"line of {length} bytes exceeds "
+                                                                 f"input.max_doc_bytes={cfg.max_doc_bytes}", offset)
             continue
         if not raw.strip():
             continue  # blank lines separate nothing and hold no document
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as err:
-            yield Quarantined(path, line_no, "invalid_utf8", f"invalid UTF-8 at byte {err.start} of the line", offset)
+            yield index, Quarantined(path, line_no, "invalid_utf8", f"invalid UTF-8 at byte {err.start} of the line",
+                                     offset)
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
-            yield Quarantined(path, line_no, "invalid_json", f"not valid JSON: {err.msg} at column {err.colno}", offset)
+            yield index, Quarantined(path, line_no, "invalid_json", f"not valid JSON: {err.msg} at column {err.colno}",
+                                     offset)
             continue
         if not isinstance(record, dict):
-            yield Quarantined(path, line_no, "not_an_object", f"JSON value is {_describe(record)}, not an object", offset)
+            yield index, Quarantined(path, line_no, "not_an_object", f"JSON value is {_describe(record)}, not an "
+                                                                     f"object", offset)
             continue
         doc = make_doc(record, cfg, path, line_no)
-        yield Quarantined(path, line_no, *doc, offset) if isinstance(doc, tuple) else doc
+        yield index, Quarantined(path, line_no, *doc, offset) if isinstance(doc, tuple) else doc
 
 
-def read_parquet(fh, path: str, cfg: InputConfig) -> Iterator[dict | Quarantined]:
+def parse_parquet(fh, path: str, cfg: InputConfig) -> Iterator[tuple[int, dict | Quarantined]]:
     import pyarrow.parquet as pq
 
     try:
         parquet = pq.ParquetFile(fh)
     except Exception as err:  # pyarrow reports corrupt files with several exception types
-        yield Quarantined(path, 0, "unreadable_file", f"not a readable Parquet file: {type(err).__name__}")
+        yield 0, Quarantined(path, 0, "unreadable_file", f"not a readable Parquet file: {type(err).__name__}")
         return
     if cfg.text_field not in parquet.schema_arrow.names:
-        yield Quarantined(path, 0, "missing_text", f"Parquet file has no {cfg.text_field!r} column")
+        yield 0, Quarantined(path, 0, "missing_text", f"Parquet file has no {cfg.text_field!r} column")
         return
     row = 0
     for batch in parquet.iter_batches(batch_size=1024):
         for record in batch.to_pylist():
             doc = make_doc(record, cfg, path, row)
-            yield Quarantined(path, row, *doc) if isinstance(doc, tuple) else doc
+            yield row, Quarantined(path, row, *doc) if isinstance(doc, tuple) else doc
             row += 1
 
 
-def read_text(fh, path: str, cfg: InputConfig) -> Iterator[dict | Quarantined]:
+def parse_text(fh, path: str, cfg: InputConfig) -> Iterator[tuple[int, dict | Quarantined]]:
     data = fh.read(cfg.max_doc_bytes + 1)
     if len(data) > cfg.max_doc_bytes:
-        yield Quarantined(path, 0, "too_large", f"file exceeds input.max_doc_bytes={cfg.max_doc_bytes}")
+        yield 0, Quarantined(path, 0, "too_large", f"file exceeds input.max_doc_bytes={cfg.max_doc_bytes}")
         return
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
-        yield Quarantined(path, 0, "invalid_utf8", f"invalid UTF-8 at byte {err.start}")
+        yield 0, Quarantined(path, 0, "invalid_utf8", f"invalid UTF-8 at byte {err.start}")
         return
     doc = make_doc({"text": text, "path": path}, cfg.model_copy(update={"text_field": "text"}), path, 0)
-    yield Quarantined(path, 0, *doc) if isinstance(doc, tuple) else doc
+    yield 0, Quarantined(path, 0, *doc) if isinstance(doc, tuple) else doc
 
 
-READERS = {"jsonl": read_jsonl, "parquet": read_parquet, "text": read_text}
+PARSERS = {"jsonl": parse_jsonl, "parquet": parse_parquet, "text": parse_text}
 
 
-def read_file(path: str, cfg: InputConfig) -> Iterator[dict | Quarantined]:
+def read_file_indexed(path: str, cfg: InputConfig) -> Iterator[tuple[int, dict | Quarantined]]:
+    """(record index in the file, document or Quarantined) for every record of one input file; a problem
+    with the file as a whole is one Quarantined (index 0, or -1 when it is found after some records)."""
     fmt = detect_format(path, cfg.format)
     if fmt is None:
-        yield Quarantined(path, 0, "unsupported_file", "unsupported file type (expected .jsonl[.gz|.zst], .parquet or .txt)")
+        yield 0, Quarantined(path, 0, "unsupported_file", "unsupported file type (expected .jsonl[.gz|.zst], "
+                                                          ".parquet or .txt)")
         return
     compression = CompressionTypes.UNCOMPRESSED if fmt == "parquet" else CompressionTypes.AUTO
     try:
         fh = FileSystems.open(path, compression_type=compression)
     except Exception as err:  # the filesystem layer raises per-backend error types
-        yield Quarantined(path, 0, "unreadable_file", f"cannot open: {type(err).__name__}")
+        yield 0, Quarantined(path, 0, "unreadable_file", f"cannot open: {type(err).__name__}")
         return
     with fh:
         if fmt != "parquet":
             try:
                 head = fh.read(_SNIFF_BYTES)
             except Exception as err:  # a corrupt compressed stream fails on the first read
-                yield Quarantined(path, 0, "unreadable_file", f"cannot read: {type(err).__name__}: not a valid compressed file?")
+                yield 0, Quarantined(path, 0, "unreadable_file", f"cannot read: {type(err).__name__}: not a valid "
+                                                                 f"compressed file?")
                 return
             if b"\x00" in head:
-                yield Quarantined(path, 0, "binary_file", "binary content (NUL bytes) in a text file")
+                yield 0, Quarantined(path, 0, "binary_file", "binary content (NUL bytes) in a text file")
                 return
             fh = _Prepended(head, fh)
         try:
-            yield from READERS[fmt](fh, path, cfg)
+            yield from PARSERS[fmt](fh, path, cfg)
         except (OSError, EOFError, ValueError) as err:
-            yield Quarantined(path, -1, "unreadable_file", f"file truncated or corrupt while reading: {type(err).__name__}")
+            yield -1, Quarantined(path, -1, "unreadable_file", f"file truncated or corrupt while reading: "
+                                                               f"{type(err).__name__}")
+
+
+def read_file(path: str, cfg: InputConfig) -> Iterator[dict | Quarantined]:
+    """Every document of one input file, and a Quarantined for each record that cannot be one."""
+    for _, item in read_file_indexed(path, cfg):
+        yield item
+
+
+def iter_records(cfg: InputConfig, files: list[str] | None = None) -> Iterator[tuple[str, int, dict | Quarantined]]:
+    """The pipeline's reader without Beam: ``(file, record index, document or Quarantined)`` for every record
+    of the configured inputs (``files``: already expanded), file by file in name order."""
+    for path in files if files is not None else expand_inputs(cfg.paths):
+        for index, item in read_file_indexed(path, cfg):
+            yield path, index, item
 
 
 class _Prepended:

@@ -11,12 +11,13 @@ import fcntl
 import os
 import time
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Callable, Iterator
 
 from pipelines.config import ConfigError, RunConfig
 from pipelines.prepare import base_manifest, previously_processed, run_clean, run_shards, summary_table
-from pipelines.rundir import read_manifest, write_atomic, write_json
+from pipelines.rundir import clear_outputs, read_manifest
+from runio.files import write_atomic, write_json
+from runio.layout import RunPaths
 
 DATA_STAGES = ("clean", "shards")
 ALL_STAGES = ("clean", "shards", "train", "report")
@@ -27,16 +28,16 @@ class StageFailed(RuntimeError):
 
 
 @contextmanager
-def run_lock(run_dir: Path) -> Iterator[None]:
+def run_lock(paths: RunPaths) -> Iterator[None]:
     """An exclusive lock on the run directory; the OS drops it if the process dies, so no stale locks."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    paths.root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
-            raise ConfigError(f"{run_dir} is locked by {holder}: another corpusmill command is running on it") from None
+            raise ConfigError(f"{paths} is locked by {holder}: another corpusmill command is running on it") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
         yield
@@ -44,20 +45,17 @@ def run_lock(run_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _check_config(cfg: RunConfig, manifest: dict | None, overwrite: bool) -> None:
+def _check_config(cfg: RunConfig, paths: RunPaths, manifest: dict | None, overwrite: bool) -> None:
     if manifest is None or manifest.get("config_fingerprint") == cfg.fingerprint():
         return
     if not overwrite:
-        raise ConfigError(f"{cfg.run_dir} holds outputs of a different config (fingerprint "
+        raise ConfigError(f"{paths} holds outputs of a different config (fingerprint "
                           f"{manifest.get('config_fingerprint')} vs {cfg.fingerprint()}); choose another name, or "
                           f"pass --overwrite to discard them")
 
 
-def _clear_for_new_config(cfg: RunConfig) -> None:
-    from pipelines.rundir import clear_outputs
-
-    clear_outputs(cfg.run_dir, ("docs", "removed", "quarantine", "dedup", "tokenizer", "shards", "train",
-                                "stats.json", "manifest.json", "report.html"))
+def _clear_for_new_config(paths: RunPaths) -> None:
+    clear_outputs(paths.all_outputs)
 
 
 def _pii_engine(cfg: RunConfig) -> str | None:
@@ -71,19 +69,19 @@ def _pii_engine(cfg: RunConfig) -> str | None:
 def run_stages(cfg: RunConfig, stages: tuple[str, ...], *, against: tuple[str, ...] = (), resume: bool = False,
                overwrite: bool = False, log: Callable[[str], None] = print) -> dict:
     """Run ``stages`` in order; return the final manifest. ``resume`` skips stages already done."""
-    run_dir = cfg.run_dir
-    with run_lock(run_dir):
-        manifest = read_manifest(run_dir)
-        _check_config(cfg, manifest, overwrite)
+    paths = RunPaths.of(cfg)
+    with run_lock(paths):
+        manifest = read_manifest(paths)
+        _check_config(cfg, paths, manifest, overwrite)
         if manifest is not None and manifest.get("config_fingerprint") != cfg.fingerprint():
-            _clear_for_new_config(cfg)
+            _clear_for_new_config(paths)
             manifest = None
         if against:
             previously_processed(against)  # fail early on a bad --against, before touching anything
         done: list[str] = list(manifest.get("stages_done", [])) if (manifest and resume) else []
         manifest = {**(manifest if resume and manifest else {}), **base_manifest(cfg)}
         manifest.setdefault("timings", {})
-        write_atomic(str(run_dir / "config.yaml"), cfg.resolved_yaml().encode("utf-8"))
+        write_atomic(paths.config_yaml, cfg.resolved_yaml().encode("utf-8"))
         for index, stage in enumerate(stages, 1):
             prefix = f"[{index}/{len(stages)}] {stage}"
             if stage in done:
@@ -91,26 +89,26 @@ def run_stages(cfg: RunConfig, stages: tuple[str, ...], *, against: tuple[str, .
                 continue
             log(f"{prefix} ...")
             started = time.time()
-            manifest.update(_run_stage(cfg, stage, against, log))
+            manifest.update(_run_stage(cfg, paths, stage, against, log))
             seconds = round(time.time() - started, 2)
             manifest["timings"][f"{stage}_seconds"] = seconds
             done = [s for s in done if s != stage] + [stage]
             manifest["stages_done"] = done
             manifest["status"] = "complete" if all(s in done for s in DATA_STAGES) else "incomplete"
-            write_json(str(run_dir / "manifest.json"), manifest)
+            write_json(paths.manifest, manifest)
             log(f"{prefix}: done in {seconds:.1f} s")
         return manifest
 
 
-def _run_stage(cfg: RunConfig, stage: str, against: tuple[str, ...], log: Callable[[str], None]) -> dict:
+def _run_stage(cfg: RunConfig, paths: RunPaths, stage: str, against: tuple[str, ...],
+               log: Callable[[str], None]) -> dict:
     if stage == "clean":
         stats = run_clean(cfg, against, log)
         log(summary_table(stats))
         if cfg.output.pushgateway_url:
-            from trainer_bridge.monitoring import MonitoringConfig, push_pipeline_stats
+            from runio.pushgateway import push_pipeline_stats
 
-            push_pipeline_stats(stats, MonitoringConfig(pushgateway_url=cfg.output.pushgateway_url), run=cfg.name,
-                                stage="clean")
+            push_pipeline_stats(stats, cfg.output.pushgateway_url, run=cfg.name, stage="clean")
         return {"inputs": stats.pop("inputs"), "inputs_seen": stats.pop("inputs_seen"), "against": list(against),
                 "steps": [row["step"] for row in stats["steps"]], "counts": stats["accounting"],
                 "pii_engine": _pii_engine(cfg)}
@@ -130,12 +128,12 @@ def _run_stage(cfg: RunConfig, stage: str, against: tuple[str, ...], log: Callab
             raise StageFailed(f"training failed with exit code {code}; re-run to resume from the last checkpoint")
         return {}
     if stage == "report":
-        from pipelines.report import build_report
+        from report.build import build_report
 
         if not cfg.report.enabled:
             log("report: disabled (report.enabled: false)")
             return {}
-        path = build_report(cfg.run_dir, cfg.report)
+        path = build_report(paths, cfg.report)
         log(f"report: {path}")
         return {"report": str(path)}
     raise ValueError(f"unknown stage {stage!r}")

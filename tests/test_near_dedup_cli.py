@@ -3,7 +3,7 @@ import gzip
 import json
 from pathlib import Path
 
-from pipelines.cli import main
+from cli.main import main
 
 DEMO_CORPUS = Path(__file__).resolve().parents[1] / "data/demo/corpus.jsonl.gz"
 

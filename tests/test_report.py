@@ -13,7 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipelines.report import build_report, load_run, pipeline_edges
+from report import build_report, load_run
+from report.figures import pipeline_edges
+from runio.layout import RunPaths
 from trainer_bridge.alerts import AlertMonitor, AlertsConfig
 from trainer_bridge.metrics import MetricsLog
 
@@ -46,19 +48,19 @@ def make_run(run_dir: Path, records: list[dict], *, shards: bool = True, train: 
                ("near_dedup", "near_duplicate"), ("quality", "low_quality")]
     for i, record in enumerate(records[:60]):
         text = record["text"]
-        ann = {"filters": {"n_words": len(text.split())}, "quality_score": round(float(rng.uniform(0.2, 1.0)), 4)}
+        ann = {"filters": {"n_words": len(text.split())}, "quality": {"score": round(float(rng.uniform(0.2, 1.0)), 4)}}
         doc = {"id": 1000 + i, "text": text, "source": "demo.jsonl.gz", "meta": {}, "annotations": ann}
         if i % 3 == 2:
             step, reason = reasons[(i // 3) % len(reasons)]
             if step == "exact_dedup":
-                ann["exact_dup_of"] = 1000 + i - 2
+                ann["exact_dedup"] = {"dup_of": 1000 + i - 2}
             if step == "near_dedup":
-                ann["dup_cluster"] = 1000 + (i % 4)
+                ann["near_dedup"] = {"cluster": 1000 + (i % 4)}
             removed.append(removed_row({**doc, "removed_by": step, "reason": reason}))
         else:
             ann["pii"] = {"EMAIL_ADDRESS": i % 3, "PERSON": 1} if i % 5 else {}
             if i % 4 == 0:
-                ann["dup_cluster"], ann["dup_cluster_size"] = 1000 + (i % 4), 2
+                ann["near_dedup"] = {"cluster": 1000 + (i % 4), "cluster_size": 2}
             kept.append(doc_row(doc))
     write_parquet(run_dir / "docs" / "docs-00000-of-00001.parquet", kept, DOCS_SCHEMA)
     write_parquet(run_dir / "removed" / "removed-00000-of-00001.parquet", removed, REMOVED_SCHEMA)
@@ -88,7 +90,7 @@ def make_run(run_dir: Path, records: list[dict], *, shards: bool = True, train: 
                          bos_id=1, eos_id=2, tokenizer_sha256="ab" * 32, packing={"algorithm": "test"},
                          rows_per_shard=16)
     if train:
-        log = MetricsLog(run_dir / "train", enabled=True, tensorboard=False)
+        log = MetricsLog(RunPaths(run_dir), enabled=True, tensorboard=False)
         alerts = AlertMonitor(AlertsConfig(loss_spike={"warmup_steps": 5}, throughput_drop={"window": 5}), run_dir)
         tokens_seen = 0
         for step in range(30):
@@ -270,7 +272,7 @@ def test_report_degrades_stage_by_stage(tmp_path, demo_corpus):
 def test_report_cli(full_run, tmp_path, capsys):
     import argparse
 
-    from pipelines import cmd_report
+    from cli import report as cmd_report
 
     parser = argparse.ArgumentParser()
     cmd_report.register(parser.add_subparsers(dest="command"))

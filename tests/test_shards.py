@@ -223,3 +223,19 @@ def test_any_flipped_byte_is_a_shard_format_error(tmp_path):
         shard.write_bytes(bytes(damaged))
         with pytest.raises(ShardFormatError, match=r"train-00000\.arrow"):
             ShardReader(tmp_path).verify()
+
+
+def test_count_documents_of_a_split(tmp_path):
+    """What the report asks of a manifest without per-split document counts, through the shard reader API."""
+    from tokenizer.shards import count_documents, read_manifest
+
+    rows = random_rows(30, 16)
+    rows[5] = (rows[5][0], rows[5][1], [rows[4][2][0]] * len(rows[5][1]))  # a document cut across two rows
+    manifest = write_shards(tmp_path, rows, split="train", seq_len=16, rows_per_shard=7, **SETTINGS)
+    entries = manifest["splits"]["train"]
+    assert len(entries) == 5 and read_manifest(tmp_path) == manifest
+    assert count_documents(tmp_path, entries) == len({i for _, _, ids in rows for i in ids})
+    assert count_documents(tmp_path, []) == 0
+    os.remove(tmp_path / entries[2]["file"])
+    with pytest.raises(ShardFormatError, match=entries[2]["file"]):
+        count_documents(tmp_path, entries)

@@ -11,7 +11,8 @@ from tokenizers import Tokenizer
 
 from tokenizer.config import PackingConfig, TokenizerConfig
 from tokenizer.docs import in_val_split, stable_hash, write_docs_parquet
-from tokenizer.train import sample_texts, sha256_file, special_ids, train_or_load, train_tokenizer
+from runio.files import sha256_file
+from tokenizer.train import sample_texts, special_ids, train_or_load, train_tokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO = os.path.join(ROOT, "data", "demo", "corpus.jsonl.gz")

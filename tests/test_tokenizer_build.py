@@ -12,7 +12,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from tokenizers import Tokenizer
 
-from pipelines.cmd_tokenizer import SEGMENT_OPEN, format_row
+from cli.tokenizer import SEGMENT_OPEN, format_row
+from runio.layout import RunPaths
 from tokenizer.build import build_shards
 from tokenizer.config import PackingConfig, TokenizerConfig
 from tokenizer.docs import in_val_split, write_docs_parquet
@@ -88,14 +89,14 @@ def test_identical_shards_on_any_workers_and_batching(demo_run, tmp_path):
             write_docs_parquet(str(rundir / "docs" / f"part-{k}.parquet"), part)
         options = PipelineOptions([f"--direct_num_workers={workers}", "--direct_running_mode=multi_threading"])
         pipeline = beam.Pipeline(runner=FnApiRunner(), options=options)
-        result = build_shards(str(rundir), tok_cfg, small.model_copy(update={"encode_batch_docs": batch_docs}),
-                              pipeline)
+        run = RunPaths(rundir) if name == "four_files" else str(rundir)  # a run's layout, or its directory
+        result = build_shards(run, tok_cfg, small.model_copy(update={"encode_batch_docs": batch_docs}), pipeline)
         shas.append([(e["file"], e["sha256"]) for split in ("train", "val") for e in result["splits"][split]])
     assert len(shas[0]) > 4 and shas[0] == shas[1]
 
 
 def test_inspect_marks_document_boundaries(demo_run, capsys):
-    from pipelines.cli import main
+    from cli.main import main
 
     run, _, _, _ = demo_run
     reader = ShardReader(str(run / "shards"))
@@ -110,14 +111,14 @@ def test_inspect_marks_document_boundaries(demo_run, capsys):
 
 
 def test_inspect_reports_a_damaged_directory(demo_run, tmp_path, capsys):
-    from pipelines.cli import main
+    from cli.main import main
 
     assert main(["inspect", str(tmp_path)]) == 1
     assert "no shard manifest" in capsys.readouterr().err
 
 
 def test_tokenizer_train_command(tmp_path, capsys):
-    from pipelines.cli import main
+    from cli.main import main
 
     out = tmp_path / "tok.json"
     assert main(["tokenizer", "train", DEMO, "--out", str(out), "--param", "vocab_size=600",

@@ -6,6 +6,9 @@
                                                      │                         │
                                          RouteToShards ─ GroupByKey by (split, shard) ─ WriteShard ─ manifest
 
+``PackShards`` is that graph as one PTransform, each stage of the drawing a named sub-transform;
+``build_shards`` is the shard stage of a run: the tokenizer first (trained or loaded), then ``PackShards``.
+
 Determinism on any number of workers: which rows exist and what they hold is decided by one packing plan per
 split, computed from the documents' (id, length) pairs sorted by id — never from the order in which workers
 produce encodings. Tokens travel once, from the encoder to the worker writing their shard; only lengths are
@@ -21,17 +24,21 @@ import glob
 import itertools
 import os
 import time
-from typing import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
+from pipelines.beam_options import make_pipeline
+from runio.layout import RunPaths
 from tokenizer.config import PackingConfig, TokenizerConfig
 from tokenizer.docs import check_doc_schema, in_val_split, list_doc_files, open_parquet
 from tokenizer.pack import PackPlan, make_plan
 from tokenizer.shards import (
-    MANIFEST_NAME,
+    manifest_path,
+    read_manifest,
     shard_file_name,
     token_dtype,
     write_manifest,
@@ -41,13 +48,6 @@ from tokenizer.train import SpecialIds, special_ids, train_or_load
 
 NAMESPACE = "tokenizer"
 SPLITS = ("train", "val")
-
-
-def make_local_pipeline() -> beam.Pipeline:
-    """An in-process pipeline that never tries Prism (which would download from GitHub)."""
-    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-
-    return beam.Pipeline(runner=FnApiRunner())
 
 
 class ReadDocBatches(beam.DoFn):
@@ -227,6 +227,7 @@ class WriteShard(beam.DoFn):
 
 
 def _doc_units(files: list[str]) -> list[tuple[str, int]]:
+    """(file, row group) of every docs file: the unit of reading, spread over the workers."""
     units = []
     for path in files:
         parquet = open_parquet(path)
@@ -235,8 +236,148 @@ def _doc_units(files: list[str]) -> list[tuple[str, int]]:
     return units
 
 
+def packing_info(packing: PackingConfig) -> dict:
+    """The manifest's ``packing`` record: how the rows were made, enough to make them again."""
+    return {
+        "algorithm": "best_fit_decreasing_window",
+        "window": packing.window,
+        "max_open_rows": packing.max_open_rows,
+        "split_only_longer_than_seq_len": True,
+        "add_bos": packing.add_bos,
+        "add_eos": packing.add_eos,
+        "rows_per_shard": packing.rows_per_shard,
+        "val_fraction": packing.val_fraction,
+        "split_seed": packing.split_seed,
+        "split_hash": "splitmix64(id + (seed + 1) * 0x9E3779B97F4A7C15) < val_fraction * 2**64",
+    }
+
+
+@dataclass(frozen=True)
+class ShardSettings:
+    """What every shard and the manifest share: the packing config and the tokenizer's size, ids and sha256."""
+
+    packing: PackingConfig
+    vocab_size: int
+    special: SpecialIds
+    tokenizer_sha256: str
+
+    def write_manifest(self, shard_dir: str, splits: dict[str, list[dict]], split_stats: dict | None = None) -> dict:
+        return write_manifest(
+            shard_dir, splits, seq_len=self.packing.seq_len, vocab_size=self.vocab_size, pad_id=self.special.pad_id,
+            bos_id=self.special.bos_id, eos_id=self.special.eos_id, tokenizer_sha256=self.tokenizer_sha256,
+            packing=packing_info(self.packing), split_stats=split_stats,
+        )
+
+
+class ReadAndEncode(beam.PTransform):
+    """(file, row group) units → ``(split, ids, lengths, flat tokens)`` batches, spread over the workers."""
+
+    def __init__(self, units: Sequence[tuple[str, int]], tokenizer_json: str, settings: ShardSettings):
+        super().__init__()
+        self.units, self.tokenizer_json, self.settings = list(units), tokenizer_json, settings
+
+    def expand(self, pbegin):
+        packing = self.settings.packing
+        return (
+            pbegin
+            | "DocUnits" >> beam.Create(self.units)
+            | "SpreadUnits" >> beam.Reshuffle()
+            | "ReadDocs" >> beam.ParDo(ReadDocBatches(packing.encode_batch_docs, packing.encode_batch_bytes,
+                                                      packing.val_fraction, packing.split_seed))
+            | "SpreadBatches" >> beam.Reshuffle()
+            | "Encode" >> beam.ParDo(EncodeBatch(self.tokenizer_json, self.settings.special, packing.add_bos,
+                                                 packing.add_eos, self.settings.vocab_size))
+        )
+
+
+class MakePlans(beam.PTransform):
+    """Encoded batches → one ``(split, PackPlan)`` per split, from the (id, length) pairs alone."""
+
+    def __init__(self, packing: PackingConfig):
+        super().__init__()
+        self.packing = packing
+
+    def expand(self, encoded):
+        return (
+            encoded
+            | "Lengths" >> beam.Map(lambda e: (e[0], (e[1], e[2])))
+            | "GatherLengths" >> beam.GroupByKey()
+            | "Plan" >> beam.Map(plan_split, self.packing)
+        )
+
+
+class RouteAndWriteShards(beam.PTransform):
+    """Encoded batches → shard files in ``shard_dir``; emits ``(split, [(shard, manifest entry), ...])``.
+
+    Each batch's tokens are cut into the pieces the plan places and sent to the worker writing their shard.
+    """
+
+    def __init__(self, plans, shard_dir: str, settings: ShardSettings):
+        super().__init__()
+        self.plans, self.shard_dir, self.settings = plans, shard_dir, settings
+
+    def expand(self, encoded):
+        rows_per_shard = self.settings.packing.rows_per_shard
+        return (
+            encoded
+            | "Route" >> beam.ParDo(RouteToShards(rows_per_shard), plans=self.plans)
+            | "GatherShards" >> beam.GroupByKey()
+            | "WriteShards" >> beam.ParDo(WriteShard(self.shard_dir, rows_per_shard, self.settings.vocab_size,
+                                                     self.settings.special.pad_id), plans=self.plans)
+            | "GatherEntries" >> beam.GroupByKey()
+        )
+
+
+def _manifest_of(element: tuple[None, Iterable[tuple[str, Iterable[tuple[int, dict]]]]], plans: dict[str, PackPlan],
+                 shard_dir: str, settings: ShardSettings) -> Iterator[dict]:
+    """Write the manifest for every split's shard entries (shard order) and the plans' document counts."""
+    _, entries_by_split = element
+    splits = {split: [] for split in (*SPLITS, *plans)}
+    for split, entries in entries_by_split:
+        splits[split] = [e for _, e in sorted(entries, key=lambda se: se[0])]
+    stats = {split: {k: v for k, v in plan.stats.as_dict().items() if k.startswith("docs") or k == "split_share"}
+             for split, plan in plans.items()}
+    yield settings.write_manifest(shard_dir, splits, stats)
+
+
+class WriteShardManifest(beam.PTransform):
+    """Every split's shard entries, gathered in one place → ``manifest.json`` (written after every shard)."""
+
+    def __init__(self, plans, shard_dir: str, settings: ShardSettings):
+        super().__init__()
+        self.plans, self.shard_dir, self.settings = plans, shard_dir, settings
+
+    def expand(self, entries):
+        return (
+            entries
+            | "OneKey" >> beam.Map(lambda kv: (None, kv))
+            | "AllEntries" >> beam.GroupByKey()
+            | "Manifest" >> beam.FlatMap(_manifest_of, plans=self.plans, shard_dir=self.shard_dir,
+                                         settings=self.settings)
+        )
+
+
+class PackShards(beam.PTransform):
+    """Kept documents → packed shards and their manifest (Contract 3), as the module docstring draws it.
+
+    ``units`` are the (docs file, row group) pairs to read; ``tokenizer_json`` is the tokenizer's JSON text
+    (it travels with the graph, so no worker needs a shared filesystem); shards land in ``shard_dir``.
+    Returns the PCollection holding the written manifest (empty when no document produced a token).
+    """
+
+    def __init__(self, units: Sequence[tuple[str, int]], tokenizer_json: str, settings: ShardSettings, shard_dir: str):
+        super().__init__()
+        self.units, self.tokenizer_json, self.settings, self.shard_dir = units, tokenizer_json, settings, shard_dir
+
+    def expand(self, pbegin):
+        encoded = pbegin | "ReadAndEncode" >> ReadAndEncode(self.units, self.tokenizer_json, self.settings)
+        plans = beam.pvalue.AsDict(encoded | "MakePlans" >> MakePlans(self.settings.packing))
+        entries = encoded | "RouteAndWrite" >> RouteAndWriteShards(plans, self.shard_dir, self.settings)
+        return entries | "WriteManifest" >> WriteShardManifest(plans, self.shard_dir, self.settings)
+
+
 def build_shards(
-    run_dir: str,
+    run: RunPaths | str | os.PathLike,
     tokenizer_cfg: TokenizerConfig,
     packing_cfg: PackingConfig,
     pipeline: beam.Pipeline | None = None,
@@ -244,91 +385,31 @@ def build_shards(
     docs_dir: str | None = None,
     shard_dir: str | None = None,
 ) -> dict:
-    """Train (or load) the tokenizer, then encode, pack and shard ``<run_dir>/docs`` into ``<run_dir>/shards``.
+    """The shard stage of a run: train (or load) the tokenizer, then encode, pack and shard the run's ``docs/``
+    into its ``shards/`` (``docs_dir`` / ``shard_dir`` read or write elsewhere).
 
-    ``pipeline`` is a fresh, unused ``beam.Pipeline`` (the caller picks runner and options); it is run here.
-    ``None`` means an in-process FnApiRunner. Returns the shard manifest (also at ``shards/manifest.json``).
+    ``run`` is the run directory's layout (a plain path is taken as the run directory). ``pipeline`` is a
+    fresh, unused ``beam.Pipeline`` (the caller picks runner and options); it is run here. ``None`` means the
+    in-process runner. Returns the shard manifest (also written as the shard directory's ``manifest.json``).
     """
-    docs_dir = docs_dir or os.path.join(run_dir, "docs")
-    shard_dir = shard_dir or os.path.join(run_dir, "shards")
-    tok, _, tokenizer_sha = train_or_load(run_dir, tokenizer_cfg, packing_cfg)
-    special = special_ids(tok, tokenizer_cfg, packing_cfg)
-    vocab_size = tok.get_vocab_size(with_added_tokens=True)
-    files = list_doc_files(docs_dir)
-    units = _doc_units(files)
+    paths = run if isinstance(run, RunPaths) else RunPaths(run)
+    docs_dir = docs_dir or str(paths.docs)
+    shard_dir = shard_dir or str(paths.shards)
+    tok, _, tokenizer_sha = train_or_load(paths, tokenizer_cfg, packing_cfg)
+    settings = ShardSettings(packing_cfg, tok.get_vocab_size(with_added_tokens=True),
+                             special_ids(tok, tokenizer_cfg, packing_cfg), tokenizer_sha)
+    units = _doc_units(list_doc_files(docs_dir))
 
     os.makedirs(shard_dir, exist_ok=True)
-    manifest_path = os.path.join(shard_dir, MANIFEST_NAME)
-    if os.path.exists(manifest_path):
-        os.remove(manifest_path)  # from here until the new manifest lands, the directory reads as incomplete
-
-    packing_info = {
-        "algorithm": "best_fit_decreasing_window",
-        "window": packing_cfg.window,
-        "max_open_rows": packing_cfg.max_open_rows,
-        "split_only_longer_than_seq_len": True,
-        "add_bos": packing_cfg.add_bos,
-        "add_eos": packing_cfg.add_eos,
-        "rows_per_shard": packing_cfg.rows_per_shard,
-        "val_fraction": packing_cfg.val_fraction,
-        "split_seed": packing_cfg.split_seed,
-        "split_hash": "splitmix64(id + (seed + 1) * 0x9E3779B97F4A7C15) < val_fraction * 2**64",
-    }
-
-    def finish(entries_by_split: Iterable[tuple[str, Iterable[tuple[int, dict]]]], plans: dict[str, PackPlan]):
-        splits = {split: [] for split in (*SPLITS, *plans)}
-        for split, entries in entries_by_split:
-            splits[split] = [e for _, e in sorted(entries, key=lambda se: se[0])]
-        stats = {split: {k: v for k, v in plan.stats.as_dict().items() if k.startswith("docs") or k == "split_share"}
-                 for split, plan in plans.items()}
-        manifest = write_manifest(
-            shard_dir, splits, seq_len=packing_cfg.seq_len, vocab_size=vocab_size, pad_id=special.pad_id,
-            bos_id=special.bos_id, eos_id=special.eos_id, tokenizer_sha256=tokenizer_sha,
-            packing=packing_info, split_stats=stats,
-        )
-        yield manifest
-
-    p = pipeline if pipeline is not None else make_local_pipeline()
-    encoded = (
-        p
-        | "DocUnits" >> beam.Create(units)
-        | "SpreadUnits" >> beam.Reshuffle()
-        | "ReadDocs" >> beam.ParDo(
-            ReadDocBatches(packing_cfg.encode_batch_docs, packing_cfg.encode_batch_bytes, packing_cfg.val_fraction,
-                           packing_cfg.split_seed))
-        | "SpreadBatches" >> beam.Reshuffle()
-        | "Encode" >> beam.ParDo(
-            EncodeBatch(tok.to_str(), special, packing_cfg.add_bos, packing_cfg.add_eos, vocab_size))
-    )
-    plans = (
-        encoded
-        | "Lengths" >> beam.Map(lambda e: (e[0], (e[1], e[2])))
-        | "GatherLengths" >> beam.GroupByKey()
-        | "Plan" >> beam.Map(plan_split, packing_cfg)
-    )
-    plans_side = beam.pvalue.AsDict(plans)
-    (
-        encoded
-        | "Route" >> beam.ParDo(RouteToShards(packing_cfg.rows_per_shard), plans=plans_side)
-        | "GatherShards" >> beam.GroupByKey()
-        | "WriteShards" >> beam.ParDo(
-            WriteShard(shard_dir, packing_cfg.rows_per_shard, vocab_size, special.pad_id), plans=plans_side)
-        | "GatherEntries" >> beam.GroupByKey()
-        | "OneKey" >> beam.Map(lambda kv: (None, kv))
-        | "AllEntries" >> beam.GroupByKey()
-        | "Manifest" >> beam.FlatMap(lambda kv, plans: finish(kv[1], plans), plans=plans_side)
-    )
+    if os.path.exists(manifest_path(shard_dir)):
+        os.remove(manifest_path(shard_dir))  # from here until the new manifest lands, the directory reads as incomplete
+    p = pipeline if pipeline is not None else make_pipeline("inprocess", workers=1)
+    _ = p | "PackShards" >> PackShards(units, tok.to_str(), settings, shard_dir)
     p.run().wait_until_finish()
 
-    from tokenizer.shards import read_manifest
-
-    if not os.path.exists(manifest_path):
+    if not os.path.exists(manifest_path(shard_dir)):
         # No document produced a token (every text empty and no bos/eos): a valid, empty data set.
-        write_manifest(
-            shard_dir, {split: [] for split in SPLITS}, seq_len=packing_cfg.seq_len, vocab_size=vocab_size,
-            pad_id=special.pad_id, bos_id=special.bos_id, eos_id=special.eos_id, tokenizer_sha256=tokenizer_sha,
-            packing=packing_info,
-        )
+        settings.write_manifest(shard_dir, {split: [] for split in SPLITS})
     manifest = read_manifest(shard_dir)
     listed = {e["file"] for entries in manifest["splits"].values() for e in entries}
     for path in glob.glob(os.path.join(shard_dir, "*.arrow")):

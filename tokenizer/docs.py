@@ -12,6 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from runio.files import atomic_path
+
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -90,10 +92,8 @@ def write_docs_parquet(path: str, docs: Sequence[dict]) -> None:
             "annotations": pa.array([json.dumps(d.get("annotations", {})) for d in docs], pa.string()),
         }
     )
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    pq.write_table(table, tmp, row_group_size=2048)
-    os.replace(tmp, path)
+    with atomic_path(os.path.abspath(path)) as tmp:
+        pq.write_table(table, tmp, row_group_size=2048)
 
 
 def jsonl_to_docs(jsonl_path: str, docs_dir: str, files: int = 1) -> int:

@@ -13,13 +13,14 @@ See ``tokenizer/FORMAT.md`` for the reference a reader in another tool needs.
 from __future__ import annotations
 
 import bisect
-import hashlib
 import json
 import os
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
+
+from runio.files import atomic_path, sha256_file, write_json
 
 FORMAT_NAME = "corpusmill-shards"
 FORMAT_VERSION = 1
@@ -47,27 +48,13 @@ def shard_schema(seq_len: int, dtype: np.dtype) -> pa.Schema:
     )
 
 
-def file_sha256(path: str, chunk_bytes: int = 1 << 20) -> str:
-    """Stream the file through sha256 in fixed-size chunks, so hashing never holds a shard in memory."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(chunk_bytes):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _write_json_atomic(path: str, obj: Any) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def manifest_path(shard_dir: str | os.PathLike) -> str:
+    """Where a shard directory's manifest is (written last: without it, the directory holds no shards)."""
+    return os.path.join(shard_dir, MANIFEST_NAME)
 
 
 def read_manifest(shard_dir: str) -> dict:
-    path = os.path.join(shard_dir, MANIFEST_NAME)
+    path = manifest_path(shard_dir)
     if not os.path.exists(path):
         raise ShardFormatError(f"{path}: no shard manifest (shards are incomplete or the path is wrong)")
     try:
@@ -86,15 +73,16 @@ def read_manifest(shard_dir: str) -> dict:
 
 
 class _ShardWriter:
-    """Writes one shard file: record batches of up to RECORD_BATCH_ROWS rows, then an atomic rename."""
+    """Writes one shard file at ``path`` (a temporary name: the caller renames it), record batches of up to
+    RECORD_BATCH_ROWS rows; ``close`` returns the manifest entry, under the file's final ``name``."""
 
-    def __init__(self, path: str, schema: pa.Schema, seq_len: int, dtype: np.dtype):
+    def __init__(self, path: str, name: str, schema: pa.Schema, seq_len: int, dtype: np.dtype):
         self.path = path
-        self._tmp = f"{path}.tmp-{os.getpid()}"
+        self.name = name
         self._schema = schema
         self._seq_len = seq_len
         self._dtype = dtype
-        self._sink = pa.OSFile(self._tmp, "wb")
+        self._sink = pa.OSFile(self.path, "wb")
         self._writer = pa.ipc.new_file(self._sink, schema)
         self.rows = 0
         self.tokens = 0
@@ -127,19 +115,16 @@ class _ShardWriter:
         self._flush()
         self._writer.close()
         self._sink.close()
-        with open(self._tmp, "rb+") as f:
+        with open(self.path, "rb+") as f:
             os.fsync(f.fileno())
-        sha = file_sha256(self._tmp)
-        size = os.path.getsize(self._tmp)
-        os.replace(self._tmp, self.path)
         return {
-            "file": os.path.basename(self.path),
+            "file": self.name,
             "rows": self.rows,
             "tokens": self.tokens,
             "padding": self.rows * self._seq_len - self.tokens,
             "segments": self.segments,
-            "bytes": size,
-            "sha256": sha,
+            "bytes": os.path.getsize(self.path),
+            "sha256": sha256_file(self.path),
         }
 
     def abort(self) -> None:
@@ -148,8 +133,6 @@ class _ShardWriter:
             self._sink.close()
         except Exception:  # the temp file is removed either way; the original error is what matters
             pass
-        if os.path.exists(self._tmp):
-            os.remove(self._tmp)
 
 
 def _check_row(index: int, tokens: np.ndarray, doc_lens: Sequence[int], doc_ids: Sequence[int],
@@ -208,16 +191,18 @@ def write_shard_file(
     ``write_manifest`` once): ``write_shards`` is the sequential front end to both.
     """
     dtype = token_dtype(vocab_size)
-    writer = _ShardWriter(path, shard_schema(seq_len, dtype), seq_len, dtype)
-    try:
-        for index, (tokens, doc_lens, doc_ids) in enumerate(rows):
-            tokens = np.asarray(tokens)
-            _check_row(index, tokens, doc_lens, doc_ids, seq_len, vocab_size, pad_id)
-            writer.add(tokens, doc_lens, doc_ids)
-        return writer.close()
-    except BaseException:
-        writer.abort()
-        raise
+    with atomic_path(path) as tmp:
+        writer = _ShardWriter(tmp, os.path.basename(path), shard_schema(seq_len, dtype), seq_len, dtype)
+        try:
+            for index, (tokens, doc_lens, doc_ids) in enumerate(rows):
+                tokens = np.asarray(tokens)
+                _check_row(index, tokens, doc_lens, doc_ids, seq_len, vocab_size, pad_id)
+                writer.add(tokens, doc_lens, doc_ids)
+            entry = writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+    return entry
 
 
 def write_manifest(
@@ -258,7 +243,7 @@ def write_manifest(
         "totals": totals,
         "splits": splits,
     }
-    _write_json_atomic(os.path.join(shard_dir, MANIFEST_NAME), manifest)
+    write_json(manifest_path(shard_dir), manifest, indent=2, sort_keys=True)
     return manifest
 
 
@@ -295,12 +280,12 @@ def write_shards(
         "bos_id": bos_id, "eos_id": eos_id, "tokenizer_sha256": tokenizer_sha256,
     }
     previous: dict | None = None
-    if os.path.exists(os.path.join(shard_dir, MANIFEST_NAME)):
+    if os.path.exists(manifest_path(shard_dir)):
         previous = read_manifest(shard_dir)
         clash = {k: (previous.get(k), v) for k, v in settings.items() if previous.get(k) != v}
         if clash:
             raise ShardFormatError(
-                f"{os.path.join(shard_dir, MANIFEST_NAME)}: existing shards were written with different "
+                f"{manifest_path(shard_dir)}: existing shards were written with different "
                 f"settings {clash} (old, new); write into an empty directory"
             )
 
@@ -414,19 +399,19 @@ class ShardReader:
         self.split = split
         self._expected_sha = expected_tokenizer_sha256
         self.manifest = read_manifest(shard_dir)
-        manifest_path = os.path.join(shard_dir, MANIFEST_NAME)
+        where = manifest_path(shard_dir)
         m = self.manifest
         if expected_tokenizer_sha256 is not None and m["tokenizer_sha256"] != expected_tokenizer_sha256:
             raise ShardFormatError(
-                f"{manifest_path}: shards were written with tokenizer sha256 {m['tokenizer_sha256']}, "
+                f"{where}: shards were written with tokenizer sha256 {m['tokenizer_sha256']}, "
                 f"expected {expected_tokenizer_sha256} (shards come from another tokenizer: re-run tokenization)"
             )
         if split not in m["splits"]:
-            raise ShardFormatError(f"{manifest_path}: no split {split!r}; available: {sorted(m['splits'])}")
+            raise ShardFormatError(f"{where}: no split {split!r}; available: {sorted(m['splits'])}")
         self.seq_len: int = m["seq_len"]
         self.dtype = np.dtype(m["dtype"])
         if self.dtype != token_dtype(m["vocab_size"]):
-            raise ShardFormatError(f"{manifest_path}: dtype {m['dtype']} does not match vocab_size {m['vocab_size']}")
+            raise ShardFormatError(f"{where}: dtype {m['dtype']} does not match vocab_size {m['vocab_size']}")
         self.vocab_size: int = m["vocab_size"]
         self.pad_id: int = m["pad_id"]
         self.bos_id: int | None = m["bos_id"]
@@ -485,7 +470,7 @@ class ShardReader:
             path, entry = shard.path, shard.entry
             if not os.path.exists(path):
                 raise ShardFormatError(f"{path}: shard listed in the manifest is missing from disk")
-            sha = file_sha256(path)
+            sha = sha256_file(path)
             if sha != entry["sha256"]:
                 raise ShardFormatError(f"{path}: sha256 {sha} does not match the manifest's {entry['sha256']}")
             tokens = segments = 0
@@ -511,3 +496,21 @@ class ShardReader:
                     f"{path}: holds {tokens} tokens in {segments} segments, manifest says "
                     f"{entry['tokens']} in {entry.get('segments')}"
                 )
+
+
+def count_documents(shard_dir: str | os.PathLike, entries: Sequence[dict]) -> int:
+    """Distinct source documents in the shards ``entries`` list (one split of a manifest), from their
+    ``doc_ids`` column; for manifests that lack the per-split document count. Reads only that column of each
+    memory-mapped file; raises ShardFormatError naming a file that cannot be read."""
+    import pyarrow.compute as pc
+
+    chunks = []
+    for entry in entries:
+        path = os.path.join(shard_dir, entry["file"])
+        try:
+            with pa.memory_map(path, "r") as source:
+                ids = pc.list_flatten(pa.ipc.open_file(source).read_all().column("doc_ids"))
+        except (pa.ArrowException, OSError, KeyError) as e:
+            raise ShardFormatError(f"{path}: doc_ids not readable ({e})") from e
+        chunks.extend(ids.chunks)
+    return len(pc.unique(pa.chunked_array(chunks, type=pa.int64()))) if chunks else 0

@@ -6,7 +6,6 @@ docs and config always give the same sample, whatever the file layout.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -17,10 +16,11 @@ import numpy as np
 import pyarrow.compute as pc
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from runio.files import atomic_path, sha256_file
+from runio.layout import RunPaths
 from tokenizer.config import PackingConfig, TokenizerConfig
 from tokenizer.docs import in_val_split, iter_doc_batches, list_doc_files, stable_hash
 
-TOKENIZER_FILE = "tokenizer.json"
 # CJK ideographs (unified, extension A, compatibility): isolated one per piece for WordPiece, whose words must be
 # bounded (a line of Chinese has no spaces and would otherwise become one over-long, unknown "word").
 _CJK = r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]"
@@ -31,14 +31,6 @@ class SpecialIds:
     pad_id: int
     bos_id: int | None
     eos_id: int | None
-
-
-def sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _normalizer(kind: str):
@@ -110,13 +102,6 @@ def sample_texts(
     return texts
 
 
-def _save_atomic(tok: Tokenizer, path: str) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    tok.save(tmp)
-    os.replace(tmp, path)
-
-
 def canonical_vocabulary(tok: Tokenizer, cfg: TokenizerConfig) -> Tokenizer:
     """Make a trained WordPiece tokenizer a function of its content, not of the trainer's thread timing.
 
@@ -148,7 +133,8 @@ def train_tokenizer(texts: Sequence[str], cfg: TokenizerConfig, out_path: str) -
 
     tok.train_from_iterator(chunks(), trainer=trainer, length=len(texts))
     tok = canonical_vocabulary(tok, cfg)
-    _save_atomic(tok, out_path)
+    with atomic_path(os.path.abspath(out_path)) as tmp:
+        tok.save(tmp)
     return tok
 
 
@@ -169,12 +155,15 @@ def special_ids(tok: Tokenizer, cfg: TokenizerConfig, packing: PackingConfig) ->
     return SpecialIds(pad_id=pad, bos_id=lookup("bos_token", packing.add_bos), eos_id=lookup("eos_token", packing.add_eos))
 
 
-def train_or_load(run_dir: str, cfg: TokenizerConfig, packing: PackingConfig) -> tuple[Tokenizer, str, str]:
-    """Make ``<run_dir>/tokenizer/tokenizer.json``; returns (tokenizer, its path, its sha256).
+def train_or_load(run: RunPaths | str | os.PathLike, cfg: TokenizerConfig,
+                  packing: PackingConfig) -> tuple[Tokenizer, str, str]:
+    """Make the run's ``tokenizer/tokenizer.json``; returns (tokenizer, its path, its sha256).
 
-    Trained on ``<run_dir>/docs`` (validation documents excluded) unless ``cfg.path`` names one to load.
+    Trained on the run's ``docs/`` (validation documents excluded) unless ``cfg.path`` names one to load.
+    ``run`` is the run directory's layout (a plain path is taken as the run directory).
     """
-    out_path = os.path.join(run_dir, "tokenizer", TOKENIZER_FILE)
+    paths = run if isinstance(run, RunPaths) else RunPaths(run)
+    out_path = str(paths.tokenizer_json)
     if cfg.path:
         if not os.path.exists(cfg.path):
             raise FileNotFoundError(f"tokenizer.path={cfg.path!r} does not exist")
@@ -182,13 +171,11 @@ def train_or_load(run_dir: str, cfg: TokenizerConfig, packing: PackingConfig) ->
             tok = Tokenizer.from_file(cfg.path)
         except Exception as e:  # tokenizers raises a bare Exception on malformed JSON
             raise ValueError(f"tokenizer.path={cfg.path!r} is not a valid tokenizer.json: {e}") from e
-        os.makedirs(os.path.dirname(out_path), exist_ok=True)
         if os.path.abspath(cfg.path) != os.path.abspath(out_path):
-            tmp = f"{out_path}.tmp-{os.getpid()}"
-            shutil.copyfile(cfg.path, tmp)
-            os.replace(tmp, out_path)
+            with atomic_path(out_path) as tmp:
+                shutil.copyfile(cfg.path, tmp)
     else:
-        files = list_doc_files(os.path.join(run_dir, "docs"))
+        files = list_doc_files(str(paths.docs))
         texts = sample_texts(
             files, cfg, exclude=lambda ids: in_val_split(ids, packing.val_fraction, packing.split_seed)
         )

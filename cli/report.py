@@ -5,16 +5,18 @@ import argparse
 import sys
 from pathlib import Path
 
+from runio.layout import RunPaths
+
 
 def _report(args: argparse.Namespace) -> int:
-    from pipelines.report import ReportConfig, build_report
+    from report import ReportConfig, build_report
 
-    run_dir = Path(args.run_dir)
-    if not run_dir.is_dir():
-        print(f"corpusmill report: {run_dir}: no such run directory", file=sys.stderr)
+    paths = RunPaths(args.run_dir)
+    if not paths.root.is_dir():
+        print(f"corpusmill report: {paths}: no such run directory", file=sys.stderr)
         return 2
     cfg = ReportConfig(max_docs_scanned=args.max_docs) if args.max_docs else ReportConfig()
-    out = build_report(run_dir, cfg, Path(args.out) if args.out else None)
+    out = build_report(paths, cfg, Path(args.out) if args.out else None)
     print(f"corpusmill report: wrote {out} ({out.stat().st_size / 1e6:.1f} MB, opens offline)")
     return 0
 
@@ -22,11 +24,11 @@ def _report(args: argparse.Namespace) -> int:
 def _resume(args: argparse.Namespace) -> int:
     from trainer_bridge.alerts import request_resume
 
-    run_dir = Path(args.run_dir)
-    if not run_dir.is_dir():
-        print(f"corpusmill resume: {run_dir}: no such run directory", file=sys.stderr)
+    paths = RunPaths(args.run_dir)
+    if not paths.root.is_dir():
+        print(f"corpusmill resume: {paths}: no such run directory", file=sys.stderr)
         return 2
-    signal = request_resume(run_dir)
+    signal = request_resume(paths)
     print(f"corpusmill resume: wrote {signal}; a paused trainer continues within its poll interval")
     return 0
 

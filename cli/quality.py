@@ -6,33 +6,16 @@ import json
 import os
 import sys
 
-
-def _parse_params(pairs: list[str], model_cls, section: str):
-    """KEY=VALUE pairs (values parsed as YAML scalars) validated by a pydantic model; errors name the key."""
-    import yaml
-    from pydantic import ValidationError
-
-    from pipelines.config import ConfigError
-
-    values = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise ConfigError(f"--param {pair!r}: expected KEY=VALUE")
-        key, raw = pair.split("=", 1)
-        values[key.strip()] = yaml.safe_load(raw)
-    try:
-        return model_cls(**values)
-    except ValidationError as err:
-        problems = "; ".join(f"{section}.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-        raise ConfigError(problems) from None
+SECTION = "quality"
+TRAIN_SECTION = "quality.train"
 
 
 def _train(args: argparse.Namespace) -> int:
-    from pipelines.config import ConfigError
+    from pipelines.config import ConfigError, load_section, param_overrides
     from transforms.quality.model import (QualityModel, QualityTrainConfig, binary_metrics, load_labeled,
                                           split_records, train_quality_model)
 
-    cfg = _parse_params(args.params, QualityTrainConfig, "quality.train")
+    cfg = load_section(None, TRAIN_SECTION, QualityTrainConfig, param_overrides(TRAIN_SECTION, args.params))
     if args.quantize:
         cfg = cfg.model_copy(update={"quantize": True})
     if not os.path.exists(args.data):
@@ -95,17 +78,17 @@ def _score(args: argparse.Namespace) -> int:
     import apache_beam as beam
 
     from pipelines.beam_options import make_pipeline
-    from pipelines.config import ConfigError, InputConfig
+    from pipelines.config import ConfigError, InputConfig, load_section, param_overrides
     from pipelines.read import ReadCorpus
-    from transforms.quality.step import QualityConfig, QualityFilter
+    from runio.files import atomic_output
+    from transforms.base import step_annotations
     from transforms.quality.model import sidecar_paths
+    from transforms.quality.step import QualityConfig, QualityFilter
 
-    overrides = list(args.params)
-    if args.mode:
-        overrides.append(f"mode={args.mode}")
+    values = {"mode": args.mode} if args.mode else {}
     if args.threshold is not None:
-        overrides.append(f"threshold={args.threshold}")
-    cfg = _parse_params(overrides, QualityConfig, "quality")
+        values["threshold"] = args.threshold
+    cfg = load_section(None, SECTION, QualityConfig, param_overrides(SECTION, args.params), values=values)
     for path in (args.model, sidecar_paths(args.model)[0]):
         if not os.path.exists(path):
             raise ConfigError(f"--model: {path} does not exist (train one with `corpusmill quality train`)")
@@ -117,8 +100,8 @@ def _score(args: argparse.Namespace) -> int:
 
     def to_row(doc: dict, keep: bool) -> str:
         doc_id = doc["meta"].get(id_field, doc["id"]) if id_field else doc["id"]
-        return json.dumps({"id": doc_id, "score": doc["annotations"]["quality_score"], "keep": keep},
-                          ensure_ascii=False)
+        return json.dumps({"id": doc_id, "score": step_annotations(doc["annotations"], SECTION)["score"],
+                           "keep": keep}, ensure_ascii=False)
 
     pipeline = make_pipeline(args.runner, args.workers)
     with pipeline:
@@ -133,11 +116,9 @@ def _score(args: argparse.Namespace) -> int:
 
     rows, quarantined = _collect(tmp_prefix + "-rows"), _collect(tmp_prefix + "-quarantine")
     rows.sort(key=lambda line: _sort_key(json.loads(line)["id"]))
-    tmp_out = args.out + ".tmp"
-    with open(tmp_out, "w", encoding="utf-8") as fh:
+    with atomic_output(args.out, "w") as fh:
         for line in rows:
             fh.write(line + "\n")
-    os.replace(tmp_out, args.out)
     kept_n = sum(1 for line in rows if json.loads(line)["keep"])
     print(f"scored {len(rows)} documents ({cfg.mode}): kept {kept_n}, removed {len(rows) - kept_n} -> {args.out}")
     if quarantined:

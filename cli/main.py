@@ -8,13 +8,14 @@ import sys
 import warnings
 
 COMMAND_MODULES = (
-    "pipelines.cmd_tokenizer",
-    "pipelines.cmd_prepare",
-    "pipelines.cmd_train",
-    "pipelines.cmd_pii",
-    "pipelines.cmd_dedup",
-    "pipelines.cmd_report",
-    "pipelines.cmd_quality",
+    "cli.tokenizer",
+    "cli.prepare",
+    "cli.train",
+    "cli.pii",
+    "cli.dedup",
+    "cli.report",
+    "cli.quality",
+    "cli.hf",
 )
 
 
@@ -47,10 +48,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.beam_args = unknown
     from pipelines.config import ConfigError
+    from transforms.base import StepConfigError
 
     try:
         return int(args.handler(args) or 0)
-    except ConfigError as err:
+    except (ConfigError, StepConfigError) as err:  # a setting that cannot work, named: exit 2, one message
         print(f"corpusmill {args.command}: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -29,6 +29,7 @@ def register(subparsers) -> None:
 
 def _handle(args: argparse.Namespace) -> int:
     from pipelines.config import load_config
+    from runio.layout import RunPaths
     from trainer_bridge.launch import Rendezvous, run_training
 
     cfg = load_config(args.config, args.overrides)
@@ -38,5 +39,5 @@ def _handle(args: argparse.Namespace) -> int:
     rendezvous = Rendezvous(nnodes=args.nnodes, node_rank=args.node_rank, rdzv_backend=args.rdzv_backend,
                             rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id,
                             max_restarts=args.max_restarts, nproc_per_node=args.nproc_per_node)
-    print(f"corpusmill train: run {cfg.name} → {cfg.run_dir / 'train'}", flush=True)
+    print(f"corpusmill train: run {cfg.name} → {RunPaths.of(cfg).train}", flush=True)
     return run_training(cfg, rendezvous)

@@ -18,6 +18,8 @@ import sys
 import tempfile
 import time
 
+SECTION = "near_dedup"
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("dedup", help="near-duplicate clusters of a corpus (the pipeline's near_dedup stage)",
@@ -36,40 +38,6 @@ def register(subparsers) -> None:
     p.add_argument("--runner", default="direct", help="direct (default) | inprocess | flink | spark | dataflow")
     p.add_argument("--workers", type=int, help="local workers (default: one per core)")
     p.set_defaults(handler=_run, accepts_beam_args=True)
-
-
-def near_dedup_config(config_path: str | None, overrides: list[str]):
-    """The `near_dedup` section of CONFIG (or the defaults) with --set overrides applied, validated."""
-    from pydantic import ValidationError
-
-    from pipelines.config import ConfigError, apply_overrides
-    from transforms.near_dedup import NearDedupConfig
-
-    data: dict = {}
-    if config_path:
-        import yaml
-
-        if not os.path.isfile(config_path):
-            raise ConfigError(f"config file not found: {config_path}")
-        with open(config_path, encoding="utf-8") as fh:
-            data = dict((yaml.safe_load(fh) or {}).get("near_dedup") or {})
-    normalized = []
-    for item in overrides:
-        key = item.split("=", 1)[0]
-        for prefix in ("near_dedup.", "dedup."):
-            if key.startswith(prefix):
-                normalized.append(item[len(prefix):])
-                break
-        else:
-            raise ConfigError(f"--set {item!r}: only near_dedup.KEY=VALUE (or dedup.KEY=VALUE) applies here")
-    data = apply_overrides(data, normalized)
-    try:
-        return NearDedupConfig(**data)
-    except ValidationError as err:
-        problems = "; ".join(f"near_dedup.{'.'.join(map(str, e['loc']))}: {e['msg']}"
-                             + (f" (got {e['input']!r})" if e["type"] != "missing" and "input" in e else "")
-                             for e in err.errors())
-        raise ConfigError(f"invalid near_dedup config: {problems}") from None
 
 
 def _report_id(doc: dict, id_field: str):
@@ -102,11 +70,13 @@ def _run(args) -> int:
     from apache_beam.metrics.metric import MetricsFilter
 
     from pipelines.beam_options import make_pipeline
-    from pipelines.config import ConfigError, InputConfig
+    from pipelines.config import ConfigError, InputConfig, load_section
     from pipelines.read import ReadCorpus, expand_inputs
-    from transforms.near_dedup import NearDedup
+    from runio.files import atomic_output
+    from transforms.base import step_annotations
+    from transforms.near_dedup import NearDedup, NearDedupConfig
 
-    cfg = near_dedup_config(args.config, args.overrides)
+    cfg = load_section(args.config, SECTION, NearDedupConfig, args.overrides, aliases=("dedup",))
     input_cfg = InputConfig(paths=args.input, text_field=args.text_field, id_field=args.id_field)
     files = expand_inputs(input_cfg.paths)  # raises ConfigError naming a path that matches nothing
     out_dir = os.path.dirname(os.path.abspath(args.out))
@@ -125,7 +95,7 @@ def _run(args) -> int:
         result = read["docs"] | "NearDedup" >> dedup
         kept = result["kept"] | "KeptIds" >> beam.Map(lambda d: (d["id"], _report_id(d, id_field)))
         removed = result["removed"] | "RemovedIds" >> beam.Map(
-            lambda d: (d["annotations"]["dup_cluster"], _report_id(d, id_field)))
+            lambda d: (step_annotations(d["annotations"], SECTION)["cluster"], _report_id(d, id_field)))
         (
             {"kept": kept, "removed": removed}
             | "ByCluster" >> beam.CoGroupByKey()
@@ -133,21 +103,19 @@ def _run(args) -> int:
             | "Write" >> beam.io.WriteToText(os.path.join(work, "clusters"), file_name_suffix=".jsonl")
         )
         read["quarantined"] | "WriteQuarantine" >> beam.Map(json.dumps) | "WriteQ" >> beam.io.WriteToText(
-            os.path.join(work, "quarantine"), file_name_suffix=".jsonl")
+            os.path.join(work, "quarantined"), file_name_suffix=".jsonl")
         outcome = pipeline.run()
         outcome.wait_until_finish()
 
-        tmp_out = args.out + ".tmp"
         n_docs = n_kept = 0
-        with open(tmp_out, "w", encoding="utf-8") as out:
+        with atomic_output(args.out, "w") as out:
             for part in sorted(glob.glob(os.path.join(work, "clusters*.jsonl"))):
                 with open(part, encoding="utf-8") as fh:
                     for line in fh:
                         out.write(line)
                         n_docs += 1
                         n_kept += '"kept": true' in line
-        os.replace(tmp_out, args.out)
-        quarantined = sum(1 for part in glob.glob(os.path.join(work, "quarantine*.jsonl")) for _ in open(part))
+        quarantined = sum(1 for part in glob.glob(os.path.join(work, "quarantined*.jsonl")) for _ in open(part))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     elapsed = time.perf_counter() - started

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 
+SECTION = "tokenizer"
 SEGMENT_OPEN = "\u27e6"  # ⟦ marks where a document segment starts in a decoded row
 SEGMENT_CLOSE = "\u27e7"
 
@@ -27,27 +28,23 @@ def register(subparsers) -> None:
     tokenizer = subparsers.add_parser("tokenizer", help="tokenizer tools")
     tok_sub = tokenizer.add_subparsers(dest="tokenizer_command", required=True, metavar="ACTION")
     train = tok_sub.add_parser(
-        "train", help="train a tokenizer on kept documents (docs/*.parquet) or JSONL(.gz) files with 'text'",
+        "train", help="train a tokenizer on kept documents (docs/*.parquet) or an input file with 'text'",
         description="Train a HF tokenizers tokenizer on a deterministic sample; --param KEY=VALUE sets any "
         "tokenizer config key (model, vocab_size, normalization, sample_bytes, sample_seed, special tokens).",
     )
-    train.add_argument("input", help="a docs folder of Parquet files (runs/<name>/docs) or a JSONL(.gz) file")
+    train.add_argument("input", help="a docs folder of Parquet files (runs/<name>/docs), or a file the pipeline "
+                                     "reads (JSONL/.gz/.zst with 'text', Parquet, .txt)")
     train.add_argument("--out", required=True, help="where to write tokenizer.json")
     train.add_argument("--param", dest="params", action="append", default=[], metavar="KEY=VALUE")
     train.set_defaults(handler=_train)
 
 
-def _config_error(message: str):
-    from pipelines.config import ConfigError
-
-    return ConfigError(message)
-
-
 def _inspect(args: argparse.Namespace) -> int:
     from tokenizers import Tokenizer
 
+    from runio.files import sha256_file
+    from runio.layout import RunPaths
     from tokenizer.shards import ShardFormatError, ShardReader
-    from tokenizer.train import sha256_file
 
     try:
         reader = ShardReader(args.shards, split=args.split)
@@ -74,8 +71,8 @@ def _inspect(args: argparse.Namespace) -> int:
         print(f"verify: all {count} shards ({', '.join(m['splits'])}) match their sha256 and schema")
     if not args.row:
         return 0
-    tok_path = args.tokenizer or os.path.join(os.path.dirname(os.path.abspath(args.shards)), "tokenizer",
-                                              "tokenizer.json")
+    # Default: the tokenizer of the run directory these shards are in.
+    tok_path = args.tokenizer or str(RunPaths(os.path.dirname(os.path.abspath(args.shards))).tokenizer_json)
     if not os.path.exists(tok_path):
         print(f"corpusmill inspect: no tokenizer at {tok_path} (pass --tokenizer)", file=sys.stderr)
         return 1
@@ -111,65 +108,52 @@ def format_row(reader, tok, r: int, show_tokens: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _iter_jsonl_texts(path: str):
-    import gzip
+def _input_sample(path: str, cfg) -> list[str]:
+    """The training sample of an input file read by the pipeline's reader: the same seeded stable-hash order
+    as for kept documents, with record numbers (from 1) standing in for document ids."""
+    import numpy as np
 
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                text = json.loads(line).get("text")
-            except (ValueError, AttributeError):
-                print(f"corpusmill tokenizer train: {path}:{line_no}: not a JSON object, skipped", file=sys.stderr)
-                continue
-            if isinstance(text, str) and text:
-                yield line_no, text
+    from pipelines.config import InputConfig
+    from pipelines.read import Quarantined, iter_records
+    from tokenizer.docs import stable_hash
+
+    input_cfg = InputConfig(paths=[path])
+    records = []
+    for source, index, item in iter_records(input_cfg):
+        if isinstance(item, Quarantined):
+            print(f"corpusmill tokenizer train: {source}:{index + 1}: {item.reason}, skipped", file=sys.stderr)
+        else:
+            records.append((index + 1, item["text"]))
+    order = np.lexsort((np.arange(len(records)), stable_hash([n for n, _ in records], cfg.sample_seed)))
+    texts, used = [], 0
+    for i in order.tolist():
+        size = len(records[i][1].encode("utf-8"))
+        if texts and used + size > cfg.sample_bytes:
+            break
+        texts.append(records[i][1])
+        used += size
+    return texts
 
 
 def _train(args: argparse.Namespace) -> int:
-    import numpy as np
-    from pydantic import ValidationError
-
+    from pipelines.config import ConfigError, load_section, param_overrides
+    from runio.files import sha256_file
     from tokenizer.config import TokenizerConfig
-    from tokenizer.docs import list_doc_files, stable_hash
-    from tokenizer.train import sample_texts, sha256_file, train_tokenizer
+    from tokenizer.docs import list_doc_files
+    from tokenizer.train import sample_texts, train_tokenizer
 
-    import yaml
-
-    values = {}
-    for pair in args.params:
-        if "=" not in pair:
-            raise _config_error(f"--param {pair!r}: expected KEY=VALUE")
-        key, raw = pair.split("=", 1)
-        values[key.strip()] = yaml.safe_load(raw)
-    try:
-        cfg = TokenizerConfig(**values)
-    except ValidationError as err:
-        raise _config_error(
-            "; ".join(f"tokenizer.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-        ) from None
+    cfg = load_section(None, SECTION, TokenizerConfig, param_overrides(SECTION, args.params))
     if not os.path.exists(args.input):
-        raise _config_error(f"input {args.input} does not exist")
+        raise ConfigError(f"input {args.input} does not exist")
     if os.path.isdir(args.input):
         try:
             texts = sample_texts(list_doc_files(args.input), cfg)
         except (FileNotFoundError, ValueError) as err:
-            raise _config_error(str(err)) from None
+            raise ConfigError(str(err)) from None
     else:
-        # JSONL: the same seeded stable-hash order, with line numbers standing in for document ids.
-        records = list(_iter_jsonl_texts(args.input))
-        order = np.lexsort((np.arange(len(records)), stable_hash([n for n, _ in records], cfg.sample_seed)))
-        texts, used = [], 0
-        for i in order.tolist():
-            size = len(records[i][1].encode("utf-8"))
-            if texts and used + size > cfg.sample_bytes:
-                break
-            texts.append(records[i][1])
-            used += size
+        texts = _input_sample(args.input, cfg)
     if not texts:
-        raise _config_error(f"input {args.input} holds no document text")
+        raise ConfigError(f"input {args.input} holds no document text")
     tok = train_tokenizer(texts, cfg, args.out)
     print(json.dumps({
         "out": os.path.abspath(args.out), "sha256": sha256_file(args.out), "model": cfg.model,

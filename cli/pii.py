@@ -1,0 +1,94 @@
+"""`corpusmill pii INPUT --out SPANS.jsonl`: PII spans and masked text per document, for audits and evaluation.
+
+Runs the pipeline's own step (``transforms.pii.PiiStep``) in batches, so what this prints is what a run masks.
+Each output line: {"id", "spans": [{"start", "end", "entity_type", "score"}], "masked_text"}; offsets are Python
+string offsets into the ORIGINAL text. Input: what a run reads (JSONL, optionally .gz/.zst, Parquet, folders of
+.txt), through the pipeline's reader; a record it quarantines is skipped, with its position and the reason.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import Counter
+
+SECTION = "pii"
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("pii", help="detect and mask PII; write spans + masked text per document",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("input", help="JSONL / JSONL.gz / JSONL.zst / Parquet file")
+    p.add_argument("--out", required=True, help="output JSONL path")
+    p.add_argument("--id-field", default="id", help="record field holding the document id (default: id)")
+    p.add_argument("--text-field", default="text", help="record field holding the text (default: text)")
+    p.add_argument("--config", help="run config YAML; its `pii` section is used (default: built-in defaults)")
+    p.add_argument("--ner", choices=["auto", "on", "off"], help="override pii.ner")
+    p.add_argument("--operator", choices=["replace", "mask", "hash", "redact"], help="override pii.operator")
+    p.add_argument("--hash-salt-env", metavar="VAR",
+                   help="take pii.hash_salt from this environment variable (keeps the salt off the command line)")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.set_defaults(handler=_run)
+
+
+def _settings(args) -> dict:
+    """The command's own flags, as typed values of the pii section (applied over --config)."""
+    from pipelines.config import ConfigError
+
+    values = {key: getattr(args, key) for key in ("ner", "operator") if getattr(args, key)}
+    if args.hash_salt_env:
+        if args.hash_salt_env not in os.environ:
+            raise ConfigError(f"--hash-salt-env: environment variable {args.hash_salt_env} is not set")
+        values["hash_salt"] = os.environ[args.hash_salt_env]
+    return values
+
+
+def _run(args) -> int:
+    from pipelines.config import InputConfig, load_section
+    from pipelines.read import Quarantined, expand_inputs, iter_records
+    from runio.files import atomic_output
+    from transforms.pii import PiiConfig, PiiStep
+    from transforms.pii.step import check
+
+    cfg = load_section(args.config, SECTION, PiiConfig, values=_settings(args))
+    check(cfg)  # the run's build-time check: a required NER model that is missing is a config error (exit 2)
+    input_cfg = InputConfig(paths=[args.input], text_field=args.text_field, id_field=args.id_field)
+    files = expand_inputs(input_cfg.paths)  # raises ConfigError naming a path that matches nothing
+
+    step = PiiStep(cfg)
+    step.setup()
+    print(f"corpusmill pii: engine {step.ner_engine}", file=sys.stderr)
+    counts: Counter = Counter()
+    docs = skipped = 0
+    started = time.perf_counter()
+    with atomic_output(args.out, "w") as out:
+        batch: list[dict] = []
+
+        def flush():
+            results, _ = step.process(batch)
+            for doc, res in zip(batch, results):
+                counts.update(s.entity_type for s in res.spans)
+                out.write(json.dumps({"id": doc["id"], "spans": [s.to_dict() for s in res.spans],
+                                      "masked_text": res.masked_text}, ensure_ascii=False) + "\n")
+            batch.clear()
+
+        for _, index, item in iter_records(input_cfg, files):
+            problem = item.reason if isinstance(item, Quarantined) else (
+                None if args.id_field in item["meta"] else f"no field {args.id_field!r}")
+            if problem:  # position and reason only: the record itself may hold PII
+                skipped += 1
+                print(f"corpusmill pii: skipped record {index}: {problem}", file=sys.stderr)
+                continue
+            batch.append({"id": item["meta"][args.id_field], "text": item["text"], "annotations": {}})
+            docs += 1
+            if len(batch) >= args.batch_size:
+                flush()
+        if batch:
+            flush()
+    elapsed = time.perf_counter() - started
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"
+    print(f"corpusmill pii: {docs} documents ({skipped} skipped) in {elapsed:.1f}s; spans: {summary}; "
+          f"wrote {args.out}", file=sys.stderr)
+    return 0 if docs or not skipped else 1

@@ -1,0 +1,204 @@
+"""The report page: one section per stage (run facts, pipeline, distributions, shards, training), and
+``build_report``, which writes it into the run directory."""
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any, Iterable
+
+from report.config import ReportConfig
+from report.data import RunData, _number, load_run
+from report.figures import (_fmt, alerts_figure, distribution_figures, pipeline_edges, pipeline_figure, shard_figure,
+                            step_seconds, training_figures)
+from runio.files import write_atomic
+from runio.layout import RunPaths
+
+
+def _table(headers: Iterable[str], rows: Iterable[Iterable[Any]], table_id: str = "") -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c if isinstance(c, str) else _fmt(c))}</td>" for c in row)
+                   + "</tr>" for row in rows)
+    ident = f' id="{table_id}"' if table_id else ""
+    return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _chart(name: str, fig) -> str:
+    height = int(fig.layout.height or 320)
+    inner = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"chart-{name}",
+                        config={"displaylogo": False, "responsive": True}, default_height=f"{height}px")
+    return f'<div class="chart" data-chart="{html.escape(name)}" style="min-height:{height}px">{inner}</div>'
+
+
+def _missing(text: str) -> str:
+    return f'<p class="missing">{html.escape(text)}</p>'
+
+
+def _section(title: str, body: str, section_id: str) -> str:
+    return f'<section id="{section_id}"><h2>{html.escape(title)}</h2>{body}</section>'
+
+
+def header_section(data: RunData) -> str:
+    m, s = data.manifest or {}, data.stats or {}
+    name = m.get("name") or data.paths.name
+    facts = [("run", name), ("status", m.get("status", "incomplete (no manifest.json)")),
+             ("created", m.get("created")), ("config fingerprint", m.get("config_fingerprint"))]
+    for key, value in sorted((m.get("timings") or {}).items()):
+        facts.append((key.replace("_", " "), f"{value:.1f}" if _number(value) is not None else value))
+    acc = s.get("accounting")
+    if acc:
+        facts.append(("accounting", f"read {acc.get('read', 0):,} = kept {acc.get('kept', 0):,} + removed "
+                                    f"{acc.get('removed', 0):,} + quarantined {acc.get('quarantined', 0):,}: "
+                                    + ("balanced" if acc.get("balanced") else "NOT BALANCED")))
+    body = _table(("", ""), facts, "run-facts")
+    if data.problems:
+        body += '<ul class="problems">' + "".join(f"<li>{html.escape(p)}</li>" for p in data.problems) + "</ul>"
+    return f"<header><h1>corpusmill run report: {html.escape(str(name))}</h1>{body}</header>"
+
+
+def pipeline_section(data: RunData) -> str:
+    if not data.stats:
+        return _section("Pipeline", _missing("The cleaning stage has not run: no stats.json in this run directory."),
+                        "pipeline")
+    edges = pipeline_edges(data)
+    seconds = step_seconds(data.stats, data.manifest)
+    if any(e.documents > 0 for e in edges):
+        body = _chart("pipeline", pipeline_figure(data, edges))
+    else:
+        body = _missing("No document was read, so there is no flow to draw.")
+    body += "<h3>Every edge</h3>" + _table(
+        ("from", "to", "documents", "tokens"),
+        ((e.source, e.target, e.documents, e.tokens) for e in edges), "pipeline-edges")
+    rows = [(row["step"], row.get("in"), row.get("kept"), row.get("removed"), seconds.get(row["step"]))
+            for row in data.stats.get("steps", [])]
+    steps_shown = {r[0] for r in rows}
+    for stage, stage_seconds in seconds.items():  # whole stages, from manifest timings (clean, shards, train, ...)
+        if stage not in steps_shown:
+            rows.append((f"stage: {stage}", None, None, None, stage_seconds))
+    body += "<h3>Steps</h3>" + _table(("step", "in", "kept", "removed", "seconds"), rows, "pipeline-steps")
+    q = data.stats.get("quarantined") or {}
+    if q.get("total"):
+        body += "<h3>Quarantined input</h3>" + _table(("kind", "records"), sorted((q.get("by_kind") or {}).items()),
+                                                       "quarantine")
+    if data.shards is None:
+        body += _missing("Tokenizing and packing have not run: no shards/manifest.json, so the graph ends at the "
+                         "kept documents.")
+    return _section("Pipeline", body, "pipeline")
+
+
+def distributions_section(data: RunData, cfg: ReportConfig) -> str:
+    if data.docs is None:
+        return _section("Distributions", _missing("No docs/ or removed/ Parquet files yet."), "distributions")
+    figures, notes = distribution_figures(data.docs, cfg.histogram_bins)
+    body = "".join(_chart(n, f) for n, f in figures) + "".join(_missing(n) for n in notes)
+    if not data.docs.pii_spans:
+        body += _missing("PII: no span was masked in the kept documents (or the PII step did not run).")
+    else:
+        body += "<h3>PII spans masked</h3>" + _table(("entity type", "spans"), data.docs.pii_spans.most_common(),
+                                                     "pii-spans")
+    if data.docs.truncated:
+        body += _missing(f"Distributions cover the first {data.docs.kept_scanned:,} kept and "
+                         f"{data.docs.removed_scanned:,} removed documents (report.max_docs_scanned).")
+    return _section("Distributions", body, "distributions")
+
+
+def shards_section(data: RunData) -> str:
+    sh = data.shards
+    if sh is None:
+        return _section("Tokenizer and shards", _missing("No shards yet (shards/manifest.json is missing)."), "shards")
+    packing = sh.get("packing") or {}
+    facts = [("vocab size", sh.get("vocab_size")), ("sequence length", sh.get("seq_len")), ("dtype", sh.get("dtype")),
+             ("pad / bos / eos", f"{sh.get('pad_id')} / {sh.get('bos_id')} / {sh.get('eos_id')}"),
+             ("tokenizer sha256", str(sh.get("tokenizer_sha256", ""))[:16]),
+             ("packing", packing.get("algorithm")), ("fill ratio", packing.get("fill_ratio"))]
+    body = _table(("", ""), facts, "shard-facts")
+    totals = sh.get("totals") or {}
+    body += _table(("split", "shards", "rows", "documents", "tokens", "padding", "fill", "docs split across rows"),
+                   ((split, t.get("shards"), t.get("rows"), t.get("docs"), t.get("tokens"), t.get("padding"),
+                     t.get("fill_ratio"), t.get("docs_split")) for split, t in sorted(totals.items())), "shard-totals")
+    fig = shard_figure(sh)
+    body += _chart("shards", fig) if fig is not None else _missing("The shard manifest lists no shard files.")
+    return _section("Tokenizer and shards", body, "shards")
+
+
+def training_section(data: RunData) -> str:
+    if not data.metrics:
+        text = "Training has not run: no train/metrics.jsonl." if not data.paths.train.is_dir() else \
+            "Training started but logged no step yet (train/metrics.jsonl is empty)."
+        body = _missing(text)
+        if data.alerts:
+            body += alerts_body(data)
+        return _section("Training", body, "training")
+    figures, notes = training_figures(data)
+    last = data.metrics[-1]
+    val = [r for r in data.metrics if _number(r.get("val_loss")) is not None]
+    facts = [("steps logged", len(data.metrics)), ("last step", last.get("step")), ("last loss", _number(last.get("loss"))),
+             ("last validation loss", _number(val[-1]["val_loss"]) if val else None),
+             ("tokens trained", last.get("tokens_seen")),
+             ("mean tokens/s", _mean(r.get("tokens_per_s") for r in data.metrics)),
+             ("mean MFU", _mean(r.get("mfu") for r in data.metrics)),
+             ("skipped steps", (last.get("skipped_bad_steps") or 0) + (last.get("skipped_overflow_steps") or 0)),
+             ("rollbacks", last.get("rollbacks")), ("alerts", len(data.alerts))]
+    if data.relogged_steps:
+        facts.append(("steps re-logged after a resume", data.relogged_steps))
+    if data.restarts:
+        facts.append(("restarts", len(data.restarts)))
+    body = _table(("", ""), facts, "train-facts")
+    body += "".join(_chart(n, f) for n, f in figures) + "".join(_missing(n) for n in notes)
+    body += alerts_body(data)
+    if data.restarts:
+        keys = list(data.restarts[0])
+        body += "<h3>Restarts seen in metrics.jsonl</h3>" + _table(
+            keys, ([r[k] for k in keys] for r in data.restarts), "restarts")
+    if data.recovery:
+        keys = list(dict.fromkeys(k for r in data.recovery for k in r))
+        body += "<h3>Restarts and recovery</h3>" + _table(keys, ([r.get(k) for k in keys] for r in data.recovery),
+                                                          "recovery")
+    return _section("Training", body, "training")
+
+
+def alerts_body(data: RunData) -> str:
+    if not data.alerts:
+        return _missing("Alerts: none fired.")
+    fig = alerts_figure(data)
+    return ("<h3>Alerts</h3>" + (_chart("alerts", fig) if fig is not None else "") + _table(
+        ("step", "rule", "action", "value", "threshold", "message"),
+        ((a.get("step"), a.get("rule"), a.get("action"), _number(a.get("value")), _number(a.get("threshold")),
+          a.get("message", "")) for a in data.alerts), "alerts"))
+
+
+def _mean(values: Iterable[Any]) -> float | None:
+    finite = [v for v in (_number(x) for x in values) if v is not None]
+    return sum(finite) / len(finite) if finite else None
+
+
+STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:24px auto;max-width:1200px;color:#1d3557}
+h1{font-size:1.5em}h2{border-bottom:2px solid #e9ecef;padding-bottom:4px;margin-top:36px}
+table{border-collapse:collapse;margin:8px 0 16px;font-size:0.9em}td,th{border:1px solid #dee2e6;padding:3px 8px;
+text-align:left}td:not(:first-child){font-variant-numeric:tabular-nums}th{background:#f1f3f5}
+.missing{color:#6c757d;font-style:italic}.problems{color:#d62828}.chart{margin:8px 0 20px}
+"""
+
+
+def render_html(data: RunData, cfg: ReportConfig | None = None) -> str:
+    from plotly.offline import get_plotlyjs
+
+    cfg = cfg or ReportConfig()
+    name = (data.manifest or {}).get("name") or data.paths.name
+    body = (header_section(data) + pipeline_section(data) + distributions_section(data, cfg) + shards_section(data)
+            + training_section(data))
+    return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>corpusmill report: {html.escape(str(name))}</title><style>{STYLE}</style>"
+            f"<script type=\"text/javascript\">{get_plotlyjs()}</script></head><body>{body}</body></html>")
+
+
+def build_report(run: RunPaths | str | Path, cfg: ReportConfig | None = None, out: Path | None = None) -> Path:
+    """Write the run's ``report.html`` (or ``out``), atomically, from whatever the run directory holds; return
+    its path. ``run`` is the run directory's layout (a plain path is taken as the run directory)."""
+    paths = run if isinstance(run, RunPaths) else RunPaths(run)
+    if not paths.root.is_dir():
+        raise FileNotFoundError(f"{paths}: no such run directory")
+    cfg = cfg or ReportConfig()
+    out = Path(out) if out is not None else paths.report_html
+    write_atomic(out, render_html(load_run(paths, cfg), cfg).encode("utf-8"))
+    return out

@@ -1,0 +1,407 @@
+"""Plotly figures of a run: the pipeline graph, the distributions, the shards, training and alerts."""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from report.data import DocStats, RunData, _number
+
+PALETTE = {"kept": "#2a9d8f", "removed": "#e76f51", "quarantined": "#9b5de5", "step": "#264653",
+           "tokens": "#457b9d", "model": "#1d3557", "val": "#f4a261"}
+ACTION_COLORS = {"warn": "#f4a261", "pause": "#9b5de5", "stop": "#d62828"}
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        if value == int(value) and abs(value) < 1e15:
+            return f"{int(value):,}"
+        return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def _base_layout(fig, title: str, height: int = 320, **extra) -> None:
+    fig.update_layout(title={"text": title, "x": 0.01}, template="plotly_white", height=height,
+                      margin={"l": 60, "r": 20, "t": 50, "b": 45}, **extra)
+
+
+def step_seconds(stats: dict, manifest: dict | None) -> dict[str, float]:
+    """Seconds per stage: busy time of each cleaning step, and the stages' wall times from manifest timings."""
+    seconds = {row["step"]: float(row.get("busy_seconds") or 0.0) for row in stats.get("steps", [])} if stats else {}
+    timings = (manifest or {}).get("timings") or {}
+    for key, value in timings.items():
+        if key.endswith("_seconds") and _number(value) is not None:
+            seconds.setdefault(key[: -len("_seconds")], float(value))
+    return seconds
+
+
+@dataclass
+class Edge:
+    source: str
+    target: str
+    documents: int
+    tokens: int | None = None
+    kind: str = "kept"
+
+
+def pipeline_edges(data: RunData) -> list[Edge]:
+    """The run's graph, input to model: every edge with its document (and, after tokenizing, token) count."""
+    stats, shards, edges = data.stats, data.shards, []
+    if not stats:
+        return edges
+    read = int(stats.get("documents_read", 0))
+    quarantined = stats.get("quarantined") or {}
+    edges.append(Edge("input", "read", read))
+    for kind, count in sorted((quarantined.get("by_kind") or {}).items()):
+        edges.append(Edge("read", f"quarantined: {kind}", int(count), kind="quarantined"))
+    previous = "read"
+    flowing = read - int(quarantined.get("total", 0))
+    for row in stats.get("steps", []):
+        edges.append(Edge(previous, row["step"], int(row.get("in", flowing))))
+        for reason, count in sorted((row.get("removed_by_reason") or {}).items(), key=lambda kv: -kv[1]):
+            edges.append(Edge(row["step"], f"{row['step']}: {reason}", int(count), kind="removed"))
+        previous, flowing = row["step"], int(row.get("kept", flowing))
+    kept = int(stats.get("kept", flowing))
+    edges.append(Edge(previous, "kept documents", kept))
+    if shards:
+        totals = shards.get("totals") or {}
+        for split in sorted(totals):
+            t = totals[split]
+            edges.append(Edge("kept documents", f"{split} shards", int(t.get("docs", 0)), int(t.get("tokens", 0)),
+                              kind="val" if split != "train" else "tokens"))
+        if data.metrics and "train" in totals:
+            trained = data.metrics[-1].get("tokens_seen")
+            edges.append(Edge("train shards", "model", int(totals["train"].get("docs", 0)),
+                              int(trained) if _number(trained) is not None else None, kind="model"))
+    return edges
+
+
+def node_labels(data: RunData, edges: list[Edge]) -> dict[str, str]:
+    stats, seconds = data.stats or {}, step_seconds(data.stats or {}, data.manifest)
+    labels: dict[str, str] = {}
+    inputs = (data.manifest or {}).get("inputs") or []
+    labels["input"] = (f"input<br>{len(inputs)} file(s)<br>{sum(i.get('bytes', 0) for i in inputs) / 1e6:.1f} MB"
+                       if inputs else "input")
+    labels["read"] = f"read<br>{_fmt(stats.get('documents_read'))} docs"
+    for row in stats.get("steps", []):
+        labels[row["step"]] = (f"{row['step']}<br>{_fmt(row.get('in'))} → {_fmt(row.get('kept'))}<br>"
+                               f"{seconds.get(row['step'], 0.0):.1f} s")
+        if row["step"] == "pii" and data.docs is not None and data.docs.pii_spans:
+            labels["pii"] += f"<br>{sum(data.docs.pii_spans.values()):,} spans masked"
+    labels["kept documents"] = f"kept<br>{_fmt(stats.get('kept'))} docs"
+    shards = data.shards or {}
+    for split, t in (shards.get("totals") or {}).items():
+        labels[f"{split} shards"] = (f"{split} shards<br>{_fmt(t.get('tokens'))} tokens<br>{_fmt(t.get('rows'))} rows, "
+                                     f"fill {100 * float(t.get('fill_ratio', 0)):.1f}%")
+    if data.metrics:
+        last = data.metrics[-1]
+        train_s = sum(_number(r.get("step_time_s")) or 0.0 for r in data.metrics)
+        labels["model"] = (f"model<br>{_fmt(last.get('tokens_seen'))} tokens trained<br>"
+                           f"step {_fmt(last.get('step'))}, {seconds.get('train', train_s):.1f} s")
+    for edge in edges:
+        if edge.target not in labels:
+            labels[edge.target] = f"{edge.target.split(': ', 1)[-1]} {_fmt(edge.documents)}"
+    return labels
+
+
+SIDE_KINDS = ("removed", "quarantined", "val")
+MAIN_PX, MAIN_GAP_PX, SINK_GAP_PX, NODE_PAD_PX = 240, 28, 15, 6
+
+
+@dataclass
+class SankeyLayout:
+    x: list[float]
+    y: list[float]
+    spacer: float  # value of an invisible flow that sets plotly's pixels-per-document scale
+    height_px: int
+
+
+def _depths(names: list[str], edges: list[Edge]) -> dict[str, int]:
+    """Longest distance from a source: the column plotly (d3-sankey) puts a node in when sizing nodes."""
+    depth = {n: 0 for n in names}
+    for _ in names:
+        for e in edges:
+            depth[e.target] = max(depth[e.target], depth[e.source] + 1)
+    return depth
+
+
+def sankey_layout(names: list[str], edges: list[Edge]) -> SankeyLayout:
+    """A funnel: the main path left to right along the top, what each step removes stacked below, just right of
+    it. Node heights are documents × a fixed scale; an invisible flow in the first column pins that scale, so the
+    main path and the largest stack of removals both fit, and tiny removals keep room for their labels."""
+    main = [n for n in names if not any(e.target == n and e.kind in SIDE_KINDS for e in edges)]
+    # The last column's labels are drawn to its left: give that gap double width so they do not collide.
+    column = {n: i + (1 if i == len(main) - 1 and i > 1 else 0) for i, n in enumerate(main)}
+    last = max(1, max(column.values(), default=1))
+    value = {n: max(sum(e.documents for e in edges if e.target == n), sum(e.documents for e in edges if e.source == n))
+             for n in names}
+    ky = MAIN_PX / max(1, max((value[n] for n in main), default=1))
+    sinks: dict[str, list[str]] = {}
+    for e in edges:
+        if e.kind in SIDE_KINDS:
+            sinks.setdefault(e.source, []).append(e.target)
+    stack_px = max((sum(value[t] for t in ts) * ky + (len(ts) - 1) * SINK_GAP_PX for ts in sinks.values()), default=0)
+    plot_px = MAIN_PX + MAIN_GAP_PX + stack_px + 8
+    # Every other column must allow at least this scale (d3-sankey takes the minimum over columns).
+    depth = _depths(names, edges)
+    for d in set(depth.values()):
+        members = [n for n in names if depth[n] == d]
+        need = sum(value[n] for n in members) * ky + (len(members) - 1) * NODE_PAD_PX
+        plot_px = max(plot_px, need + 1)
+    spacer = (plot_px - NODE_PAD_PX) / ky - sum(value[n] for n in names if depth[n] == 0)
+    x = {n: 0.001 + 0.998 * column[n] / last for n in main}
+    y = {n: value[n] * ky / 2 / plot_px for n in main}
+    top = (MAIN_PX + MAIN_GAP_PX) / plot_px
+    for source, targets in sinks.items():
+        cursor = top
+        for target in targets:
+            height = value[target] * ky / plot_px
+            x[target] = min(0.999, x[source] + 0.5 / last)
+            y[target] = cursor + height / 2
+            cursor += height + SINK_GAP_PX / plot_px
+    return SankeyLayout([x[n] for n in names], [y[n] for n in names], spacer, int(plot_px))
+
+
+def pipeline_figure(data: RunData, edges: list[Edge]):
+    import plotly.graph_objects as go
+
+    labels = node_labels(data, edges)
+    shown = [e for e in edges if e.documents > 0]
+    names = list(dict.fromkeys(n for e in shown for n in (e.source, e.target)))
+    index = {n: i for i, n in enumerate(names)}
+    color_of = {"kept": "rgba(42,157,143,0.35)", "removed": "rgba(231,111,81,0.45)",
+                "quarantined": "rgba(155,93,229,0.45)", "tokens": "rgba(69,123,157,0.45)",
+                "val": "rgba(244,162,97,0.5)", "model": "rgba(29,53,87,0.45)"}
+    node_color = []
+    for n in names:
+        kinds = {e.kind for e in shown if e.target == n}
+        node_color.append(PALETTE["removed"] if "removed" in kinds else PALETTE["quarantined"]
+                          if "quarantined" in kinds else PALETTE["model"] if n == "model" else PALETTE["step"])
+    layout = sankey_layout(names, shown)
+    # The invisible flow: two transparent nodes at the bottom of the first two columns.
+    spacer_nodes = [len(names), len(names) + 1]
+    fig = go.Figure(go.Sankey(
+        arrangement="fixed",
+        node={"label": [labels.get(n, n) for n in names] + ["", ""],
+              "color": node_color + ["rgba(0,0,0,0)"] * 2, "pad": NODE_PAD_PX, "thickness": 14,
+              "x": layout.x + [0.001, layout.x[index[shown[0].target]]], "y": layout.y + [0.999, 0.999],
+              "line": {"width": 0},
+              "hoverinfo": "none"},
+        link={"source": [index[e.source] for e in shown] + [spacer_nodes[0]],
+              "target": [index[e.target] for e in shown] + [spacer_nodes[1]],
+              "value": [e.documents for e in shown] + [max(layout.spacer, 0.0)],
+              "color": [color_of.get(e.kind) for e in shown] + ["rgba(0,0,0,0)"],
+              "customdata": [(f"{e.tokens:,} tokens" if e.tokens is not None else "") for e in shown] + [""],
+              "hovertemplate": "%{source.label} → %{target.label}<br>%{value:,} documents<br>%{customdata}"
+                               "<extra></extra>"},
+    ))
+    _base_layout(fig, "Pipeline: documents through every step, then tokens into shards and the model",
+                 layout.height_px + 95, font={"size": 11})
+    return fig
+
+
+def _histogram(series: list[tuple[str, list[float], str]], title: str, x_title: str, bins: int, log_x: bool = False):
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for name, values, color in series:
+        if values:
+            xs = [math.log10(max(v, 1)) for v in values] if log_x else values
+            fig.add_trace(go.Histogram(x=xs, name=f"{name} ({len(values):,})", nbinsx=bins, marker_color=color,
+                                       opacity=0.75))
+    _base_layout(fig, title, barmode="overlay", xaxis_title=x_title, yaxis_title="documents")
+    return fig
+
+
+def distribution_figures(docs: DocStats, bins: int) -> tuple[list[tuple[str, Any]], list[str]]:
+    import plotly.graph_objects as go
+
+    figures, notes = [], []
+    if docs.quality_kept or docs.quality_removed:
+        figures.append(("quality", _histogram(
+            [("kept", docs.quality_kept, PALETTE["kept"]), ("removed", docs.quality_removed, PALETTE["removed"])],
+            "Quality scores", "quality.score", bins)))
+    else:
+        notes.append("Quality scores: no document carries a quality.score annotation (the quality step did not run).")
+    if docs.kept_chars:
+        figures.append(("doc_chars", _histogram([("kept", docs.kept_chars, PALETTE["kept"])],
+                                                "Kept document lengths", "log10(characters)", bins, log_x=True)))
+    else:
+        notes.append("Document lengths: docs/ holds no documents.")
+    if docs.kept_words or docs.removed_words:
+        figures.append(("doc_words", _histogram(
+            [("kept", docs.kept_words, PALETTE["kept"]), ("removed", docs.removed_words, PALETTE["removed"])],
+            "Words per document, kept vs removed (filters annotation)", "log10(words)", bins, log_x=True)))
+    sizes_near = Counter(docs.near_clusters.values())
+    sizes_exact = Counter(n + 1 for n in docs.exact_groups.values())
+    if sizes_near or sizes_exact:
+        fig = go.Figure()
+        for name, sizes, color in (("near-duplicate clusters", sizes_near, PALETTE["tokens"]),
+                                   ("exact-duplicate groups", sizes_exact, PALETTE["removed"])):
+            if sizes:
+                xs = sorted(sizes)
+                fig.add_trace(go.Bar(x=xs, y=[sizes[x] for x in xs], name=f"{name} ({sum(sizes.values()):,})",
+                                     marker_color=color))
+        _base_layout(fig, "Duplicate cluster sizes (documents per cluster, kept one included)", barmode="group",
+                     xaxis_title="cluster size", yaxis_title="clusters", xaxis={"dtick": 1})
+        figures.append(("dup_clusters", fig))
+    else:
+        notes.append("Duplicate clusters: no near_dedup.cluster / exact_dedup.dup_of annotations (no duplicates "
+                     "found, or dedup did not run).")
+    if docs.pii_spans:
+        entities = sorted(docs.pii_spans, key=lambda e: -docs.pii_spans[e])
+        fig = go.Figure(go.Bar(x=entities, y=[docs.pii_spans[e] for e in entities], marker_color=PALETTE["quarantined"],
+                               text=[f"{docs.pii_spans[e]:,}" for e in entities], textposition="outside"))
+        _base_layout(fig, "PII spans masked per entity type (kept documents)", yaxis_title="spans")
+        figures.append(("pii", fig))
+    return figures, notes
+
+
+def shard_figure(shards: dict):
+    import plotly.graph_objects as go
+
+    files, tokens, padding = [], [], []
+    for split, entries in sorted((shards.get("splits") or {}).items()):
+        for entry in entries:
+            files.append(entry.get("file", split))
+            tokens.append(int(entry.get("tokens", 0)))
+            padding.append(int(entry.get("padding", 0)))
+    if not files:
+        return None
+    fig = go.Figure([go.Bar(x=files, y=tokens, name="tokens", marker_color=PALETTE["tokens"]),
+                     go.Bar(x=files, y=padding, name="padding", marker_color=PALETTE["removed"])])
+    _base_layout(fig, "Shards: tokens and padding per file", barmode="stack", yaxis_title="token slots")
+    return fig
+
+
+def elapsed_seconds(metrics: list[dict]) -> list[float]:
+    """The time axis of training: wall time from the first record when records carry ``time``, else the
+    running sum of step times (each logged step standing for the steps since the previous one)."""
+    if metrics and all(_number(r.get("time")) is not None for r in metrics):
+        start = float(metrics[0]["time"]) - (_number(metrics[0].get("step_time_s")) or 0.0)
+        return [float(r["time"]) - start for r in metrics]
+    elapsed, total, previous = [], 0.0, None
+    for record in metrics:
+        step = record.get("step", 0)
+        gap = step - previous if previous is not None and step > previous else 1
+        total += (_number(record.get("step_time_s")) or 0.0) * gap
+        elapsed.append(total)
+        previous = step
+    return elapsed
+
+
+def time_axis(metrics: list[dict]) -> tuple[list[float], str]:
+    """Elapsed seconds when the records carry times; the step number when they do not."""
+    xs = elapsed_seconds(metrics)
+    if xs and max(xs) > 0:
+        return xs, "elapsed training time (s)"
+    return [float(r.get("step", i)) for i, r in enumerate(metrics)], "step"
+
+
+TRAINING_SERIES = (
+    # chart name, title, y-axis title, [(metric key, trace name, transform)], log y
+    ("loss", "Loss", "loss", [("loss", "train loss", None), ("val_loss", "validation loss", None)], False),
+    ("lr", "Learning rate", "lr", [("lr", "lr", None)], False),
+    ("grad_norm", "Gradient norm (before clipping)", "global norm", [("grad_norm", "grad norm", None)], False),
+    ("throughput", "Throughput", "tokens/s", [("tokens_per_s", "tokens/s", None)], False),
+    ("mfu", "Model FLOPs utilization", "MFU", [("mfu", "MFU", None)], False),
+    ("memory", "Peak memory", "MiB", [("peak_memory_bytes", "peak memory", 1 / 2**20),
+                                      ("gpu_memory_bytes", "GPU memory", 1 / 2**20),
+                                      ("rss_bytes", "process RSS", 1 / 2**20)], False),
+    ("data_wait", "Data wait share of step time", "share", [("data_wait_fraction", "data wait", None)], False),
+)
+
+
+def training_figures(data: RunData) -> tuple[list[tuple[str, Any]], list[str]]:
+    import plotly.graph_objects as go
+
+    metrics, figures, notes = data.metrics, [], []
+    xs, x_title = time_axis(metrics)
+    step_to_x = {r.get("step"): x for r, x in zip(metrics, xs)}
+    alert_xs = [_alert_x(a, step_to_x, xs) for a in data.alerts]
+    events = [(x, r) for r, x in zip(metrics, xs) if r.get("event")]
+    colors = [PALETTE["tokens"], PALETTE["val"], PALETTE["removed"]]
+    for name, title, y_title, keys, log_y in TRAINING_SERIES:
+        fig = go.Figure()
+        for (key, trace_name, factor), color in zip(keys, colors):
+            points = [(x, _number(r.get(key)), r.get("step")) for r, x in zip(metrics, xs)]
+            points = [(x, y * factor if factor else y, s) for x, y, s in points if y is not None]
+            if not points:
+                continue
+            mode = "lines+markers" if key == "val_loss" or len(points) < 30 else "lines"
+            fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], customdata=[p[2] for p in points],
+                                     name=trace_name, mode=mode, line={"color": color},
+                                     hovertemplate="step %{customdata}<br>%{x:.1f}<br>%{y:.4g}<extra>" + trace_name
+                                                   + "</extra>"))
+        if not fig.data:
+            notes.append(f"{title}: not in metrics.jsonl.")
+            continue
+        if name == "loss" and events:
+            fig.add_trace(go.Scatter(
+                x=[x for x, _ in events], y=[_number(r.get("loss")) or 0.0 for _, r in events], mode="markers",
+                name="skipped / rolled back", marker={"symbol": "x", "size": 10, "color": PALETTE["removed"]},
+                text=[str(r["event"]) for _, r in events], hovertemplate="%{text}<extra></extra>"))
+        for alert, x in zip(data.alerts, alert_xs):
+            if x is not None:
+                fig.add_vline(x=x, line_dash="dot", line_color=ACTION_COLORS.get(alert.get("action"), "#888"),
+                              opacity=0.7)
+        _base_layout(fig, title, 260, xaxis_title=x_title, yaxis_title=y_title,
+                     legend={"orientation": "h", "y": 1.12, "x": 1, "xanchor": "right"})
+        figures.append((name, fig))
+    skipped = [(x, r) for r, x in zip(metrics, xs)
+               if _number(r.get("skipped_bad_steps")) is not None or _number(r.get("skipped_overflow_steps")) is not None]
+    if skipped and any((r.get("skipped_bad_steps") or 0) + (r.get("skipped_overflow_steps") or 0) for _, r in skipped):
+        fig = go.Figure()
+        for key, color in (("skipped_bad_steps", PALETTE["removed"]), ("skipped_overflow_steps", PALETTE["val"]),
+                           ("rollbacks", PALETTE["model"])):
+            fig.add_trace(go.Scatter(x=[x for x, _ in skipped], y=[r.get(key) or 0 for _, r in skipped], name=key,
+                                     mode="lines", line={"shape": "hv", "color": color}))
+        _base_layout(fig, "Skipped steps (cumulative)", 240, xaxis_title=x_title, yaxis_title="steps")
+        figures.append(("skipped", fig))
+    else:
+        notes.append("Skipped steps: none (no NaN/Inf, spike or overflow step was skipped).")
+    return figures, notes
+
+
+def _alert_x(alert: dict, step_to_x: dict, xs: list[float]) -> float | None:
+    step = alert.get("step")
+    if step in step_to_x:
+        return step_to_x[step]
+    if isinstance(step, int) and step_to_x:
+        earlier = [s for s in step_to_x if isinstance(s, int) and s <= step]
+        return step_to_x[max(earlier)] if earlier else xs[0]
+    return None
+
+
+def alerts_figure(data: RunData):
+    import plotly.graph_objects as go
+
+    if not data.alerts:
+        return None
+    xs, x_title = time_axis(data.metrics)
+    step_to_x = {r.get("step"): x for r, x in zip(data.metrics, xs)}
+    fig = go.Figure()
+    for action in ("warn", "pause", "stop"):
+        chosen = [a for a in data.alerts if a.get("action", "warn") == action]
+        if not chosen:
+            continue
+        positions = [_alert_x(a, step_to_x, xs) for a in chosen]
+        if any(p is None for p in positions):  # no metrics to place them on: use the alerts' own clock
+            first = min((_number(a.get("time")) or 0.0) for a in data.alerts)
+            positions = [(_number(a.get("time")) or first) - first for a in chosen]
+        fig.add_trace(go.Scatter(
+            x=positions, y=[a.get("rule", "?") for a in chosen], mode="markers", name=action,
+            marker={"size": 13, "color": ACTION_COLORS[action], "symbol": "diamond"},
+            text=[f"step {a.get('step')}: {a.get('message', '')}" for a in chosen],
+            hovertemplate="%{text}<extra>" + action + "</extra>"))
+    _base_layout(fig, "Alerts on the training time axis", 240, xaxis_title=x_title)
+    return fig
