@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from pathlib import Path
 
+from runio.layout import RunPaths
 from trainer_bridge.alerts import AlertMonitor, AlertsConfig
 from trainer_bridge.metrics import MetricsLog
 from trainer_bridge.monitoring import MonitoringConfig, TrainingMonitor
@@ -42,13 +42,13 @@ def main() -> None:
     args = parser.parse_args()
     records = [record(s) for s in range(args.steps)]
     with tempfile.TemporaryDirectory() as tmp:
-        log = MetricsLog(Path(tmp) / "train", enabled=True, tensorboard=False)
+        log = MetricsLog(RunPaths(tmp), enabled=True, tensorboard=False)
         baseline = best_of(args.repeats, lambda s: log.log(records[s]), args.steps)
         log.close()
         monitor = TrainingMonitor(MonitoringConfig(port=0, hardware_interval_s=0)).start()
         exporter = best_of(args.repeats, lambda s: monitor.observe_step(records[s]), args.steps)
         monitor.close()
-        alerts = AlertMonitor(AlertsConfig(), Path(tmp))
+        alerts = AlertMonitor(AlertsConfig(), RunPaths(tmp))
         rules = best_of(args.repeats, lambda s: alerts.observe(s, records[s]), args.steps)
         alerts.close()
     print(f"baseline MetricsLog.log      {baseline * 1e6:8.1f} µs/step  1.00×")

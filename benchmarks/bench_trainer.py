@@ -11,7 +11,6 @@
 """
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import tempfile
@@ -24,13 +23,14 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from runio.layout import RunPaths  # noqa: E402
 from tokenizer.shards import ShardReader  # noqa: E402
 from trainer_bridge.config import TrainConfig  # noqa: E402
 from trainer_bridge.data import IGNORE_INDEX, collate  # noqa: E402
 from trainer_bridge.model import Transformer  # noqa: E402
 from trainer_bridge.parallelize import materialize  # noqa: E402
 from trainer_bridge.synthetic import write_synthetic_shards  # noqa: E402
-from trainer_bridge.train import train  # noqa: E402
+from trainer_bridge.train import TrainHooks, train  # noqa: E402
 
 SEQ_LEN, VOCAB = 128, 512
 CONFIG = {
@@ -74,8 +74,16 @@ def main() -> None:
         run(Path(tmp))
 
 
+def run_dir(work: Path, name: str, shards: Path) -> RunPaths:
+    """A run directory of its own for one training run, over the shared shards."""
+    paths = RunPaths(work / name)
+    paths.root.mkdir(parents=True)
+    paths.shards.symlink_to(shards, target_is_directory=True)
+    return paths
+
+
 def run(work: Path) -> None:
-    shards = work / "shards"
+    shards = RunPaths(work / "data").shards
     write_synthetic_shards(shards, seq_len=SEQ_LEN, vocab_size=VOCAB, train_docs=4000, val_docs=20,
                            min_doc_len=16, max_doc_len=120, fill=0.95, rows_per_shard=256)
     cfg = TrainConfig.model_validate({**CONFIG, "steps": STEPS_PER_ROUND,
@@ -92,9 +100,10 @@ def run(work: Path) -> None:
     for r in range(ROUNDS):
         round_plain, round_plain_cpu = plain_loop_step_times(cfg, batch, STEPS_PER_ROUND)
         plain_cpu += round_plain_cpu
-        out = work / f"trainer{r}"
-        train(cfg, shard_dir=shards, out_dir=out)
-        records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][WARMUP:]
+        records: list[dict] = []  # every step's metrics record (what metrics.jsonl logs)
+        train(cfg, run_dir(work, f"trainer{r}", shards),
+              hooks=TrainHooks(on_step=lambda step, record: records.append(dict(record))))
+        records = records[WARMUP:]
         round_trainer = [rec["step_time_s"] for rec in records]
         trainer_cpu += [rec["process_cpu_s"] for rec in records]
         waits += sum(rec["data_wait_s"] for rec in records)
@@ -118,10 +127,10 @@ def run(work: Path) -> None:
     blocking = {}
     for mode in (False, True):
         cfg_ck = TrainConfig.model_validate({**ckpt_cfg, "checkpoint": {"interval": 2, "keep_last": 1, "async_save": mode}})
-        result = train(cfg_ck, shard_dir=shards, out_dir=work / f"ckpt_async{mode}")
+        result = train(cfg_ck, run_dir(work, f"ckpt_async{mode}", shards))
         blocking[mode] = [e["blocking_s"] for e in result.events if e["event"] == "checkpoint"]
     sync_s, async_s = statistics.median(blocking[False]), statistics.median(blocking[True])
-    ck_dir = work / "ckpt_asyncFalse" / "checkpoints"
+    ck_dir = RunPaths(work / "ckpt_asyncFalse").checkpoints
     size_mb = sum(p.stat().st_size for p in ck_dir.glob("**/*") if p.is_file()) / 1e6
 
     print(f"model: {CONFIG['model']}, seq_len {SEQ_LEN}, {cfg.batch.global_batch_size} rows/step, "

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import sys
 import tempfile
@@ -25,10 +24,11 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from runio.layout import RunPaths  # noqa: E402
 from trainer_bridge.config import TrainConfig  # noqa: E402
 from trainer_bridge.model import count_parameters  # noqa: E402
 from trainer_bridge.synthetic import write_synthetic_shards  # noqa: E402
-from trainer_bridge.train import train  # noqa: E402
+from trainer_bridge.train import TrainHooks, train  # noqa: E402
 
 MODEL_1B = {"dim": 2048, "n_layers": 18, "n_heads": 16, "n_kv_heads": 8, "multiple_of": 256,
             "rope_theta": 500000.0}
@@ -64,7 +64,8 @@ def main() -> int:
 def measure(args: argparse.Namespace, work: Path, started: float) -> int:
     rows_needed = args.global_batch * (args.steps + 2)
     # Documents of 64..3000 tokens (cut at seq_len), greedily packed: realistic document structure.
-    write_synthetic_shards(work / "shards", seq_len=args.seq_len, vocab_size=32000,
+    run = RunPaths(work / "gpu_bench")
+    write_synthetic_shards(run.shards, seq_len=args.seq_len, vocab_size=32000,
                            train_docs=rows_needed * 3, val_docs=8, min_doc_len=64, max_doc_len=3000, fill=0.97,
                            rows_per_shard=512)
     cfg = TrainConfig.model_validate({
@@ -85,8 +86,10 @@ def measure(args: argparse.Namespace, work: Path, started: float) -> int:
           f"{args.global_batch} rows/step in micro-batches of {args.micro_batch}, {cfg.precision.dtype}, "
           f"attention {args.attention}",
           flush=True)
+    records: list[dict] = []  # every step's metrics record (what metrics.jsonl logs)
+    hooks = TrainHooks(on_step=lambda step, record: records.append(dict(record)))
     try:
-        result = train(cfg, shard_dir=work / "shards", out_dir=work / "train")
+        result = train(cfg, run, hooks=hooks)
     except Exception as error:  # noqa: BLE001 — flex_attention compilation can fail on some stacks
         if args.attention == "sdpa":
             raise
@@ -94,9 +97,8 @@ def measure(args: argparse.Namespace, work: Path, started: float) -> int:
               "measuring again with --attention sdpa", flush=True)
         args.attention = "sdpa"
         cfg = cfg.model_copy(update={"attention": "sdpa"})
-        shutil.rmtree(work / "train", ignore_errors=True)
-        result = train(cfg, shard_dir=work / "shards", out_dir=work / "train")
-    records = [json.loads(line) for line in (work / "train" / "metrics.jsonl").read_text().splitlines()]
+        records.clear()
+        result = train(cfg, run, hooks=hooks)
     timed = [r for r in records if r["step"] >= args.warmup]
     summary = {
         "device": device_name,

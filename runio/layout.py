@@ -138,6 +138,11 @@ class RunPaths:
         return self.train / "recovery.jsonl"
 
     @property
+    def resume(self) -> Path:
+        """Written by ``corpusmill resume``: its mtime releases every pause that began before it."""
+        return self.train / "RESUME"
+
+    @property
     def paused(self) -> Path:
         """Present while training is paused by an alert; says why."""
         return self.train / "PAUSED"

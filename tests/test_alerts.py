@@ -176,7 +176,7 @@ def test_pause_waits_for_resume_signal_and_cli(tmp_path):
     assert waiter.is_alive()
     import argparse
 
-    from pipelines import cmd_report
+    from cli import report as cmd_report
 
     parser = argparse.ArgumentParser()
     cmd_report.register(parser.add_subparsers(dest="command"))

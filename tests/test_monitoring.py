@@ -15,7 +15,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from trainer_bridge.monitoring import MonitoringConfig, TrainingMonitor, pipeline_registry, push_pipeline_stats
+from runio.layout import RunPaths
+from runio.pushgateway import pipeline_registry, push_pipeline_stats
+from trainer_bridge.monitoring import MonitoringConfig, TrainingMonitor
 
 REPO = Path(__file__).resolve().parents[1]
 MONITORING = REPO / "configs" / "monitoring"
@@ -117,8 +119,8 @@ def test_pipeline_stats_pushed_to_gateway():
     server.requests = []
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        cfg = MonitoringConfig(pushgateway_url=f"http://127.0.0.1:{server.server_address[1]}")
-        assert push_pipeline_stats(STATS, cfg, run="demo", stage="prepare")
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        assert push_pipeline_stats(STATS, url, run="demo", stage="prepare")
     finally:
         server.shutdown()
         server.server_close()
@@ -133,9 +135,9 @@ def test_pipeline_stats_pushed_to_gateway():
 
 
 def test_push_failure_is_a_warning(caplog):
-    assert not push_pipeline_stats(STATS, MonitoringConfig())  # no gateway configured: nothing to do
-    with caplog.at_level("WARNING", logger="corpusmill.monitoring"):
-        assert not push_pipeline_stats(STATS, MonitoringConfig(pushgateway_url="http://127.0.0.1:9", push_timeout_s=1))
+    assert not push_pipeline_stats(STATS, None)  # no gateway configured: nothing to do
+    with caplog.at_level("WARNING", logger="corpusmill.pushgateway"):
+        assert not push_pipeline_stats(STATS, "http://127.0.0.1:9", timeout_s=1)
     assert "push of" in caplog.text and "stats.json" in caplog.text
 
 
@@ -210,14 +212,15 @@ def test_endpoint_scraped_during_a_real_training_run(tmp_path):
     rng = np.random.default_rng(0)
     seq_len, vocab = 32, 256
     rows = [(rng.integers(3, vocab, seq_len).astype(np.uint16), [seq_len], [i]) for i in range(64)]
-    write_shards(str(tmp_path / "shards"), rows, split="train", seq_len=seq_len, vocab_size=vocab, pad_id=0, bos_id=1,
+    run = RunPaths(tmp_path)
+    write_shards(str(run.shards), rows, split="train", seq_len=seq_len, vocab_size=vocab, pad_id=0, bos_id=1,
                  eos_id=2, tokenizer_sha256="cd" * 32, packing={"algorithm": "test"}, rows_per_shard=64)
     cfg = TrainConfig.model_validate({
         "device": "cpu", "steps": 8, "model": {"dim": 32, "n_layers": 1, "n_heads": 2},
         "batch": {"global_batch_size": 4, "micro_batch_size": 4}, "optimizer": {"warmup_steps": 2},
         "checkpoint": {"enabled": False}, "eval": {"interval": 0}, "metrics": {"tensorboard": False}})
     monitor = TrainingMonitor(MonitoringConfig(port=0, hardware_interval_s=0.2), run="tiny").start()
-    monitor.follow(tmp_path / "train", poll_s=0.02)
+    monitor.follow(run, poll_s=0.02)
     seen_mid_run = []
 
     def scrape_mid_run(step, model):
@@ -233,8 +236,7 @@ def test_endpoint_scraped_during_a_real_training_run(tmp_path):
             seen_mid_run.append(samples)
 
     try:
-        result = train(cfg, shard_dir=tmp_path / "shards", out_dir=tmp_path / "train",
-                       hooks=TrainHooks(after_backward=scrape_mid_run))
+        result = train(cfg, run, hooks=TrainHooks(after_backward=scrape_mid_run))
     finally:
         monitor.close()
     mid, = seen_mid_run

@@ -20,7 +20,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "dist"))
-from scenario_configs import base_config  # noqa: E402
+from scenario_configs import SampleLog, base_config, run_with_shards  # noqa: E402
 from train_scenarios import FOUR_RANK_EQUIVALENCE, TWO_RANK_EQUIVALENCE  # noqa: E402
 
 from trainer_bridge.synthetic import write_synthetic_shards  # noqa: E402
@@ -42,10 +42,11 @@ def launch(workdir: Path, processes: int, group: str) -> None:
 def workdir(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("train_dist")
     write_synthetic_shards(work / "shards")
-    reference = train(base_config(), shard_dir=work / "shards", out_dir=work / "single")
+    samples = SampleLog()
+    reference = train(base_config(), run_with_shards(work / "single", work / "shards"), hooks=samples.hooks())
     (work / "reference.json").write_text(json.dumps({
         "losses": {str(k): v for k, v in reference.losses.items()},
-        "sample_ids": {str(k): v for k, v in reference.sample_ids.items()}}))
+        "sample_ids": {str(k): v for k, v in samples.sample_ids.items()}}))
     launch(work, 2, "two")
     launch(work, 4, "four")
     return work
@@ -102,15 +103,17 @@ def test_resume_one_to_two_ranks(workdir):
 
 def test_resume_two_to_one_rank(workdir):
     """The 2-rank FSDP run's step-5 checkpoint, continued in this (single) process."""
-    result = train(base_config(), shard_dir=workdir / "shards", out_dir=workdir / "from_two_ranks")
+    samples = SampleLog()
+    result = train(base_config(), run_with_shards(workdir / "from_two_ranks", workdir / "shards"),
+                   hooks=samples.hooks())
     ref = reference(workdir)
     assert result.resumed_from == "step-00000005"
     assert_close_curves({str(k): v for k, v in result.losses.items()}, ref["losses"], range(5, 10))
-    assert {str(k): v for k, v in result.sample_ids.items()} == {s: ids for s, ids in ref["sample_ids"].items()
-                                                                if int(s) >= 5}
+    assert {str(k): v for k, v in samples.sample_ids.items()} == {s: ids for s, ids in ref["sample_ids"].items()
+                                                                 if int(s) >= 5}
     # Steps 0-4 on two ranks + steps 5-9 here = every sample of the reference, none twice.
     first_half = union_per_step(load(workdir, "fsdp2_interrupted", 2))
-    consumed = [i for ids in first_half.values() for i in ids] + [i for ids in result.sample_ids.values() for i in ids]
+    consumed = [i for ids in first_half.values() for i in ids] + [i for ids in samples.sample_ids.values() for i in ids]
     assert sorted(consumed) == sorted(i for ids in ref["sample_ids"].values() for i in ids)
 
 

@@ -15,8 +15,9 @@ from pydantic import ValidationError
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "dist"))
-from scenario_configs import base_config  # noqa: E402
+from scenario_configs import SampleLog, base_config, run_with_shards  # noqa: E402
 
+from runio.layout import RunPaths  # noqa: E402
 from trainer_bridge.checkpoint import LATEST, PARTIAL_SUFFIX, SafeFileSystemReader, latest_checkpoint  # noqa: E402
 from trainer_bridge.config import OptimizerConfig, TrainConfig  # noqa: E402
 from trainer_bridge.data import IGNORE_INDEX, SampleOrder, StepBatches, collate  # noqa: E402
@@ -152,16 +153,14 @@ def quick(overrides: dict) -> TrainConfig:
 
 
 def test_checkpoint_retention_atomic_latest_and_safe_metadata(shards, tmp_path):
-    out = tmp_path / "run"
-    result = train(quick({"steps": 6, "checkpoint": {"interval": 2, "keep_last": 2}, "eval": {"interval": 0}}),
-                   shard_dir=shards, out_dir=out)
-    root = out / "checkpoints"
+    run = run_with_shards(tmp_path / "run", shards)
+    result = train(quick({"steps": 6, "checkpoint": {"interval": 2, "keep_last": 2}, "eval": {"interval": 0}}), run)
+    root = run.checkpoints
     assert sorted(p.name for p in root.glob("step-*")) == ["step-00000004", "step-00000006"]
     assert latest_checkpoint(root).name == "step-00000006" and result.final_step == 6
     # An interrupted save (a .partial directory) is never "latest" and is cleared on the next start.
     (root / ("step-00000008" + PARTIAL_SUFFIX)).mkdir()
-    resumed = train(quick({"steps": 7, "checkpoint": {"interval": 2, "keep_last": 2}, "eval": {"interval": 0}}),
-                    shard_dir=shards, out_dir=out)
+    resumed = train(quick({"steps": 7, "checkpoint": {"interval": 2, "keep_last": 2}, "eval": {"interval": 0}}), run)
     assert resumed.resumed_from == "step-00000006" and sorted(resumed.losses) == [6]
     assert not list(root.glob("*" + PARTIAL_SUFFIX)) and (root / LATEST).read_text().strip() == "step-00000007"
     # Metadata that names anything but DCP's own types is refused, not unpickled.
@@ -174,9 +173,9 @@ def test_checkpoint_retention_atomic_latest_and_safe_metadata(shards, tmp_path):
 
 def test_async_checkpoint_resume_is_bit_identical(shards, tmp_path):
     cfg = quick({"steps": 6, "checkpoint": {"interval": 3, "async_save": True}, "eval": {"interval": 0}})
-    full = train(cfg, shard_dir=shards, out_dir=tmp_path / "full")
-    train(cfg, shard_dir=shards, out_dir=tmp_path / "cut", hooks=TrainHooks(stop_after_step=3))
-    rest = train(cfg, shard_dir=shards, out_dir=tmp_path / "cut")
+    full = train(cfg, run_with_shards(tmp_path / "full", shards))
+    train(cfg, run_with_shards(tmp_path / "cut", shards), hooks=TrainHooks(stop_after_step=3))
+    rest = train(cfg, run_with_shards(tmp_path / "cut", shards))
     assert rest.resumed_from == "step-00000003"
     assert {s: full.losses[s] for s in range(3, 6)} == rest.losses
 
@@ -190,7 +189,7 @@ def inject(value: float, steps: set[int]):
 
 def test_guard_skips_one_nan_step_and_rolls_back_on_persistent_nan(shards, tmp_path):
     single = train(quick({"steps": 6, "checkpoint": {"enabled": False}, "eval": {"interval": 0}}),
-                   shard_dir=shards, out_dir=tmp_path / "one", hooks=TrainHooks(after_backward=inject(math.nan, {2})))
+                   run_with_shards(tmp_path / "one", shards), hooks=TrainHooks(after_backward=inject(math.nan, {2})))
     assert single.skipped_bad_steps == 1 and single.rollbacks == 0
     assert all(math.isfinite(v) for v in single.losses.values())
 
@@ -203,23 +202,24 @@ def test_guard_skips_one_nan_step_and_rolls_back_on_persistent_nan(shards, tmp_p
 
     cfg = quick({"steps": 8, "checkpoint": {"interval": 3}, "eval": {"interval": 0},
                  "guards": {"max_consecutive_bad": 3}})
-    rolled = train(cfg, shard_dir=shards, out_dir=tmp_path / "rollback", hooks=TrainHooks(after_backward=persistent))
+    batches = SampleLog()
+    rolled = train(cfg, run_with_shards(tmp_path / "rollback", shards), hooks=batches.hooks(after_backward=persistent))
     assert rolled.rollbacks == 1 and rolled.skipped_bad_steps == 3
     assert {"step": 6, "event": "rollback", "to": "step-00000003"} in rolled.events
     assert rolled.final_step == 8
     # data moved on: the samples of the bad steps are not replayed after the rollback
-    ids = [tuple(v) for v in rolled.consumed]
+    ids = [tuple(v) for v in batches.consumed]
     assert len(ids) == 7 + 5 and len(set(ids)) == 12  # steps 0-6, rollback to 3, steps 3-7
 
     stop = quick({"steps": 8, "checkpoint": {"enabled": False}, "eval": {"interval": 0},
                   "guards": {"max_consecutive_bad": 2}})
     with pytest.raises(TrainingStopped, match="no checkpoint to roll back to"):
-        train(stop, shard_dir=shards, out_dir=tmp_path / "stop", hooks=TrainHooks(after_backward=inject(math.inf, {1, 2})))
+        train(stop, run_with_shards(tmp_path / "stop", shards), hooks=TrainHooks(after_backward=inject(math.inf, {1, 2})))
 
 
 def test_fp16_overflow_skipped_and_scale_backs_off(shards, tmp_path):
     cfg = quick({"steps": 6, "precision": {"dtype": "fp16"}, "checkpoint": {"enabled": False}, "eval": {"interval": 0}})
-    result = train(cfg, shard_dir=shards, out_dir=tmp_path / "fp16", hooks=TrainHooks(after_backward=inject(math.inf, {2})))
+    result = train(cfg, run_with_shards(tmp_path / "fp16", shards), hooks=TrainHooks(after_backward=inject(math.inf, {2})))
     assert result.skipped_overflow_steps == 1 and result.skipped_bad_steps == 0
     assert result.loss_scale == 2.0**15
 
@@ -232,7 +232,7 @@ def test_bf16_runs_in_bf16_and_trains(shards, tmp_path):
     with compute_context(base_config({"precision": {"dtype": "bf16"}}).precision, torch.device("cpu"), False):
         assert model(batch.input_ids, batch.position_ids, batch.segment_ids).dtype == torch.bfloat16
     cfg = quick({"steps": 16, "precision": {"dtype": "bf16"}, "checkpoint": {"enabled": False}, "eval": {"interval": 0}})
-    losses = train(cfg, shard_dir=shards, out_dir=tmp_path / "bf16").losses
+    losses = train(cfg, run_with_shards(tmp_path / "bf16", shards)).losses
     assert sum(losses[s] for s in (13, 14, 15)) / 3 < sum(losses[s] for s in (0, 1, 2)) / 3 - 0.4
 
 
@@ -256,21 +256,22 @@ def test_run_training_in_process_writes_metrics(shards, tmp_path):
 
     from trainer_bridge.launch import run_training
 
-    shutil.copytree(shards, tmp_path / "shards")
+    run = RunPaths(tmp_path)
+    shutil.copytree(shards, run.shards)
     cfg = SimpleNamespace(name="t", run_dir=tmp_path, train=quick({"steps": 2, "eval": {"interval": 1}}))
     assert run_training(cfg) == 0
-    records = [json.loads(line) for line in (tmp_path / "train" / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in run.metrics_jsonl.read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 1] and all("val_loss" in r and r["mfu"] > 0 for r in records)
-    assert (tmp_path / "train" / "checkpoints" / "latest").read_text().strip() == "step-00000002"
+    assert (run.checkpoints / LATEST).read_text().strip() == "step-00000002"
 
 
 def test_activation_checkpointing_changes_memory_not_math(shards, tmp_path):
     plain = train(quick({"steps": 3, "checkpoint": {"enabled": False}, "eval": {"interval": 0}}),
-                  shard_dir=shards, out_dir=tmp_path / "plain")
+                  run_with_shards(tmp_path / "plain", shards))
     for mode in ("every", "every_n"):
         cfg = quick({"steps": 3, "checkpoint": {"enabled": False}, "eval": {"interval": 0},
                      "activation_checkpointing": {"mode": mode, "every_n": 2}})
-        recomputed = train(cfg, shard_dir=shards, out_dir=tmp_path / mode)
+        recomputed = train(cfg, run_with_shards(tmp_path / mode, shards))
         assert max(abs(recomputed.losses[s] - plain.losses[s]) for s in range(3)) < 1e-6
 
 
@@ -339,9 +340,11 @@ def test_rope_scaling_stretches_only_long_wavelengths():
 
 def test_init_from_continues_another_runs_training_on_new_data(shards, tmp_path):
     base = quick({"steps": 4, "checkpoint": {"interval": 2}, "eval": {"interval": 0}})
-    first = train(base, shard_dir=shards, out_dir=tmp_path / "base" / "train")
+    first_batches, continued_batches = SampleLog(), SampleLog()
+    train(base, run_with_shards(tmp_path / "base", shards), hooks=first_batches.hooks())
     continued_cfg = base.model_copy(update={"steps": 6, "init_from": str(tmp_path / "base")})
-    continued = train(continued_cfg, shard_dir=shards, out_dir=tmp_path / "refresh" / "train")
+    continued = train(continued_cfg, run_with_shards(tmp_path / "refresh", shards), hooks=continued_batches.hooks())
     assert continued.initialized_from.endswith("step-00000004") and continued.resumed_from is None
     assert sorted(continued.losses) == [4, 5]  # the step (and LR schedule) continue where the base run ended
-    assert continued.consumed[0] == first.consumed[0]  # but the data starts at sample 0 of this run's shards
+    # but the data starts at sample 0 of this run's shards
+    assert continued_batches.consumed[0] == first_batches.consumed[0]

@@ -28,17 +28,27 @@ import urllib.request
 from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from runio.files import append_jsonl, write_json
+from runio.layout import RunPaths
 
 log = logging.getLogger("corpusmill.alerts")
 
 Action = Literal["warn", "pause", "stop"]
 SEVERITY = {"warn": 0, "pause": 1, "stop": 2}
-ALERTS_FILE = "alerts.jsonl"
-PAUSED_FILE = "PAUSED"
-RESUME_FILE = "RESUME"
+
+
+def run_paths(run_dir: RunPaths | str | os.PathLike) -> RunPaths:
+    """A run directory given as a path, or its layout already."""
+    return run_dir if isinstance(run_dir, RunPaths) else RunPaths(run_dir)
+
+
+def resume_signal(paths: RunPaths) -> Path:
+    """``train/RESUME``: its mtime releases every pause that began before it."""
+    return paths.resume
 
 
 class _Rule(BaseModel):
@@ -262,15 +272,15 @@ class AlertMonitor:
     """Evaluates the rules each step and reports what fired. Only the process that logs metrics (rank 0)
     should own one; the loop then broadcasts ``most_severe(alerts)`` so every rank takes the same action."""
 
-    def __init__(self, cfg: AlertsConfig | None, run_dir: Path, *, run: str = "", clock=time.time):
+    def __init__(self, cfg: AlertsConfig | None, run_dir: RunPaths | str | os.PathLike, *, run: str = "",
+                 clock=time.time):
         self.cfg = cfg or AlertsConfig()
-        self.run = run or Path(run_dir).name
-        self.train_dir = Path(run_dir) / "train"
-        self.path = self.train_dir / ALERTS_FILE
+        self.paths = run_paths(run_dir)
+        self.run = run or self.paths.name
+        self.path = self.paths.alerts_jsonl
         self.state = RuleState(self.cfg)
         self.clock = clock
         self.fired: list[Alert] = []
-        self._file = None
         self.webhook = Webhook(self.cfg.webhook) if self.cfg.enabled and self.cfg.webhook.url else None
 
     def observe(self, step: int, metrics: dict) -> list[Alert]:
@@ -282,12 +292,9 @@ class AlertMonitor:
         return alerts
 
     def _record(self, alert: Alert) -> None:
-        if self._file is None:
-            self.train_dir.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "a", encoding="utf-8")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         record = alert.to_dict()
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
+        append_jsonl(self.path, record)  # alerts are rare: a file opened per alert costs nothing
         self.fired.append(alert)
         log.warning("alert %s (%s) at step %d: %s", alert.rule, alert.action, alert.step, alert.message)
         if self.webhook is not None:
@@ -296,48 +303,41 @@ class AlertMonitor:
     def close(self) -> None:
         if self.webhook is not None:
             self.webhook.close(timeout=self.cfg.webhook.close_timeout_s)
-        if self._file is not None:
-            self._file.close()
-            self._file = None
 
     # -- pause / resume --------------------------------------------------------------------------------
     def mark_paused(self, alert: Alert | None = None) -> float:
         """Write ``train/PAUSED`` (what paused, and how to resume); returns the pause time."""
-        return mark_paused(self.train_dir.parent, alert, self.clock())
+        return mark_paused(self.paths, alert, self.clock())
 
 
-def mark_paused(run_dir: Path, alert: Alert | None = None, now: float | None = None) -> float:
+def mark_paused(run_dir: RunPaths | str | os.PathLike, alert: Alert | None = None, now: float | None = None) -> float:
     now = time.time() if now is None else now
-    train_dir = Path(run_dir) / "train"
-    train_dir.mkdir(parents=True, exist_ok=True)
+    paths = run_paths(run_dir)
     info = {"paused_at": now, "alert": alert.to_dict() if alert else None,
-            "resume": f"corpusmill resume {run_dir}  (or create {train_dir / RESUME_FILE})"}
-    tmp = train_dir / f".{PAUSED_FILE}.tmp"
-    tmp.write_text(json.dumps(info) + "\n", encoding="utf-8")
-    tmp.replace(train_dir / PAUSED_FILE)
+            "resume": f"corpusmill resume {paths}  (or create {resume_signal(paths)})"}
+    write_json(paths.paused, info)
     return now
 
 
-def request_resume(run_dir: Path) -> Path:
+def request_resume(run_dir: RunPaths | str | os.PathLike) -> Path:
     """What ``corpusmill resume RUN_DIR`` does: (re)write ``train/RESUME``; its mtime releases every pause
     that began before it."""
-    train_dir = Path(run_dir) / "train"
-    train_dir.mkdir(parents=True, exist_ok=True)
-    path = train_dir / RESUME_FILE
+    path = resume_signal(run_paths(run_dir))
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"{time.time()}\n", encoding="utf-8")
     os.utime(path)
     return path
 
 
-def resume_requested(run_dir: Path, paused_at: float) -> bool:
-    path = Path(run_dir) / "train" / RESUME_FILE
+def resume_requested(run_dir: RunPaths | str | os.PathLike, paused_at: float) -> bool:
     try:
-        return path.stat().st_mtime >= paused_at
+        return resume_signal(run_paths(run_dir)).stat().st_mtime >= paused_at
     except FileNotFoundError:
         return False
 
 
-def wait_for_resume(run_dir: Path, paused_at: float, poll_s: float = 5.0, timeout_s: float | None = None) -> bool:
+def wait_for_resume(run_dir: RunPaths | str | os.PathLike, paused_at: float, poll_s: float = 5.0,
+                    timeout_s: float | None = None) -> bool:
     """Block until a resume is requested after ``paused_at`` (every rank may call this: nothing is deleted,
     so no rank can miss the signal). Returns False on timeout. Removes ``train/PAUSED`` once resumed."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -346,7 +346,7 @@ def wait_for_resume(run_dir: Path, paused_at: float, poll_s: float = 5.0, timeou
             return False
         time.sleep(poll_s if deadline is None else max(0.0, min(poll_s, deadline - time.monotonic())))
     try:
-        (Path(run_dir) / "train" / PAUSED_FILE).unlink()
+        run_paths(run_dir).paused.unlink()
     except FileNotFoundError:
         pass  # another rank removed it first
     return True
@@ -362,8 +362,8 @@ def action_code(alerts: list[Alert]) -> int:
     return ACTION_CODES[most_severe(alerts)]
 
 
-def respond(code: int, *, run_dir: Path, checkpoint, poll_s: float = 5.0, alert: Alert | None = None,
-            say=print) -> bool:
+def respond(code: int, *, run_dir: RunPaths | str | os.PathLike, checkpoint, poll_s: float = 5.0,
+            alert: Alert | None = None, say=print) -> bool:
     """Carry out an agreed action on every rank. ``warn``: nothing. ``pause``: ``checkpoint()``, then wait for
     ``corpusmill resume RUN_DIR``. ``stop``: ``checkpoint()``. Returns True when training must end."""
     if code < ACTION_CODES["pause"]:
@@ -379,3 +379,27 @@ def respond(code: int, *, run_dir: Path, checkpoint, poll_s: float = 5.0, alert:
     wait_for_resume(run_dir, paused_at, poll_s)
     say("resumed")
     return False
+
+
+class AlertCheck:
+    """The training loop's alert component. ``check(step, record)`` after every step: rank 0 evaluates the rules
+    (``AlertMonitor``: alerts.jsonl, log line, webhook) and counts what fired on the Prometheus monitor; every
+    rank then takes the most severe action any rank saw (``agree``: a max-reduce over the ranks, so that none
+    waits in a collective alone) and carries it out (``respond``). Returns True when training must end."""
+
+    def __init__(self, cfg: AlertsConfig, paths: RunPaths, *, is_main: bool, monitor, agree: Callable[[int], int],
+                 checkpoint: Callable[[], None], say: Callable[[str], None]):
+        self.cfg, self.paths = cfg, paths
+        self.rules = AlertMonitor(cfg, paths, run=paths.name) if is_main else None
+        self.monitor, self.agree, self.checkpoint, self.say = monitor, agree, checkpoint, say
+
+    def check(self, step: int, record: dict) -> bool:
+        fired = self.rules.observe(step, record) if self.rules is not None else []
+        for alert in fired:
+            self.monitor.observe_alert(alert.rule, alert.action)
+        return respond(self.agree(action_code(fired)), run_dir=self.paths, checkpoint=self.checkpoint,
+                       poll_s=self.cfg.resume_poll_s, alert=fired[0] if fired else None, say=self.say)
+
+    def close(self) -> None:
+        if self.rules is not None:
+            self.rules.close()

@@ -1,6 +1,6 @@
 """Checkpoints with torch.distributed.checkpoint (DCP): exact resume, any world size, atomic, kept-last-N.
 
-Layout under ``<run>/train/checkpoints/``:
+Layout under ``RunPaths.checkpoints`` (``<run>/train/checkpoints/``):
     step-00000100/          a complete DCP checkpoint (each rank wrote its shards; rank 0 the metadata)
     step-00000200.partial/  a save in progress or interrupted: never loaded, removed at the next start
     latest                  text file naming the newest complete checkpoint, replaced atomically
@@ -13,10 +13,12 @@ What is saved (tensors only, so that loading unpickles nothing but DCP's own met
 allow-list): model parameters and AdamW state by fully-qualified name (DCP reshards them to the loading
 topology), the train state (step, global sample index = data state, tokens seen, counters, loss scale, guard
 statistics; the LR schedule is a pure function of the step) and every rank's RNG states.
+
+``CheckpointManager`` is the training loop's checkpoint component (cadence, resume, rollback target,
+``train.init_from``); ``Checkpointer`` does the DCP saving and loading underneath it.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
@@ -24,6 +26,7 @@ import shutil
 import time
 import warnings
 from pathlib import Path
+from typing import Callable, Protocol
 
 import torch
 import torch.distributed as dist
@@ -36,6 +39,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from runio.files import sha256_file, write_atomic, write_json
+from runio.layout import RunPaths
 from trainer_bridge import device as devices
 from trainer_bridge.config import CheckpointConfig
 
@@ -92,20 +97,12 @@ def latest_checkpoint(root: Path) -> Path | None:
 CHECKSUMS = "checksums.json"
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def write_checksums(path: Path) -> None:
     """Record size and sha256 of every file of a complete save, so that a damaged checkpoint is detected
     before it is loaded (DCP itself would load flipped bytes silently)."""
-    files = {p.name: {"bytes": p.stat().st_size, "sha256": _file_sha256(p)}
+    files = {p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
              for p in sorted(path.iterdir()) if p.is_file() and p.name != CHECKSUMS}
-    (path / CHECKSUMS).write_text(json.dumps(files, indent=1, sort_keys=True))
+    write_json(path / CHECKSUMS, files, indent=1, sort_keys=True)
 
 
 def checkpoint_problem(path: Path) -> str | None:
@@ -125,7 +122,7 @@ def checkpoint_problem(path: Path) -> str | None:
             return f"{name} is missing"
         if file.stat().st_size != want["bytes"]:
             return f"{name} has {file.stat().st_size} bytes, {want['bytes']} were written"
-        if _file_sha256(file) != want["sha256"]:
+        if sha256_file(file) != want["sha256"]:
             return f"{name} does not match its checksum"
     return None
 
@@ -144,8 +141,45 @@ def saved_keys(path: Path) -> set[str]:
     return set(SafeFileSystemReader(path).read_metadata().state_dict_metadata.keys())
 
 
+def _full_state(runtime: devices.Runtime, parts, optimizers, train_state: dict[str, torch.Tensor],
+                include_rng: bool = True) -> dict:
+    model_sd, optim_sd = {}, {}
+    for part, optimizer in zip(parts, optimizers):
+        model_sd.update(get_model_state_dict(part))
+        optim_sd.update(get_optimizer_state_dict(part, optimizer)["state"])
+    state = {"model": model_sd, "optim": optim_sd, "train": dict(train_state)}
+    if include_rng:
+        state["rng"] = {f"rank{runtime.rank}": devices.rng_states(runtime.device)}
+    return state
+
+
+def load_checkpoint(path: Path, runtime: devices.Runtime, parts, optimizers,
+                    train_state: dict[str, torch.Tensor]) -> bool:
+    """Load ``path`` into the model parts, optimizers and ``train_state`` (in place); every rank calls it.
+
+    Returns whether this rank's RNG states were restored (only when the checkpoint has this rank's)."""
+    keys = saved_keys(path)
+    has_rng = any(k.startswith(f"rng.rank{runtime.rank}.") for k in keys)
+    state = _full_state(runtime, parts, optimizers, train_state, include_rng=has_rng)
+    template_groups = [get_optimizer_state_dict(p, o)["param_groups"] for p, o in zip(parts, optimizers)]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(state, checkpoint_id=str(path), storage_reader=SafeFileSystemReader(path),
+                 no_dist=not runtime.distributed)
+    for part, optimizer, groups in zip(parts, optimizers, template_groups):
+        names = set(get_model_state_dict(part).keys())
+        set_model_state_dict(part, {k: v for k, v in state["model"].items() if k in names},
+                             options=StateDictOptions(strict=True))
+        set_optimizer_state_dict(part, optimizer, {
+            "state": {k: v for k, v in state["optim"].items() if k in names}, "param_groups": groups})
+    train_state.update(state["train"])
+    if has_rng:
+        devices.set_rng_states(runtime.device, state["rng"][f"rank{runtime.rank}"])
+    return has_rng
+
+
 class Checkpointer:
-    """Saves and loads the training state; one instance per process, all ranks call every method."""
+    """Saves and loads the training state through DCP; one instance per process, all ranks call every method."""
 
     def __init__(self, root: Path, cfg: CheckpointConfig, runtime: devices.Runtime):
         self.root = Path(root)
@@ -164,24 +198,13 @@ class Checkpointer:
         if runtime.distributed:
             dist.barrier()
 
-    # -- state --------------------------------------------------------------------------------------------
-    def _state(self, parts, optimizers, train_state: dict[str, torch.Tensor], include_rng: bool = True):
-        model_sd, optim_sd = {}, {}
-        for part, optimizer in zip(parts, optimizers):
-            model_sd.update(get_model_state_dict(part))
-            optim_sd.update(get_optimizer_state_dict(part, optimizer)["state"])
-        state = {"model": model_sd, "optim": optim_sd, "train": dict(train_state)}
-        if include_rng:
-            state["rng"] = {f"rank{self.runtime.rank}": devices.rng_states(self.runtime.device)}
-        return state
-
     # -- save ---------------------------------------------------------------------------------------------
     def save(self, step: int, parts, optimizers, train_state: dict[str, torch.Tensor]) -> None:
         self.wait()
         start = time.perf_counter()
         final = self.root / step_dir_name(step)
         partial = self.root / (step_dir_name(step) + PARTIAL_SUFFIX)
-        state = self._state(parts, optimizers, train_state)
+        state = _full_state(self.runtime, parts, optimizers, train_state)
         if self.cfg.async_save:
             # async_save copies (stages) the state to CPU memory before returning; training may then change
             # the parameters while the background thread writes the copy.
@@ -217,40 +240,122 @@ class Checkpointer:
         if final.exists():
             shutil.rmtree(final)
         os.replace(partial, final)
-        pointer_tmp = self.root / (LATEST + ".tmp")
-        pointer_tmp.write_text(final.name + "\n")
-        os.replace(pointer_tmp, self.root / LATEST)
+        write_atomic(self.root / LATEST, (final.name + "\n").encode())
         complete = sorted(p for p in self.root.glob("step-*") if p.is_dir() and not p.name.endswith(PARTIAL_SUFFIX))
         for old in complete[: -self.cfg.keep_last]:
             shutil.rmtree(old, ignore_errors=True)
 
-    # -- load ---------------------------------------------------------------------------------------------
     def load(self, path: Path, parts, optimizers, train_state: dict[str, torch.Tensor]) -> bool:
-        """Load ``path`` into the model parts, optimizers and ``train_state`` (in place).
-
-        Returns whether this rank's RNG states were restored (only when the checkpoint has this rank's)."""
-        keys = saved_keys(path)
-        rng_key_prefix = f"rng.rank{self.runtime.rank}."
-        has_rng = any(k.startswith(rng_key_prefix) for k in keys)
-        state = self._state(parts, optimizers, train_state, include_rng=has_rng)
-        template_groups = [get_optimizer_state_dict(p, o)["param_groups"] for p, o in zip(parts, optimizers)]
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-            dcp.load(state, checkpoint_id=str(path), storage_reader=SafeFileSystemReader(path),
-                     no_dist=not self.runtime.distributed)
-        for part, optimizer, groups in zip(parts, optimizers, template_groups):
-            names = set(get_model_state_dict(part).keys())
-            set_model_state_dict(part, {k: v for k, v in state["model"].items() if k in names},
-                                 options=StateDictOptions(strict=True))
-            set_optimizer_state_dict(part, optimizer, {
-                "state": {k: v for k, v in state["optim"].items() if k in names}, "param_groups": groups})
-        train_state.update(state["train"])
-        if has_rng:
-            devices.set_rng_states(self.runtime.device, state["rng"][f"rank{self.runtime.rank}"])
-        return has_rng
+        return load_checkpoint(path, self.runtime, parts, optimizers, train_state)
 
     def close(self) -> None:
         self.wait()
         if self.async_group is not None:
             dist.destroy_process_group(self.async_group)
             self.async_group = None
+
+
+# ------------------------------------------------------------------------------------ the loop's component
+
+class TrainState(Protocol):
+    """What the loop keeps besides model and optimizer: saved as the checkpoint's ``train.*`` tensors."""
+
+    @property
+    def healthy(self) -> bool: ...  # False during a streak of bad steps
+
+    def tensors(self) -> dict[str, torch.Tensor]: ...
+
+    def load(self, tensors: dict[str, torch.Tensor], keep_data_position: bool = False) -> None: ...
+
+
+class CheckpointManager:
+    """The training loop's checkpoint component: saves every ``checkpoint.interval`` steps and at the last one
+    (never during a streak of bad steps: a rollback must land on a healthy state), resumes from the newest sound
+    checkpoint, names the rollback target, and initializes from another run (``train.init_from``).
+
+    With ``checkpoint.enabled: false`` nothing is saved, there is nothing to resume or roll back to, and only
+    ``initialize_from`` loads. All ranks call every method."""
+
+    def __init__(self, paths: RunPaths, cfg: CheckpointConfig, runtime: devices.Runtime, *, parts, optimizers,
+                 state: TrainState, monitor, events: list[dict], say: Callable[[str], None]):
+        self.root = paths.checkpoints
+        self.cfg = cfg
+        self.runtime = runtime
+        self.parts, self.optimizers, self.state = parts, optimizers, state
+        self.monitor = monitor
+        self.events = events
+        self.say = say
+        self.checkpointer = Checkpointer(self.root, cfg, runtime) if cfg.enabled else None
+
+    # -- saving -------------------------------------------------------------------------------------------
+    def maybe_save(self, step: int, *, last: bool) -> None:
+        """After step ``step`` (the number of completed steps): promote a finished async save; save when due."""
+        if self.checkpointer is None:
+            return
+        self.checkpointer.poll()
+        if (step % self.cfg.interval == 0 or last) and self.state.healthy:
+            self.save(step)
+
+    def save(self, step: int) -> None:
+        started = time.perf_counter()
+        self.checkpointer.save(step, self.parts, self.optimizers, self.state.tensors())
+        blocking = self.checkpointer.last_blocking_seconds
+        self.monitor.observe_checkpoint(time.perf_counter() - started, blocking)
+        self.events.append({"step": step, "event": "checkpoint", "blocking_s": blocking})
+
+    def save_now(self, step: int) -> None:
+        """Before pausing or stopping for an alert: a checkpoint of this step, unless one was just taken."""
+        if self.checkpointer is None:
+            return
+        latest = latest_checkpoint(self.root)
+        if latest is None or latest.name != step_dir_name(step):
+            self.save(step)
+        self.checkpointer.wait()
+
+    # -- loading ------------------------------------------------------------------------------------------
+    def load(self, path: Path, keep_data_position: bool = False) -> None:
+        tensors = self.state.tensors()
+        had_rng = load_checkpoint(path, self.runtime, self.parts, self.optimizers, tensors)
+        self.state.load(tensors, keep_data_position)
+        if not had_rng:
+            self.say(f"{path.name} has no RNG state for rank {self.runtime.rank} (world size changed); "
+                     "this rank keeps its seeded RNG")
+
+    def _newest_sound(self, root: Path, *, prefix: str = "", fallback: str = "falling back to an older one"):
+        for path in checkpoint_candidates(root):
+            problem = checkpoint_problem(path)
+            if problem is None:
+                return path
+            self.say(f"{prefix}checkpoint {path.name} is damaged ({problem}); {fallback}")
+        return None
+
+    def resume(self) -> Path | None:
+        """Load this run's newest checkpoint that passes its checksums (a damaged one is skipped, with a log
+        line); None when there is none or checkpointing is off."""
+        if self.checkpointer is None or not self.cfg.resume:
+            return None
+        path = self._newest_sound(self.root)
+        if path is not None:
+            self.load(path)
+        return path
+
+    def initialize_from(self, run: RunPaths) -> Path:
+        """Continue another run's training on this run's data: its weights, optimizer and step, our samples."""
+        path = self._newest_sound(run.checkpoints, prefix="init_from: ", fallback="trying an older one")
+        if path is None:
+            raise FileNotFoundError(f"train.init_from: no usable checkpoint under {run.checkpoints}")
+        self.load(path, keep_data_position=True)
+        return path
+
+    def rollback_target(self) -> Path | None:
+        """The newest complete checkpoint to roll back to (an async save in flight may be it); None without."""
+        if self.checkpointer is None:
+            return None
+        self.checkpointer.wait()
+        if self.runtime.distributed:
+            dist.barrier()  # rank 0 has promoted it before anyone reads 'latest'
+        return latest_checkpoint(self.root)
+
+    def close(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.close()

@@ -161,10 +161,15 @@ class TrainConfig(_Strict):
     seed: int = 1234
     init_from: str | None = Field(None, description="a run directory whose newest sound checkpoint initializes the "
                                                     "model, optimizer and step when this run has none of its own "
-                                                    "(continue training after a refresh); the data position starts "
-                                                    "at 0 on this run's shards")
+                                                    "(continue training after a refresh; the data position starts "
+                                                    "at 0 on this run's shards); or weights only (fresh optimizer, "
+                                                    "step 0): 'hf:PATH' (a local Hugging Face Llama folder) or a "
+                                                    "'corpusmill import-hf' output")
     collective_timeout_s: float = Field(600.0, gt=0, description="a collective waiting longer than this fails the "
                                                                  "rank, so torchrun can restart the group")
+    connect_timeout_s: float = Field(300.0, gt=0, description="how long a starting (or restarted) rank waits for "
+                                                              "every rank of its group to arrive before the process "
+                                                              "group is formed; then it fails, and torchrun restarts")
     steps: int = Field(1000, ge=1)
 
     @property

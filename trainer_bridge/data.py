@@ -119,6 +119,11 @@ class StepBatch:
     def target_tokens(self) -> int:
         return sum(b.target_tokens for b in self.micro_batches)
 
+    @property
+    def sample_ids(self) -> list[int]:
+        """The rows of every micro-batch, in order."""
+        return [i for mb in self.micro_batches for i in mb.sample_ids]
+
 
 class StepBatches:
     """Yields this rank's StepBatch for consecutive steps from ``start_sample``, loaded in a background thread.

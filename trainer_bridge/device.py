@@ -45,6 +45,12 @@ class Runtime:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    def all_reduce(self, tensor: torch.Tensor, group=None, op=dist.ReduceOp.SUM) -> torch.Tensor:
+        """In place across the ranks of ``group`` (all ranks by default); alone, the tensor as it is."""
+        if self.distributed:
+            dist.all_reduce(tensor, op=op, group=group)
+        return tensor
+
 
 def resolve_device_type(requested: str) -> str:
     if requested == "auto":
@@ -56,7 +62,7 @@ def resolve_device_type(requested: str) -> str:
     return requested
 
 
-def init_runtime(requested: str, collective_timeout_s: float = 600.0) -> Runtime:
+def init_runtime(requested: str, collective_timeout_s: float = 600.0, connect_timeout_s: float = 300.0) -> Runtime:
     """Initialize the process group when launched by torchrun (WORLD_SIZE > 1); otherwise run alone."""
     device_type = resolve_device_type(requested)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -71,9 +77,44 @@ def init_runtime(requested: str, collective_timeout_s: float = 600.0) -> Runtime
     if world_size > 1:
         backend = "nccl" if device_type == "cuda" else "gloo"
         if not dist.is_initialized():
-            dist.init_process_group(backend=backend, timeout=timedelta(seconds=collective_timeout_s),
+            store = group_store(rank, world_size, connect_timeout_s)
+            store.set_timeout(timedelta(seconds=collective_timeout_s))
+            dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size,
+                                    timeout=timedelta(seconds=collective_timeout_s),
                                     device_id=device if device_type == "cuda" else None)
     return Runtime(device=device, backend=backend, rank=rank, world_size=world_size, local_rank=local_rank)
+
+
+def incarnation() -> str:
+    """Names this start of the worker group: torchrun's restart count and the world size.
+
+    torchrun keeps one TCPStore (its agent's) for the whole job and hands every restarted group the same
+    MASTER_ADDR:MASTER_PORT, and torch no longer prefixes the keys per attempt. Gloo's full-mesh connect
+    publishes each rank's listening address under a fixed key and reads its peers' keys, so without a
+    namespace of its own a restarted rank that is faster than its peer reads the address of the dead
+    process and fails with ``connectFullMesh ... Connection refused``."""
+    return f"restart{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}-world{os.environ.get('WORLD_SIZE', '1')}"
+
+
+def group_store(rank: int, world_size: int, connect_timeout_s: float) -> dist.Store:
+    """The rendezvous store (torchrun's agent store, or rank 0's for a plain ``env://`` launch), in a key
+    namespace of this incarnation, once every rank of it has arrived.
+
+    Waiting for all ranks here (up to ``connect_timeout_s``) separates "a restarted peer is slow to start"
+    (a loaded machine, a cold import) from "a collective hangs" (``collective_timeout_s``)."""
+    timeout = timedelta(seconds=connect_timeout_s)
+    store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
+    store = dist.PrefixStore(f"corpusmill/{incarnation()}", store)
+    store.set_timeout(timeout)
+    if store.add("ranks_arrived", 1) == world_size:
+        store.set("all_arrived", b"1")
+    try:
+        store.wait(["all_arrived"], timeout)
+    except RuntimeError as error:  # DistStoreError (a RuntimeError): a rank did not start in time
+        arrived = store.add("ranks_arrived", 0)
+        raise RuntimeError(f"rank {rank}: {arrived} of {world_size} ranks arrived within connect_timeout_s "
+                           f"({connect_timeout_s:g} s); a rank failed to start or the machine is overloaded") from error
+    return store
 
 
 def shutdown(runtime: Runtime) -> None:

@@ -1,21 +1,22 @@
 """Starting training: in this process (one rank) or through torchrun (pp × dp ranks, one or more nodes).
 
 ``run_training(cfg)`` is what ``corpusmill train`` and ``make demo`` call. It writes the resolved train config
-to ``<run>/train/train_config.json`` and, when the mesh has more than one rank (or a multi-node rendezvous is
-asked for), starts ``torchrun`` whose workers run ``python -m trainer_bridge.launch`` on that file. A worker
-restarted by torchrun (``--max-restarts``) resumes from the latest checkpoint by itself.
+to ``RunPaths.train_config`` (``<run>/train/train_config.json``) and, when the mesh has more than one rank (or a
+multi-node rendezvous is asked for), starts ``torchrun`` whose workers run ``python -m trainer_bridge.launch`` on
+that file. A worker restarted by torchrun (``--max-restarts``) resumes from the latest checkpoint by itself; the
+restarted group forms its process group in a store namespace of its own (``device.group_store``).
 """
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from runio.files import write_json
+from runio.layout import RunPaths
 from trainer_bridge.config import TrainConfig
 
 EXIT_STOPPED = 3  # training stopped by the guards (persistent bad steps)
@@ -38,11 +39,6 @@ class Rendezvous:
         return self.nnodes != "1" or self.rdzv_endpoint is not None
 
 
-def tokenizer_sha256(run_dir: Path) -> str | None:
-    path = run_dir / "tokenizer" / "tokenizer.json"
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
-
-
 def torchrun_command(config_file: Path, run_dir: Path, world_size: int, rdzv: Rendezvous) -> list[str]:
     nnodes_max = int(rdzv.nnodes.split(":")[-1])
     nproc = rdzv.nproc_per_node or max(1, world_size // nnodes_max)
@@ -58,35 +54,28 @@ def torchrun_command(config_file: Path, run_dir: Path, world_size: int, rdzv: Re
 
 
 def run_training(cfg, rendezvous: Rendezvous | None = None) -> int:
-    """Train run ``cfg`` (a ``pipelines.config.RunConfig``: ``.run_dir``, ``.train``); returns an exit code.
-
-    Shards come from ``<run_dir>/shards``; outputs go to ``<run_dir>/train/``."""
+    """Train run ``cfg`` (a ``pipelines.config.RunConfig``, or anything with ``.run_dir`` and ``.train``);
+    returns an exit code. Shards come from ``RunPaths.shards``; outputs go to ``RunPaths.train``."""
     rdzv = rendezvous or Rendezvous()
-    run_dir = Path(cfg.run_dir)
+    paths = RunPaths(cfg.run_dir)
     train_cfg: TrainConfig = cfg.train
-    out_dir = run_dir / "train"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    config_file = out_dir / "train_config.json"
-    tmp = config_file.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(train_cfg.model_dump(mode="json"), indent=2))
-    os.replace(tmp, config_file)
+    write_json(paths.train_config, train_cfg.model_dump(mode="json"))
     world = train_cfg.mesh.world_size
     if world == 1 and not rdzv.multi_node and rdzv.max_restarts == 0:
-        return train_in_process(train_cfg, run_dir)
-    command = torchrun_command(config_file, run_dir, world, rdzv)
+        return train_in_process(train_cfg, paths)
+    command = torchrun_command(paths.train_config, paths.root, world, rdzv)
     print("corpusmill train: " + " ".join(command), flush=True)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     return subprocess.run(command, env=env).returncode
 
 
-def train_in_process(train_cfg: TrainConfig, run_dir: Path) -> int:
+def train_in_process(train_cfg: TrainConfig, paths: RunPaths) -> int:
     from trainer_bridge.device import init_runtime, shutdown
     from trainer_bridge.train import TrainingStopped, train
 
-    runtime = init_runtime(train_cfg.device, train_cfg.collective_timeout_s)
+    runtime = init_runtime(train_cfg.device, train_cfg.collective_timeout_s, train_cfg.connect_timeout_s)
     try:
-        result = train(train_cfg, shard_dir=run_dir / "shards", out_dir=run_dir / "train",
-                       tokenizer_sha256=tokenizer_sha256(run_dir))
+        result = train(train_cfg, paths)
     except TrainingStopped as stopped:
         print(f"corpusmill train: {stopped}", file=sys.stderr)
         return EXIT_STOPPED
@@ -96,7 +85,7 @@ def train_in_process(train_cfg: TrainConfig, run_dir: Path) -> int:
         final = result.losses.get(result.final_step - 1)
         print(f"corpusmill train: done at step {result.final_step}"
               + (f", loss {final:.4f}" if final is not None else "")
-              + f"; metrics in {run_dir / 'train' / 'metrics.jsonl'}", flush=True)
+              + f"; metrics in {paths.metrics_jsonl}", flush=True)
     return 0
 
 
@@ -107,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", required=True, type=Path)
     args = parser.parse_args(argv)
     train_cfg = TrainConfig.model_validate_json(args.train_config.read_text())
-    return train_in_process(train_cfg, args.run_dir)
+    return train_in_process(train_cfg, RunPaths(args.run_dir))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""FLOP counting, MFU, and the metrics log (``train/metrics.jsonl`` and TensorBoard when installed).
+"""FLOP counting, MFU, the metrics log (``train/metrics.jsonl`` and TensorBoard when installed), and the loop's
+metrics component ``StepMetrics`` (step timing, throughput, MFU, the log and the console line).
 
 Training FLOPs of one step, forward + backward (backward = 2 × forward):
 - dense part: 6 · N per token, N = parameters taking part in matmuls (all but the input embedding, which is
@@ -14,9 +15,12 @@ from __future__ import annotations
 import json
 import math
 import sys
-from pathlib import Path
+import time
+from typing import Callable
 
-from trainer_bridge.config import ModelConfig
+from runio.layout import RunPaths
+from trainer_bridge import device as devices
+from trainer_bridge.config import ModelConfig, TrainConfig
 from trainer_bridge.model import count_parameters
 
 
@@ -46,22 +50,23 @@ def mfu(step_flops: float, step_seconds: float, peak_flops_per_device: float, n_
 class MetricsLog:
     """Rank 0 appends one JSON object per logged step; TensorBoard scalars too when the package exists."""
 
-    def __init__(self, out_dir: Path, enabled: bool, tensorboard: bool):
+    def __init__(self, paths: RunPaths, enabled: bool, tensorboard: bool):
         self.enabled = enabled
         self._writer = None
         self._file = None
         if not enabled:
             return
-        out_dir.mkdir(parents=True, exist_ok=True)
-        self._file = open(out_dir / "metrics.jsonl", "a", encoding="utf-8")
+        paths.train.mkdir(parents=True, exist_ok=True)
+        # One handle for the whole run (a line per step; runio.files.append_jsonl would reopen the file each time).
+        self._file = open(paths.metrics_jsonl, "a", encoding="utf-8")
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self._writer = SummaryWriter(log_dir=str(out_dir / "tensorboard"))
+                self._writer = SummaryWriter(log_dir=str(paths.tensorboard))
             except ImportError:
                 print("corpusmill train: the 'tensorboard' package is not installed; metrics go to "
-                      f"{out_dir / 'metrics.jsonl'} only", file=sys.stderr)
+                      f"{paths.metrics_jsonl} only", file=sys.stderr)
 
     def log(self, record: dict) -> None:
         if not self.enabled:
@@ -80,3 +85,71 @@ class MetricsLog:
             self._file.close()
         if self._writer is not None:
             self._writer.close()
+
+
+class StepMetrics:
+    """The training loop's metrics component.
+
+    ``measure(step, record, counters)`` is the step's timing point, right after the optimizer step: it adds the
+    wall time since the previous timing point (so a validation or a checkpoint after step s counts in step s+1),
+    the process CPU time, the data wait, tokens/s, MFU, peak memory and the loop's counters. ``log(step, record,
+    position)`` completes the record (time, hardware readings), feeds the Prometheus monitor every step, and
+    writes ``metrics.jsonl`` and the console line every ``metrics.log_interval`` steps and on every event or
+    validation."""
+
+    def __init__(self, cfg: TrainConfig, paths: RunPaths, runtime: devices.Runtime, monitor,
+                 say: Callable[[str], None]):
+        self.runtime = runtime
+        self.monitor = monitor
+        self.say = say
+        self.total_steps = cfg.steps
+        self.log_interval = cfg.metrics.log_interval
+        self.flops = FlopCounter(cfg.model)
+        self.peak_flops, self.peak_source = devices.peak_flops(runtime.device, cfg.precision.dtype,
+                                                               cfg.metrics.peak_flops)
+        self.log_file = MetricsLog(paths, enabled=runtime.is_main, tensorboard=cfg.metrics.tensorboard)
+        self.loader = None
+
+    def start(self, loader, first_step: int) -> None:
+        """Before the first step: ``loader.wait_seconds`` (cumulative) gives each step's data wait."""
+        self.loader, self.first_step = loader, first_step
+        self.started = self._last_time = time.perf_counter()
+        self._last_cpu = time.process_time()
+        self._last_wait = loader.wait_seconds
+        devices.reset_peak_memory(self.runtime.device)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def measure(self, step: int, record: dict, counters: dict) -> None:
+        devices.synchronize(self.runtime.device)
+        now = time.perf_counter()
+        step_time, self._last_time = now - self._last_time, now
+        # CPU seconds of this process (all threads) for the step: unlike wall time, not inflated when other
+        # processes compete for the cores; used by benchmarks/bench_trainer.py.
+        cpu_now = time.process_time()
+        step_cpu, self._last_cpu = cpu_now - self._last_cpu, cpu_now
+        data_wait, self._last_wait = self.loader.wait_seconds - self._last_wait, self.loader.wait_seconds
+        step_flops = self.flops.step_flops(record["real_tokens"], record["sum_squared_segment_lengths"])
+        record.update(step=step, step_time_s=step_time, process_cpu_s=step_cpu, data_wait_s=data_wait,
+                      data_wait_fraction=data_wait / step_time, tokens_per_s=record["real_tokens"] / step_time,
+                      mfu=mfu(step_flops, step_time, self.peak_flops, self.runtime.world_size),
+                      peak_memory_bytes=devices.peak_memory_bytes(self.runtime.device), **counters)
+
+    def log(self, step: int, record: dict, position: int) -> None:
+        """``position``: completed steps now (step + 1, or the checkpoint's step after a rollback)."""
+        record["time"] = time.time()
+        record.update(self.monitor.hardware())
+        self.monitor.observe_step(record)
+        if step % self.log_interval and "event" not in record and "val_loss" not in record:
+            return
+        self.log_file.log(record)
+        eta_s = (self.total_steps - position) * self.elapsed() / max(position - self.first_step, 1)
+        self.say(f"step {step:>6}/{self.total_steps} eta {eta_s:4.0f}s "
+                 f"loss {record['loss']:.4f} gnorm {record['grad_norm']:.3f} "
+                 f"lr {record['lr']:.3g} {record['tokens_per_s']:.0f} tok/s mfu {record['mfu']:.3f}"
+                 + (f" val {record['val_loss']:.4f}" if "val_loss" in record else "")
+                 + (f" [{record['event']}]" if "event" in record else ""))
+
+    def close(self) -> None:
+        self.log_file.close()

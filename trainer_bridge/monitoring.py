@@ -1,4 +1,5 @@
-"""Live monitoring: a Prometheus endpoint for the trainer, and a Pushgateway push for pipeline counters.
+"""Live monitoring of training: a Prometheus endpoint for the trainer (the cleaning pipelines' counters are pushed
+to a Pushgateway by ``runio.pushgateway``, which both sides may import).
 
 The trainer loop feeds ``TrainingMonitor`` the same record it writes to ``metrics.jsonl``; the monitor turns it
 into Prometheus series (names in ``configs/monitoring/``: the Grafana dashboard and the alert rules read them).
@@ -19,9 +20,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-log = logging.getLogger("corpusmill.monitoring")
+from runio.layout import RunPaths
+from runio.pushgateway import PREFIX
 
-PREFIX = "corpusmill"
+log = logging.getLogger("corpusmill.monitoring")
 
 
 class MonitoringConfig(BaseModel):
@@ -282,26 +284,22 @@ class TrainingMonitor:
             self._hardware = flat
         return flat
 
-    def follow(self, train_dir, poll_s: float = 0.5) -> "TrainingMonitor":
-        """Observe ``train_dir/metrics.jsonl`` and ``alerts.jsonl`` as they grow, from a background thread.
+    def follow(self, paths: RunPaths, poll_s: float = 0.5) -> "TrainingMonitor":
+        """Observe the run's ``metrics.jsonl`` and ``alerts.jsonl`` as they grow, from a background thread.
 
         For a process that does not run the loop itself (``corpusmill run`` supervising a torchrun job): the
         training series then need no call in the loop. Checkpoint times still come from ``observe_checkpoint``.
         """
-        from pathlib import Path
-
-        train_dir = Path(train_dir)
+        logs = {paths.metrics_jsonl: self.observe_step,
+                paths.alerts_jsonl: lambda r: self.observe_alert(str(r.get("rule", "?")), str(r.get("action", "warn")))}
 
         def tail() -> None:
-            offsets = {"metrics.jsonl": 0, "alerts.jsonl": 0}
+            offsets = {path: 0 for path in logs}
             while True:
                 stopping = self._stop.is_set()  # one more read after close(): the last lines count too
-                for name in offsets:
-                    for record in self._read_new(train_dir / name, offsets, name):
-                        if name == "metrics.jsonl":
-                            self.observe_step(record)
-                        else:
-                            self.observe_alert(str(record.get("rule", "?")), str(record.get("action", "warn")))
+                for path, observe in logs.items():
+                    for record in self._read_new(path, offsets):
+                        observe(record)
                 if stopping:
                     return
                 self._stop.wait(poll_s)
@@ -312,18 +310,18 @@ class TrainingMonitor:
         return self
 
     @staticmethod
-    def _read_new(path, offsets: dict, name: str) -> list[dict]:
+    def _read_new(path, offsets: dict) -> list[dict]:
         """Complete new lines since the last read (a line still being written waits for its newline)."""
         import json
 
         try:
             with open(path, "rb") as fh:
-                fh.seek(offsets[name])
+                fh.seek(offsets[path])
                 chunk = fh.read()
         except FileNotFoundError:
             return []
         end = chunk.rfind(b"\n") + 1
-        offsets[name] += end
+        offsets[path] += end
         records = []
         for line in chunk[:end].splitlines():
             try:
@@ -340,57 +338,3 @@ class TrainingMonitor:
                 self.sample_hardware()
             except Exception as error:  # a sensor hiccup must never end training
                 log.debug("hardware sampling failed: %s", error)
-
-
-# ------------------------------------------------------------------------------------------ pipelines
-
-def pipeline_registry(stats: dict, stage: str = "prepare"):
-    """The counters of a pipeline ``stats.json`` as a fresh registry of gauges (a push replaces the group)."""
-    from prometheus_client import CollectorRegistry, Gauge
-
-    registry = CollectorRegistry()
-    # run and stage travel in the push's grouping key, which the Pushgateway adds as labels to every series.
-
-    def gauge(name: str, doc: str, labels: tuple[str, ...] = ()):
-        return Gauge(f"{PREFIX}_pipeline_{name}", doc, list(labels), registry=registry)
-
-    gauge("documents_read", "documents read (kept + removed + quarantined)").set(stats.get("documents_read", 0))
-    gauge("documents_kept", "documents kept after the last step").set(stats.get("kept", 0))
-    gauge("text_bytes_read", "bytes of text read").set(stats.get("text_bytes_read", 0))
-    quarantined = gauge("documents_quarantined", "input records quarantined, by kind", ("kind",))
-    for kind, count in ((stats.get("quarantined") or {}).get("by_kind") or {}).items():
-        quarantined.labels(kind=kind).set(count)
-    step_in = gauge("step_documents_in", "documents entering a step", ("step",))
-    removed = gauge("documents_removed", "documents removed, by step and reason", ("step", "reason"))
-    busy = gauge("step_busy_seconds", "worker busy time of a step", ("step",))
-    for row in stats.get("steps", []):
-        step_in.labels(step=row["step"]).set(row.get("in", 0))
-        busy.labels(step=row["step"]).set(row.get("busy_seconds", 0.0))
-        for reason, count in (row.get("removed_by_reason") or {}).items():
-            removed.labels(step=row["step"], reason=reason).set(count)
-    balanced = (stats.get("accounting") or {}).get("balanced")
-    if balanced is not None:
-        gauge("accounting_balanced", "1 when read = kept + removed + quarantined").set(int(balanced))
-    seconds = stats.get(f"{stage}_seconds", stats.get("cleaning_seconds"))
-    if isinstance(seconds, (int, float)):
-        gauge("stage_seconds", "wall time of the stage").set(seconds)
-    gauge("last_push_timestamp_seconds", "unix time of this push").set(time.time())
-    return registry
-
-
-def push_pipeline_stats(stats: dict, cfg: MonitoringConfig, *, run: str = "", stage: str = "prepare",
-                        job: str = "corpusmill_pipeline") -> bool:
-    """Push a stage's counters to the configured Pushgateway. Returns False (with a warning) when the push
-    fails or no gateway is configured: ``stats.json`` stays the record, a dead gateway never fails a run."""
-    if not cfg.pushgateway_url:
-        return False
-    from prometheus_client import push_to_gateway
-
-    try:
-        push_to_gateway(cfg.pushgateway_url, job=job, registry=pipeline_registry(stats, stage),
-                        grouping_key={"run": run or "unnamed", "stage": stage}, timeout=cfg.push_timeout_s)
-    except Exception as error:
-        log.warning("Pushgateway %s: push of %s/%s failed (%s); the counters are in stats.json",
-                    cfg.pushgateway_url, run, stage, error)
-        return False
-    return True

@@ -4,8 +4,9 @@
     python -m torch.distributed.run --standalone --nproc-per-node 4 tests/dist/train_scenarios.py WORKDIR four
 
 WORKDIR holds ``shards/`` (written by the test) and, for the 1→2 resume, ``single/`` (a single-process run
-with a checkpoint at step 5). Each scenario writes ``results/<scenario>.rank<r>.json``; the pytest side
-(tests/test_train_dist.py) compares them with a single-process reference run.
+with a checkpoint at step 5). Each scenario trains in the run directory ``runs/<scenario>`` (its shards linked
+to WORKDIR's) and writes ``results/<scenario>.rank<r>.json``; the pytest side (tests/test_train_dist.py) compares
+them with a single-process reference run.
 """
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scenario_configs import base_config  # noqa: E402
+from scenario_configs import SampleLog, base_config, run_with_shards  # noqa: E402
 
+from runio.layout import RunPaths  # noqa: E402
 from trainer_bridge.checkpoint import LATEST, step_dir_name  # noqa: E402
 from trainer_bridge.parallelize import local_grads  # noqa: E402
 from trainer_bridge.train import TrainHooks, train  # noqa: E402
@@ -45,14 +47,14 @@ def rank() -> int:
     return dist.get_rank() if dist.is_initialized() else 0
 
 
-def write_result(workdir: Path, name: str, result) -> None:
+def write_result(workdir: Path, name: str, result, samples: SampleLog) -> None:
     out = workdir / "results"
     out.mkdir(parents=True, exist_ok=True)
     record = {
         "losses": {str(k): v for k, v in result.losses.items()},
         "grad_norms": {str(k): v for k, v in result.grad_norms.items()},
         "val_losses": {str(k): v for k, v in result.val_losses.items()},
-        "sample_ids": {str(k): v for k, v in result.sample_ids.items()},
+        "sample_ids": {str(k): v for k, v in samples.sample_ids.items()},
         "events": result.events, "skipped_bad_steps": result.skipped_bad_steps,
         "skipped_overflow_steps": result.skipped_overflow_steps, "rollbacks": result.rollbacks,
         "loss_scale": result.loss_scale, "resumed_from": result.resumed_from, "final_step": result.final_step,
@@ -61,9 +63,12 @@ def write_result(workdir: Path, name: str, result) -> None:
 
 
 def run(workdir: Path, name: str, overrides: dict, hooks: TrainHooks | None = None, out_name: str | None = None):
-    result = train(base_config(overrides), shard_dir=workdir / "shards", out_dir=workdir / "runs" / (out_name or name),
-                   hooks=hooks)
-    write_result(workdir, name, result)
+    samples = SampleLog()
+    hooks = hooks or TrainHooks()
+    hooks.on_batch = samples
+    paths = run_with_shards(workdir / "runs" / (out_name or name), workdir / "shards")
+    result = train(base_config(overrides), paths, hooks=hooks)
+    write_result(workdir, name, result, samples)
     dist.barrier()
     return result
 
@@ -83,10 +88,10 @@ def inject_on_rank(target_rank: int, steps: set[int], value: float):
 def copy_checkpoint(src_run: Path, step: int, dst_run: Path) -> None:
     """Copy one complete checkpoint into a fresh run directory, as its 'latest'."""
     if rank() == 0:
-        dst = dst_run / "checkpoints"
+        dst = RunPaths(dst_run).checkpoints
         shutil.rmtree(dst_run, ignore_errors=True)
         dst.mkdir(parents=True)
-        shutil.copytree(src_run / "checkpoints" / step_dir_name(step), dst / step_dir_name(step))
+        shutil.copytree(RunPaths(src_run).checkpoints / step_dir_name(step), dst / step_dir_name(step))
         (dst / LATEST).write_text(step_dir_name(step) + "\n")
     dist.barrier()
 
