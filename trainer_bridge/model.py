@@ -118,6 +118,26 @@ class Attention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
 
+    def forward_with_cache(self, x, cos, sin, mask, cache: "KVCache", layer: int):
+        """Inference: append this call's keys/values to ``cache`` and attend over all cached ones.
+
+        ``mask`` is [B, 1, S, cache.length + S]; SDPA as in ``forward``, so the numbers match a full recompute."""
+        batch, seq, _ = x.shape
+        q = apply_rope(self.wq(x).view(batch, seq, self.n_heads, self.head_dim), cos, sin)
+        k = apply_rope(self.wk(x).view(batch, seq, self.n_kv_heads, self.head_dim), cos, sin)
+        v = self.wv(x).view(batch, seq, self.n_kv_heads, self.head_dim)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, S, D]
+        k, v = cache.append(layer, k, v)
+        repeats = self.n_heads // self.n_kv_heads
+        if repeats > 1:
+            # The query heads sharing a kv head become extra query rows of that head: no copy of the cache.
+            q = q.reshape(batch, self.n_kv_heads, repeats * seq, self.head_dim)
+            if mask is not None:
+                mask = mask.unsqueeze(2).expand(-1, -1, repeats, -1, -1).reshape(batch, 1, repeats * seq, -1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        out = out.reshape(batch, self.n_heads, seq, self.head_dim)
+        return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
+
 
 class FeedForward(nn.Module):
     def __init__(self, cfg: ModelConfig):
@@ -141,6 +161,10 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x, cos, sin, mask, use_flex: bool):
         x = x + self.attention(self.attention_norm(x), cos, sin, mask, use_flex)
+        return x + self.feed_forward(self.ffn_norm(x))
+
+    def forward_with_cache(self, x, cos, sin, mask, cache: "KVCache", layer: int):
+        x = x + self.attention.forward_with_cache(self.attention_norm(x), cos, sin, mask, cache, layer)
         return x + self.feed_forward(self.ffn_norm(x))
 
 
@@ -172,6 +196,46 @@ class Transformer(nn.Module):
             h = self.norm(h)
         return self.output(h) if self.output is not None else h
 
+    # -- inference with a key/value cache (generation; the training path above does not use it) -----------
+    def new_cache(self, batch: int, capacity: int | None = None) -> "KVCache":
+        ref = self.tok_embeddings.weight
+        return KVCache(self.cfg, batch, capacity or self.cfg.max_seq_len, device=ref.device, dtype=ref.dtype)
+
+    def forward_with_cache(self, tokens: torch.Tensor, position_ids: torch.Tensor, cache: "KVCache",
+                           token_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits [B, S, vocab] for ``tokens`` [B, S] that follow the ``cache.length`` tokens already cached.
+
+        ``token_mask`` [B, S] marks real tokens (False: left padding of a shorter prompt in a batch); a token
+        attends causally to the real tokens of its own row, cached or new. Needs a whole model (no pipeline
+        stage). The cache grows by S."""
+        if self.tok_embeddings is None or self.output is None:
+            raise ValueError("forward_with_cache needs the whole model (not a pipeline stage)")
+        batch, seq = tokens.shape
+        if token_mask is None:
+            token_mask = torch.ones(batch, seq, dtype=torch.bool, device=tokens.device)
+        start = cache.length
+        if start + seq > cache.capacity:
+            raise ValueError(f"KV cache holds {cache.capacity} positions; {start} + {seq} do not fit")
+        cache.key_valid[:, start:start + seq] = token_mask
+        if not bool(token_mask.all()):
+            cache.has_padding = True
+        if seq == 1 and not cache.has_padding:
+            mask = None  # one new token, every cached key real: it attends to all of them
+        else:
+            keys = torch.arange(start + seq, device=tokens.device)
+            queries = torch.arange(start, start + seq, device=tokens.device)
+            causal = keys[None, :] <= queries[:, None]  # [S, L]
+            # A padding query attends to itself only: its row is never empty (no NaN) and is never read.
+            mask = ((causal[None] & cache.key_valid[:, None, :start + seq])
+                    | (keys[None, None, :] == queries[None, :, None])).unsqueeze(1)  # [B, 1, S, L]
+        h = self.tok_embeddings(tokens)
+        angles = position_ids.unsqueeze(-1).float() * self.rope_inv_freq
+        cos, sin = angles.cos(), angles.sin()
+        for index, layer in enumerate(self.layers.values()):
+            h = layer.forward_with_cache(h, cos, sin, mask, cache, index)
+        cache.length = start + seq
+        return self.output(self.norm(h))
+
     # -- initialization (used by parallelize.materialize, after sharding, on the real device) --------------
     def init_buffers(self) -> None:
         head_dim = self.cfg.dim // self.cfg.n_heads
@@ -188,6 +252,37 @@ class Transformer(nn.Module):
         if fqn.endswith(("attention.wo.weight", "feed_forward.w2.weight")):
             std /= math.sqrt(2 * self.cfg.n_layers)
         return std
+
+
+class KVCache:
+    """Keys and values of every layer for incremental decoding: [B, n_kv_heads, capacity, head_dim] each.
+
+    ``length`` slots are filled (the same for every row: prompts are left-padded to a common length);
+    ``key_valid`` [B, capacity] says which filled slots hold real tokens."""
+
+    def __init__(self, cfg: ModelConfig, batch: int, capacity: int, *, device, dtype):
+        n_kv, head_dim = cfg.n_kv_heads or cfg.n_heads, cfg.dim // cfg.n_heads
+        shape = (batch, n_kv, capacity, head_dim)
+        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layers)]
+        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layers)]
+        self.key_valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
+        self.capacity = capacity
+        self.length = 0
+        self.has_padding = False  # some filled slot is padding: every step needs an explicit mask
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store k, v [B, H_kv, S, D] after the filled slots; return all keys and values so far."""
+        end = self.length + k.shape[2]
+        self.keys[layer][:, :, self.length:end] = k
+        self.values[layer][:, :, self.length:end] = v
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only the given batch rows (finished sequences leave the batch)."""
+        self.keys = [k[rows] for k in self.keys]
+        self.values = [v[rows] for v in self.values]
+        self.key_valid = self.key_valid[rows]
+        self.has_padding = not bool(self.key_valid[:, :self.length].all())
 
 
 def count_parameters(cfg: ModelConfig) -> dict[str, int]:
