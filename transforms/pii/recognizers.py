@@ -8,6 +8,13 @@ real format rule (Luhn and issuer ranges, IBAN MOD 97 and per-country length, IS
 phone-number lengths from libphonenumber's metadata) so that random digit runs, IPs, versions and dates are not
 masked. Context words are matched on the raw text (not lemmas), so they work in Chinese and German as well.
 
+No partial masks: a candidate is the whole written value or nothing. IPv6 candidates are taken whole (an embedded
+IPv4 tail included) and then validated; a run of digit groups holding several values is split only at group
+boundaries that are unambiguous (``_RegexRecognizer._find_in_runs``); an IBAN ends at its country's length; and
+the step's ``resolve_overlaps`` merges overlapping candidates of one entity instead of keeping a fragment. Context
+words raise scores, they never make an invalid value valid. ``tests/test_pii_property.py`` checks this on
+generated values of every structured type.
+
 All recognizers are language-agnostic; they are registered under one Presidio language key (``"en"``) and run
 on every document whatever its language (mixed-language documents included).
 """
@@ -66,10 +73,19 @@ class _RegexRecognizer(EntityRecognizer):
 
     Subclasses set ``ENTITY`` and ``PATTERNS`` and implement ``score(match, text)`` returning a score or ``None``
     (reject). ``quick_check`` is a cheap substring test that lets a document skip the regexes entirely.
+
+    Digit-group values (cards, phones, SSNs, mobiles) set ``RUN_SEPARATORS``: the characters that join the digit
+    groups of one written value ("4012 8888 8888 1881", "440-600-5124"). Several values, or a value and an
+    unrelated number, can then stand in one run of groups ("4012888888881881 4012-8888-8888-1881",
+    "SD 20241 440-600-5124"); see ``_find_in_runs`` for how such a run is split.
     """
 
     ENTITY: str = ""
     PATTERNS: tuple[re.Pattern, ...] = ()
+    RUN_SEPARATORS: str = ""
+    # How many following values may vouch for a value's right boundary (0: a neighbouring group joined by the
+    # value's own separator always makes the split ambiguous). Weakly validated types set 0.
+    RUN_LOOK_RIGHT: int = 8
 
     def __init__(self):
         super().__init__(supported_entities=[self.ENTITY], name=type(self).__name__, supported_language=LANGUAGE)
@@ -90,11 +106,89 @@ class _RegexRecognizer(EntityRecognizer):
         if not self.quick_check(text):
             return
         for pattern in self.PATTERNS:
+            if self.RUN_SEPARATORS:
+                yield from self._find_in_runs(pattern, text)
+                continue
             for m in pattern.finditer(text):
                 s = self.score(m, text)
                 if s is not None:
                     start, end = self.span(m)
                     yield RecognizerResult(self.ENTITY, start, end, s)
+
+    # -- several values in one run of digit groups ------------------------------------------------------------
+    def _find_in_runs(self, pattern: re.Pattern, text: str) -> Iterator[RecognizerResult]:
+        """Left to right over the text; at each place a value may start (the pattern's look-behind: a group
+        start), the longest candidate the validator accepts wins, trying the whole match first and then the same
+        start cut at each earlier group boundary. A rejected candidate is retried from its next group start,
+        so "20241 440-600-5124" still yields "440-600-5124". A value is never cut inside a group.
+
+        A candidate that does not reach the end of its run must be delimited on both sides (``_delimited``):
+        otherwise it might be a fragment of a longer value, and masking a fragment would leak the rest."""
+        pos, consumed_end = 0, -1
+        while True:
+            m = pattern.search(text, pos)
+            if m is None:
+                return
+            hit = self._longest_valid_at(pattern, m, text, consumed_end, self.RUN_LOOK_RIGHT)
+            if hit is None:
+                pos = m.start("value") + 1
+                continue
+            start, end, s = hit
+            yield RecognizerResult(self.ENTITY, start, end, s)
+            consumed_end = pos = end
+
+    def _longest_valid_at(self, pattern: re.Pattern, m: re.Match, text: str, consumed_end: int,
+                          look_right: int) -> Optional[tuple[int, int, float]]:
+        start, end = m.span("value")
+        seps = self.RUN_SEPARATORS
+        ends = [end] + [i for i in range(end - 1, start, -1)
+                        if text[i] in seps and text[i - 1].isalnum() and text[i + 1].isalnum()]
+        for e in ends:
+            sub = m if e == end else pattern.match(text, m.start(), e)
+            if sub is None or sub.end("value") != e:
+                continue
+            s = self.score(sub, text)
+            if s is None:
+                continue
+            lo, hi = self.span(sub)
+            if self._delimited(pattern, text, lo, hi, consumed_end, look_right):
+                return lo, hi, s
+        return None
+
+    def _delimited(self, pattern: re.Pattern, text: str, start: int, end: int, consumed_end: int,
+                   look_right: int) -> bool:
+        """A value next to another digit group of its run (joined by one run separator) is a value of its own
+        only when the join is whitespace that the value does not use inside itself ("4012-8888-8888-1881 4012 …",
+        "20241 440-600-5124"), or when the neighbour is itself a value: on the left one already accepted, on the
+        right one that starts there ("4012 8888 8888 1881 5555 5555 5555 4444"; ``look_right`` bounds how many
+        such values are looked ahead, 0 for phone numbers). A neighbour that is part of a date, time, fraction
+        or decimal ("12/25", "10:30", "1.5") is not a group of the run."""
+        seps = self.RUN_SEPARATORS
+        if (end + 1 < len(text) and text[end] in _NOT_A_RUN_JOIN and text[end] not in seps
+                and text[end + 1].isdigit()):
+            return False  # the last group runs on into a time or a number ("… 00:19", "… 5124,5")
+        inside = {c for c in text[start:end] if c in seps}
+        if start >= 2 and text[start - 1] in seps and text[start - 2].isdigit() and consumed_end != start - 1:
+            i = start - 2
+            while i >= 0 and text[i].isdigit():
+                i -= 1
+            other_token = i >= 1 and text[i] in _NOT_A_RUN_JOIN and text[i] not in seps and text[i - 1].isdigit()
+            if not other_token and not (text[start - 1].isspace() and text[start - 1] not in inside):
+                return False
+        if end + 1 < len(text) and text[end] in seps and text[end + 1].isdigit():
+            j = end + 1
+            while j < len(text) and text[j].isdigit():
+                j += 1
+            other_token = (j + 1 < len(text) and text[j] in _NOT_A_RUN_JOIN and text[j] not in seps
+                           and text[j + 1].isdigit())
+            if not other_token and not (text[end].isspace() and text[end] not in inside):
+                if look_right <= 0:
+                    return False
+                nxt = pattern.match(text, end + 1)
+                if nxt is None or nxt.start("value") != end + 1:
+                    return False
+                return self._longest_valid_at(pattern, nxt, text, end, look_right - 1) is not None
+        return True
 
     def analyze(self, text: str, entities: list[str], nlp_artifacts: NlpArtifacts = None) -> list[RecognizerResult]:
         if entities and self.ENTITY not in entities:
@@ -102,19 +196,60 @@ class _RegexRecognizer(EntityRecognizer):
         return list(self.find(text))
 
 
+# Characters that join digits into a token of another kind (date, time, fraction, decimal).
+_NOT_A_RUN_JOIN = "/.:,"
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # E-mail and URL
 
+# A letter or digit of a script written with spaces between words. CJK ideographs, kana, hangul and full-width
+# forms are left out on purpose: those scripts put no space between words, so a Chinese character touching an
+# address ("发到xiuying38@gmail.com了") is a boundary, not part of the address.
+_CJK = ("\u2e80-\u2fff\u3000-\u303f\u3040-\u30ff\u3100-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+        "\uac00-\ud7af\uf900-\ufaff\uff00-\uffef")
+_ALNUM = rf"[^\W_{_CJK}]"
+_ALPHA = rf"[^\W\d_{_CJK}]"
+_LABEL = rf"{_ALNUM}(?:(?:{_ALNUM}|-){{0,61}}{_ALNUM})?"
+_TLD = rf"(?:[Xx][Nn]--[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*|{_ALPHA}{{2,63}})"
 _EMAIL = re.compile(
-    r"(?<![A-Za-z0-9._%+\-])"
-    r"(?P<value>[A-Za-z0-9][A-Za-z0-9._%+\-]{0,63}@(?:[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?\.)+"
-    r"[A-Za-z]{2,24})"
-    r"(?![A-Za-z0-9\-]|\.[A-Za-z0-9])"
+    rf"(?<![._%+\-])(?<!{_ALNUM})"
+    rf"(?P<value>{_ALNUM}(?:{_ALNUM}|[._%+\-']){{0,63}}@(?P<domain>(?:{_LABEL}\.)+{_TLD}))"
+    rf"(?!{_ALNUM}|-|\.{_ALNUM})"
 )
 
 
+try:
+    import idna as _idna  # IDNA 2008 (RFC 5890-5893); installed with requests/httpx
+except ImportError:  # pragma: no cover - the standard library's IDNA 2003 codec instead
+    _idna = None
+
+
+def _idna_ok(domain: str) -> bool:
+    """RFC 5890: every A-label (``xn--…``) must decode to a valid U-label, and every U-label (non-ASCII) must
+    encode to one. Plain ASCII (LDH) labels pass as they are."""
+    for label in domain.split("."):
+        if label.isascii() and not label.lower().startswith("xn--"):
+            continue
+        try:
+            if _idna is not None:
+                if label.isascii():
+                    _idna.decode(label.lower())
+                else:
+                    _idna.encode(label, uts46=True)
+            else:  # the standard library's IDNA 2003 codec
+                label.encode("ascii").decode("idna") if label.isascii() else label.encode("idna")
+        except (UnicodeError, ValueError):
+            return False
+    return True
+
+
 class EmailAddressRecognizer(_RegexRecognizer):
-    """RFC-5322-ish addresses with ASCII boundaries, so CJK text may touch either side."""
+    """Addresses as RFC 5322 (dot-atom local part; ``'`` included, as in o'brien@…) and RFC 6531 write them,
+    with internationalised domains (RFC 5890): A-labels such as ``xn--d1acufc.xn--p1ai`` are decoded and
+    U-labels such as ``bücher.de`` encoded with IDNA 2008 to check them. Boundaries are "no letter or digit of
+    a spaced script", so CJK text may touch either side and a non-ASCII local part ("jörg@…") is never cut
+    into a fragment."""
 
     ENTITY = "EMAIL_ADDRESS"
     PATTERNS = (_EMAIL,)
@@ -123,73 +258,280 @@ class EmailAddressRecognizer(_RegexRecognizer):
         return "@" in text
 
     def score(self, m, text):
-        return 0.95
+        return 0.95 if _idna_ok(m.group("domain")) else None
 
 
-_URL = re.compile(r"(?<![A-Za-z0-9@.])(?P<value>(?:https?|ftp)://[^\s<>\"'\u3000-\u303f\uff00-\uffef]+|www\.[A-Za-z0-9\-]+\.[^\s<>\"'\u3000-\u303f\uff00-\uffef]+)")
+# Bare host names (no scheme, no ``www.``) count only under these suffixes: the original generic TLDs and any
+# two-letter country code, except country codes that are everyday file extensions or code identifiers
+# ("setup.py", "run.sh", "main.rs", "README.md", "lib.so", "user.id", "model.to(device)"). Multi-label public
+# suffixes ("co.il", "co.uk", "com.au") always count. The hundreds of newer generic TLDs are English words
+# (".name", ".app", ".run", ".info" stays) that appear after a dot in code all the time; with a scheme or
+# ``www.`` any suffix of the Public Suffix List counts.
+_BARE_GENERIC_TLDS = frozenset("com net org edu gov mil int info biz".split())
+_BARE_EXCLUDED_CCTLDS = frozenset("py sh rs pl pm md so cc ps ai hs ml mk am in ac tk id sc st cs rb to".split())
+_URL_STOP = r"\s<>\"'`\u3000-\u303f\uff00-\uffef"
+_URL = re.compile(
+    rf"(?<![A-Za-z0-9@.])(?P<value>(?:https?|ftp)://[^{_URL_STOP}]+|www\.[A-Za-z0-9\-]+\.[^{_URL_STOP}]+)"
+)
+_HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?"
+_BARE_DOMAIN = re.compile(
+    rf"(?<!{_ALNUM})(?<![_@.\-/:])(?P<value>(?P<host>(?:{_HOST_LABEL}\.)+[A-Za-z]{{2,24}})(?:/[^{_URL_STOP}]*)?)"
+    rf"(?!{_ALNUM}|[_\-@(\[=]|\.{_ALNUM})"
+)
+
+
+@functools.lru_cache(maxsize=1)
+def _suffix_extractor():
+    """tldextract over the Public Suffix List snapshot it ships (no download, no cache writes); None when
+    tldextract is absent (then only the built-in suffix rules apply)."""
+    try:
+        import tldextract
+    except ImportError:  # pragma: no cover - presidio-analyzer depends on tldextract
+        return None
+    return tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
+
+
+def split_host(host: str) -> tuple[str, str]:
+    """(registrable label, public suffix) of a host name; ("", "") when its last label is not a public
+    suffix."""
+    ex = _suffix_extractor()
+    host = host.lower().rstrip(".")
+    if ex is None:
+        labels = host.split(".")
+        if len(labels) >= 2 and (labels[-1] in _BARE_GENERIC_TLDS or len(labels[-1]) == 2):
+            return labels[-2], labels[-1]
+        return "", ""
+    r = ex(host)
+    return r.domain, r.suffix
+
+
+def host_ok(host: str, bare: bool) -> bool:
+    """A host name is a registrable name (a label before a public suffix, not ``www`` itself) or an IP literal.
+    A bare one (no scheme, no ``www.``) also needs a suffix from the bare list above and a consistent case
+    (all lower, all upper, or a capitalised first label as in "Booking.com")."""
+    if not bare:
+        literal = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+        try:
+            ipaddress.ip_address(literal)
+            return True
+        except ValueError:
+            pass
+    if "." not in host.strip("."):
+        return False  # "http://microsoft", "http://localhost": no public suffix
+    domain, suffix = split_host(host)
+    if not domain or not suffix or domain == "www":
+        return False
+    if not bare:
+        return True
+    if not (host.islower() or host.isupper() or (host[0].isupper() and host[1:].islower())):
+        return False
+    if "." in suffix:
+        return True
+    return suffix in _BARE_GENERIC_TLDS or (len(suffix) == 2 and suffix not in _BARE_EXCLUDED_CCTLDS)
 
 
 class WebUrlRecognizer(_RegexRecognizer):
-    """Only explicit URLs (scheme or ``www.``): a bare ``domain.tld`` is what makes Presidio's URL recognizer
-    fire inside every e-mail address. A match that contains or touches an e-mail address is dropped as well."""
+    """URLs with a scheme or ``www.`` whose host is a registrable name under a public suffix (or an IP
+    literal), and bare domain names ("microsoft.com", "google.co.il", with an optional path) under the suffixes
+    listed above. ``http://microsoft`` and ``www.microsoft`` name no registrable host and are not URLs. A
+    match inside or touching an e-mail address is dropped (the host of ``jane@example.com`` is not a URL)."""
 
     ENTITY = "URL"
-    PATTERNS = (_URL,)
+    PATTERNS = (_URL, _BARE_DOMAIN)
 
     def quick_check(self, text):
-        return "://" in text or "www." in text
+        return "." in text or "://" in text
 
-    def span(self, m):
+    @staticmethod
+    def _trim(m) -> tuple[int, int]:
         start, end = m.span("value")
         while end > start and m.string[end - 1] in ".,;:!?)]}":  # trailing sentence punctuation
             end -= 1
         return start, end
 
+    def span(self, m):
+        return self._trim(m)
+
+    def find(self, text):
+        if not self.quick_check(text):
+            return
+        taken: list[tuple[int, int]] = []
+        for pattern in self.PATTERNS:
+            for m in pattern.finditer(text):
+                start, end = self._trim(m)
+                if any(s < end and start < e for s, e in taken):
+                    continue
+                s = self.score(m, text)
+                if s is not None:
+                    taken.append((start, end))
+                    yield RecognizerResult(self.ENTITY, start, end, s)
+
     def score(self, m, text):
-        start, end = self.span(m)
-        if "@" in text[start:end] and _EMAIL.search(text[start:end]):
+        start, end = self._trim(m)
+        value = text[start:end]
+        if "@" in value and _EMAIL.search(value):
             return None
-        return 0.6
+        if m.re is _BARE_DOMAIN:
+            return 0.55 if host_ok(m.group("host"), bare=True) else None
+        rest = value.split("://", 1)[1] if "://" in value else value
+        authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+        if "@" in authority:
+            return None  # user info: an e-mail-like string, not a page address
+        host = authority
+        if host.startswith("["):
+            host = host[:host.find("]") + 1] if "]" in host else host
+        else:
+            host = host.rsplit(":", 1)[0] if re.search(r":\d*$", host) else host
+        return 0.6 if host_ok(host, bare=False) else None
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # IP addresses
 
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
-_IPV4 = re.compile(rf"(?<![0-9A-Za-z.])(?P<value>{_OCTET}(?:\.{_OCTET}){{3}})(?![0-9A-Za-z]|\.\d)")
-_IPV6 = re.compile(r"(?<![0-9A-Za-z:.])(?P<value>(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|"
-                   rf"{_OCTET}(?:\.{_OCTET}){{3}})?)(?![0-9A-Za-z:])")
+# A run of dotted decimal groups (validated in code, so that a run with one group too many is judged as a
+# whole and never yields a four-group fragment), with an optional CIDR prefix length.
+_IPV4 = re.compile(r"(?<![0-9A-Za-z.])(?P<value>(?P<addr>\d{1,3}(?:\.\d{1,3}){3,})(?:/(?P<plen>\d{1,3})(?!\d))?)"
+                   r"(?![0-9A-Za-z]|\.\d)")
+_IPV4_QUAD = re.compile(rf"{_OCTET}(?:\.{_OCTET}){{3}}")
+# An IPv6 candidate is the longest run of hex digits, colons and dots (an embedded IPv4 tail included) that
+# holds two colons, with an optional zone id (RFC 4007) and prefix length (RFC 4291 section 2.3); the run is
+# taken whole (possessive) and then validated, so it is either an address or nothing, never a prefix of one.
+_IPV6 = re.compile(
+    r"(?<![0-9A-Za-z:.\-_%])"
+    r"(?P<value>(?P<addr>(?=[0-9A-Fa-f.]*:[0-9A-Fa-f.]*:)(?:[0-9A-Fa-f:]|\.(?=\d))++)"
+    r"(?:%(?P<zone>[0-9A-Za-z_.~\-]+))?(?:/(?P<plen>\d{1,3})(?!\d))?)"
+    r"(?![0-9A-Za-z])"
+)
 _VERSION_CONTEXT = ("version", "ver.", "release", "v.", "python", "kernel", "linux", "firmware", "build", "版本")
+_IP_CONTEXT = ("ip", "ipv4", "address", "addr", "host", "server", "dns", "nameserver", "resolver", "gateway",
+               "router", "subnet", "netmask", "route", "ping", "connect", "adresse", "地址")
+
+
+def _ipv6_or_none(addr: str, zone: Optional[str]) -> Optional[ipaddress.IPv6Address]:
+    try:
+        return ipaddress.IPv6Address(addr + (f"%{zone}" if zone else ""))
+    except ValueError:
+        return None
 
 
 class IpAddressRecognizer(_RegexRecognizer):
-    """IPv4 (octets ≤ 255) and IPv6 (validated by ``ipaddress``). A dotted quad right after a version word,
-    starting with 0, or made of single digits only, is a version or section number, not an address."""
+    """IPv4 and IPv6 addresses (RFC 791 dotted quads; RFC 4291 text forms, RFC 5952 canonical and every other
+    form Python's ``ipaddress`` accepts, embedded IPv4 tails such as ``::ffff:192.0.2.1`` included).
+
+    What a span covers: the address **plus** its CIDR prefix length when the length is valid for the family
+    (``/0``–``/32``, ``/0``–``/128``, RFC 4632) and **plus** an IPv6 zone id (``fe80::1%eth0``), so that masking
+    leaves no ``/24`` or ``%eth0`` next to the mask token. A suffix that is not a valid prefix length
+    (``10.0.0.0/123``) is not part of the address: the address alone is the span. A port (``:8080``) is never
+    part of the span.
+
+    Not addresses: a dotted quad after a version word, starting with 0 (except ``0.0.0.0``), or made of single
+    digits only ("6.5.1.1", unless an IP word such as "DNS" or "server" comes just before it on its line, or a
+    prefix length follows it); six or more dotted groups (OIDs, versions). Five groups of which four form an
+    address with two multi-digit octets ("192.168.1.1.1", not the clause number "30.3.1.1.21") are masked as one
+    span, so no fragment is left over. IPv6: the bare unspecified address
+    ``::`` (reST and Haskell ``::``), compressed forms with fewer than four hex digits other than loopback
+    ``::1`` ("a::b", "1::2" in C++/Python), forms with neither a decimal digit nor a four-digit group
+    ("abc::def"), and slices
+    ``x[10::20]``.
+    """
 
     ENTITY = "IP_ADDRESS"
-    PATTERNS = (_IPV4, _IPV6)
+    PATTERNS = (_IPV6, _IPV4)
 
     def quick_check(self, text):
         return "." in text or ":" in text
 
+    def find(self, text):
+        if not self.quick_check(text):
+            return
+        v6: list[tuple[int, int]] = []
+        for m in _IPV6.finditer(text) if ":" in text else ():
+            hit = self._ipv6(m, text)
+            if hit is not None:
+                v6.append(hit[:2])
+                yield RecognizerResult(self.ENTITY, *hit)
+        if "." not in text:
+            return
+        for m in _IPV4.finditer(text):
+            hit = self._ipv4(m, text)
+            if hit is not None and not any(s <= hit[0] and hit[1] <= e for s, e in v6):
+                yield RecognizerResult(self.ENTITY, *hit)
+
     def score(self, m, text):
-        value = m.group("value")
-        start = m.start("value")
-        if m.re is _IPV4:
-            if value.startswith("0."):
-                return None
-            if text[max(0, start - 1):start] in ("v", "V") or has_context(text, start, start, _VERSION_CONTEXT, 16):
-                return None
-            if all(len(octet) == 1 for octet in value.split(".")):
-                return None  # "6.5.1.1", "9.2.1.4": section and version numbers, not hosts
-            return 0.9
-        if value.count(":") < 2 or sum(c.isalnum() for c in value) < 4:
+        hit = self._ipv6(m, text) if m.re is _IPV6 else self._ipv4(m, text)
+        return None if hit is None else hit[2]
+
+    @staticmethod
+    def _ipv4(m, text) -> Optional[tuple[int, int, float]]:
+        addr, start = m.group("addr"), m.start("value")
+        groups = addr.split(".")
+        if len(groups) > 5:
             return None
-        try:
-            ipaddress.IPv6Address(value)
-        except ValueError:
+        plen = m.group("plen")
+        cidr = plen is not None and int(plen) <= 32
+        if len(groups) == 5:
+            # Already malformed, so it needs more than a plain quad: two multi-digit octets in the address
+            # ("192.168.1.1.1"), as clause and OID numbers ("30.3.1.1.21") are mostly single digits.
+            first, last = groups[:4], groups[1:]
+            if not any(IpAddressRecognizer._quad_ok(".".join(q), text, start, cidr)
+                       and sum(len(g) > 1 for g in q) >= 2 for q in (first, last)):
+                return None
+            return start, m.end("value") if cidr else m.end("addr"), 0.6
+        if not IpAddressRecognizer._quad_ok(addr, text, start, cidr):
             return None
-        return 0.9
+        return start, m.end("value") if cidr else m.end("addr"), 0.9
+
+    @staticmethod
+    def _quad_ok(addr: str, text: str, start: int, cidr: bool) -> bool:
+        if not _IPV4_QUAD.fullmatch(addr):
+            return False  # an octet over 255 or with a leading zero
+        if addr == "0.0.0.0":
+            return True  # the unspecified address / default route
+        if addr.startswith("0."):
+            return False
+        if text[max(0, start - 1):start] in ("v", "V") or has_context(text, start, start, _VERSION_CONTEXT, 16):
+            return False
+        if all(len(octet) == 1 for octet in addr.split(".")):
+            # "6.5.1.1", "9.2.1.4": section and version numbers, unless an address word comes just before it on
+            # its line ("nameserver 8.8.8.8", "DNS 1.1.1.1"); a heading "8.3.1.1. …" after "/etc/hosts" is not one
+            line_start = text.rfind("\n", 0, start) + 1
+            return cidr or has_context(text[line_start:start], start - line_start, start - line_start,
+                                       _IP_CONTEXT, 24)
+        return True
+
+    @staticmethod
+    def _ipv6(m, text) -> Optional[tuple[int, int, float]]:
+        addr, start = m.group("addr"), m.start("value")
+        end_addr = m.end("addr")
+        zone, plen = m.group("zone"), m.group("plen")
+        if not zone and not plen:
+            # Sentence punctuation after the address ("… 2001:db8::1.", "fe80::1: link down", "2001:db8::: ok")
+            # is not part of it.
+            stripped = addr.rstrip(".")
+            end_addr -= len(addr) - len(stripped)
+            addr = stripped
+        ip = _ipv6_or_none(addr, zone)
+        if ip is None and addr.endswith(":") and not zone and not plen:
+            addr, end_addr = addr[:-1], end_addr - 1
+            ip = _ipv6_or_none(addr, zone)
+        if ip is None:
+            return None
+        end = end_addr
+        if zone:
+            end = m.end("zone")
+        if plen is not None and int(plen) <= 128:
+            end = m.end("plen")
+        hexdigits = sum(c in "0123456789abcdefABCDEF" for c in addr)
+        embedded_v4 = "." in addr
+        if addr == "::" or not (any(c.isdigit() for c in addr) or any(len(g) == 4 for g in addr.split(":"))):
+            return None  # "Face::Bad", "abc::def": names in code; "::dead:beef" has a full group
+        if hexdigits < 4 and ip.packed != ipaddress.IPv6Address("::1").packed and not embedded_v4 \
+                and not zone and end == end_addr:
+            return None
+        if start >= 2 and text[start - 1] == "[" and (text[start - 2].isalnum() or text[start - 2] in "_)]"):
+            return None  # a subscript or slice: x[10::20]
+        return start, end, 0.9
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -207,6 +549,8 @@ _CARD_RANGES: tuple[tuple[int, int, tuple[int, ...]], ...] = (
     (2200, 2204, (16, 17, 18, 19)),        # Mir
     (35, 35, (16, 17, 18, 19)),            # JCB's wider 35 block
     (50, 50, (12, 13, 14, 15, 16, 17, 18, 19)), (56, 69, (12, 13, 14, 15, 16, 17, 18, 19)),  # Maestro
+    (81, 82, (16,)), (508, 508, (16,)),    # RuPay
+    (9792, 9792, (16,)),                   # Troy
 )
 _CARD_CONTEXT = ("card", "karte", "卡", "visa", "mastercard", "amex", "maestro", "payment", "zahlung", "kredit",
                  "charged", "belastet", "付款", "支付")
@@ -221,17 +565,22 @@ def card_issuer_ok(digits: str) -> bool:
     return False
 
 
-_CARD = re.compile(r"(?<![0-9A-Za-z.,\-])(?P<value>\d(?:[ \-]?\d){11,18})(?![0-9A-Za-z]|[ \-.,]?\d)")
+_CARD = re.compile(r"(?<![0-9A-Za-z.,\-])(?P<value>\d(?:[ \-]?\d){11,18})(?![0-9A-Za-z]|[.,]\d)")
 _CARD_GROUPINGS = {(4, 4, 4, 4), (4, 4, 4, 4, 3), (4, 6, 5), (4, 6, 4), (4, 4, 4, 1), (4, 4, 4, 2), (4, 4, 4, 3),
                    (4, 4, 4, 4, 1), (4, 4, 4, 4, 2), (4, 4, 5), (4, 4, 4, 7), (4, 4, 4, 6), (4, 4, 4, 5)}
 
 
 class PaymentCardRecognizer(_RegexRecognizer):
-    """12–19 digits, plain or grouped as printed on cards, Luhn-valid, with a known issuer prefix and length (or,
-    for a prefix outside the table, a card word just before it)."""
+    """12–19 digits, plain or grouped as printed on cards (one separator kind throughout), Luhn-valid, with a
+    known issuer prefix and length (or, for a prefix outside the table, a card word just before it: UATP airline
+    cards, 15 digits starting with 1, are left to that rule on purpose, as they look like the epoch timestamps
+    of logs, "156641360591757"). Several
+    cards, or a card and other numbers, may stand in one run ("4012888888881881 4012-8888-8888-1881 4012 8888
+    8888 1881", "… 1881 12/25"): see ``_RegexRecognizer._find_in_runs``."""
 
     ENTITY = "CREDIT_CARD"
     PATTERNS = (_CARD,)
+    RUN_SEPARATORS = " -"
 
     def score(self, m, text):
         raw = m.group("value")
@@ -267,10 +616,11 @@ IBAN_LENGTHS = {
     "SO": 23, "ST": 25, "SV": 28, "TL": 23, "TN": 24, "TR": 26, "UA": 29, "VA": 22, "VG": 24, "XK": 20, "YE": 30,
 }
 
-_IBAN = re.compile(r"(?<![0-9A-Za-z])(?P<value>[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30})")
+_IBAN = re.compile(r"(?<![0-9A-Za-z\-])(?P<value>[A-Za-z]{2}\d{2}(?:[ \-]?[A-Za-z0-9]){11,30})")
 
 
 def iban_valid(compact: str) -> bool:
+    compact = compact.upper()
     if IBAN_LENGTHS.get(compact[:2]) != len(compact):
         return False
     rearranged = compact[4:] + compact[:4]
@@ -278,8 +628,10 @@ def iban_valid(compact: str) -> bool:
 
 
 class IbanCodeRecognizer(_RegexRecognizer):
-    """Country code + check digits + BBAN, plain or in groups of four; cut at the country's registered length
-    (so a following word is never swallowed) and checked with ISO 13616 MOD 97."""
+    """ISO 13616: country code + check digits + BBAN, electronic (no separator) or paper format (groups, with
+    spaces or, as many people write them, dashes: one separator kind per IBAN), upper case (or all lower case
+    as typed); cut at the country's registered length (so a following word is never swallowed, and a cut
+    inside a group rejects the candidate) and checked with MOD 97-10."""
 
     ENTITY = "IBAN_CODE"
     PATTERNS = (_IBAN,)
@@ -287,13 +639,30 @@ class IbanCodeRecognizer(_RegexRecognizer):
     def span(self, m):
         return m.start("value"), self._end(m)
 
+    def find(self, text):
+        # The pattern runs on across following words ("… 2905 at AT71-3490 …"); the IBAN ends at its country's
+        # length, so the search goes on from there (or from the next character after a rejected candidate),
+        # never from the end of the pattern's match, which may hold the next IBAN.
+        pos = 0
+        while True:
+            m = _IBAN.search(text, pos)
+            if m is None:
+                return
+            s = self.score(m, text)
+            if s is None:
+                pos = m.start("value") + 1
+                continue
+            start, end = self.span(m)
+            yield RecognizerResult(self.ENTITY, start, end, s)
+            pos = end
+
     @staticmethod
     def _end(m) -> int:
         raw = m.group("value")
-        want = IBAN_LENGTHS.get(raw[:2], 0)
+        want = IBAN_LENGTHS.get(raw[:2].upper(), 0)
         seen = 0
         for i, ch in enumerate(raw):
-            if ch != " ":
+            if ch not in " -":
                 seen += 1
                 if seen == want:
                     return m.start("value") + i + 1
@@ -303,55 +672,74 @@ class IbanCodeRecognizer(_RegexRecognizer):
         end = self._end(m)
         if end < 0 or (end < len(text) and text[end].isascii() and text[end].isalnum()):
             return None
-        compact = text[m.start("value"):end].replace(" ", "")
+        value = text[m.start("value"):end]
+        if len({c for c in value if c in " -"}) > 1:
+            return None  # "AL47 2121-1009 …": one separator kind per written IBAN
+        letters = [c for c in value if c.isalpha()]
+        if not (all(c.isupper() for c in letters) or all(c.islower() for c in letters)):
+            return None
+        compact = value.replace(" ", "").replace("-", "")
         return 0.95 if iban_valid(compact) else None
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # US SSN and UK National Insurance number
 
-_SSN_SEP = re.compile(r"(?<![0-9A-Za-z\-])(?P<value>(?P<a>\d{3})(?P<s>[ \-])(?P<g>\d{2})(?P=s)(?P<n>\d{4}))(?![0-9A-Za-z]|-\d)")
-_SSN_PLAIN = re.compile(r"(?<![0-9A-Za-z\-])(?P<value>(?P<a>\d{3})(?P<g>\d{2})(?P<n>\d{4}))(?![0-9A-Za-z]|-\d)")
+_SSN_SEP = re.compile(r"(?<![0-9A-Za-z\-.])(?P<value>(?P<a>\d{3})(?P<s>[ \-.])(?P<g>\d{2})(?P=s)(?P<n>\d{4}))"
+                      r"(?![0-9A-Za-z])")
+_SSN_PLAIN = re.compile(r"(?<![0-9A-Za-z\-.])(?P<value>(?P<a>\d{3})(?P<g>\d{2})(?P<n>\d{4}))(?![0-9A-Za-z])")
 _SSN_CONTEXT = ("ssn", "social security", "soc. sec", "sozialversicherung")
 
 
+def ssn_valid(area: str, group: str, serial: str) -> bool:
+    """SSA rules: area not 000, 666 or 900–999 (9xx are ITINs), group not 00, serial not 0000."""
+    return not (area in ("000", "666") or area[0] == "9" or group == "00" or serial == "0000")
+
+
 class UsSocialSecurityRecognizer(_RegexRecognizer):
-    """AAA-GG-SSSS with the SSA's rules (area not 000/666/9xx, group not 00, serial not 0000). Nine bare digits
-    count only after an SSN context word."""
+    """AAA-GG-SSSS with the SSA's rules, written with dashes, spaces or dots (one kind per number). Nine bare
+    digits count only after an SSN context word."""
 
     ENTITY = "US_SSN"
     PATTERNS = (_SSN_SEP, _SSN_PLAIN)
+    RUN_SEPARATORS = " -."
 
     def score(self, m, text):
-        area, group, serial = m.group("a"), m.group("g"), m.group("n")
-        if area in ("000", "666") or area[0] == "9" or group == "00" or serial == "0000":
+        if not ssn_valid(m.group("a"), m.group("g"), m.group("n")):
             return None
         if m.re is _SSN_PLAIN:
             return 0.7 if has_context(text, m.start(), m.end(), _SSN_CONTEXT, 30) else None
         return 0.85
 
 
-_NINO = re.compile(r"(?<![0-9A-Za-z])(?P<value>(?P<p>[A-Z]{2}) ?(?P<d>\d{2} ?\d{2} ?\d{2}|\d{6}) ?(?P<s>[A-Z]))(?![0-9A-Za-z])")
+_NINO = re.compile(r"(?<![0-9A-Za-z])(?P<value>(?P<p>[A-Za-z]{2}) ?(?P<d>\d{2} ?\d{2} ?\d{2}) ?(?P<s>[A-Za-z]))"
+                   r"(?![0-9A-Za-z])")
 _NINO_CONTEXT = ("national insurance", "ni number", "ni no", "nino", "insurance number", "ni-nummer")
 _NINO_NOT_ALLOCATED = {"BG", "GB", "KN", "NK", "NT", "TN", "ZZ"}
 
 
+def nino_valid(prefix: str, suffix: str) -> bool:
+    """HMRC (NIM39110): first prefix letter not D, F, I, Q, U or V; second not D, F, I, O, Q, U or V; not one of
+    the prefixes never allocated (BG, GB, KN, NK, NT, TN, ZZ); suffix A, B, C or D."""
+    prefix, suffix = prefix.upper(), suffix.upper()
+    return (prefix[0] not in "DFIQUV" and prefix[1] not in "DFIOQUV" and prefix not in _NINO_NOT_ALLOCATED
+            and suffix in "ABCD")
+
+
 class UkNationalInsuranceRecognizer(_RegexRecognizer):
-    """HMRC format: two prefix letters (first not D/F/I/Q/U/V, second not D/F/I/O/Q/U/V, not an unallocated
-    pair), six digits, suffix A–D. Anything else NINO-shaped (e.g. the administrative ZZ prefix) counts only with
-    a national-insurance context word just before it."""
+    """HMRC format (``nino_valid``), upper or lower case (one case per number), six digits plain or in pairs. A
+    national-insurance context word raises the score; it never makes an invalid prefix or suffix valid (so
+    "not a valid national insurance number UV 98 76 54 B" and Faker's placeholder "ZZ 123456 T" are not
+    NINOs)."""
 
     ENTITY = "UK_NINO"
     PATTERNS = (_NINO,)
 
     def score(self, m, text):
-        prefix, suffix = m.group("p"), m.group("s")
-        strict = (prefix[0] not in "DFIQUV" and prefix[1] not in "DFIOQUV" and prefix not in _NINO_NOT_ALLOCATED
-                  and suffix in "ABCD")
-        in_context = has_context(text, m.start(), m.end(), _NINO_CONTEXT, 40)
-        if strict:
-            return 0.9 if in_context else 0.6
-        return 0.6 if in_context else None
+        letters = m.group("p") + m.group("s")
+        if not (letters.isupper() or letters.islower()) or not nino_valid(m.group("p"), m.group("s")):
+            return None
+        return 0.9 if has_context(text, m.start(), m.end(), _NINO_CONTEXT, 40) else 0.6
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -390,7 +778,7 @@ class CnResidentIdRecognizer(_RegexRecognizer):
 
 
 _CN_MOBILE = re.compile(r"(?<![0-9A-Za-z+\-])(?P<value>(?:(?:\+|00)86[ \-]?)?1[3-9]\d(?P<s>[ \-]?)\d{4}(?P=s)\d{4})"
-                        r"(?![0-9A-Za-z]|[ \-]?\d)")
+                        r"(?![0-9A-Za-z])")
 _PHONE_CONTEXT = ("phone", "tel", "call", "mobile", "cell", "fax", "contact", "reach", "dial",
                   "telefon", "handy", "mobil", "ruf", "erreich", "unter",
                   "电话", "手机", "联系", "致电", "号码", "热线", "传真")
@@ -401,6 +789,7 @@ class CnMobileRecognizer(_RegexRecognizer):
 
     ENTITY = "CN_MOBILE"
     PATTERNS = (_CN_MOBILE,)
+    RUN_SEPARATORS = " -"
 
     def score(self, m, text):
         if has_context(text, m.start(), m.end(), _PHONE_CONTEXT, 20) or m.group("value").startswith(("+", "00")):
@@ -414,16 +803,17 @@ class CnMobileRecognizer(_RegexRecognizer):
 _PHONE = re.compile(
     r"(?<![0-9A-Za-z+.\-/_:])"
     r"(?P<value>"
-    r"(?P<intl>(?:\+|00)\d{1,3}[ .\-]?(?:\(0\)[ ]?)?)?"
-    r"(?P<area>\(\d{1,5}\)[ .\-]?)?"
+    r"(?P<intl>(?:\((?:\+|00)\d{1,3}\)|(?:\+|00)\d{1,3})[ .\-]?(?:\(0\)[ ]?)?)?"
+    r"(?P<area>(?:1[ .\-]?)?\(\d{1,5}\)[ .\-]?)?"
     r"\d(?:[ .\-/]?\d){5,14}"
     r"(?:[ ]?(?:x|ext\.?|Durchwahl|#)[ ]?\d{1,6})?"
     r")"
-    r"(?![0-9A-Za-z]|[ .\-/]?\d)"
+    r"(?![0-9A-Za-z])"
 )
 _DATE_SHAPE = re.compile(r"^(?:\d{1,4}[./\-]\d{1,2}[./\-]\d{1,4})$")
 _NANP_DOTTED = re.compile(r"^(?:\+?1[ .\-])?\d{3}\.\d{3}\.\d{4}(?:[ ]?x\d+)?$")
-_SSN_SHAPE = re.compile(r"^\d{3}-\d{2}-\d{4}$")
+_ISO_DATE = re.compile(r"(?<!\d)(?:1[89]|20)\d\d-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])(?!\d)")
+_SSN_SHAPE = re.compile(r"^\d{3}([ \-.])\d{2}\1\d{4}$")
 _YEAR_RANGE = re.compile(r"^(?:1[5-9]|20)\d\d ?[\-/] ?(?:1[5-9]|20)\d\d$")
 _ZIP4_SHAPE = re.compile(r"^\d{5}-\d{4}$")
 _NANP_SHAPE = re.compile(r"^(?:1[ .\-]?)?\d{3}[ .\-]\d{3}[ .\-]\d{4}$")
@@ -434,14 +824,20 @@ _NATIONAL_REGIONS = ("US", "GB", "DE", "CN", "FR", "AT", "CH", "IN", "AU", "CA")
 class PhoneNumberRecognizer(_RegexRecognizer):
     """Phone-shaped strings checked against libphonenumber's per-country length rules.
 
-    Accepted shapes: international (``+CC``/``00CC``, optional ``(0)``), national with a trunk ``0`` or an area
-    code in parentheses, or NANP ``NXX-NXX-XXXX`` groups; optional extension; any other grouping only right after
-    a phone context word. Rejected: dotted strings that are IPs or versions, dates, year ranges, ZIP+4 codes,
-    ISBNs, SSN-shaped strings.
+    Accepted shapes: international (``+CC``/``00CC``, optional ``(0)``); the E.164 digits written without the
+    ``+`` when the first group is the country calling code and libphonenumber calls the whole a *valid* number
+    ("91-415-555-0132"); national with a trunk ``0`` or an area code in parentheses, or NANP ``NXX-NXX-XXXX``
+    groups; optional extension; any other grouping only right after a phone context word. Rejected: dotted
+    strings that are IPs or versions, dates (also inside: "0 2008-09-15"), year ranges, ZIP+4 codes, ISBNs,
+    SSN-shaped strings, national numbers starting with 00 (an international prefix). Several numbers in one run of
+    digit groups ("SD 20241 440-600-5124") are split as ``_RegexRecognizer._find_in_runs`` says; a list of
+    numbers that use the same separator inside and between them is not split.
     """
 
     ENTITY = "PHONE_NUMBER"
     PATTERNS = (_PHONE,)
+    RUN_SEPARATORS = " .-/"
+    RUN_LOOK_RIGHT = 0  # length rules alone cannot split "00 30 00 00 00 00 07 …" (a hex dump) into numbers
 
     def __init__(self, regions: Iterable[str] = _NATIONAL_REGIONS):
         super().__init__()
@@ -452,7 +848,7 @@ class PhoneNumberRecognizer(_RegexRecognizer):
         body = _EXT.sub("", raw)
         if "." in body and not _NANP_DOTTED.match(body):
             return None  # IPs, versions, dotted dates
-        if _DATE_SHAPE.match(body) or _SSN_SHAPE.match(body) or _YEAR_RANGE.match(body):
+        if _DATE_SHAPE.match(body) or _SSN_SHAPE.match(body) or _YEAR_RANGE.match(body) or _ISO_DATE.search(body):
             return None
         if _ZIP4_SHAPE.match(body) and re.search(r"\b[A-Z]{2},?\s+$", text[max(0, m.start() - 12):m.start()]):
             return None  # "Boston, MA 02110-1301"
@@ -462,7 +858,7 @@ class PhoneNumberRecognizer(_RegexRecognizer):
         context = has_context(text, m.start(), m.end(), _PHONE_CONTEXT, 30)
         if m.group("intl"):
             intl = m.group("intl")
-            cc_digits = digits if intl.startswith("+") else digits[2:]
+            cc_digits = digits if intl.lstrip("(").startswith("+") else digits[2:]  # "00" is the exit code
             try:
                 number = phonenumbers.parse("+" + cc_digits, None)
                 possible = phonenumbers.is_possible_number(number) or self._possible_with_trunk(number)
@@ -474,9 +870,14 @@ class PhoneNumberRecognizer(_RegexRecognizer):
             return 0.55 if context and 8 <= len(digits) <= 15 and " " in body.strip() else None
         if "/" in body and not re.fullmatch(r"\(?0\d{2,5}\)?/\d[\d \-]*", body):
             return None  # the slash only as German "030/1234567", never "3/4/2021" or "1/2"
-        if not (7 <= len(digits) <= 12):
+        if not m.group("area") and self._country_code_without_plus(body, digits):
+            return 0.85 if context else 0.6
+        if not (7 <= len(digits) <= 12) or digits.startswith("00"):
             return None
-        trunk = bool(m.group("area")) or (digits.startswith("0") and (len(digits) >= 9 or body != digits))
+        # A trunk 0 reads as a phone number when the digits are grouped and there are enough of them for a
+        # number with its area code (9+); a bare digit string ("0780511201", an ID, an ISBN) or a short one
+        # ("014 5686") needs a phone word.
+        trunk = bool(m.group("area")) or (digits.startswith("0") and body != digits and len(digits) >= 9)
         if not trunk and not _NANP_SHAPE.match(body) and not context:
             # Without a trunk 0 or an area code in parentheses, only the North American 3-3-4 grouping reads as
             # a phone number: "2017-2020", ZIP+4 "02110-1301" and table columns do not.
@@ -489,6 +890,21 @@ class PhoneNumberRecognizer(_RegexRecognizer):
             if phonenumbers.is_possible_number(number):
                 return 0.85 if context else 0.6
         return None
+
+    @staticmethod
+    def _country_code_without_plus(body: str, digits: str) -> bool:
+        """"91-415-555-0132", "44 20 7946 0018": three or more groups, the first one a country calling code, and
+        libphonenumber's full validity check (not just the length) passes for "+" + the digits."""
+        groups = re.split(r"[ .\-]", body)
+        if len(groups) < 3 or not (1 <= len(groups[0]) <= 3) or groups[0][0] == "0" or not 8 <= len(digits) <= 15:
+            return False
+        if len(set(re.findall(r"[ .\-]", body))) > 1:
+            return False  # one separator kind throughout ("64 2008-05-09 00" is a size and a date)
+        try:
+            number = phonenumbers.parse("+" + digits, None)
+        except phonenumbers.NumberParseException:
+            return False
+        return number.country_code == int(groups[0]) and phonenumbers.is_valid_number(number)
 
     @staticmethod
     def _possible_with_trunk(number) -> bool:
@@ -590,7 +1006,10 @@ class StreetAddressRecognizer(_RegexRecognizer):
 # ---------------------------------------------------------------------------------------------------------------
 # Person names: a lexicon of given names decides; spaCy NER decides what the lexicon cannot
 
-_NAME_WORD = r"[A-ZÀ-ÖØ-Þ][a-zß-öø-ÿ'’]+(?:-[A-ZÀ-ÖØ-Þ][a-zß-öø-ÿ'’]+)?"
+# A capitalised name word; Gaelic patronymic prefixes keep their inner capital ("McDonald", "MacArthur",
+# "O'Brien", "D'Angelo").
+_NAME_PART = r"(?:Mc|Mac|O['’]|D['’])?[A-ZÀ-ÖØ-Þ][a-zß-öø-ÿ'’]+"
+_NAME_WORD = rf"{_NAME_PART}(?:-{_NAME_PART})?"
 _TITLES = ("Mr", "Mrs", "Ms", "Miss", "Mx", "Dr", "Prof", "Sir", "Dame", "Lady", "Lord", "Herr", "Frau", "Ing",
            "Dipl.-Ing", "Univ.Prof", "Rev", "Hon")
 _TITLE_RE = r"(?:" + "|".join(re.escape(t) for t in sorted(_TITLES, key=len, reverse=True)) + r")\.?"
@@ -619,6 +1038,32 @@ _CAPS_RUN = re.compile(
     rf"(?:[ \t]+(?:{_TITLE_RE}|{_NAME_WORD}|[A-Z]\.|(?:{'|'.join(_PARTICLES)})(?=[ \t]+[A-Z])))+"
     r"(?![0-9A-Za-zÀ-ÿ])"
 )
+# Forms of address that take a surname alone ("Mr. Mayers", "Frau Schmidt", "Prof. Dr. Müller"): after one of
+# these, a capitalised word is a person. Nobility and clerical titles (Sir, Lady, Lord, Rev, ...) are left to the
+# lexicon and NER: they usually precede a given name, and "Lord"/"Lady" are common nouns ("the Lord God").
+_COURTESY_TITLES = ("Mr", "Mrs", "Ms", "Miss", "Mx", "Dr", "Prof", "Herr", "Frau")
+_COURTESY_TITLE_RE = r"(?:" + "|".join(sorted(_COURTESY_TITLES, key=len, reverse=True)) + r")\.?"
+_TITLED_SURNAME = re.compile(
+    rf"(?<![0-9A-Za-zÀ-ÿ\-.])(?P<title>{_COURTESY_TITLE_RE})(?:[ \t]+{_TITLE_RE})*[ \t]+"
+    rf"(?P<value>{_NAME_WORD}(?:[ \t]+{_NAME_WORD})?)(?![0-9A-Za-zÀ-ÿ])"
+)
+# Phrases that announce a name: the capitalised word after them is one ("my name is Dan", "They call me Dan",
+# "ich heiße Anna"); a title may come between ("call me Mr. Mayers").
+_NAME_CUE = re.compile(
+    r"(?i:(?<![a-zäöüß])(?:(?:my|his|her|their|your|our)[ \t]+(?:(?:first|given|last|family|full|real|nick)[ \t]?)?"
+    r"name(?:[ \t]+(?:is|was)|['’]s)"
+    r"|calls?[ \t]+me|called[ \t]+me|i['’]m[ \t]+called|i[ \t]+am[ \t]+called"
+    r"|(?:mein|sein|ihr)[ \t]+(?:vor|nach|ruf)?name[ \t]+(?:ist|lautet|war)|ich[ \t]+hei(?:ß|ss)e))"
+    rf"[ \t]+(?:{_TITLE_RE}[ \t]+)?(?P<value>{_NAME_WORD}(?:[ \t]+{_NAME_WORD}){{0,2}})(?![0-9A-Za-zÀ-ÿ])"
+)
+# Offices and roles used as a form of address ("Mr. President", "Frau Ministerin"): not names.
+_ROLE_WORDS = frozenset("""president speaker chairman chairwoman chair chairperson secretary mayor ambassador
+justice governor minister senator commissioner director deputy chief vice prime officer professor doctor
+präsident präsidentin bürgermeister bürgermeisterin ministerin direktor direktorin kollege kollegin nachbar
+nachbarin doktor""".split())
+_GERMAN_DETERMINERS = frozenset("""der die das den dem des ein eine einer einem einen eines jede jeder jedem jeden
+jedes kein keine keiner keinem keinen diese dieser diesem diesen dieses jene jener alle""".split())
+_STREET_BEFORE_TITLE = re.compile(r"\d+[A-Za-z]?(?:[ \t]+[A-Z][A-Za-z'\-]*)+[ \t]*$")  # "12 Oak Dr Springfield"
 _TITLE_TOKEN = re.compile(rf"^{_TITLE_RE}$")
 _NAME_TOKEN = re.compile(rf"^{_NAME_WORD}$")
 _TOKEN = re.compile(r"\S+")
@@ -681,9 +1126,12 @@ class PersonNameRecognizer(EntityRecognizer):
     Candidates are runs of capitalised words; inside a run, a name starts at a word found in the given-name
     lexicon and takes the capitalised words after it (an initial and name particles allowed). A common given name
     decides alone. spaCy's NER decides, in English text, the candidates the lexicon cannot: an extremely rare
-    given name ("Houston Astrodome", "General Public License" vs "Elvira Quist") and a titled name whose given
-    name is unknown ("Dr Ngozi Okafor"). Single words (surnames alone, product names) are left alone: masking
-    "Python" or "Debian" would damage the corpus far more than a lone surname leaks.
+    given name ("Houston Astrodome", "General Public License" vs "Elvira Quist") and a name after a nobility or
+    clerical title whose given name is unknown ("Sir Ngozi Okafor"). Names the text itself announces are decided
+    without either (``cued_names``): one capitalised word after a cue phrase ("my name is Dan", "They call me
+    Dan") and a surname after a form of address ("Mr. Mayers", "Dr Okafor", "Frau Schmidt"). Other single words
+    (surnames alone, product names) are left alone: masking "Python" or "Debian" would damage the corpus far more
+    than a lone surname leaks.
     """
 
     ENTITY = "PERSON"
@@ -702,7 +1150,49 @@ class PersonNameRecognizer(EntityRecognizer):
 
     @staticmethod
     def quick_check(text: str) -> bool:
-        return _CAPS_RUN.search(text) is not None
+        return _CAPS_RUN.search(text) is not None or _NAME_CUE.search(text) is not None
+
+    def cued_names(self, text: str) -> Iterator[tuple[int, int, float]]:
+        """Names the text itself announces, decided without the lexicon or NER: after a cue phrase
+        (``_NAME_CUE``: "my name is Dan", "They call me Dan", "ich heiße Anna") the capitalised word, and up to
+        two more name words, is a name; after a form of address that takes a surname alone
+        (``_COURTESY_TITLES``: "Mr. Mayers", "Frau Schmidt", "Prof. Dr. Müller") the capitalised word(s) are.
+        The span is the name words (the title is not part of it). Not names: a function word ("my name is Not
+        important", "Dr. Who"), a calendar word ("call me Monday"), an office used as a form of address
+        ("Mr. President"), German "Frau"/"Herr" after an article (the nouns "die Frau", "der Herr"), and "Dr"
+        as the street designator after a house number ("12 Oak Dr Springfield"). A title alone ("Dear Sir",
+        "Dear Mr.") names nobody."""
+        seen: set[tuple[int, int]] = set()
+        for m in _NAME_CUE.finditer(text):
+            span = self._leading_name_words(text, m.start("value"), m.end("value"))
+            if span is not None:
+                seen.add(span)
+                yield span[0], span[1], 0.85
+        for m in _TITLED_SURNAME.finditer(text):
+            title = m.group("title").rstrip(".")
+            before = text[max(0, m.start() - 40):m.start()]
+            if title in ("Herr", "Frau"):
+                prev = before.split()[-1].lower() if before.split() else ""
+                if prev in _GERMAN_DETERMINERS:
+                    continue
+            if title == "Dr" and _STREET_BEFORE_TITLE.search(before.rsplit("\n", 1)[-1]):
+                continue
+            span = self._leading_name_words(text, m.start("value"), m.end("value"))
+            if span is not None and span not in seen and not self.looks_like_street(text, *span):
+                seen.add(span)
+                yield span[0], span[1], 0.8
+
+    def _leading_name_words(self, text: str, start: int, end: int) -> Optional[tuple[int, int]]:
+        """The name words at the start of ``text[start:end]``, up to the first that is a function, calendar,
+        role or title word; None when the first one already is."""
+        last = None
+        for w in re.finditer(_NAME_WORD, text[start:end]):
+            low = w.group().lower()
+            if (low in self.function_words or low in _CALENDAR_WORDS or low in _ROLE_WORDS
+                    or _TITLE_TOKEN.match(w.group())):
+                break
+            last = start + w.end()
+        return None if last is None else (start, last)
 
     def given_name_strength(self, word: str, english: bool = True) -> int:
         """2: a given name with frequency class ≥ 2 somewhere (or, outside English text, any frequency in a
@@ -762,10 +1252,11 @@ class PersonNameRecognizer(EntityRecognizer):
         Each window is the candidate's sentence (cut at ``max_side`` characters each side); overlapping windows
         are merged."""
         windows: list[tuple[int, int]] = []
+        decided = [(s, e) for s, e, _ in self.cued_names(text)]
         for start, end, strength, titled in self.candidates(text):
             needs_ner = (strength == 1 and not titled) or (
                 strength == 0 and (titled or self.ner_confirms_untitled))
-            if not needs_ner:
+            if not needs_ner or any(s < end and start < e for s, e in decided):
                 continue
             lo = max(0, start - max_side)
             cut = max(text.rfind(c, lo, start) for c in ".!?\n。")
@@ -809,6 +1300,10 @@ class PersonNameRecognizer(EntityRecognizer):
                 results.append(RecognizerResult(self.ENTITY, start, end, 0.7))
             elif strength == 0 and by_ner and (titled or self.ner_confirms_untitled):
                 results.append(RecognizerResult(self.ENTITY, start, end, 0.7 if titled else 0.6))
+        found = {(r.start, r.end) for r in results}
+        for start, end, score in self.cued_names(text):
+            if (start, end) not in found:
+                results.append(RecognizerResult(self.ENTITY, start, end, score))
         return results
 
 

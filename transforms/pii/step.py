@@ -290,8 +290,9 @@ class PiiEngine:
         return self._person.ner_windows(text)
 
     def may_hold_pii(self, text: str) -> bool:
-        return bool(_MAY_HOLD_STRUCTURED.search(text)) or ("PERSON" in self.entities and
-                                                           self._person.quick_check(text))
+        # bare domains ("microsoft.com") hold none of the structured markers: with URL on, any dot may start one
+        return (bool(_MAY_HOLD_STRUCTURED.search(text)) or ("URL" in self.entities and "." in text)
+                or ("PERSON" in self.entities and self._person.quick_check(text)))
 
     def analyze(self, texts: Sequence[str]) -> list[list[PiiSpan]]:
         """Spans per text (offsets into the text as given), overlaps resolved."""
