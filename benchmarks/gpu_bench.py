@@ -3,6 +3,11 @@ and MFU. One command, a few minutes on one H200 (budget: under 8 minutes, compil
 
     PYTHONPATH=. python benchmarks/gpu_bench.py              # flex_attention (compiled) document masking
     PYTHONPATH=. python benchmarks/gpu_bench.py --attention sdpa --steps 20
+    PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/gpu_bench.py --tp 2      # tensor + sequence parallel
+    PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/gpu_bench.py --experts 8 --ep 2   # MoE, expert parallel
+
+``--tp``/``--ep`` need as many processes (GPUs) as their product; ``--ep`` shards the experts over the dp ranks
+(dp = ep). ``--cp`` (context parallel) is refused until trainer_bridge implements mesh.cp (issue 12).
 
 The whole trainer runs (shards through ShardReader, prefetching loader, guards, metrics); checkpoints and
 validation are off so that only training steps are timed. Throughput and MFU are the medians over the steps
@@ -46,13 +51,21 @@ def main() -> int:
     parser.add_argument("--activation-checkpointing", choices=["none", "every", "every_n"], default="none")
     parser.add_argument("--compile", action="store_true", help="torch.compile every block")
     parser.add_argument("--out", type=Path, help="also write the summary JSON here")
+    parser.add_argument("--tp", type=int, default=1, help="tensor + sequence parallel degree (mesh.tp)")
+    parser.add_argument("--ep", type=int, default=1, help="expert parallel degree over dp ranks (mesh.ep = mesh.dp)")
+    parser.add_argument("--cp", type=int, default=1, help="context parallel degree (not implemented yet)")
+    parser.add_argument("--experts", type=int, default=0, help="MoE: experts per MoE layer (0: dense)")
+    parser.add_argument("--top-k", type=int, default=2)
     parser.add_argument("--smoke", action="store_true",
                         help="check this script on CPU with a tiny fp32 model (no meaningful figure)")
     args = parser.parse_args()
+    if args.cp != 1:
+        print("gpu_bench: --cp > 1 is not implemented in trainer_bridge yet (mesh.cp, issue 12)", file=sys.stderr)
+        return 2
     if args.smoke:
         args.steps, args.warmup, args.seq_len, args.micro_batch, args.global_batch = 4, 1, 256, 2, 4
         args.attention = "sdpa"
-    elif not torch.cuda.is_available():
+    elif torch.accelerator.current_accelerator(check_available=True) is None:
         print("gpu_bench: needs a CUDA GPU (this machine has none); the CPU benchmark is bench_trainer.py",
               file=sys.stderr)
         return 2
@@ -69,7 +82,9 @@ def measure(args: argparse.Namespace, work: Path, started: float) -> int:
                            train_docs=rows_needed * 3, val_docs=8, min_doc_len=64, max_doc_len=3000, fill=0.97,
                            rows_per_shard=512)
     cfg = TrainConfig.model_validate({
-        "model": MODEL_SMOKE if args.smoke else MODEL_1B,
+        "model": {**(MODEL_SMOKE if args.smoke else MODEL_1B),
+                  **({"n_experts": args.experts, "top_k": args.top_k} if args.experts else {})},
+        "mesh": {"tp": args.tp, "dp": args.ep, "ep": args.ep},
         "precision": {"dtype": "fp32" if args.smoke else "bf16"},
         "batch": {"global_batch_size": args.global_batch, "micro_batch_size": args.micro_batch},
         "optimizer": {"lr": 3e-4, "warmup_steps": 10},
@@ -77,10 +92,13 @@ def measure(args: argparse.Namespace, work: Path, started: float) -> int:
         "checkpoint": {"enabled": False}, "eval": {"interval": 0},
         "metrics": {"tensorboard": False},
         "attention": args.attention, "compile": args.compile, "steps": args.steps,
-        "device": "cpu" if args.smoke else "cuda",
+        "device": "cpu" if args.smoke else "auto",
     })
     params = count_parameters(cfg.model.model_copy(update={"vocab_size": 32000, "max_seq_len": args.seq_len}))
-    device_name = "cpu (smoke check)" if args.smoke else torch.cuda.get_device_name()
+    from trainer_bridge import device as devices
+
+    accelerator = torch.accelerator.current_accelerator(check_available=True)
+    device_name = "cpu (smoke check)" if args.smoke else devices.device_name(accelerator)
     print(f"gpu_bench: {device_name}; model {params['total'] / 1e9:.2f}B parameters "
           f"({params['non_embedding'] / 1e9:.2f}B in matmuls), seq_len {args.seq_len}, "
           f"{args.global_batch} rows/step in micro-batches of {args.micro_batch}, {cfg.precision.dtype}, "
@@ -110,7 +128,8 @@ def measure(args: argparse.Namespace, work: Path, started: float) -> int:
         "peak_memory_gib": max(r["peak_memory_bytes"] for r in records) / 2**30,
         "loss_first": records[0]["loss"], "loss_last": records[-1]["loss"],
         "timed_steps": len(timed), "wall_s": time.perf_counter() - started,
-        "attention": args.attention, "compile": args.compile,
+        "attention": args.attention, "compile": args.compile, "tp": args.tp, "ep": args.ep,
+        "experts": args.experts,
     }
     print("gpu_bench: " + json.dumps(summary))
     print(f"gpu_bench: {summary['tokens_per_s']:,.0f} tokens/s, MFU {summary['mfu'] * 100:.1f}%, "

@@ -65,6 +65,15 @@ def _total_bytes(files: list[str]) -> int:
     return sum(meta.size_in_bytes for result in FileSystems.match(files) for meta in result.metadata_list)
 
 
+def _local_runner(dedup, args) -> tuple[str, int | None]:
+    """The in-memory near-dedup path gathers every sketch on one worker: on the local runner, unless --workers
+    is given, it runs in this process (worker processes would add only their start-up and the transfer of every
+    document to them)."""
+    if args.runner == "direct" and args.workers is None and dedup.cfg.enabled and dedup.path() == "memory":
+        return "inprocess", 1
+    return args.runner, args.workers
+
+
 def _run(args) -> int:
     import apache_beam as beam
     from apache_beam.metrics.metric import MetricsFilter
@@ -90,7 +99,7 @@ def _run(args) -> int:
                               input_bytes=_total_bytes(files))
         except (FileNotFoundError, ValueError) as err:
             raise ConfigError(str(err)) from None
-        pipeline = make_pipeline(args.runner, args.workers, args.beam_args)
+        pipeline = make_pipeline(*_local_runner(dedup, args), args.beam_args)
         read = pipeline | "Read" >> ReadCorpus(input_cfg, files)
         result = read["docs"] | "NearDedup" >> dedup
         kept = result["kept"] | "KeptIds" >> beam.Map(lambda d: (d["id"], _report_id(d, id_field)))

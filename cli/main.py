@@ -1,10 +1,18 @@
-"""`corpusmill`: one entry point; each area registers its subcommands from its own module."""
+"""`corpusmill`: one entry point; each area registers its subcommands from its own module.
+
+Every command ends in an exit code and, on failure, one line on stderr: 2 a setting that cannot work (named),
+5 a file the command cannot write (read-only run directory, full disk), 130 interrupted (Ctrl-C; a re-run
+resumes); ``cli/prepare.py`` adds 3 and 4 for the pipelines. ``-v`` lets Beam's and the libraries' INFO and
+WARNING lines through (off by default, so progress and summaries are readable).
+"""
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
-import logging
+import os
 import sys
+import threading
 import warnings
 
 COMMAND_MODULES = (
@@ -16,34 +24,66 @@ COMMAND_MODULES = (
     "cli.report",
     "cli.quality",
     "cli.hf",
+    "cli.sweep",
 )
+EXIT_FAILED, EXIT_INTERRUPTED = 5, 130
+VERBOSE_FLAGS = ("-v", "--verbose")
+# Errors of the file system a command writes to: said in one line, exit 5 (never a traceback).
+WRITE_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
-def quiet_libraries() -> None:
-    """Keep the terminal for our own progress and summary: libraries speak only when something is wrong."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    for handler in logging.getLogger().handlers:
-        # Beam warns at import that optional GCP clients are missing; irrelevant unless gs:// is used.
-        handler.addFilter(lambda record: not str(record.msg).startswith("apitools not found"))
-    for name in ("apache_beam", "presidio-analyzer", "presidio-anonymizer", "tldextract", "urllib3"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
-    warnings.filterwarnings("ignore", category=FutureWarning)
+def version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("corpusmill")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def quiet_libraries(verbose: bool = False) -> None:
+    """Keep the terminal for our own progress and summary: libraries speak only when something is wrong
+    (``verbose``: Beam's INFO/WARNING lines too, also in the local runner's worker processes)."""
+    from pipelines.beam_options import VERBOSE_ENV, quiet_logging
+
+    if verbose:
+        os.environ[VERBOSE_ENV] = "1"  # inherited by the worker processes
+    quiet_logging(verbose or None)
+    if not verbose:
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", category=FutureWarning)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="corpusmill", description="Raw text corpora to a trained language "
                                      "model: Beam cleaning, Arrow shards, a PyTorch trainer.")
+    parser.add_argument("--version", action="version", version=f"corpusmill {version()}")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show Beam's and the libraries' INFO/WARNING log lines (hidden by default)")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
     return parser
 
 
+def _write_error(err: OSError) -> str | None:
+    """One line for an error of the file system a command writes to, or None for any other OSError."""
+    if err.errno not in WRITE_ERRNOS:
+        return None
+    where = f" ({err.filename})" if err.filename else ""
+    hint = {errno.EACCES: "the run directory (or its parent) is not writable",
+            errno.EPERM: "the run directory (or its parent) is not writable",
+            errno.EROFS: "the file system is read-only"}.get(err.errno, "the disk is full or a size limit was hit")
+    return f"failed: {type(err).__name__}: {err.strerror}{where}: {hint}"
+
+
 def main(argv: list[str] | None = None) -> int:
-    quiet_libraries()
+    raw = list(sys.argv[1:] if argv is None else argv)
+    verbose = any(a in VERBOSE_FLAGS for a in raw)
+    quiet_libraries(verbose)
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
+    # -v may stand anywhere (`corpusmill run cfg.yaml -v`), also after a sub-subcommand
+    args, unknown = parser.parse_known_args(["-v"] * verbose + [a for a in raw if a not in VERBOSE_FLAGS])
     if unknown and not getattr(args, "accepts_beam_args", False):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.beam_args = unknown
@@ -55,9 +95,25 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, StepConfigError) as err:  # a setting that cannot work, named: exit 2, one message
         print(f"corpusmill {args.command}: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"corpusmill {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except OSError as err:
+        line = _write_error(err)
+        if line is None:
+            raise
+        print(f"corpusmill {args.command}: {line}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt as err:
+        code = getattr(err, "code", None)  # the trainer's TrainInterrupted: its line was said already
+        if not isinstance(code, int):
+            code = EXIT_INTERRUPTED
+            print(f"corpusmill {args.command}: interrupted; run the same command again to resume (completed "
+                  f"stages and checkpoints are kept)", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if threading.active_count() > 1:
+            # Threads of an interrupted pipeline or trainer (gRPC servers, data loaders) may block the
+            # interpreter's exit or print from their teardown: leave now, as the user asked.
+            os._exit(code)
+        return code
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 
 A failure is classified by the type of the exception that caused it (``failure``), never by its wording:
 a ConfigError anywhere in the chain of causes exits 2, an AccountingError 3, a StageFailed 4, anything else 5
-with one line on stderr and the traceback in the run's ``logs/error.log``.
+with one line on stderr and the traceback in the run's ``logs/error.log``. Success (0) includes an empty
+result (no document survived: the manifest says ``"empty": true``); Ctrl-C exits 130 (``cli/main.py``).
+A successful command ends with one summary line.
 """
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                                          "dataflow, or a Beam runner class")
     parser.add_argument("--workers", type=int, help="local workers (default: one per core)")
     parser.add_argument("--overwrite", action="store_true",
-                        help="discard outputs of a different config found in the run directory")
+                        help="discard outputs that a changed config makes invalid (a different cleaning config, "
+                             "or a model trained on shards the change replaces); other changed stages re-run "
+                             "without it")
 
 
 def load_with_cli(args: argparse.Namespace, beam_args: list[str]):
@@ -40,15 +44,15 @@ def load_with_cli(args: argparse.Namespace, beam_args: list[str]):
 
 
 def _run(args: argparse.Namespace, stages: tuple[str, ...], against: tuple[str, ...], resume: bool) -> int:
-    from pipelines.run import run_stages
+    from pipelines.run import run_stages, summary_line
     from runio.layout import RunPaths
 
     cfg = load_with_cli(args, args.beam_args)
     paths = RunPaths.of(cfg)
     print(f"corpusmill {args.command}: run {cfg.name} → {paths}", flush=True)
     try:
-        run_stages(cfg, stages, against=against, resume=resume, overwrite=args.overwrite,
-                   log=lambda line: print(line, flush=True))
+        manifest = run_stages(cfg, stages, against=against, resume=resume, overwrite=args.overwrite,
+                              log=lambda line: print(line, flush=True))
     except Exception as err:  # noqa: BLE001 — every failure ends as an exit code and one line
         code, reason = failure(err)
         if code == EXIT_CONFIG:
@@ -60,6 +64,7 @@ def _run(args: argparse.Namespace, stages: tuple[str, ...], against: tuple[str, 
             reason = f"failed: {reason} (details: {log_path})"
         print(f"corpusmill {args.command}: {reason}", file=sys.stderr)
         return code
+    print(f"corpusmill {args.command}: done: {summary_line(manifest)}", flush=True)
     return 0
 
 

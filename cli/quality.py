@@ -88,10 +88,14 @@ def _score(args: argparse.Namespace) -> int:
     values = {"mode": args.mode} if args.mode else {}
     if args.threshold is not None:
         values["threshold"] = args.threshold
-    cfg = load_section(None, SECTION, QualityConfig, param_overrides(SECTION, args.params), values=values)
-    for path in (args.model, sidecar_paths(args.model)[0]):
-        if not os.path.exists(path):
-            raise ConfigError(f"--model: {path} does not exist (train one with `corpusmill quality train`)")
+    cfg = load_section(args.config, SECTION, QualityConfig, param_overrides(SECTION, args.params), values=values)
+    if args.model:
+        for path in (args.model, sidecar_paths(args.model)[0]):
+            if not os.path.exists(path):
+                raise ConfigError(f"--model: {path} does not exist (train one with `corpusmill quality train`)")
+        model_path = args.model
+    else:  # the model `prepare` uses: quality.model, else the default one, cached (trained there once if needed)
+        model_path = _default_model(args.config, cfg)
     input_cfg = InputConfig(paths=[args.input], id_field=args.id_field, text_field=args.text_field)
     out_dir = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(out_dir, exist_ok=True)
@@ -100,13 +104,16 @@ def _score(args: argparse.Namespace) -> int:
 
     def to_row(doc: dict, keep: bool) -> str:
         doc_id = doc["meta"].get(id_field, doc["id"]) if id_field else doc["id"]
-        return json.dumps({"id": doc_id, "score": step_annotations(doc["annotations"], SECTION)["score"],
-                           "keep": keep}, ensure_ascii=False)
+        mine = step_annotations(doc["annotations"], SECTION)
+        row = {"id": doc_id, "score": mine["score"], "keep": keep}
+        if mine.get("skipped"):  # a script the model is not trained on (quality.skip_scripts): kept unscored
+            row["skipped"] = mine["skipped"]
+        return json.dumps(row, ensure_ascii=False)
 
     pipeline = make_pipeline(args.runner, args.workers)
     with pipeline:
         read = pipeline | "Read" >> ReadCorpus(input_cfg)
-        decided = read["docs"] | "Quality" >> QualityFilter(cfg, args.model)
+        decided = read["docs"] | "Quality" >> QualityFilter(cfg, model_path)
         kept = decided["kept"] | "KeptRows" >> beam.Map(to_row, True)
         removed = decided["removed"] | "RemovedRows" >> beam.Map(to_row, False)
         _ = ((kept, removed) | "AllRows" >> beam.Flatten()
@@ -119,12 +126,39 @@ def _score(args: argparse.Namespace) -> int:
     with atomic_output(args.out, "w") as fh:
         for line in rows:
             fh.write(line + "\n")
-    kept_n = sum(1 for line in rows if json.loads(line)["keep"])
-    print(f"scored {len(rows)} documents ({cfg.mode}): kept {kept_n}, removed {len(rows) - kept_n} -> {args.out}")
+    decoded = [json.loads(line) for line in rows]
+    kept_n = sum(1 for row in decoded if row["keep"])
+    unscored = sum(1 for row in decoded if row.get("skipped"))
+    also = f" (of them {unscored} unscored: quality.skip_scripts {cfg.skip_scripts})" if unscored else ""
+    print(f"scored {len(rows)} documents ({cfg.mode}): kept {kept_n}{also}, removed {len(rows) - kept_n} "
+          f"-> {args.out}")
     if quarantined:
         print(f"corpusmill quality score: {len(quarantined)} input records quarantined, e.g. "
               f"{json.loads(quarantined[0])['reason']}", file=sys.stderr)
     return 0
+
+
+def _default_model(config_path: str | None, cfg):
+    """The models `prepare` would use: ``quality.model`` (and ``quality.models``), or the default ones in the
+    runs directory's cache (``<output.runs_dir>/.cache/quality``), trained there the first time (no network)."""
+    from pipelines.config import ConfigError, OutputConfig, load_section
+    from runio.layout import RunPaths
+    from transforms.base import StepConfigError
+    from transforms.quality import step as quality_step
+
+    try:
+        quality_step.check(cfg)
+    except StepConfigError as err:
+        raise ConfigError(str(err)) from None
+    output = load_section(config_path, "output", OutputConfig)
+    cache = RunPaths(os.path.join(output.runs_dir, "quality-score")).cache_for(SECTION)
+    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    # what the pipeline's quality step loads: one model per configured language where the step has them
+    ensure = getattr(quality_step, "ensure_models", None)
+    models = ensure(cache, cfg, log=say) if ensure is not None else quality_step.ensure_default_model(cache, cfg, say)
+    shown = models if isinstance(models, str) else ", ".join(f"{lang} {path}" for lang, path in models.items())
+    print(f"corpusmill quality score: model {shown}", file=sys.stderr)
+    return models
 
 
 def _collect(prefix: str) -> list[str]:
@@ -163,9 +197,15 @@ def register(subparsers) -> None:
 
     score = sub.add_parser("score", help="score documents through the pipeline's quality step",
                            description="Runs the pipeline's QualityFilter (same scores, same decision) over "
-                                       "INPUT and writes one {\"id\", \"score\", \"keep\"} line per document.")
+                                       "INPUT and writes one {\"id\", \"score\", \"keep\"} line per document; "
+                                       "a document no configured model covers is kept unscored, as `prepare` "
+                                       "keeps it: score null and \"skipped\": why.")
     score.add_argument("input", help="JSONL(.gz/.zst), Parquet or a folder of .txt files")
-    score.add_argument("--model", required=True, help="model from `corpusmill quality train`")
+    score.add_argument("--model", help="model from `corpusmill quality train` (default: quality.model of "
+                                       "--config, else the default model `prepare` uses, from the runs "
+                                       "directory's cache; trained there once if missing)")
+    score.add_argument("--config", help="run config YAML: its `quality` section and output.runs_dir (the model "
+                                        "cache) are used (default: built-in defaults, runs/)")
     score.add_argument("--out", required=True, help="SCORES.jsonl")
     score.add_argument("--id-field", help="input field reported as id (default: corpusmill's document id)")
     score.add_argument("--text-field", default="text", help="input field holding the text (default: text)")

@@ -12,10 +12,17 @@ def register(subparsers) -> None:
     train = subparsers.add_parser(
         "train", help="train the model on runs/<name>/shards (torchrun, FSDP2 × pipeline parallelism)",
         description="Train on runs/<name>/shards; writes runs/<name>/train/{checkpoints/,metrics.jsonl,tensorboard/}. "
-                    "Resumes from the latest checkpoint automatically.")
+                    "Resumes from the newest sound checkpoint automatically; refuses (exit 4, one line) when the "
+                    "checkpoints are all damaged or were trained with another model or on other shards. Exit codes: "
+                    "0 done, 2 config, 3 stopped by the guards, 4 refused, 5 run directory not writable, "
+                    "130 interrupted (the last checkpoint is kept).")
     train.add_argument("config", help="run config YAML (its `train` section configures the trainer)")
     train.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                        help="override a config value, e.g. --set train.steps=50; repeatable")
+    train.add_argument("--from-scratch", action="store_true",
+                       help="start over at step 0: the run's checkpoints and training logs are moved to "
+                            "train/set-aside-<time>/ (nothing is deleted); needed when checkpoints exist but none "
+                            "is sound or none fits the current model and shards")
     group = train.add_argument_group("torchrun pass-through (multi-node)")
     group.add_argument("--nnodes", default="1", help="nodes, or MIN:MAX for elastic jobs (default 1)")
     group.add_argument("--node-rank", type=int, help="this node's rank (static rendezvous)")
@@ -30,7 +37,7 @@ def register(subparsers) -> None:
 def _handle(args: argparse.Namespace) -> int:
     from pipelines.config import load_config
     from runio.layout import RunPaths
-    from trainer_bridge.launch import Rendezvous, run_training
+    from trainer_bridge.launch import Rendezvous, TrainInterrupted, run_training
 
     cfg = load_config(args.config, args.overrides)
     if getattr(cfg, "train", None) is None:
@@ -40,4 +47,7 @@ def _handle(args: argparse.Namespace) -> int:
                             rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id,
                             max_restarts=args.max_restarts, nproc_per_node=args.nproc_per_node)
     print(f"corpusmill train: run {cfg.name} → {RunPaths.of(cfg).train}", flush=True)
-    return run_training(cfg, rendezvous)
+    try:
+        return run_training(cfg, rendezvous, from_scratch=args.from_scratch)
+    except TrainInterrupted as interrupted:  # said in one line already
+        return interrupted.code

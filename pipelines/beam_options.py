@@ -1,36 +1,139 @@
-"""Building a Beam pipeline for the configured runner, without Beam's online-only defaults."""
+"""Building a Beam pipeline for the configured runner, without Beam's online-only defaults or its log noise.
+
+The local runner starts its worker processes through this module (``python -m pipelines.beam_options``), so that
+they behave like part of one command: Ctrl-C (SIGINT to the whole process group) is left to the launching process
+(it stops the run and says so in one line; workers never print a KeyboardInterrupt traceback each), a worker whose
+launcher is gone exits at once, and Beam's own INFO/WARNING lines stay out of the terminal unless the command runs
+with ``-v`` (``VERBOSE_ENV``). Errors are always shown.
+"""
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 from typing import Sequence
 
-import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
-
 LOCAL_RUNNERS = ("direct", "inprocess")
+VERBOSE_ENV = "CORPUSMILL_VERBOSE"  # "1": Beam's INFO lines too, in this process and in every worker
+_WORKER_MODULE = "pipelines.beam_options"
+_MISLEADING_WARNING = "If direct_num_workers is not equal to 1"
+
+
+def verbose() -> bool:
+    return os.environ.get(VERBOSE_ENV) == "1"
 
 
 def default_workers() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
-def make_pipeline(runner: str = "direct", workers: int | None = None, extra_args: Sequence[str] = ()) -> beam.Pipeline:
+def worker_command() -> str:
+    """The shell command the local runner starts each worker with. ``trap '' INT`` makes the worker inherit an
+    ignored SIGINT (Python then installs no KeyboardInterrupt handler at all, not even during its start), and
+    ``exec`` makes the worker a direct child of the launching process."""
+    return f"trap '' INT; exec {shlex.quote(sys.executable)} -m {_WORKER_MODULE}"
+
+
+def make_pipeline(runner: str = "direct", workers: int | None = None, extra_args: Sequence[str] = ()):
     """A pipeline on the local FnApiRunner (``direct``: one process per worker; ``inprocess``: threads in
     this process, for tests and debugging) or on any other Beam runner by name (``flink``, ``spark``,
     ``dataflow``) with its options passed through in ``extra_args``.
 
     The FnApiRunner is passed explicitly because Beam's default DirectRunner first tries the Prism runner,
-    which downloads a binary from GitHub.
+    which downloads a binary from GitHub. Its worker processes are started with ``worker_command()`` (Beam's
+    own ``multi_processing`` mode starts them with a command of its own, which prints a traceback per worker on
+    Ctrl-C and logs at INFO level).
     """
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
     args = list(extra_args)
     if runner in LOCAL_RUNNERS:
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+        from apache_beam.transforms.environments import SubprocessSDKEnvironment
 
         workers = workers or default_workers()
-        mode = "multi_processing" if runner == "direct" and workers > 1 else "in_memory"
-        options = PipelineOptions(args + [f"--direct_num_workers={workers}", f"--direct_running_mode={mode}",
-                                          "--default_sdk_harness_log_level=WARNING"])
+        level = "INFO" if verbose() else "WARNING"
+        options = PipelineOptions(args + [f"--direct_num_workers={workers}", "--direct_running_mode=in_memory",
+                                          f"--default_sdk_harness_log_level={level}"])
+        if runner == "direct" and workers > 1:
+            _hide_misleading_warning()
+            environment = SubprocessSDKEnvironment.from_command_string(command_string=worker_command())
+            return beam.Pipeline(runner=FnApiRunner(default_environment=environment), options=options)
         return beam.Pipeline(runner=FnApiRunner(), options=options)
     runner_names = {"flink": "FlinkRunner", "spark": "SparkRunner", "dataflow": "DataflowRunner"}
     options = PipelineOptions(args + [f"--runner={runner_names.get(runner, runner)}"])
     return beam.Pipeline(options=options)
+
+
+def _hide_misleading_warning() -> None:
+    """The FnApiRunner warns that ``in_memory`` with several workers runs one worker; with our subprocess
+    environment it runs them all (the environment decides), so the warning is wrong here."""
+    import logging
+
+    logger = logging.getLogger("apache_beam.runners.portability.fn_api_runner.fn_runner")
+    if not any(getattr(f, "_corpusmill", False) for f in logger.filters):
+        def drop(record: logging.LogRecord) -> bool:
+            return not str(record.msg).startswith(_MISLEADING_WARNING)
+
+        drop._corpusmill = True  # type: ignore[attr-defined]
+        logger.addFilter(drop)
+
+
+QUIET_LOGGERS = ("apache_beam", "presidio-analyzer", "presidio-anonymizer", "tldextract", "urllib3")
+
+
+def quiet_logging(loud: bool | None = None) -> None:
+    """This process's logging as corpusmill wants it: our own warnings and every library's errors are shown;
+    Beam's INFO/WARNING lines (and those of the few chatty libraries in ``QUIET_LOGGERS``) only with
+    ``loud`` (default: ``verbose()``). Beam reports a worker's failure to the launcher, which says it in one
+    line, so Beam's own error lines are not repeated either unless ``loud``."""
+    import logging
+
+    loud = verbose() if loud is None else loud
+    level = logging.INFO if loud else logging.WARNING
+    root = logging.getLogger()
+    if not root.handlers:  # (under a test runner, its capturing handlers stay as they are)
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        handler.setLevel(level)  # the Beam harness lowers the root logger's level to INFO in workers
+        root.addHandler(handler)
+        root.setLevel(level)
+    for handler in root.handlers:
+        if not any(getattr(f, "_corpusmill", False) for f in handler.filters):
+            def drop(record: logging.LogRecord) -> bool:
+                # Beam warns at import that optional GCP clients are missing; irrelevant unless gs:// is used.
+                return not str(record.msg).startswith("apitools not found")
+
+            drop._corpusmill = True  # type: ignore[attr-defined]
+            handler.addFilter(drop)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO if loud else logging.CRITICAL)
+
+
+def _worker_main() -> None:
+    """A local Beam worker: Beam's SDK harness, quiet, ignoring SIGINT, and gone when its launcher is."""
+    import signal
+    import threading
+    import time
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    quiet_logging()
+    parent = os.getppid()
+
+    def leave_with_parent() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:  # the launcher died or was interrupted: nobody waits for our results
+                os._exit(0)
+
+    threading.Thread(target=leave_with_parent, name="corpusmill-parent-watch", daemon=True).start()
+    from apache_beam.runners.worker import sdk_worker_main
+
+    # The harness sets the root logger's level from the pipeline options (INFO when none reach it, as with the
+    # local runner); the levels of the loggers above stay as set here.
+    sdk_worker_main.main(sys.argv)
+
+
+if __name__ == "__main__":
+    _worker_main()

@@ -12,12 +12,14 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from experiments.config import SweepConfig
 from report.config import ReportConfig
 from runio.files import sha256_bytes
 from tokenizer.config import PackingConfig, TokenizerConfig
 from trainer_bridge.config import TrainConfig
 from transforms.exact_dedup import ExactDedupConfig
 from transforms.filters import FiltersConfig
+from transforms.langid import LangIdConfig
 from transforms.near_dedup import NearDedupConfig
 from transforms.normalize import NormalizeConfig
 from transforms.pii import PiiConfig
@@ -61,6 +63,7 @@ class RunConfig(Strict):
     output: OutputConfig = OutputConfig()
     runner: RunnerConfig = RunnerConfig()
     normalize: NormalizeConfig = NormalizeConfig()
+    langid: LangIdConfig = LangIdConfig()
     filters: FiltersConfig = FiltersConfig()
     exact_dedup: ExactDedupConfig = ExactDedupConfig()
     near_dedup: NearDedupConfig = NearDedupConfig()
@@ -70,6 +73,7 @@ class RunConfig(Strict):
     packing: PackingConfig = PackingConfig()
     train: TrainConfig = TrainConfig()
     report: ReportConfig = ReportConfig()
+    sweep: SweepConfig = SweepConfig()
 
     @field_validator("input", mode="before")
     @classmethod

@@ -22,11 +22,11 @@ from apache_beam.metrics.metric import MetricsFilter
 from pipelines.beam_options import make_pipeline
 from pipelines.config import ConfigError, RunConfig
 from pipelines.progress import ProgressPrinter
-from pipelines.read import ReadCorpus, expand_inputs
+from pipelines.read import InputFile, ReadCorpus, resolve_inputs
 from pipelines.rundir import (DOCS_SCHEMA, REMOVED_SCHEMA, WriteSorted, clear_outputs, count_parquet_rows,
                               doc_row, jsonl_bytes, parquet_bytes, read_manifest, removed_row)
 from pipelines.steps import CleanDocuments, StepContext, check_steps, enabled_steps
-from runio.files import sha256_file, write_json
+from runio.files import write_json
 from runio.layout import RunPaths
 
 PACKAGES = ("corpusmill", "apache-beam", "datasketch", "presidio-analyzer", "spacy", "fasttext-numpy2",
@@ -44,15 +44,10 @@ def _version(package: str) -> str | None:
         return None
 
 
-def describe_inputs(files: list[str]) -> list[dict]:
-    from apache_beam.io.filesystems import FileSystems
-
-    described = []
-    for path in files:
-        size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
-        checksum = sha256_file(path) if "://" not in path else f"fs:{FileSystems.checksum(path)}"
-        described.append({"path": path, "bytes": size, "sha256": checksum})
-    return described
+def describe_inputs(files: list[InputFile]) -> list[dict]:
+    """The manifest's ``inputs``: where each file was read, the ``source`` its records carry, its size and
+    its sha256 (the key its documents' ids derive from, and what a refresh recognises it by)."""
+    return [{"path": f.path, "source": f.name, "bytes": f.bytes, "sha256": f.key} for f in files]
 
 
 def previously_processed(against: tuple[RunPaths | str, ...]) -> set[str]:
@@ -67,7 +62,7 @@ def previously_processed(against: tuple[RunPaths | str, ...]) -> set[str]:
     return seen
 
 
-def build_cleaning_graph(p: beam.Pipeline, cfg: RunConfig, files: list[str], ctx: StepContext) -> None:
+def build_cleaning_graph(p: beam.Pipeline, cfg: RunConfig, files: list[InputFile], ctx: StepContext) -> None:
     paths = ctx.paths
     target = cfg.output.target_shard_bytes
     read = p | "Read" >> ReadCorpus(cfg.input, files, progress_dir=ctx.progress_dir)
@@ -149,8 +144,91 @@ def collect_stats(run: RunPaths | Path, steps: list[str], counters: dict[tuple[s
         "quarantined": {"total": n_quarantined, "by_kind": dict(sorted(quarantined.items()))},
         "steps": step_rows,
         "kept": kept,
+        "languages": language_mix(paths, steps),
         "accounting": {"read": read_total, "kept": kept, "removed": n_removed, "quarantined": n_quarantined,
                        "balanced": not problems, "problems": problems},
+    }
+
+
+QUALITY_BINS = 10  # score histogram bins per language: [0, 0.1), ..., [0.9, 1.0]
+
+
+def _language_of(annotations: dict) -> tuple[str, str]:
+    """(language, where it came from) of a document: the langid step, else normalize's CJK-share heuristic."""
+    lang = (annotations.get("langid") or {}).get("lang")
+    if lang:
+        return lang, "langid"
+    script = (annotations.get("normalize") or {}).get("script")
+    if script is not None:
+        return f"script:{script}", "normalize.script"
+    return "und", "none"
+
+
+def language_mix(run: RunPaths | Path, steps: list[str]) -> dict:
+    """The language mix at every stage of the funnel, from the documents on disk: per language, documents and
+    tokens entering each step and kept at the end, and the quality-score distribution of each language.
+
+    The language is ``langid.lang`` (``script:cjk`` / ``script:other`` when the langid step did not run). Tokens
+    are the filters step's word units (``filters.n_words``: a CJK character is one, other words are separated by
+    spaces), measured once per document; documents removed before the filters step have none (``unmeasured``).
+    A document entered every step up to the one that removed it (kept ones: all of them)."""
+    paths = run if isinstance(run, RunPaths) else RunPaths(run)
+    order = {step: i for i, step in enumerate(steps)}
+    # per language: [docs entering step i], [tokens entering step i]
+    docs_in: dict[str, list[int]] = {}
+    tokens_in: dict[str, list[int]] = {}
+    unmeasured: Counter = Counter()
+    kept_docs: Counter = Counter()
+    kept_tokens: Counter = Counter()
+    sources: Counter = Counter()
+    hist: dict[str, list[int]] = {}
+    skipped: dict[str, Counter] = {}
+
+    def add(annotations: dict, last: int) -> str:
+        lang, source = _language_of(annotations)
+        sources[source] += 1
+        n_words = (annotations.get("filters") or {}).get("n_words")
+        d = docs_in.setdefault(lang, [0] * len(steps))
+        t = tokens_in.setdefault(lang, [0] * len(steps))
+        for i in range(min(last + 1, len(steps))):
+            d[i] += 1
+            t[i] += int(n_words or 0)
+        if n_words is None:
+            unmeasured[lang] += 1
+        quality = annotations.get("quality") or {}
+        if quality.get("score") is not None:
+            bins = hist.setdefault(lang, [0] * QUALITY_BINS)
+            bins[min(int(float(quality["score"]) * QUALITY_BINS), QUALITY_BINS - 1)] += 1
+        elif quality.get("skipped"):
+            skipped.setdefault(lang, Counter())[quality["skipped"]] += 1
+        return lang
+
+    for path in sorted(paths.docs.glob("*.parquet")):
+        for raw in pq.read_table(path, columns=["annotations"]).column("annotations").to_pylist():
+            ann = json.loads(raw) if isinstance(raw, str) else (raw or {})
+            lang = add(ann, len(steps) - 1)
+            kept_docs[lang] += 1
+            kept_tokens[lang] += int((ann.get("filters") or {}).get("n_words") or 0)
+    for path in sorted(paths.removed.glob("*.parquet")):
+        table = pq.read_table(path, columns=["removed_by", "annotations"])
+        for step, raw in zip(table.column("removed_by").to_pylist(), table.column("annotations").to_pylist()):
+            ann = json.loads(raw) if isinstance(raw, str) else (raw or {})
+            add(ann, order.get(step, len(steps) - 1))
+    langs = sorted(docs_in, key=lambda lang: (-docs_in[lang][0], lang))
+    by_step = [{"step": step,
+                "docs": {lang: docs_in[lang][i] for lang in langs if docs_in[lang][i]},
+                "tokens": {lang: tokens_in[lang][i] for lang in langs if docs_in[lang][i]}}
+               for i, step in enumerate(steps)]
+    return {
+        "source": dict(sorted(sources.items())),
+        "steps": by_step,
+        "kept": {"docs": {lang: kept_docs[lang] for lang in langs if kept_docs[lang]},
+                 "tokens": {lang: kept_tokens[lang] for lang in langs if kept_docs[lang]}},
+        "unmeasured_docs": {lang: unmeasured[lang] for lang in langs if unmeasured[lang]},
+        "quality": {lang: {"scored": sum(hist.get(lang, [])), "histogram": hist.get(lang, [0] * QUALITY_BINS),
+                           "skipped": dict(sorted(skipped.get(lang, Counter()).items()))}
+                    for lang in langs if lang in hist or lang in skipped},
+        "quality_bins": [round(i / QUALITY_BINS, 2) for i in range(QUALITY_BINS + 1)],
     }
 
 
@@ -177,11 +255,12 @@ def run_clean(cfg: RunConfig, against: tuple[str, ...] = (), log: Callable[[str]
     earlier = tuple(RunPaths(run) for run in against)
     # every step's checks before anything is read in full or written: a config that cannot work exits 2 here
     check_steps(cfg, StepContext(paths, earlier))
-    files = expand_inputs(cfg.input.paths)
+    files = resolve_inputs(cfg.input.paths, log)
     clear_outputs(paths.cleaning_outputs)
     inputs = describe_inputs(files)
     seen = previously_processed(earlier) if earlier else set()
     new_inputs = [i for i in inputs if i["sha256"] not in seen]
+    new_files = [f for f in files if f.key not in seen]
     if against:
         log(f"refresh: {len(inputs) - len(new_inputs)} of {len(inputs)} inputs were processed by earlier runs; "
             f"reading {len(new_inputs)} new")
@@ -191,7 +270,7 @@ def run_clean(cfg: RunConfig, against: tuple[str, ...] = (), log: Callable[[str]
     clear_outputs((paths.progress,))
     ctx = StepContext(paths, earlier, input_bytes=sum(i["bytes"] for i in new_inputs))
     pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options)
-    build_cleaning_graph(pipeline, cfg, [i["path"] for i in new_inputs], ctx)
+    build_cleaning_graph(pipeline, cfg, new_files, ctx)
     with ProgressPrinter(paths.progress, steps, log):
         result = pipeline.run()
         result.wait_until_finish()

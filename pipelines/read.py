@@ -1,8 +1,20 @@
 """Reading corpora into document records, with every unreadable input quarantined with a reason.
 
-Inputs: JSONL (optionally .gz/.zst/.bz2), Parquet, and plain-text files (one document each), from local paths
-or any Beam FileSystems URI (gs://, s3://, hdfs:// when the matching extras are installed). Each file is read
-by one worker; a document's id is a stable hash of its file's URI and its position in that file.
+Inputs: JSONL (optionally .gz/.zst/.bz2/.xz/.deflate), Parquet, and plain-text files (one document each), from
+local paths or any Beam FileSystems URI (gs://, s3://, hdfs:// when the matching extras are installed). Each file
+is read by one worker.
+
+Ids never depend on how a path is written (``ID_SCHEME``): a document's id is a stable hash of its file's
+*content address* (the sha256 of the file's bytes) and its position in that file, so the same file read as a
+relative path, an absolute path, from another working directory, after a move or from a bucket gives the same
+ids. A record's ``source`` is the file's path relative to the configured input it matched (a folder: relative
+to the folder; a glob: relative to the directory before the first wildcard; a file: its name), equally
+independent of the spelling. Two byte-identical input files are read once (the second is reported as a
+duplicate), so ids stay unique.
+
+Compressed files are decompressed here, not by Beam's reader, so that a file that ends before its compressed
+stream does (a truncated download, a file still being written) is quarantined as ``truncated_file`` with the
+line where it is cut, instead of passing off its last, half line as bad JSON or its missing tail as nothing.
 
 The parsing is plain Python (``read_file``); ``ReadCorpus`` runs it in Beam for the pipelines, and
 ``iter_records`` runs it in this process for commands that work on documents one batch at a time, so every
@@ -10,10 +22,15 @@ command accepts the same inputs and quarantines the same records for the same re
 """
 from __future__ import annotations
 
+import bz2
 import hashlib
 import json
+import lzma
+import os
+import posixpath
+import zlib
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
@@ -21,18 +38,30 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from pipelines.config import ConfigError, InputConfig
+from runio.files import is_uri, sha256_file
 from transforms.progress import ProgressFile
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
-COMPRESSION_SUFFIXES = (".gz", ".zst", ".bz2", ".deflate", ".xz")
+COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".deflate", ".xz")
 _GLOB_CHARS = set("*?[")
 _READ_CHUNK = 1 << 20
+_RAW_CHUNK = 1 << 16
 _SNIFF_BYTES = 8192
 
+# Recorded in the run manifest: how ids and sources are derived, so a reader of the outputs can recompute them.
+ID_SCHEME = {
+    "id": "int64 = first 8 bytes of blake2b(digest_size=8) of '<key>\\0<position>' (big endian) & 0x7FFF_FFFF_FFFF_FFFF",
+    "key": "sha256 of the input file's bytes (content address: independent of the path's spelling, the working "
+           "directory and the file's location)",
+    "position": "JSONL: line number from 1; Parquet: row from 0; text file: 0",
+    "source": "the file's path relative to the configured input it matched (folder: relative to it; glob: "
+              "relative to the directory before the first wildcard; file: its name)",
+}
 
-def doc_id(source: str, position: int) -> int:
-    """A stable, non-negative int64 id from the source URI and the position in it."""
-    digest = hashlib.blake2b(f"{source}\x00{position}".encode("utf-8"), digest_size=8).digest()
+
+def doc_id(key: str, position: int) -> int:
+    """A stable, non-negative int64 id from the file's canonical source key and the position in it."""
+    digest = hashlib.blake2b(f"{key}\x00{position}".encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 
@@ -53,41 +82,130 @@ def detect_format(path: str, configured: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class InputFile:
+    """One input file: where it is read from, the ``source`` its records carry, and the key their ids derive
+    from (``ID_SCHEME``)."""
+
+    path: str  # as matched: a local path or a URI
+    name: str  # the records' ``source``: relative to the configured input it matched
+    key: str   # sha256 of the file's bytes
+    bytes: int = 0
+
+    @classmethod
+    def of(cls, path: str, name: str | None = None) -> "InputFile":
+        """An input file on its own (its name is its base name); reads the file once to hash it."""
+        size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+        return cls(path, name or _basename(path), sha256_file(path), size)
+
+
+def _basename(path: str) -> str:
+    return posixpath.basename(path.rstrip("/")) if is_uri(path) else os.path.basename(os.path.normpath(path))
+
+
+def _glob_base(pattern: str) -> str:
+    """The directory part of a glob before its first wildcard (``data/**/x*.gz`` → ``data``)."""
+    cut = min(pattern.index(c) for c in _GLOB_CHARS if c in pattern)
+    prefix = pattern[:cut]
+    if prefix.endswith("/"):
+        return prefix.rstrip("/") or "/"
+    base = posixpath.dirname(prefix) if is_uri(prefix) else os.path.dirname(prefix)
+    return base or "."
+
+
+def _relative(path: str, base: str) -> str:
+    """``path`` relative to ``base`` in POSIX form, whichever way either is spelled (local paths are made
+    absolute first; URIs are compared as written)."""
+    if is_uri(path):
+        return posixpath.relpath(path.split("://", 1)[1], base.split("://", 1)[1] if is_uri(base) else base)
+    rel = os.path.relpath(os.path.abspath(path), os.path.abspath(base))
+    return rel.replace(os.sep, "/")
+
+
+def _match_entry(index: int, path: str) -> list[tuple[str, str]]:
+    """(file, name) for every file one configured entry names: a glob, a folder (recursively) or a file."""
+    if _GLOB_CHARS & set(path):
+        patterns, base = [path], _glob_base(path)
+    else:
+        patterns, base = [path.rstrip("/") + "/**", path], None
+    for pattern in patterns:
+        try:
+            result = FileSystems.match([pattern])[0]
+        except Exception:  # Beam raises BeamIOError for a missing local path
+            continue
+        found = [m.path for m in result.metadata_list if not m.path.endswith("/")]
+        found = [p for p in found if p.rstrip("/") != path.rstrip("/") or pattern == path]
+        if not found:
+            continue
+        if base is not None:
+            entry_base = base
+        elif pattern == path:  # a single file: named by its base name
+            return [(found[0], _basename(found[0]))]
+        else:
+            entry_base = path.rstrip("/") or "/"
+        return [(p, _relative(p, entry_base)) for p in found]
+    raise ConfigError(f"input.paths[{index}]: no file matches {path!r}")
+
+
+def _matched(paths: Sequence[str]) -> list[tuple[str, str]]:
+    """(file, name) of every file the configured paths name, sorted by name, each file once."""
+    by_file: dict[str, str] = {}
+    for index, path in enumerate(paths):
+        for file, name in _match_entry(index, path):
+            by_file.setdefault(file, name)
+    names = list(by_file.values())
+    if len(set(names)) < len(names):
+        # Two files with the same relative name (e.g. a/part-0.jsonl and b/part-0.jsonl given as two entries):
+        # name every file relative to the deepest folder holding them all, which tells them apart.
+        local = [f for f in by_file if not is_uri(f)]
+        if len(local) == len(by_file):
+            common = os.path.commonpath([os.path.dirname(os.path.abspath(f)) for f in by_file])
+            by_file = {f: _relative(f, common) for f in by_file}
+        else:
+            by_file = {f: f.split("://", 1)[-1] for f in by_file}
+    return sorted(by_file.items(), key=lambda item: (item[1], item[0]))
+
+
 def expand_inputs(paths: list[str]) -> list[str]:
     """Every file named by the configured paths (files, folders, globs), sorted; an empty match is an error."""
-    files: list[str] = []
-    for index, path in enumerate(paths):
-        if _GLOB_CHARS & set(path):
-            patterns = [path]
-        else:
-            patterns = [path.rstrip("/") + "/**", path]
-        found: list[str] = []
-        for pattern in patterns:
-            try:
-                result = FileSystems.match([pattern])[0]
-            except Exception:  # Beam raises BeamIOError for a missing local path
-                continue
-            found = [m.path for m in result.metadata_list if not m.path.endswith("/")]
-            found = [p for p in found if p.rstrip("/") != path.rstrip("/") or pattern == path]
-            if found:
-                break
-        if not found:
-            raise ConfigError(f"input.paths[{index}]: no file matches {path!r}")
-        files.extend(found)
-    return sorted(set(files))
+    return sorted({file for file, _ in _matched(paths)})
+
+
+def resolve_inputs(paths: Sequence[str], log=None) -> list[InputFile]:
+    """The input files of the configured paths, each with its ``source`` name and content key, in name order.
+
+    Every file is read once to hash it. A file byte-identical to one listed before it is left out (its records
+    would be the same documents, with the same ids) and said through ``log`` when given."""
+    files: list[InputFile] = []
+    seen: dict[str, InputFile] = {}
+    for file, name in _matched(paths):
+        size = FileSystems.match([file])[0].metadata_list[0].size_in_bytes
+        item = InputFile(file, name, sha256_file(file), size)
+        if item.key in seen:
+            if log is not None:
+                log(f"input {file} is byte-identical to {seen[item.key].path}: read once")
+            continue
+        seen[item.key] = item
+        files.append(item)
+    return files
+
+
+def _as_input_files(files: Sequence[InputFile | str]) -> list[InputFile]:
+    return [f if isinstance(f, InputFile) else InputFile.of(f) for f in files]
 
 
 @dataclass(frozen=True)
 class Quarantined:
-    source: str
+    source: str  # the input's name (``InputFile.name``)
     position: int
-    kind: str  # a short category for stats: invalid_json, invalid_utf8, too_large, ...
+    kind: str  # a short category for stats: invalid_json, invalid_utf8, too_large, truncated_file, ...
     reason: str
     byte_offset: int | None = None
+    key: str = ""  # the input's content key, from which the record's id derives
 
     def as_record(self) -> dict:
-        return {"id": doc_id(self.source, self.position), "source": self.source, "position": self.position,
-                "byte_offset": self.byte_offset, "kind": self.kind, "reason": self.reason}
+        return {"id": doc_id(self.key or self.source, self.position), "source": self.source,
+                "position": self.position, "byte_offset": self.byte_offset, "kind": self.kind, "reason": self.reason}
 
 
 def _describe(value) -> str:
@@ -97,7 +215,7 @@ def _describe(value) -> str:
         type(value), type(value).__name__)
 
 
-def make_doc(record: dict, cfg: InputConfig, source: str, position: int) -> dict | tuple[str, str]:
+def make_doc(record: dict, cfg: InputConfig, source: InputFile, position: int) -> dict | tuple[str, str]:
     """The document record for one input record, or (kind, reason) when it cannot be one."""
     if cfg.text_field not in record:
         return "missing_text", f"no {cfg.text_field!r} field"
@@ -113,7 +231,8 @@ def make_doc(record: dict, cfg: InputConfig, source: str, position: int) -> dict
     if size > cfg.max_doc_bytes:
         return "too_large", f"document of {size} bytes exceeds input.max_doc_bytes={cfg.max_doc_bytes}"
     meta = {k: v for k, v in record.items() if k != cfg.text_field}
-    return {"id": doc_id(source, position), "text": text, "source": source, "meta": meta, "annotations": {}}
+    return {"id": doc_id(source.key, position), "text": text, "source": source.name, "meta": meta,
+            "annotations": {}}
 
 
 def iter_lines(fh, max_bytes: int) -> Iterator[tuple[int, int, bytes | None, int]]:
@@ -151,119 +270,272 @@ def iter_lines(fh, max_bytes: int) -> Iterator[tuple[int, int, bytes | None, int
         yield line_no, offset, (None if oversized else bytes(buf)), length
 
 
+# ------------------------------------------------------------------------------------- compressed input
+
+
+class TruncatedInput(EOFError):
+    """A compressed file ended before its compressed stream did; ``decompressed`` bytes came out before."""
+
+    def __init__(self, path: str, decompressed: int):
+        super().__init__(f"{path}: compressed stream ends early after {decompressed} decompressed bytes")
+        self.decompressed = decompressed
+
+
+class CorruptInput(ValueError):
+    """A compressed stream that does not decompress (bad header, bad checksum, garbage after the data)."""
+
+
+def _compression_of(path: str) -> str | None:
+    name = path.lower()
+    for suffix in COMPRESSION_SUFFIXES:
+        if name.endswith(suffix):
+            return suffix[1:].replace("zstd", "zst")
+    return None
+
+
+def _new_decompressor(kind: str):
+    if kind == "gz":
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if kind == "deflate":
+        return zlib.decompressobj(zlib.MAX_WBITS)
+    if kind == "bz2":
+        return bz2.BZ2Decompressor()
+    if kind == "xz":
+        return lzma.LZMADecompressor()
+    import zstandard
+
+    return zstandard.ZstdDecompressor().decompressobj()
+
+
+class _Decompressed:
+    """A read-only stream of the decompressed bytes of ``raw``, over concatenated members/frames. ``read(n)``
+    returns ``n`` bytes unless the data ends; when the file ends inside a compressed stream, the bytes before
+    are returned first and the next read raises ``TruncatedInput``."""
+
+    def __init__(self, raw, kind: str, path: str):
+        self._raw, self._kind, self._path = raw, kind, path
+        self._decompressor = _new_decompressor(kind)
+        self._member_started = False  # the current member has consumed input
+        self._buffer = bytearray()
+        self._pending = b""  # compressed bytes not yet fed
+        self._produced = 0
+        self._raw_done = False
+        self._failure: Exception | None = None
+
+    def _fill(self) -> bool:
+        """Decompress more into the buffer; False when the data has ended (cleanly or with a failure set)."""
+        while True:
+            if not self._pending:
+                if self._raw_done:
+                    return self._finish()
+                self._pending = self._raw.read(_RAW_CHUNK)
+                if not self._pending:
+                    self._raw_done = True
+                    return self._finish()
+            if getattr(self._decompressor, "eof", False):
+                rest = self._pending
+                if self._kind == "gz":
+                    rest = rest.lstrip(b"\x00")  # gzip files may be padded with zeros between members
+                if not rest:
+                    self._pending = b""
+                    continue
+                if self._kind == "deflate":
+                    self._failure = CorruptInput(f"{len(rest)} bytes of data after the end of the deflate stream")
+                    return False
+                self._decompressor = _new_decompressor(self._kind)
+                self._member_started = False
+                self._pending = rest
+            data, self._pending = self._pending, b""
+            try:
+                out = self._decompressor.decompress(data)
+            except Exception as err:  # zlib.error, OSError (bz2/lzma), zstandard.ZstdError: a corrupt stream
+                self._failure = CorruptInput(f"not a valid .{self._kind} stream ({type(err).__name__}: {err})")
+                return False
+            self._member_started = True
+            if getattr(self._decompressor, "eof", False):
+                self._pending = self._decompressor.unused_data
+            if out:
+                self._produced += len(out)
+                self._buffer += out
+                return True
+
+    def _finish(self) -> bool:
+        if self._member_started and not getattr(self._decompressor, "eof", False):
+            self._failure = TruncatedInput(self._path, self._produced)
+        return False
+
+    def read(self, size: int = -1) -> bytes:
+        while (size < 0 or len(self._buffer) < size) and self._failure is None and self._fill():
+            pass
+        if not self._buffer and self._failure is not None:
+            raise self._failure
+        if size < 0 or size >= len(self._buffer):
+            out, self._buffer = bytes(self._buffer), bytearray()
+        else:
+            out = bytes(self._buffer[:size])
+            del self._buffer[:size]
+        return out
+
+    def close(self) -> None:
+        self._raw.close()
+
+
+def _truncated(source: InputFile, position: int, offset: int, err: TruncatedInput) -> Quarantined:
+    """The quarantine record for a file that ends inside its compressed stream: ``position`` is the record
+    that is cut off (or, when the data ends between records, the first one missing)."""
+    where = (f"record {position} is cut off at decompressed byte {err.decompressed}" if err.decompressed > offset
+             else f"the data ends after {err.decompressed} decompressed bytes, before record {position}")
+    return Quarantined(source.name, position, "truncated_file",
+                       f"the compressed file ends before its compressed stream does (truncated, or still being "
+                       f"written): {where}; every record before it was read, any after it are missing",
+                       offset, source.key)
+
+
 # Each parser yields (record index in the file from 0, document or Quarantined). The index is what a person
 # counts in the file (JSONL line - 1, Parquet row); the document id hashes the reader's own position.
 
-def parse_jsonl(fh, path: str, cfg: InputConfig) -> Iterator[tuple[int, dict | Quarantined]]:
-    for line_no, offset, raw, length in iter_lines(fh, cfg.max_doc_bytes + 1024):
-        index = line_no - 1
-        if raw is None:
-            yield index, Quarantined(path, line_no, "too_large", f"line of {length} bytes exceeds "
-                                                                 f"input.max_doc_bytes={cfg.max_doc_bytes}", offset)
-            continue
-        if not raw.strip():
-            continue  # blank lines separate nothing and hold no document
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            yield index, Quarantined(path, line_no, "invalid_utf8", f"invalid UTF-8 at byte {err.start} of the line",
-                                     offset)
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            yield index, Quarantined(path, line_no, "invalid_json", f"not valid JSON: {err.msg} at column {err.colno}",
-                                     offset)
-            continue
-        if not isinstance(record, dict):
-            yield index, Quarantined(path, line_no, "not_an_object", f"JSON value is {_describe(record)}, not an "
-                                                                     f"object", offset)
-            continue
-        doc = make_doc(record, cfg, path, line_no)
-        yield index, Quarantined(path, line_no, *doc, offset) if isinstance(doc, tuple) else doc
+def parse_jsonl(fh, source: InputFile, cfg: InputConfig) -> Iterator[tuple[int, dict | Quarantined]]:
+    name, key = source.name, source.key
+    next_line, next_offset = 1, 0
+    try:
+        for line_no, offset, raw, length in iter_lines(fh, cfg.max_doc_bytes + 1024):
+            next_line, next_offset = line_no + 1, offset + length + 1
+            index = line_no - 1
+            if raw is None:
+                yield index, Quarantined(name, line_no, "too_large", f"line of {length} bytes exceeds "
+                                         f"input.max_doc_bytes={cfg.max_doc_bytes}", offset, key)
+                continue
+            if not raw.strip():
+                continue  # blank lines separate nothing and hold no document
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                yield index, Quarantined(name, line_no, "invalid_utf8", f"invalid UTF-8 at byte {err.start} of the "
+                                         f"line", offset, key)
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                yield index, Quarantined(name, line_no, "invalid_json", f"not valid JSON: {err.msg} at column "
+                                         f"{err.colno}", offset, key)
+                continue
+            if not isinstance(record, dict):
+                yield index, Quarantined(name, line_no, "not_an_object", f"JSON value is {_describe(record)}, not "
+                                         f"an object", offset, key)
+                continue
+            doc = make_doc(record, cfg, source, line_no)
+            yield index, Quarantined(name, line_no, *doc, offset, key) if isinstance(doc, tuple) else doc
+    except TruncatedInput as err:
+        yield next_line - 1, _truncated(source, next_line, next_offset, err)
 
 
-def parse_parquet(fh, path: str, cfg: InputConfig) -> Iterator[tuple[int, dict | Quarantined]]:
+def parse_parquet(fh, source: InputFile, cfg: InputConfig) -> Iterator[tuple[int, dict | Quarantined]]:
     import pyarrow.parquet as pq
 
+    name, key = source.name, source.key
     try:
         parquet = pq.ParquetFile(fh)
     except Exception as err:  # pyarrow reports corrupt files with several exception types
-        yield 0, Quarantined(path, 0, "unreadable_file", f"not a readable Parquet file: {type(err).__name__}")
+        yield 0, Quarantined(name, 0, "unreadable_file", f"not a readable Parquet file: {type(err).__name__}", None,
+                             key)
         return
     if cfg.text_field not in parquet.schema_arrow.names:
-        yield 0, Quarantined(path, 0, "missing_text", f"Parquet file has no {cfg.text_field!r} column")
+        yield 0, Quarantined(name, 0, "missing_text", f"Parquet file has no {cfg.text_field!r} column", None, key)
         return
     row = 0
     for batch in parquet.iter_batches(batch_size=1024):
         for record in batch.to_pylist():
-            doc = make_doc(record, cfg, path, row)
-            yield row, Quarantined(path, row, *doc) if isinstance(doc, tuple) else doc
+            doc = make_doc(record, cfg, source, row)
+            yield row, Quarantined(name, row, *doc, None, key) if isinstance(doc, tuple) else doc
             row += 1
 
 
-def parse_text(fh, path: str, cfg: InputConfig) -> Iterator[tuple[int, dict | Quarantined]]:
-    data = fh.read(cfg.max_doc_bytes + 1)
+def parse_text(fh, source: InputFile, cfg: InputConfig) -> Iterator[tuple[int, dict | Quarantined]]:
+    name, key = source.name, source.key
+    try:
+        data = fh.read(cfg.max_doc_bytes + 1)
+        if len(data) <= cfg.max_doc_bytes:
+            fh.read(1)  # at the end: a truncated compressed file says so here
+    except TruncatedInput as err:
+        yield 0, _truncated(source, 0, 0, err)
+        return
     if len(data) > cfg.max_doc_bytes:
-        yield 0, Quarantined(path, 0, "too_large", f"file exceeds input.max_doc_bytes={cfg.max_doc_bytes}")
+        yield 0, Quarantined(name, 0, "too_large", f"file exceeds input.max_doc_bytes={cfg.max_doc_bytes}", None, key)
         return
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
-        yield 0, Quarantined(path, 0, "invalid_utf8", f"invalid UTF-8 at byte {err.start}")
+        yield 0, Quarantined(name, 0, "invalid_utf8", f"invalid UTF-8 at byte {err.start}", None, key)
         return
-    doc = make_doc({"text": text, "path": path}, cfg.model_copy(update={"text_field": "text"}), path, 0)
-    yield 0, Quarantined(path, 0, *doc) if isinstance(doc, tuple) else doc
+    doc = make_doc({"text": text, "path": name}, cfg.model_copy(update={"text_field": "text"}), source, 0)
+    yield 0, Quarantined(name, 0, *doc, None, key) if isinstance(doc, tuple) else doc
 
 
 PARSERS = {"jsonl": parse_jsonl, "parquet": parse_parquet, "text": parse_text}
 
 
-def read_file_indexed(path: str, cfg: InputConfig) -> Iterator[tuple[int, dict | Quarantined]]:
+def read_file_indexed(path: str, cfg: InputConfig,
+                      source: InputFile | None = None) -> Iterator[tuple[int, dict | Quarantined]]:
     """(record index in the file, document or Quarantined) for every record of one input file; a problem
-    with the file as a whole is one Quarantined (index 0, or -1 when it is found after some records)."""
+    with the file as a whole is one Quarantined (index 0, or -1 when it is found after some records).
+    ``source`` is the file's ``InputFile`` (without it, the file is hashed here and named by its base name)."""
+    if source is None:
+        try:
+            source = InputFile.of(path)
+        except Exception as err:  # the filesystem layer raises per-backend error types
+            yield 0, Quarantined(_basename(path), 0, "unreadable_file", f"cannot open: {type(err).__name__}")
+            return
+    name, key = source.name, source.key
     fmt = detect_format(path, cfg.format)
     if fmt is None:
-        yield 0, Quarantined(path, 0, "unsupported_file", "unsupported file type (expected .jsonl[.gz|.zst], "
-                                                          ".parquet or .txt)")
+        yield 0, Quarantined(name, 0, "unsupported_file", "unsupported file type (expected .jsonl[.gz|.zst], "
+                                                          ".parquet or .txt)", None, key)
         return
-    compression = CompressionTypes.UNCOMPRESSED if fmt == "parquet" else CompressionTypes.AUTO
     try:
-        fh = FileSystems.open(path, compression_type=compression)
+        fh = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
     except Exception as err:  # the filesystem layer raises per-backend error types
-        yield 0, Quarantined(path, 0, "unreadable_file", f"cannot open: {type(err).__name__}")
+        yield 0, Quarantined(name, 0, "unreadable_file", f"cannot open: {type(err).__name__}", None, key)
         return
     with fh:
+        stream = fh
         if fmt != "parquet":
+            kind = _compression_of(path)
+            if kind is not None:
+                stream = _Decompressed(fh, kind, path)
             try:
-                head = fh.read(_SNIFF_BYTES)
+                head = stream.read(_SNIFF_BYTES)
+            except TruncatedInput as err:  # nothing at all came out before the file ended
+                yield 0, _truncated(source, 1 if fmt == "jsonl" else 0, 0, err)
+                return
             except Exception as err:  # a corrupt compressed stream fails on the first read
-                yield 0, Quarantined(path, 0, "unreadable_file", f"cannot read: {type(err).__name__}: not a valid "
-                                                                 f"compressed file?")
+                yield 0, Quarantined(name, 0, "unreadable_file", f"cannot read: {type(err).__name__}: not a valid "
+                                     f"compressed file?", None, key)
                 return
             if b"\x00" in head:
-                yield 0, Quarantined(path, 0, "binary_file", "binary content (NUL bytes) in a text file")
+                yield 0, Quarantined(name, 0, "binary_file", "binary content (NUL bytes) in a text file", None, key)
                 return
-            fh = _Prepended(head, fh)
+            stream = _Prepended(head, stream)
         try:
-            yield from PARSERS[fmt](fh, path, cfg)
+            yield from PARSERS[fmt](stream, source, cfg)
         except (OSError, EOFError, ValueError) as err:
-            yield -1, Quarantined(path, -1, "unreadable_file", f"file truncated or corrupt while reading: "
-                                                               f"{type(err).__name__}")
+            yield -1, Quarantined(name, -1, "unreadable_file", f"file truncated or corrupt while reading: "
+                                  f"{type(err).__name__}" + (f" ({err})" if isinstance(err, CorruptInput) else ""),
+                                  None, key)
 
 
-def read_file(path: str, cfg: InputConfig) -> Iterator[dict | Quarantined]:
+def read_file(path: str, cfg: InputConfig, source: InputFile | None = None) -> Iterator[dict | Quarantined]:
     """Every document of one input file, and a Quarantined for each record that cannot be one."""
-    for _, item in read_file_indexed(path, cfg):
+    for _, item in read_file_indexed(path, cfg, source):
         yield item
 
 
-def iter_records(cfg: InputConfig, files: list[str] | None = None) -> Iterator[tuple[str, int, dict | Quarantined]]:
+def iter_records(cfg: InputConfig, files: Sequence[InputFile | str] | None = None
+                 ) -> Iterator[tuple[str, int, dict | Quarantined]]:
     """The pipeline's reader without Beam: ``(file, record index, document or Quarantined)`` for every record
-    of the configured inputs (``files``: already expanded), file by file in name order."""
-    for path in files if files is not None else expand_inputs(cfg.paths):
-        for index, item in read_file_indexed(path, cfg):
-            yield path, index, item
+    of the configured inputs (``files``: already resolved, or plain paths), file by file in name order."""
+    for source in resolve_inputs(cfg.paths) if files is None else _as_input_files(files):
+        for index, item in read_file_indexed(source.path, cfg, source):
+            yield source.path, index, item
 
 
 class _Prepended:
@@ -295,8 +567,8 @@ class _ReadFileFn(beam.DoFn):
     def finish_bundle(self):
         self._progress.flush()
 
-    def process(self, path: str):
-        for item in read_file(path, self.cfg):
+    def process(self, source: InputFile):
+        for item in read_file(source.path, self.cfg, source):
             self._progress.add(1)
             if isinstance(item, Quarantined):
                 self._quarantined.inc()
@@ -308,15 +580,18 @@ class _ReadFileFn(beam.DoFn):
 
 
 class ReadCorpus(beam.PTransform):
-    """Expand the configured paths, then read each file into documents; unreadable input is quarantined.
+    """Resolve the configured paths, then read each file into documents; unreadable input is quarantined.
 
-    Returns ``{"docs": PCollection[Doc], "quarantined": PCollection[dict]}``.
+    ``files``: the inputs to read (``InputFile`` from ``resolve_inputs``, or plain paths, each named by its base
+    name); default: every file of ``cfg.paths``. Returns ``{"docs": PCollection[Doc], "quarantined":
+    PCollection[dict]}``.
     """
 
-    def __init__(self, cfg: InputConfig, files: list[str] | None = None, progress_dir: str | None = None):
+    def __init__(self, cfg: InputConfig, files: Sequence[InputFile | str] | None = None,
+                 progress_dir: str | None = None):
         super().__init__()
         self.cfg = cfg
-        self.files = files if files is not None else expand_inputs(cfg.paths)
+        self.files = resolve_inputs(cfg.paths) if files is None else _as_input_files(files)
         self.progress_dir = progress_dir
 
     def expand(self, pbegin):

@@ -1,26 +1,54 @@
-"""Running stages into a run directory: one lock, one config, resumable at stage granularity.
+"""Running stages into a run directory: one lock, checks first, resumable at stage granularity.
 
 `prepare` = clean → shards; `refresh` = the same against earlier runs; `run` = clean → shards → train → report.
-`manifest.json` is rewritten after every stage (atomically) with the stages done so far; its status becomes
-`complete` once the data is prepared. A re-run of `run` skips the stages already done with the same config; a
-run directory holding another config's outputs is refused.
+
+**Checks first.** Everything a late stage needs that can be checked without doing the work (the cleaning steps'
+models, ``tokenizer.path``, ``train.init_from``, the inputs, ``--against``) is checked before the first stage
+starts, so a wrong late-stage key costs seconds, not a clean (``preflight``).
+
+**Per-stage fingerprints.** Each stage's fingerprint covers the config keys it reads and its upstream: the
+previous stage's fingerprint and a digest of that stage's outputs (the inputs' sha256 for the clean, the shard
+manifest's sha256 for the shards). ``manifest.json`` records, per stage done, its fingerprint and the settings it
+ran with (``stages``). A stage whose fingerprint still matches is kept (``run`` skips it); one that no longer
+matches is re-run, and only the stages after it follow: changing ``tokenizer.*`` rebuilds the shards and
+retrains, never the clean. What a changed config must never do silently is discard expensive results, so a
+different *cleaning* config, or a change that would leave a trained model on shards it was not trained on, is
+refused unless ``--overwrite`` is given (which discards exactly the outputs that changed and those after them).
+
+**Empty results are results.** When no document survives the clean (an empty input, all of it quarantined, a
+refresh whose every new document is a duplicate or whose every input was seen before), the shards and training
+are skipped with a one-line reason, the manifest says ``"empty": true`` with the counts, and the run completes
+(exit 0): shards/ and tokenizer/ are then absent.
 """
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from pipelines.config import ConfigError, RunConfig
 from pipelines.prepare import base_manifest, previously_processed, run_clean, run_shards, summary_table
-from pipelines.rundir import clear_outputs, read_manifest
-from runio.files import write_atomic, write_json
+from pipelines.read import ID_SCHEME
+from pipelines.rundir import clear_outputs, read_manifest, remove_stale_temporaries
+from runio.files import is_uri, sha256_bytes, sha256_file, write_atomic, write_json
 from runio.layout import RunPaths
 
 DATA_STAGES = ("clean", "shards")
 ALL_STAGES = ("clean", "shards", "train", "report")
+# The config keys (dotted prefixes) each stage's outputs depend on. The runner is not among them: outputs are
+# byte-identical on any runner and number of workers; nor are the keys below that change only how fast.
+STAGE_KEYS = {
+    "clean": ("input", "output.target_shard_bytes", "normalize", "filters", "exact_dedup", "near_dedup",
+              "quality", "pii"),
+    "shards": ("tokenizer", "packing"),
+    "train": ("train",),
+    "report": ("report",),
+}
+SPEED_ONLY_KEYS = ("packing.encode_batch_docs", "packing.encode_batch_bytes")
+EMPTY_REASON = "no document survived cleaning"
 
 
 class StageFailed(RuntimeError):
@@ -45,17 +73,212 @@ def run_lock(paths: RunPaths) -> Iterator[None]:
         os.close(fd)
 
 
-def _check_config(cfg: RunConfig, paths: RunPaths, manifest: dict | None, overwrite: bool) -> None:
-    if manifest is None or manifest.get("config_fingerprint") == cfg.fingerprint():
+# ------------------------------------------------------------------------------------------ checks first
+
+
+def _check_tokenizer(cfg: RunConfig) -> None:
+    from tokenizer.train import check_tokenizer
+
+    try:
+        check_tokenizer(cfg.tokenizer, cfg.packing)
+    except (FileNotFoundError, ValueError) as err:
+        raise ConfigError(str(err)) from None
+
+
+def _check_init_from(cfg: RunConfig) -> None:
+    spec = cfg.train.init_from
+    if not spec:
         return
-    if not overwrite:
-        raise ConfigError(f"{paths} holds outputs of a different config (fingerprint "
-                          f"{manifest.get('config_fingerprint')} vs {cfg.fingerprint()}); choose another name, or "
-                          f"pass --overwrite to discard them")
+    if spec.startswith("hf:"):
+        if not os.path.exists(spec[3:]):
+            raise ConfigError(f"train.init_from: {spec[3:]} does not exist (hf: names a Hugging Face model folder)")
+        return
+    source = RunPaths(spec)
+    if not source.root.is_dir():
+        raise ConfigError(f"train.init_from: {spec} does not exist (it names the run directory whose newest "
+                          f"sound checkpoint starts this training)")
+    if not source.checkpoints.is_dir() or not any(source.checkpoints.iterdir()):
+        raise ConfigError(f"train.init_from: {spec} holds no checkpoints ({source.checkpoints} is missing or "
+                          f"empty)")
 
 
-def _clear_for_new_config(paths: RunPaths) -> None:
-    clear_outputs(paths.all_outputs)
+def preflight(cfg: RunConfig, stages: tuple[str, ...], against: tuple[str, ...] = ()) -> None:
+    """What can refuse the run, checked before anything is written, cheapest first; a ConfigError naming the
+    field (exit 2). Late stages first: they are the ones that would otherwise fail after hours of cleaning."""
+    if "shards" in stages:
+        _check_tokenizer(cfg)
+    if "train" in stages:
+        _check_init_from(cfg)
+    if "clean" in stages:
+        from pipelines.read import expand_inputs
+        from pipelines.steps import StepContext, check_steps
+
+        if against:
+            previously_processed(against)  # a bad --against, before touching anything
+        expand_inputs(cfg.input.paths)  # a path that matches nothing
+        check_steps(cfg, StepContext(RunPaths.of(cfg), tuple(RunPaths(run) for run in against)))
+
+
+# -------------------------------------------------------------------------------------------- fingerprints
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict) and value:
+        out: dict[str, Any] = {}
+        for key, child in value.items():
+            out.update(_flatten(child, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: value}
+
+
+def _local_abspath(path: str) -> str:
+    return path if is_uri(path) else os.path.abspath(path)
+
+
+def stage_settings(cfg: RunConfig, stage: str, against: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The resolved config keys ``stage`` depends on, flattened (``section.key``), as fingerprinted: local
+    input paths made absolute (spelling is irrelevant), ``tokenizer.path`` by its content's sha256."""
+    flat = _flatten(cfg.model_dump(mode="json"))
+    keys = STAGE_KEYS[stage]
+    settings = {k: v for k, v in flat.items()
+                if any(k == p or k.startswith(p + ".") for p in keys) and k not in SPEED_ONLY_KEYS}
+    if stage == "clean":
+        settings["input.paths"] = [_local_abspath(p) for p in cfg.input.paths]
+        settings["against"] = sorted(_local_abspath(str(a)) for a in against)
+    if stage == "shards" and cfg.tokenizer.path:
+        path = cfg.tokenizer.path
+        settings["tokenizer.path"] = f"sha256:{sha256_file(path)}" if os.path.isfile(path) else path
+    return settings
+
+
+def _digest(value: Any) -> str:
+    return sha256_bytes(json.dumps(value, sort_keys=True, default=str).encode("utf-8"))[:16]
+
+
+def output_digest(stage: str, paths: RunPaths, manifest: dict) -> str | None:
+    """What the stages after ``stage`` read of its outputs, as a digest: the clean's outputs are a function of
+    its inputs' content (and its config), the shards are named by their manifest (per-shard sha256 inside)."""
+    if stage == "clean":
+        if "inputs" not in manifest:
+            return None
+        return _digest([sorted(i.get("sha256", "") for i in manifest.get("inputs", [])),
+                        sorted(manifest.get("inputs_seen", []))])
+    if stage == "shards":
+        shard_manifest = paths.shards / "manifest.json"
+        return sha256_file(shard_manifest)[:16] if shard_manifest.is_file() else "empty"
+    return None
+
+
+def expected_fingerprints(cfg: RunConfig, paths: RunPaths, manifest: dict,
+                          against: tuple[str, ...] = ()) -> dict[str, dict]:
+    """Per stage: the fingerprint its outputs would have now (``fingerprint``), made of ``config`` (its keys)
+    and ``upstream`` (the previous stage's fingerprint and output digest), and the ``settings`` themselves."""
+    out: dict[str, dict] = {}
+    previous = None
+    for stage in ALL_STAGES:
+        settings = stage_settings(cfg, stage, against)
+        config = _digest(settings)
+        upstream = _digest([out[previous]["fingerprint"], output_digest(previous, paths, manifest)]) if previous \
+            else _digest([])
+        out[stage] = {"fingerprint": _digest([config, upstream]), "config": config, "upstream": upstream,
+                      "settings": settings}
+        previous = stage
+    return out
+
+
+def _records(cfg: RunConfig, manifest: dict | None, expected: dict[str, dict]) -> dict[str, dict]:
+    """The stages done according to ``manifest``: its per-stage records, or for a manifest written before
+    stages had fingerprints, its whole-config fingerprint (all done stages current, or all changed)."""
+    if not manifest:
+        return {}
+    if isinstance(manifest.get("stages"), dict):
+        return {s: dict(r) for s, r in manifest["stages"].items() if s in ALL_STAGES and isinstance(r, dict)}
+    same = manifest.get("config_fingerprint") == cfg.fingerprint()
+    return {s: (dict(expected[s]) if same else {"fingerprint": "unknown", "config": "unknown",
+                                                 "upstream": "unknown", "settings": None})
+            for s in manifest.get("stages_done", []) if s in ALL_STAGES}
+
+
+def _changed_keys(old: dict | None, new: dict, limit: int = 4) -> str:
+    if old is None:
+        return "a config written before stages had fingerprints"
+    keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    shown = [f"{k}: {old.get(k, '(unset)')!r} → {new.get(k, '(unset)')!r}" for k in keys[:limit]]
+    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
+    return (", ".join(shown) + more) if shown else "its inputs' content"
+
+
+def _why(stage: str, records: dict, expected: dict) -> str:
+    """What changed for a stale stage: its own keys, or (named) those of the stage it depends on."""
+    record = records[stage]
+    if record.get("config") != expected[stage]["config"]:
+        return _changed_keys(record.get("settings"), expected[stage]["settings"])
+    index = ALL_STAGES.index(stage)
+    for earlier in reversed(ALL_STAGES[:index]):
+        if earlier in records and records[earlier].get("config") != expected[earlier]["config"]:
+            return f"{earlier}: " + _changed_keys(records[earlier].get("settings"), expected[earlier]["settings"])
+    return f"the outputs of {ALL_STAGES[index - 1]} changed"
+
+
+STAGE_OUTPUTS = {
+    "clean": lambda p: (p.docs, p.removed, p.quarantine, p.dedup, p.stats, p.progress),
+    "shards": lambda p: (p.shards, p.tokenizer_dir),
+    "train": lambda p: (p.train,),
+    "report": lambda p: (p.report_html,),
+}
+
+
+def _has_training(paths: RunPaths) -> bool:
+    return paths.checkpoints.is_dir() and any(paths.checkpoints.iterdir())
+
+
+def plan_changes(cfg: RunConfig, paths: RunPaths, manifest: dict | None, against: tuple[str, ...], overwrite: bool,
+                 log: Callable[[str], None]) -> dict[str, dict]:
+    """Decide what the stages done before keep; return the records that stay valid. Raises ConfigError (before
+    anything is written) when the change would discard cleaned documents or leave a trained model on shards it
+    was not trained on and ``overwrite`` is not set; with ``overwrite`` those outputs are removed."""
+    expected = expected_fingerprints(cfg, paths, manifest or {}, against)
+    records = _records(cfg, manifest, expected)
+    stale = [s for s in ALL_STAGES if s in records and records[s].get("fingerprint") != expected[s]["fingerprint"]]
+    if not stale:
+        return records
+    train_on_other_shards = ("train" in stale and records["train"].get("upstream") != expected["train"]["upstream"]
+                             and _has_training(paths))
+    refused = "clean" if "clean" in stale else ("train" if train_on_other_shards else None)
+    if refused and not overwrite:
+        if refused == "clean":
+            raise ConfigError(
+                f"{paths} holds outputs of a different config (the clean stage: {_why('clean', records, expected)});"
+                f" choose another name, or pass --overwrite to discard them")
+        raise ConfigError(
+            f"{paths} holds a model trained on shards this config would replace ({_why('train', records, expected)})"
+            f"; pass --overwrite to discard train/ (checkpoints) and rebuild from the shards on, or choose another "
+            f"name")
+    first = refused if (refused and overwrite) else None
+    for stage in stale:
+        reason = _why(stage, records, expected)
+        if first is not None and ALL_STAGES.index(stage) >= ALL_STAGES.index(first):
+            log(f"{stage}: changed ({reason}): its outputs are discarded (--overwrite)")
+            clear_outputs(STAGE_OUTPUTS[stage](paths))
+        elif stage == "train":
+            log(f"train: its config changed ({reason}): training runs again, resuming from its checkpoint")
+        else:
+            log(f"{stage}: changed ({reason}): it runs again" + (", and the stages after it" if stage != "report"
+                                                                  else ""))
+        records.pop(stage)
+    if first is not None:  # every stage after the first discarded one goes too, stale or not
+        for stage in ALL_STAGES[ALL_STAGES.index(first):]:
+            if stage in records:
+                clear_outputs(STAGE_OUTPUTS[stage](paths))
+                records.pop(stage)
+    return records
+
+
+def _current(records: dict[str, dict], expected: dict[str, dict]) -> list[str]:
+    return [s for s in ALL_STAGES if s in records and records[s].get("fingerprint") == expected[s]["fingerprint"]]
+
+
+# ------------------------------------------------------------------------------------------------- stages
 
 
 def _pii_engine(cfg: RunConfig) -> str | None:
@@ -68,36 +291,63 @@ def _pii_engine(cfg: RunConfig) -> str | None:
 
 def run_stages(cfg: RunConfig, stages: tuple[str, ...], *, against: tuple[str, ...] = (), resume: bool = False,
                overwrite: bool = False, log: Callable[[str], None] = print) -> dict:
-    """Run ``stages`` in order; return the final manifest. ``resume`` skips stages already done."""
+    """Run ``stages`` in order; return the final manifest. ``resume`` skips stages done with the same
+    fingerprint (``prepare`` and ``refresh`` re-run theirs)."""
     paths = RunPaths.of(cfg)
+    preflight(cfg, stages, against)
     with run_lock(paths):
-        manifest = read_manifest(paths)
-        _check_config(cfg, paths, manifest, overwrite)
-        if manifest is not None and manifest.get("config_fingerprint") != cfg.fingerprint():
-            _clear_for_new_config(paths)
-            manifest = None
-        if against:
-            previously_processed(against)  # fail early on a bad --against, before touching anything
-        done: list[str] = list(manifest.get("stages_done", [])) if (manifest and resume) else []
-        manifest = {**(manifest if resume and manifest else {}), **base_manifest(cfg)}
+        remove_stale_temporaries(paths)
+        previous = read_manifest(paths)
+        records = plan_changes(cfg, paths, previous, against, overwrite, log)
+        manifest = {**(previous or {}), **base_manifest(cfg)}
         manifest.setdefault("timings", {})
+        manifest["id_scheme"] = ID_SCHEME
         write_atomic(paths.config_yaml, cfg.resolved_yaml().encode("utf-8"))
         for index, stage in enumerate(stages, 1):
             prefix = f"[{index}/{len(stages)}] {stage}"
-            if stage in done:
+            expected = expected_fingerprints(cfg, paths, manifest, against)
+            if resume and stage in _current(records, expected):
                 log(f"{prefix}: already done with this config, skipped")
                 continue
-            log(f"{prefix} ...")
             started = time.time()
-            manifest.update(_run_stage(cfg, paths, stage, against, log))
+            skip = _skip_reason(stage, manifest)
+            if skip is not None:
+                clear_outputs(STAGE_OUTPUTS[stage](paths))
+                log(f"{prefix}: skipped: {skip}")
+                result = {}
+            else:
+                log(f"{prefix} ...")
+                result = _run_stage(cfg, paths, stage, against, log)
+            manifest.update(result)
+            if stage == "clean":
+                manifest["empty"] = manifest["counts"]["kept"] == 0
             seconds = round(time.time() - started, 2)
             manifest["timings"][f"{stage}_seconds"] = seconds
-            done = [s for s in done if s != stage] + [stage]
-            manifest["stages_done"] = done
-            manifest["status"] = "complete" if all(s in done for s in DATA_STAGES) else "incomplete"
+            expected = expected_fingerprints(cfg, paths, manifest, against)  # with this stage's outputs
+            records[stage] = {**expected[stage], **({"skipped": skip} if skip else {})}
+            manifest["skipped"] = {s: r["skipped"] for s, r in records.items() if r.get("skipped")}
+            manifest["stages"] = records
+            manifest["stages_done"] = _current(records, expected)
+            manifest["status"] = "complete" if all(s in manifest["stages_done"] for s in DATA_STAGES) else "incomplete"
             write_json(paths.manifest, manifest)
-            log(f"{prefix}: done in {seconds:.1f} s")
+            if skip is None:
+                log(f"{prefix}: done in {seconds:.1f} s")
         return manifest
+
+
+def _skip_reason(stage: str, manifest: dict) -> str | None:
+    """Why ``stage`` has nothing to do (an empty result), or None."""
+    if stage in ("shards", "train") and manifest.get("empty"):
+        c = manifest.get("counts", {})
+        what = "no shards written" if stage == "shards" else "nothing to train on"
+        return (f"{EMPTY_REASON} (read {c.get('read', 0)}: removed {c.get('removed', 0)}, quarantined "
+                f"{c.get('quarantined', 0)}); {what}")
+    if stage == "train":
+        rows = (manifest.get("shards", {}).get("totals", {}).get("train") or {}).get("rows", 0)
+        if not rows:
+            return "the train split has no rows (every document fell into the val split or has no token); " \
+                   "nothing to train on"
+    return None
 
 
 def _run_stage(cfg: RunConfig, paths: RunPaths, stage: str, against: tuple[str, ...],
@@ -116,8 +366,14 @@ def _run_stage(cfg: RunConfig, paths: RunPaths, stage: str, against: tuple[str, 
         shards = run_shards(cfg, log)
         totals = shards.get("totals", {})
         for split, t in sorted(totals.items()):
-            log(f"shards/{split}: {t.get('docs')} documents → {t.get('tokens')} tokens in {t.get('rows')} rows of "
-                f"{shards.get('seq_len')}, fill {t.get('fill_ratio', 0):.2%}, documents split {t.get('docs_split')}")
+            if not t.get("docs"):
+                log(f"shards/{split}: no document (packing.val_fraction {cfg.packing.val_fraction} of "
+                    f"{sum(x.get('docs', 0) for x in totals.values())} documents)" if split == "val" else
+                    f"shards/{split}: no document")
+                continue
+            log(f"shards/{split}: {t.get('docs', 0)} documents → {t.get('tokens', 0)} tokens in {t.get('rows', 0)} "
+                f"rows of {shards.get('seq_len')}, fill {t.get('fill_ratio', 0):.2%}, documents split "
+                f"{t.get('docs_split', 0)}")
         return {"shards": {"tokenizer_sha256": shards.get("tokenizer_sha256"), "totals": totals,
                            "seq_len": shards.get("seq_len"), "packing": shards.get("packing")}}
     if stage == "train":
@@ -137,3 +393,27 @@ def _run_stage(cfg: RunConfig, paths: RunPaths, stage: str, against: tuple[str, 
         log(f"report: {path}")
         return {"report": str(path)}
     raise ValueError(f"unknown stage {stage!r}")
+
+
+def summary_line(manifest: dict) -> str:
+    """One line for the end of a command (and a cron log): what came out, or that the result is empty."""
+    c = manifest.get("counts") or {}
+    counts = (f"read {c.get('read', 0)} → kept {c.get('kept', 0)} (removed {c.get('removed', 0)}, quarantined "
+              f"{c.get('quarantined', 0)})")
+    if manifest.get("empty"):
+        skipped = sorted(manifest.get("skipped", {}), key=ALL_STAGES.index)
+        return (f"empty result: {EMPTY_REASON}: {counts}; {' and '.join(skipped) or 'nothing'} skipped; "
+                f"manifest.json says \"empty\": true")
+    parts = [counts]
+    totals = (manifest.get("shards") or {}).get("totals") or {}
+    if totals:
+        parts.append("shards " + ", ".join(f"{s} {t.get('docs', 0)} docs/{t.get('tokens', 0)} tokens"
+                                           for s, t in sorted(totals.items())))
+    if "train" in manifest.get("skipped", {}):
+        parts.append(f"training skipped: {manifest['skipped']['train']}")
+    elif "train" in manifest.get("stages_done", []):
+        parts.append("trained")
+    if manifest.get("report"):
+        parts.append(f"report {manifest['report']}")
+    return "; ".join(parts)
+

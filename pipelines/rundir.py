@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -106,6 +107,48 @@ def clear_outputs(outputs: Iterable[Path]) -> None:
             shutil.rmtree(target)
         elif target.exists():
             target.unlink()
+
+
+# Temporary names of runio.files (``<name>.tmp-<pid>-<hex8>[<ext>]``) and of the default quality model
+# (``.<model>.<pid>.tmp.bin`` and its sidecars); the pid says whose.
+_TEMP_NAME = re.compile(r"\.tmp-(\d+)-[0-9a-f]{8}")
+_MODEL_TEMP_NAME = re.compile(r"^\..+\.(\d+)\.tmp\.bin")
+# Where the pipeline stages write (train/ belongs to the trainer, which cleans up its own partial checkpoints).
+_SWEPT = ("docs", "removed", "quarantine", "dedup", "tokenizer", "shards", "logs", ".progress")
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_temporaries(run: RunPaths) -> list[Path]:
+    """Remove temporary files that writers killed before their rename left behind (a writer that fails
+    removes its own): in the run directory's pipeline outputs and in the shared model cache, those of
+    processes that no longer exist. Returns what was removed."""
+    removed: list[Path] = []
+    folders = [run.root] + [run.root / name for name in _SWEPT] + [run.cache_for("quality")]
+    for folder in folders:
+        if not folder.is_dir():
+            continue
+        candidates = folder.iterdir() if folder in (run.root, run.cache_for("quality")) else folder.rglob("*")
+        for path in candidates:
+            match = _TEMP_NAME.search(path.name) or _MODEL_TEMP_NAME.match(path.name)
+            if match is None or not path.is_file() or _alive(int(match.group(1))):
+                continue
+            try:
+                path.unlink()
+                removed.append(path)
+            except FileNotFoundError:
+                pass
+    return removed
 
 
 def count_parquet_rows(directory: Path) -> int:

@@ -42,6 +42,17 @@ def _normalize(cfg: RunConfig, ctx: StepContext):
     return ApplyStep(NormalizeStep(cfg.normalize), progress_dir=ctx.progress_dir)
 
 
+def _check_langid(cfg: RunConfig, ctx: StepContext) -> None:
+    from transforms.langid import check
+    check(cfg.langid)
+
+
+def _langid(cfg: RunConfig, ctx: StepContext):
+    from transforms.beam_step import ApplyStep
+    from transforms.langid import LangIdStep
+    return ApplyStep(LangIdStep(cfg.langid), progress_dir=ctx.progress_dir)
+
+
 def _check_filters(cfg: RunConfig, ctx: StepContext) -> None:
     from transforms.filters import check
     check(cfg.filters)
@@ -85,10 +96,10 @@ def _check_quality(cfg: RunConfig, ctx: StepContext) -> None:
 
 
 def _quality(cfg: RunConfig, ctx: StepContext):
-    from transforms.quality import QualityFilter, ensure_default_model
+    from transforms.quality import QualityFilter, ensure_models
 
-    model = ensure_default_model(ctx.paths.cache_for("quality"), cfg.quality)
-    return QualityFilter(cfg.quality, model, progress_dir=ctx.progress_dir)
+    models = ensure_models(ctx.paths.cache_for("quality"), cfg.quality)  # one per language, trained once
+    return QualityFilter(cfg.quality, models, progress_dir=ctx.progress_dir)
 
 
 def _check_pii(cfg: RunConfig, ctx: StepContext) -> None:
@@ -115,6 +126,7 @@ class Step:
 
 STEPS: list[Step] = [
     Step("normalize", lambda cfg: True, _normalize),
+    Step("langid", lambda cfg: cfg.langid.enabled, _langid, _check_langid),
     Step("filters", lambda cfg: cfg.filters.enabled, _filters, _check_filters),
     Step("exact_dedup", lambda cfg: cfg.exact_dedup.enabled, _exact_dedup),
     Step("near_dedup", lambda cfg: cfg.near_dedup.enabled, _near_dedup, _check_near_dedup),

@@ -44,6 +44,8 @@ def header_section(data: RunData) -> str:
              ("created", m.get("created")), ("config fingerprint", m.get("config_fingerprint"))]
     for key, value in sorted((m.get("timings") or {}).items()):
         facts.append((key.replace("_", " "), f"{value:.1f}" if _number(value) is not None else value))
+    if m.get("empty"):
+        facts.append(("result", "empty: no document survived cleaning (shards and training skipped)"))
     acc = s.get("accounting")
     if acc:
         facts.append(("accounting", f"read {acc.get('read', 0):,} = kept {acc.get('kept', 0):,} + removed "
@@ -80,14 +82,18 @@ def pipeline_section(data: RunData) -> str:
         body += "<h3>Quarantined input</h3>" + _table(("kind", "records"), sorted((q.get("by_kind") or {}).items()),
                                                        "quarantine")
     if data.shards is None:
-        body += _missing("Tokenizing and packing have not run: no shards/manifest.json, so the graph ends at the "
+        skipped = _skipped(data, "shards")
+        body += _missing(f"The shards stage was skipped: {skipped}." if skipped else
+                         "Tokenizing and packing have not run: no shards/manifest.json, so the graph ends at the "
                          "kept documents.")
     return _section("Pipeline", body, "pipeline")
 
 
 def distributions_section(data: RunData, cfg: ReportConfig) -> str:
     if data.docs is None:
-        return _section("Distributions", _missing("No docs/ or removed/ Parquet files yet."), "distributions")
+        text = ("No document was read or kept, so there are no distributions (an empty result)."
+                if (data.manifest or {}).get("empty") else "No docs/ or removed/ Parquet files yet.")
+        return _section("Distributions", _missing(text), "distributions")
     figures, notes = distribution_figures(data.docs, cfg.histogram_bins)
     body = "".join(_chart(n, f) for n, f in figures) + "".join(_missing(n) for n in notes)
     if not data.docs.pii_spans:
@@ -104,7 +110,10 @@ def distributions_section(data: RunData, cfg: ReportConfig) -> str:
 def shards_section(data: RunData) -> str:
     sh = data.shards
     if sh is None:
-        return _section("Tokenizer and shards", _missing("No shards yet (shards/manifest.json is missing)."), "shards")
+        skipped = _skipped(data, "shards")
+        text = f"No shards: the stage was skipped ({skipped})." if skipped else \
+            "No shards yet (shards/manifest.json is missing)."
+        return _section("Tokenizer and shards", _missing(text), "shards")
     packing = sh.get("packing") or {}
     facts = [("vocab size", sh.get("vocab_size")), ("sequence length", sh.get("seq_len")), ("dtype", sh.get("dtype")),
              ("pad / bos / eos", f"{sh.get('pad_id')} / {sh.get('bos_id')} / {sh.get('eos_id')}"),
@@ -122,8 +131,11 @@ def shards_section(data: RunData) -> str:
 
 def training_section(data: RunData) -> str:
     if not data.metrics:
+        skipped = _skipped(data, "train")
         text = "Training has not run: no train/metrics.jsonl." if not data.paths.train.is_dir() else \
             "Training started but logged no step yet (train/metrics.jsonl is empty)."
+        if skipped:
+            text = f"Training was skipped: {skipped}."
         body = _missing(text)
         if data.alerts:
             body += alerts_body(data)
@@ -131,7 +143,11 @@ def training_section(data: RunData) -> str:
     figures, notes = training_figures(data)
     last = data.metrics[-1]
     val = [r for r in data.metrics if _number(r.get("val_loss")) is not None]
-    facts = [("steps logged", len(data.metrics)), ("last step", last.get("step")), ("last loss", _number(last.get("loss"))),
+    last_step = last.get("step")
+    completed = last_step + 1 if isinstance(last_step, int) and not isinstance(last_step, bool) else None
+    # "steps completed" is what the console's "done: N/M steps completed" says; steps are numbered from 0.
+    facts = [("steps logged", len(data.metrics)), ("steps completed", completed), ("last step", last_step),
+             ("last loss", _number(last.get("loss"))),
              ("last validation loss", _number(val[-1]["val_loss"]) if val else None),
              ("tokens trained", last.get("tokens_seen")),
              ("mean tokens/s", _mean(r.get("tokens_per_s") for r in data.metrics)),
@@ -150,10 +166,36 @@ def training_section(data: RunData) -> str:
         body += "<h3>Restarts seen in metrics.jsonl</h3>" + _table(
             keys, ([r[k] for k in keys] for r in data.restarts), "restarts")
     if data.recovery:
-        keys = list(dict.fromkeys(k for r in data.recovery for k in r))
-        body += "<h3>Restarts and recovery</h3>" + _table(keys, ([r.get(k) for k in keys] for r in data.recovery),
-                                                          "recovery")
+        body += "<h3>Restarts and resumes</h3>" + _table(RECOVERY_COLUMNS, recovery_rows(data.recovery), "recovery")
     return _section("Training", body, "training")
+
+
+RECOVERY_COLUMNS = ("kind", "resumed from", "last step logged before", "first step after", "train.steps",
+                    "last step logged at", "resumed at", "recovery seconds")
+
+
+def _utc(seconds: Any) -> str | None:
+    import time
+
+    value = _number(seconds)
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(value)) if value is not None else None
+
+
+def recovery_rows(records: list[dict]) -> list[tuple]:
+    """train/recovery.jsonl for people: the kind of each resume (a restart after a failure, a resume after an
+    interruption, a deliberate extension of train.steps), readable times instead of epoch seconds. Lines of
+    older versions (no ``kind``: written only after torchrun restarts) read as restarts after a failure."""
+    rows = []
+    for r in records:
+        before, now = r.get("train_steps_before"), r.get("train_steps_now")
+        steps = f"{before} → {now}" if before is not None and now is not None and before != now else now
+        rows.append((r.get("kind", "restart after a failure"), r.get("resumed_from"),
+                     r.get("last_logged_step", r.get("failed_after_step")), r.get("first_step_after",
+                                                                                  r.get("first_step_after_restart")),
+                     steps, r.get("last_record_utc") or _utc(r.get("last_record_time")),
+                     r.get("resumed_utc") or _utc(r.get("resumed_at", r.get("recovered_at"))),
+                     _number(r.get("recovery_seconds"))))
+    return rows
 
 
 def alerts_body(data: RunData) -> str:
@@ -164,6 +206,12 @@ def alerts_body(data: RunData) -> str:
         ("step", "rule", "action", "value", "threshold", "message"),
         ((a.get("step"), a.get("rule"), a.get("action"), _number(a.get("value")), _number(a.get("threshold")),
           a.get("message", "")) for a in data.alerts), "alerts"))
+
+
+def _skipped(data: RunData, stage: str) -> str | None:
+    """Why the run skipped ``stage`` (an empty result), from manifest.json, or None."""
+    reason = ((data.manifest or {}).get("skipped") or {}).get(stage)
+    return str(reason) if reason else None
 
 
 def _mean(values: Iterable[Any]) -> float | None:
@@ -187,6 +235,9 @@ def render_html(data: RunData, cfg: ReportConfig | None = None) -> str:
     name = (data.manifest or {}).get("name") or data.paths.name
     body = (header_section(data) + pipeline_section(data) + distributions_section(data, cfg) + shards_section(data)
             + training_section(data))
+    from report.experiments import experiment_sections  # "Sweep" and "Does cleaning pay", when the run has them
+
+    body += experiment_sections(data.paths)
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>corpusmill report: {html.escape(str(name))}</title><style>{STYLE}</style>"
             f"<script type=\"text/javascript\">{get_plotlyjs()}</script></head><body>{body}</body></html>")

@@ -27,6 +27,7 @@ class DocStats:
     removed_words: list[int] = field(default_factory=list)
     quality_kept: list[float] = field(default_factory=list)
     quality_removed: list[float] = field(default_factory=list)
+    quality_kept_unscored: Counter = field(default_factory=Counter)  # why -> kept documents without a score
     pii_spans: Counter = field(default_factory=Counter)  # entity type -> spans masked in kept documents
     near_clusters: Counter = field(default_factory=Counter)  # near-dup cluster id -> members seen
     exact_groups: Counter = field(default_factory=Counter)  # kept id -> exact copies removed
@@ -124,9 +125,12 @@ def scan_documents(paths: RunPaths, limit: int, problems: list[str]) -> DocStats
             words = _number(step_annotations(ann, "filters").get("n_words"))
             if words is not None:
                 out.kept_words.append(int(words))
-            score = _number(step_annotations(ann, "quality").get("score"))
+            quality = step_annotations(ann, "quality")
+            score = _number(quality.get("score"))
             if score is not None:
                 out.quality_kept.append(score)
+            elif quality.get("skipped"):  # a script the model is not trained on: kept unscored
+                out.quality_kept_unscored[str(quality["skipped"]).split(":", 1)[0]] += 1
             for entity, count in step_annotations(ann, "pii").items():
                 if _number(count):
                     out.pii_spans[str(entity)] += int(count)

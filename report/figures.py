@@ -11,6 +11,7 @@ from report.data import DocStats, RunData, _number
 PALETTE = {"kept": "#2a9d8f", "removed": "#e76f51", "quarantined": "#9b5de5", "step": "#264653",
            "tokens": "#457b9d", "model": "#1d3557", "val": "#f4a261"}
 ACTION_COLORS = {"warn": "#f4a261", "pause": "#9b5de5", "stop": "#d62828"}
+DUP_BAR_WIDTH = 0.4  # in cluster-size units: both bars of a size stay within half a bin of it
 
 
 def _fmt(value: Any, digits: int = 4) -> str:
@@ -27,6 +28,18 @@ def _fmt(value: Any, digits: int = 4) -> str:
             return f"{int(value):,}"
         return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:,.0f}"
     return str(value)
+
+
+def _compact(value: Any) -> str:
+    """A count in few characters for a graph label (372,118 → 372k); exact figures are in the tables."""
+    number = _number(value)
+    if number is None:
+        return "–"
+    for limit, unit, suffix in ((1e9, 1e9, "G"), (1e6, 1e6, "M"), (1e4, 1e3, "k")):
+        if abs(number) >= limit:
+            scaled = number / unit
+            return f"{scaled:.1f}{suffix}" if scaled < 10 else f"{scaled:.0f}{suffix}"
+    return f"{int(number):,}"
 
 
 def _base_layout(fig, title: str, height: int = 320, **extra) -> None:
@@ -96,17 +109,17 @@ def node_labels(data: RunData, edges: list[Edge]) -> dict[str, str]:
         labels[row["step"]] = (f"{row['step']}<br>{_fmt(row.get('in'))} → {_fmt(row.get('kept'))}<br>"
                                f"{seconds.get(row['step'], 0.0):.1f} s")
         if row["step"] == "pii" and data.docs is not None and data.docs.pii_spans:
-            labels["pii"] += f"<br>{sum(data.docs.pii_spans.values()):,} spans masked"
+            labels["pii"] += f"<br>{sum(data.docs.pii_spans.values()):,} spans<br>masked"
     labels["kept documents"] = f"kept<br>{_fmt(stats.get('kept'))} docs"
     shards = data.shards or {}
     for split, t in (shards.get("totals") or {}).items():
-        labels[f"{split} shards"] = (f"{split} shards<br>{_fmt(t.get('tokens'))} tokens<br>{_fmt(t.get('rows'))} rows, "
-                                     f"fill {100 * float(t.get('fill_ratio', 0)):.1f}%")
+        labels[f"{split} shards"] = (f"{split} shards<br>{_compact(t.get('tokens'))} tokens<br>{_fmt(t.get('rows'))} "
+                                     f"rows<br>fill {100 * float(t.get('fill_ratio', 0)):.1f}%")
     if data.metrics:
         last = data.metrics[-1]
         train_s = sum(_number(r.get("step_time_s")) or 0.0 for r in data.metrics)
-        labels["model"] = (f"model<br>{_fmt(last.get('tokens_seen'))} tokens trained<br>"
-                           f"step {_fmt(last.get('step'))}, {seconds.get('train', train_s):.1f} s")
+        labels["model"] = (f"model<br>{_compact(last.get('tokens_seen'))} tokens<br>trained<br>step "
+                           f"{_fmt(last.get('step'))}<br>{seconds.get('train', train_s):.1f} s")
     for edge in edges:
         if edge.target not in labels:
             labels[edge.target] = f"{edge.target.split(': ', 1)[-1]} {_fmt(edge.documents)}"
@@ -115,6 +128,10 @@ def node_labels(data: RunData, edges: list[Edge]) -> dict[str, str]:
 
 SIDE_KINDS = ("removed", "quarantined", "val")
 MAIN_PX, MAIN_GAP_PX, SINK_GAP_PX, NODE_PAD_PX = 240, 28, 15, 6
+# What the layout assumes of the drawn chart: its plot width, the label font's character width and line height
+# (font size 11), and where plotly puts a label: NODE_PX + LABEL_GAP_PX right of a node's left edge, or left of
+# the node for nodes of the last column.
+PLOT_WIDTH_PX, CHAR_PX, LINE_PX, NODE_PX, LABEL_GAP_PX = 1100, 6.6, 14, 14, 6
 
 
 @dataclass
@@ -123,6 +140,32 @@ class SankeyLayout:
     y: list[float]
     spacer: float  # value of an invisible flow that sets plotly's pixels-per-document scale
     height_px: int
+    label_left: list[bool]  # plotly draws the labels of the last column's nodes to their left
+
+
+@dataclass(frozen=True)
+class Box:
+    """A rectangle in plot pixels (x right, y down)."""
+
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+
+    def overlaps(self, other: "Box") -> bool:
+        return self.x0 < other.x1 and other.x0 < self.x1 and self.y0 < other.y1 and other.y0 < self.y1
+
+
+def label_box(label: str, x_px: float, y_center_px: float, last_column: bool) -> Box:
+    """Where plotly draws a node's label (lines split at <br>), as the layout estimates it."""
+    lines = label.split("<br>") if label else [""]
+    width = max(len(line) for line in lines) * CHAR_PX
+    height = len(lines) * LINE_PX
+    if last_column:
+        x1 = x_px - LABEL_GAP_PX
+        return Box(x1 - width, y_center_px - height / 2, x1, y_center_px + height / 2)
+    x0 = x_px + NODE_PX + LABEL_GAP_PX
+    return Box(x0, y_center_px - height / 2, x0 + width, y_center_px + height / 2)
 
 
 def _depths(names: list[str], edges: list[Edge]) -> dict[str, int]:
@@ -134,10 +177,13 @@ def _depths(names: list[str], edges: list[Edge]) -> dict[str, int]:
     return depth
 
 
-def sankey_layout(names: list[str], edges: list[Edge]) -> SankeyLayout:
+def sankey_layout(names: list[str], edges: list[Edge], labels: dict[str, str] | None = None) -> SankeyLayout:
     """A funnel: the main path left to right along the top, what each step removes stacked below, just right of
     it. Node heights are documents × a fixed scale; an invisible flow in the first column pins that scale, so the
-    main path and the largest stack of removals both fit, and tiny removals keep room for their labels."""
+    main path and the largest stack of removals both fit, and tiny removals keep room for their labels. A stack
+    whose labels (estimated from ``labels``) would run into the labels or nodes placed before it moves down
+    until they do not, so no two labels overlap."""
+    labels = labels or {}
     main = [n for n in names if not any(e.target == n and e.kind in SIDE_KINDS for e in edges)]
     # The last column's labels are drawn to its left: give that gap double width so they do not collide.
     column = {n: i + (1 if i == len(main) - 1 and i > 1 else 0) for i, n in enumerate(main)}
@@ -149,8 +195,34 @@ def sankey_layout(names: list[str], edges: list[Edge]) -> SankeyLayout:
     for e in edges:
         if e.kind in SIDE_KINDS:
             sinks.setdefault(e.source, []).append(e.target)
-    stack_px = max((sum(value[t] for t in ts) * ky + (len(ts) - 1) * SINK_GAP_PX for ts in sinks.values()), default=0)
-    plot_px = MAIN_PX + MAIN_GAP_PX + stack_px + 8
+    x = {n: 0.001 + 0.998 * column[n] / last for n in main}
+    x_px = {n: x[n] * (PLOT_WIDTH_PX - NODE_PX) for n in main}
+    y_px = {n: value[n] * ky / 2 for n in main}  # centres; the main nodes hang from the top
+    placed = [label_box(labels.get(n, n), x_px[n], y_px[n], column[n] == last) for n in main]
+    top = MAIN_PX + MAIN_GAP_PX
+    bottom = float(top)
+    for source in sorted(sinks, key=lambda n: x.get(n, 0.0)):
+        targets = sinks[source]
+        x_sink = min(0.999, x[source] + 0.5 / last)
+        sink_px = x_sink * (PLOT_WIDTH_PX - NODE_PX)
+        start = top
+        for _ in range(2000):  # move the stack down until neither its nodes nor its labels hit earlier labels
+            cursor, boxes, centres = start, [], []
+            for target in targets:
+                height = max(value[target] * ky, 1.0)
+                centre = cursor + height / 2
+                centres.append(centre)
+                boxes.append(Box(sink_px, cursor, sink_px + NODE_PX, cursor + height))
+                boxes.append(label_box(labels.get(target, target), sink_px, centre, False))
+                cursor += height + SINK_GAP_PX
+            if not any(b.overlaps(p) for b in boxes for p in placed):
+                break
+            start += 4
+        placed.extend(boxes)
+        for target, centre in zip(targets, centres):
+            x[target], y_px[target] = x_sink, centre
+        bottom = max(bottom, cursor - SINK_GAP_PX, max(b.y1 for b in boxes))
+    plot_px = bottom + 8
     # Every other column must allow at least this scale (d3-sankey takes the minimum over columns).
     depth = _depths(names, edges)
     for d in set(depth.values()):
@@ -158,17 +230,15 @@ def sankey_layout(names: list[str], edges: list[Edge]) -> SankeyLayout:
         need = sum(value[n] for n in members) * ky + (len(members) - 1) * NODE_PAD_PX
         plot_px = max(plot_px, need + 1)
     spacer = (plot_px - NODE_PAD_PX) / ky - sum(value[n] for n in names if depth[n] == 0)
-    x = {n: 0.001 + 0.998 * column[n] / last for n in main}
-    y = {n: value[n] * ky / 2 / plot_px for n in main}
-    top = (MAIN_PX + MAIN_GAP_PX) / plot_px
-    for source, targets in sinks.items():
-        cursor = top
-        for target in targets:
-            height = value[target] * ky / plot_px
-            x[target] = min(0.999, x[source] + 0.5 / last)
-            y[target] = cursor + height / 2
-            cursor += height + SINK_GAP_PX / plot_px
-    return SankeyLayout([x[n] for n in names], [y[n] for n in names], spacer, int(plot_px))
+    y = {n: y_px[n] / plot_px for n in names}
+    return SankeyLayout([x[n] for n in names], [y[n] for n in names], spacer, int(plot_px),
+                        [n in column and column[n] == last for n in names])
+
+
+def sankey_label_boxes(names: list[str], labels: dict[str, str], layout: SankeyLayout) -> dict[str, Box]:
+    """Every node's label box as the layout estimates plotly draws it (for checking that none overlap)."""
+    return {n: label_box(labels.get(n, n), x * (PLOT_WIDTH_PX - NODE_PX), y * layout.height_px, left)
+            for n, x, y, left in zip(names, layout.x, layout.y, layout.label_left)}
 
 
 def pipeline_figure(data: RunData, edges: list[Edge]):
@@ -186,7 +256,7 @@ def pipeline_figure(data: RunData, edges: list[Edge]):
         kinds = {e.kind for e in shown if e.target == n}
         node_color.append(PALETTE["removed"] if "removed" in kinds else PALETTE["quarantined"]
                           if "quarantined" in kinds else PALETTE["model"] if n == "model" else PALETTE["step"])
-    layout = sankey_layout(names, shown)
+    layout = sankey_layout(names, shown, labels)
     # The invisible flow: two transparent nodes at the bottom of the first two columns.
     spacer_nodes = [len(names), len(names) + 1]
     fig = go.Figure(go.Sankey(
@@ -209,15 +279,16 @@ def pipeline_figure(data: RunData, edges: list[Edge]):
     return fig
 
 
-def _histogram(series: list[tuple[str, list[float], str]], title: str, x_title: str, bins: int, log_x: bool = False):
+def _histogram(series: list[tuple[str, list[float], str]], title: str, x_title: str, bins: int, log_x: bool = False,
+               legend_counts: bool = True):
     import plotly.graph_objects as go
 
     fig = go.Figure()
     for name, values, color in series:
         if values:
             xs = [math.log10(max(v, 1)) for v in values] if log_x else values
-            fig.add_trace(go.Histogram(x=xs, name=f"{name} ({len(values):,})", nbinsx=bins, marker_color=color,
-                                       opacity=0.75))
+            label = f"{name} ({len(values):,})" if legend_counts or "(" not in name else name
+            fig.add_trace(go.Histogram(x=xs, name=label, nbinsx=bins, marker_color=color, opacity=0.75))
     _base_layout(fig, title, barmode="overlay", xaxis_title=x_title, yaxis_title="documents")
     return fig
 
@@ -226,10 +297,19 @@ def distribution_figures(docs: DocStats, bins: int) -> tuple[list[tuple[str, Any
     import plotly.graph_objects as go
 
     figures, notes = [], []
+    unscored = sum(docs.quality_kept_unscored.values())
+    reasons = docs.quality_kept_unscored.most_common()
+    why = reasons[0][0] if len(reasons) == 1 else ", ".join(f"{reason} {n:,}" for reason, n in reasons)
     if docs.quality_kept or docs.quality_removed:
+        kept_name = f"kept, scored ({len(docs.quality_kept):,}; {unscored:,} more kept unscored)" if unscored \
+            else "kept"
+        title = f"Quality scores ({unscored:,} kept documents unscored, not shown: {why})" if unscored \
+            else "Quality scores"
         figures.append(("quality", _histogram(
-            [("kept", docs.quality_kept, PALETTE["kept"]), ("removed", docs.quality_removed, PALETTE["removed"])],
-            "Quality scores", "quality.score", bins)))
+            [(kept_name, docs.quality_kept, PALETTE["kept"]), ("removed", docs.quality_removed, PALETTE["removed"])],
+            title, "quality.score", bins, legend_counts=not unscored)))
+    elif unscored:
+        notes.append(f"Quality scores: none; {unscored:,} kept documents are unscored ({why}).")
     else:
         notes.append("Quality scores: no document carries a quality.score annotation (the quality step did not run).")
     if docs.kept_chars:
@@ -245,13 +325,17 @@ def distribution_figures(docs: DocStats, bins: int) -> tuple[list[tuple[str, Any
     sizes_exact = Counter(n + 1 for n in docs.exact_groups.values())
     if sizes_near or sizes_exact:
         fig = go.Figure()
-        for name, sizes, color in (("near-duplicate clusters", sizes_near, PALETTE["tokens"]),
-                                   ("exact-duplicate groups", sizes_exact, PALETTE["removed"])):
+        # Each bar is drawn inside its own size's bin, near-duplicates on the left half, exact on the right: with
+        # automatic grouping plotly sizes the bars by the gap between sizes, which puts them over the next bin.
+        for (name, sizes, color), offset in zip((("near-duplicate clusters", sizes_near, PALETTE["tokens"]),
+                                                 ("exact-duplicate groups", sizes_exact, PALETTE["removed"])),
+                                                (-DUP_BAR_WIDTH, 0.0)):
             if sizes:
                 xs = sorted(sizes)
                 fig.add_trace(go.Bar(x=xs, y=[sizes[x] for x in xs], name=f"{name} ({sum(sizes.values()):,})",
-                                     marker_color=color))
-        _base_layout(fig, "Duplicate cluster sizes (documents per cluster, kept one included)", barmode="group",
+                                     marker_color=color, width=DUP_BAR_WIDTH, offset=offset,
+                                     hovertemplate="size %{x}: %{y} clusters<extra>" + name + "</extra>"))
+        _base_layout(fig, "Duplicate cluster sizes (documents per cluster, kept one included)", barmode="overlay",
                      xaxis_title="cluster size", yaxis_title="clusters", xaxis={"dtick": 1})
         figures.append(("dup_clusters", fig))
     else:

@@ -162,7 +162,7 @@ def test_property_removed_documents_are_similar_enough_to_their_kept_document(ov
     sketches = {s.id: s for s in sketches_of(docs, cfg)}
     decisions = dedup_in_memory(sketches.values(), cfg)
     removed = [d for d in decisions if d.removed]
-    assert len(removed) >= 25
+    assert len(removed) >= (15 if cfg.method == "simhash" else 25)  # SimHash at <= 3 bits finds fewer (RESULTS.md)
     kept_ids = {d.id for d in decisions if not d.removed}
     sample = random.Random(0).sample(removed, 15)
     for d in removed:
@@ -404,10 +404,11 @@ def test_refresh_against_an_index_built_with_other_parameters_fails_clearly(tmp_
         NearDedup(NearDedupConfig(), None, [str(tmp_path)])
 
 
-def test_large_star_small_star_rounds_find_components_and_report_non_convergence():
+def test_connected_components_are_exact_for_any_number_of_rounds():
     from collections import defaultdict
 
-    from transforms.near_dedup.beam import _both_directions, _component_label, _large_star, _small_star
+    from transforms.near_dedup.beam import (_both_directions, _component_label, _crossing_labels, _final_label,
+                                            _large_star, _merge_labels, _small_star)
 
     class Counter:
         value = 0
@@ -426,20 +427,29 @@ def test_large_star_small_star_rounds_find_components_and_report_non_convergence
         for _ in range(rounds):  # the same functions, in the same order, as the Beam graph
             graph = [e for item in grouped(x for e in graph for x in _both_directions(e)) for e in _large_star(item)]
             graph = [e for item in grouped(graph) for e in _small_star(item)]
-        not_converged = Counter()
-        labels = dict(x for item in grouped(y for e in graph for y in _both_directions(e))
-                      for x in _component_label(item, not_converged))
-        return labels, not_converged.value
+        messages = [m for item in grouped(y for e in graph for y in _both_directions(e)) for m in _component_label(item)]
+        crossing, labels, counter = [], [], Counter()
+        for item in grouped(messages):
+            for out in _crossing_labels(item, counter):
+                (labels.append(out.value) if hasattr(out, "tag") else crossing.append(out))
+        merged = dict(x for item in grouped((0, pair) for pair in crossing) for x in _merge_labels(item))
+        return dict(x for node in labels for x in _final_label(node, merged)), counter.value
 
     rng = random.Random(3)
-    ids = rng.sample(range(10**6), 600)
+    ids = rng.sample(range(10**6), 900)
     chain = [(ids[i], ids[i + 1]) for i in range(299)]  # one long chain ...
-    star = [(ids[300], ids[j]) for j in range(301, 600)]  # ... and one big star
-    labels, not_converged = components(chain + star, NearDedupConfig().cc_max_rounds)
-    assert not_converged == 0
-    assert {labels[i] for i in ids[:300]} == {min(ids[:300])} and {labels[i] for i in ids[300:]} == {min(ids[300:])}
-    _, not_converged = components(chain, 1)
-    assert not_converged > 0  # too few rounds are reported, never silently trusted
+    star = [(ids[300], ids[j]) for j in range(301, 600)]  # ... one big star ...
+    tree = [(ids[rng.randrange(600, j)], ids[j]) for j in range(601, 900)]  # ... and a random tree
+    expected = {i: min(ids[:300]) for i in ids[:300]} | {i: min(ids[300:600]) for i in ids[300:600]}
+    expected |= {i: min(ids[600:]) for i in ids[600:]}
+    crossings = []
+    for rounds in (0, 1, 2, 4, NearDedupConfig().cc_max_rounds):
+        labels, crossing = components(chain + star + tree, rounds)
+        assert labels == expected, rounds  # exact whatever the number of rounds
+        crossings.append(crossing)
+    assert crossings[0] > crossings[2] > 0  # rounds shrink what is merged on one worker
+    centre = min(ids[300:600])  # near-duplicate stars are centred on their first document in rank order
+    assert components([(centre, j) for j in ids[300:600] if j != centre], 0)[1] == 0  # no merge needed
 
 
 def test_a_hot_component_of_near_identical_pages_resolves_into_one_verified_star():

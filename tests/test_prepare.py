@@ -9,6 +9,7 @@ import pytest
 from pipelines.config import ConfigError, load_config, validate_config
 from pipelines.run import run_stages
 from pipelines.read import doc_id
+from runio.files import sha256_file
 
 
 def _config(tmp_path: Path, paths, name="t", workers=1, **sections) -> object:
@@ -74,8 +75,11 @@ def test_bad_input_is_quarantined_and_accounting_is_exact(tmp_path, messy_inputs
     assert manifest["stages_done"] == ["clean"] and manifest["counts"]["balanced"]
     removed = pq.read_table(next((run_dir / "removed").glob("*.parquet"))).to_pylist()
     assert removed[0]["removed_by"] == "exact_dedup"
+    # ids derive from each file's content address (sha256) and the line number
     assert json.loads(removed[0]["annotations"])["exact_dedup"]["dup_of"] in {
-        doc_id(str(messy_inputs / "mixed.jsonl"), 1), doc_id(str(messy_inputs / "more.jsonl.gz"), 1)}
+        doc_id(sha256_file(messy_inputs / "mixed.jsonl"), 1), doc_id(sha256_file(messy_inputs / "more.jsonl.gz"), 1)}
+    assert {i["source"] for i in manifest["inputs"]} == {"mixed.jsonl", "image.jsonl", "more.jsonl.gz"}
+    assert manifest["id_scheme"]["key"].startswith("sha256 of the input file's bytes")
 
 
 def test_rerun_and_worker_count_give_byte_identical_docs(tmp_path):

@@ -85,6 +85,7 @@ def test_killed_rank_is_restarted_and_the_run_ends_bit_identical(tmp_path):
     assert _losses(victim_dir) == _losses(reference_dir)  # bit-identical, every step
     recovery = [json.loads(line) for line in victim_dir.recovery_jsonl.read_text().splitlines()]
     assert recovery and all(r["recovery_seconds"] > 0 for r in recovery)
+    assert {r["kind"] for r in recovery} == {"restart after a failure"}
     assert "recovered from a restart" in out
 
 

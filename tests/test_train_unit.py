@@ -240,13 +240,23 @@ def test_bf16_runs_in_bf16_and_trains(shards, tmp_path):
 def test_torchrun_command_passes_rendezvous_options(tmp_path):
     from trainer_bridge.launch import Rendezvous, torchrun_command
 
-    local = torchrun_command(tmp_path / "c.json", tmp_path, 4, Rendezvous(max_restarts=2))
-    assert "--standalone" in local and "--nproc-per-node=4" in local and "--max-restarts=2" in local
+    # Single node: no --standalone (torchrun's own store would listen on every interface); torchrun joins the
+    # store corpusmill hosts on 127.0.0.1 and opens none of its own.
+    local = torchrun_command(tmp_path / "c.json", tmp_path, 4, Rendezvous(max_restarts=2), "127.0.0.1:29999")
+    assert "--standalone" not in local and "--nproc-per-node=4" in local and "--max-restarts=2" in local
+    assert {"--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:29999", "--rdzv-conf=is_host=false",
+            "--local-addr=127.0.0.1"} <= set(local)
     assert local[-4:] == ["--train-config", str(tmp_path / "c.json"), "--run-dir", str(tmp_path)]
+    with pytest.raises(ValueError, match="store"):
+        torchrun_command(tmp_path / "c.json", tmp_path, 4, Rendezvous())
     multi = torchrun_command(tmp_path / "c.json", tmp_path, 8, Rendezvous(
-        nnodes="2", rdzv_backend="c10d", rdzv_endpoint="head:29500", rdzv_id="job7"))
+        nnodes="2", rdzv_backend="c10d", rdzv_endpoint="head:29500", rdzv_id="job7"), "head:29500")
     assert "--standalone" not in multi and "--nproc-per-node=4" in multi and "--nnodes=2" in multi
     assert {"--rdzv-backend=c10d", "--rdzv-endpoint=head:29500", "--rdzv-id=job7"} <= set(multi)
+    # torchrun's default static backend: passed through, torchrun keeps its own store (README: what to firewall)
+    static = torchrun_command(tmp_path / "c.json", tmp_path, 8, Rendezvous(nnodes="2", node_rank=1,
+                                                                         rdzv_endpoint="head:29500"))
+    assert {"--node-rank=1", "--rdzv-endpoint=head:29500"} <= set(static) and "--rdzv-conf=is_host=false" not in static
 
 
 def test_run_training_in_process_writes_metrics(shards, tmp_path):

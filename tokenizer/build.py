@@ -48,6 +48,8 @@ from tokenizer.train import SpecialIds, special_ids, train_or_load
 
 NAMESPACE = "tokenizer"
 SPLITS = ("train", "val")
+# The per-split document figures of a split without documents (e.g. ``val`` of a small corpus).
+NO_DOCUMENTS = {"docs": 0, "docs_longer_than_seq_len": 0, "docs_split": 0, "split_share": 0.0}
 
 
 class ReadDocBatches(beam.DoFn):
@@ -335,8 +337,9 @@ def _manifest_of(element: tuple[None, Iterable[tuple[str, Iterable[tuple[int, di
     splits = {split: [] for split in (*SPLITS, *plans)}
     for split, entries in entries_by_split:
         splits[split] = [e for _, e in sorted(entries, key=lambda se: se[0])]
-    stats = {split: {k: v for k, v in plan.stats.as_dict().items() if k.startswith("docs") or k == "split_share"}
-             for split, plan in plans.items()}
+    stats = {split: dict(NO_DOCUMENTS) for split in splits}  # a split no document fell into has none
+    stats.update({split: {k: v for k, v in plan.stats.as_dict().items() if k.startswith("docs") or k == "split_share"}
+                  for split, plan in plans.items()})
     yield settings.write_manifest(shard_dir, splits, stats)
 
 
@@ -409,7 +412,8 @@ def build_shards(
 
     if not os.path.exists(manifest_path(shard_dir)):
         # No document produced a token (every text empty and no bos/eos): a valid, empty data set.
-        settings.write_manifest(shard_dir, {split: [] for split in SPLITS})
+        settings.write_manifest(shard_dir, {split: [] for split in SPLITS},
+                                {split: dict(NO_DOCUMENTS) for split in SPLITS})
     manifest = read_manifest(shard_dir)
     listed = {e["file"] for entries in manifest["splits"].values() for e in entries}
     for path in glob.glob(os.path.join(shard_dir, "*.arrow")):

@@ -155,6 +155,24 @@ def special_ids(tok: Tokenizer, cfg: TokenizerConfig, packing: PackingConfig) ->
     return SpecialIds(pad_id=pad, bos_id=lookup("bos_token", packing.add_bos), eos_id=lookup("eos_token", packing.add_eos))
 
 
+def check_tokenizer(cfg: TokenizerConfig, packing: PackingConfig) -> None:
+    """What must hold before any stage starts when ``tokenizer.path`` is set: the file exists, is a
+    tokenizer.json, and has the special tokens the packing needs. Raises FileNotFoundError (missing) or
+    ValueError, naming the field."""
+    if not cfg.path:
+        return
+    if not os.path.exists(cfg.path):
+        raise FileNotFoundError(f"tokenizer.path: {cfg.path} does not exist")
+    if not os.path.isfile(cfg.path):
+        raise ValueError(f"tokenizer.path: {cfg.path} is not a file (a tokenizer.json is expected)")
+    try:
+        tok = Tokenizer.from_file(cfg.path)
+    except Exception as e:  # tokenizers raises a bare Exception on malformed JSON
+        raise ValueError(f"tokenizer.path: {cfg.path} is not a valid tokenizer.json ({str(e).splitlines()[0][:200]})"
+                         ) from None
+    special_ids(tok, cfg, packing)
+
+
 def train_or_load(run: RunPaths | str | os.PathLike, cfg: TokenizerConfig,
                   packing: PackingConfig) -> tuple[Tokenizer, str, str]:
     """Make the run's ``tokenizer/tokenizer.json``; returns (tokenizer, its path, its sha256).
@@ -165,12 +183,8 @@ def train_or_load(run: RunPaths | str | os.PathLike, cfg: TokenizerConfig,
     paths = run if isinstance(run, RunPaths) else RunPaths(run)
     out_path = str(paths.tokenizer_json)
     if cfg.path:
-        if not os.path.exists(cfg.path):
-            raise FileNotFoundError(f"tokenizer.path={cfg.path!r} does not exist")
-        try:
-            tok = Tokenizer.from_file(cfg.path)
-        except Exception as e:  # tokenizers raises a bare Exception on malformed JSON
-            raise ValueError(f"tokenizer.path={cfg.path!r} is not a valid tokenizer.json: {e}") from e
+        check_tokenizer(cfg, packing)
+        tok = Tokenizer.from_file(cfg.path)
         if os.path.abspath(cfg.path) != os.path.abspath(out_path):
             with atomic_path(out_path) as tmp:
                 shutil.copyfile(cfg.path, tmp)

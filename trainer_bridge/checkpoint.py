@@ -5,6 +5,16 @@ Layout under ``RunPaths.checkpoints`` (``<run>/train/checkpoints/``):
     step-00000200.partial/  a save in progress or interrupted: never loaded, removed at the next start
     latest                  text file naming the newest complete checkpoint, replaced atomically
 
+Inside a checkpoint, besides DCP's files: ``model_config.json`` (the resolved model config; the name
+``hf.MODEL_CONFIG_FILE`` reads) and ``provenance.json`` (the step, the run's ``train.steps`` and the shards'
+identity: the manifest's sha256 and each shard's), both covered by ``checksums.json`` like the tensors. A resume
+with another model or other shards is refused, naming what differs (``resume_problem``).
+
+Retention keeps the newest ``keep_last`` *sound* checkpoints (verified before pruning): a damaged one never
+counts, so the newest sound checkpoint is never deleted. When checkpoints exist but none is sound, training
+refuses to start from scratch (``TrainRefused``); ``set_aside`` moves a run's checkpoints and logs out of the
+way for ``corpusmill train --from-scratch``.
+
 A save is written into ``.partial`` and renamed only once DCP has written its metadata (which DCP does after
 every rank reported its writes), then ``latest`` is replaced by ``os.replace``: an interrupted save can never
 become "latest".
@@ -22,9 +32,11 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import shutil
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -43,9 +55,18 @@ from runio.files import sha256_file, write_atomic, write_json
 from runio.layout import RunPaths
 from trainer_bridge import device as devices
 from trainer_bridge.config import CheckpointConfig
+from trainer_bridge.data import shards_difference
+from trainer_bridge.outcomes import TrainRefused
 
 LATEST = "latest"
 PARTIAL_SUFFIX = ".partial"
+DELETING_SUFFIX = ".deleting"  # an old checkpoint being pruned: renamed first, so a half-deleted one never loads
+MODEL_CONFIG_FILE = "model_config.json"  # = hf.MODEL_CONFIG_FILE (hf imports this module, not the reverse)
+PROVENANCE_FILE = "provenance.json"
+STEP_DIR = re.compile(r"step-\d{8}")
+SET_ASIDE_PREFIX = "set-aside-"
+# Model settings that do not change a trained model (only how a fresh one is initialized).
+MODEL_KEYS_NOT_COMPARED = frozenset({"init_std"})
 
 
 def step_dir_name(step: int) -> str:
@@ -127,14 +148,67 @@ def checkpoint_problem(path: Path) -> str | None:
     return None
 
 
+def complete_checkpoints(root: Path) -> list[Path]:
+    """Every ``step-NNNNNNNN`` directory (not a partial save, not one being pruned), oldest first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if STEP_DIR.fullmatch(p.name) and p.is_dir())
+
+
 def checkpoint_candidates(root: Path) -> list[Path]:
     """Complete checkpoints, newest first, starting from the one ``latest`` names."""
-    complete = sorted((p for p in Path(root).glob("step-*") if p.is_dir() and not p.name.endswith(PARTIAL_SUFFIX)),
-                      reverse=True)
+    complete = complete_checkpoints(root)[::-1]
     newest = latest_checkpoint(Path(root))
     if newest is not None:
         complete = [p for p in complete if p.name <= newest.name]
     return complete
+
+
+def _file_signature(path: Path) -> tuple:
+    return tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(path.iterdir()) if p.is_file())
+
+
+class SoundnessCache:
+    """``checkpoint_problem`` results of this process, reused while no file of the checkpoint changed (size and
+    mtime): pruning after every save then hashes only the checkpoints it has not verified yet."""
+
+    def __init__(self):
+        self._sound: dict[str, tuple] = {}
+
+    def mark_sound(self, path: Path) -> None:
+        self._sound[str(path)] = _file_signature(path)
+
+    def problem(self, path: Path) -> str | None:
+        try:
+            signature = _file_signature(path)
+        except OSError as error:
+            return f"unreadable ({error.strerror})"
+        if self._sound.get(str(path)) == signature:
+            return None
+        problem = checkpoint_problem(path)
+        if problem is None:
+            self._sound[str(path)] = signature
+        return problem
+
+
+def prune_checkpoints(root: Path, keep_last: int, cache: SoundnessCache | None = None) -> list[Path]:
+    """Delete checkpoints older than the ``keep_last``-th newest *sound* one; return those deleted.
+
+    Newest first: a sound checkpoint counts toward ``keep_last``, a damaged one does not (it stays while it is
+    newer than the last sound one kept, so that the damage can be inspected). Only checkpoints up to the one
+    ``latest`` names are considered."""
+    cache = cache or SoundnessCache()
+    sound, deleted = 0, []
+    for path in checkpoint_candidates(root):
+        if sound >= keep_last:
+            doomed = path.with_name(path.name + DELETING_SUFFIX)
+            os.replace(path, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+            deleted.append(path)
+        elif cache.problem(path) is None:
+            sound += 1
+    return deleted
 
 
 def saved_keys(path: Path) -> set[str]:
@@ -181,10 +255,14 @@ def load_checkpoint(path: Path, runtime: devices.Runtime, parts, optimizers,
 class Checkpointer:
     """Saves and loads the training state through DCP; one instance per process, all ranks call every method."""
 
-    def __init__(self, root: Path, cfg: CheckpointConfig, runtime: devices.Runtime):
+    def __init__(self, root: Path, cfg: CheckpointConfig, runtime: devices.Runtime,
+                 describe: Callable[[int], dict[str, dict]] | None = None):
+        """``describe(step)``: JSON files (name -> object) written into each checkpoint before its checksums."""
         self.root = Path(root)
         self.cfg = cfg
         self.runtime = runtime
+        self.describe = describe
+        self.soundness = SoundnessCache()
         # Async saves run collectives in a background thread: on the training group they would interleave
         # with training collectives and gloo aborts (ENVIRONMENT.md). They get a group of their own.
         self.async_group = (dist.new_group(backend=devices.side_channel_backend())
@@ -193,7 +271,7 @@ class Checkpointer:
         self.last_blocking_seconds = 0.0
         if runtime.is_main:
             self.root.mkdir(parents=True, exist_ok=True)
-            for stale in self.root.glob("*" + PARTIAL_SUFFIX):
+            for stale in [*self.root.glob("*" + PARTIAL_SUFFIX), *self.root.glob("*" + DELETING_SUFFIX)]:
                 shutil.rmtree(stale, ignore_errors=True)
         if runtime.distributed:
             dist.barrier()
@@ -236,14 +314,18 @@ class Checkpointer:
         # the save returned on rank 0: the checkpoint is complete.
         if not self.runtime.is_main:
             return
+        step = int(final.name.split("-")[1])
+        for name, value in (self.describe(step) if self.describe else {}).items():
+            write_json(partial / name, value, indent=2, sort_keys=True)
         write_checksums(partial)
-        if final.exists():
-            shutil.rmtree(final)
+        if final.exists():  # the same step saved again (after a rollback or a damaged copy): replace it
+            doomed = final.with_name(final.name + DELETING_SUFFIX)
+            os.replace(final, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
         os.replace(partial, final)
+        self.soundness.mark_sound(final)  # its files were hashed a moment ago by write_checksums
         write_atomic(self.root / LATEST, (final.name + "\n").encode())
-        complete = sorted(p for p in self.root.glob("step-*") if p.is_dir() and not p.name.endswith(PARTIAL_SUFFIX))
-        for old in complete[: -self.cfg.keep_last]:
-            shutil.rmtree(old, ignore_errors=True)
+        prune_checkpoints(self.root, self.cfg.keep_last, self.soundness)
 
     def load(self, path: Path, parts, optimizers, train_state: dict[str, torch.Tensor]) -> bool:
         return load_checkpoint(path, self.runtime, parts, optimizers, train_state)
@@ -253,6 +335,101 @@ class Checkpointer:
         if self.async_group is not None:
             dist.destroy_process_group(self.async_group)
             self.async_group = None
+
+
+# ------------------------------------------------------------------------------ what a checkpoint belongs to
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """What makes a checkpoint resumable by this run: the resolved model config (``ModelConfig.model_dump``),
+    the shards (``data.shards_identity``) and the run's ``train.steps``."""
+
+    model: dict
+    shards: dict | None
+    train_steps: int
+
+    def files(self, step: int) -> dict[str, dict]:
+        """The JSON files written into the checkpoint of ``step``."""
+        provenance = {"step": step, "train_steps": self.train_steps, "saved_at": time.time()}
+        if self.shards is not None:
+            provenance["shards"] = self.shards
+        return {MODEL_CONFIG_FILE: self.model, PROVENANCE_FILE: provenance}
+
+
+def read_checkpoint_json(path: Path, name: str) -> dict | None:
+    """One of a checkpoint's JSON files (it passed its checksums); None when an older version did not write it."""
+    file = Path(path) / name
+    if not file.is_file():
+        return None
+    return json.loads(file.read_text(encoding="utf-8"))
+
+
+def model_difference(saved: dict, current: dict) -> list[str]:
+    """``train.model.KEY saved → current`` for every model setting that differs (init_std aside)."""
+    return [f"train.model.{key} {saved.get(key)} → {current.get(key)}"
+            for key in sorted(set(saved) | set(current))
+            if key not in MODEL_KEYS_NOT_COMPARED and saved.get(key) != current.get(key)]
+
+
+def resume_problem(path: Path, identity: RunIdentity, *, compare_shards: bool = True) -> str | None:
+    """Why checkpoint ``path`` (sound) cannot continue this run: another model, or other shards; None if it can."""
+    differences = []
+    model = read_checkpoint_json(path, MODEL_CONFIG_FILE)
+    if model is not None:
+        differences += model_difference(model, identity.model)
+    provenance = read_checkpoint_json(path, PROVENANCE_FILE) or {}
+    if compare_shards and identity.shards is not None and provenance.get("shards") is not None:
+        differences += [f"shards: {d}" for d in shards_difference(provenance["shards"], identity.shards)]
+    if not differences:
+        return None
+    return "; ".join(differences)
+
+
+WHAT_TO_DO = ("restore the old settings or shards, choose another run name, pass --from-scratch to set the "
+              "checkpoints aside and start over, or start a new run with train.init_from")
+
+
+def plan_resume(root: Path, identity: RunIdentity, *, say: Callable[[str], None] | None = None,
+                soundness: SoundnessCache | None = None) -> Path | None:
+    """The checkpoint this run resumes from: the newest sound one (each damaged one skipped is said through
+    ``say``), or None when there is no checkpoint at all. Raises ``TrainRefused`` when checkpoints exist but none
+    is sound, or when the newest sound one was trained with another model or on other shards."""
+    soundness = soundness or SoundnessCache()
+    damaged = []
+    for path in checkpoint_candidates(root):
+        problem = soundness.problem(path)
+        if problem is None:
+            mismatch = resume_problem(path, identity)
+            if mismatch is not None:
+                raise TrainRefused(f"{path.name} was trained with a different configuration ({mismatch}): refusing "
+                                   f"to resume; {WHAT_TO_DO}")
+            return path
+        damaged.append(f"{path.name} ({problem})")
+        if say is not None:
+            say(f"checkpoint {path.name} is damaged ({problem}); falling back to an older one")
+    if damaged:
+        raise TrainRefused(f"no sound checkpoint to resume from in {root}: {', '.join(damaged)}; refusing to start "
+                           "from scratch (pass --from-scratch to set them aside and start over)")
+    return None
+
+
+def set_aside(paths: RunPaths) -> Path | None:
+    """For a start from scratch: move the run's checkpoints and training logs into ``train/set-aside-<time>/``
+    (nothing is deleted); return that directory, or None when there was nothing to move."""
+    moving = [p for p in (paths.checkpoints, paths.metrics_jsonl, paths.recovery_jsonl, paths.alerts_jsonl)
+              if p.exists()]
+    if not moving:
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    target = paths.train / f"{SET_ASIDE_PREFIX}{stamp}"
+    suffix = 1
+    while target.exists():
+        suffix += 1
+        target = paths.train / f"{SET_ASIDE_PREFIX}{stamp}-{suffix}"
+    target.mkdir(parents=True)
+    for path in moving:
+        os.replace(path, target / path.name)
+    return target
 
 
 # ------------------------------------------------------------------------------------ the loop's component
@@ -277,7 +454,8 @@ class CheckpointManager:
     ``initialize_from`` loads. All ranks call every method."""
 
     def __init__(self, paths: RunPaths, cfg: CheckpointConfig, runtime: devices.Runtime, *, parts, optimizers,
-                 state: TrainState, monitor, events: list[dict], say: Callable[[str], None]):
+                 state: TrainState, monitor, events: list[dict], say: Callable[[str], None],
+                 identity: RunIdentity | None = None):
         self.root = paths.checkpoints
         self.cfg = cfg
         self.runtime = runtime
@@ -285,7 +463,9 @@ class CheckpointManager:
         self.monitor = monitor
         self.events = events
         self.say = say
-        self.checkpointer = Checkpointer(self.root, cfg, runtime) if cfg.enabled else None
+        self.identity = identity
+        self.checkpointer = (Checkpointer(self.root, cfg, runtime, describe=identity.files if identity else None)
+                             if cfg.enabled else None)
 
     # -- saving -------------------------------------------------------------------------------------------
     def maybe_save(self, step: int, *, last: bool) -> None:
@@ -331,21 +511,35 @@ class CheckpointManager:
 
     def resume(self) -> Path | None:
         """Load this run's newest checkpoint that passes its checksums (a damaged one is skipped, with a log
-        line); None when there is none or checkpointing is off."""
+        line); None when there is none or checkpointing is off. Refuses (``TrainRefused``, on every rank alike)
+        when checkpoints exist but none is sound, or when the newest sound one belongs to another model or other
+        shards."""
         if self.checkpointer is None or not self.cfg.resume:
             return None
-        path = self._newest_sound(self.root)
+        if self.identity is None:
+            path = self._newest_sound(self.root)
+        else:
+            path = plan_resume(self.root, self.identity, say=self.say, soundness=self.checkpointer.soundness)
         if path is not None:
             self.load(path)
         return path
 
     def initialize_from(self, run: RunPaths) -> Path:
-        """Continue another run's training on this run's data: its weights, optimizer and step, our samples."""
+        """Continue another run's training on this run's data: its weights, optimizer and step, our samples.
+        The model must be the same (refused otherwise, naming the settings); the shards are expected to differ."""
         path = self._newest_sound(run.checkpoints, prefix="init_from: ", fallback="trying an older one")
         if path is None:
-            raise FileNotFoundError(f"train.init_from: no usable checkpoint under {run.checkpoints}")
+            raise TrainRefused(f"train.init_from: no usable checkpoint under {run.checkpoints}")
+        if self.identity is not None:
+            mismatch = resume_problem(path, self.identity, compare_shards=False)
+            if mismatch is not None:
+                raise TrainRefused(f"train.init_from: {run.root} {path.name} has another model ({mismatch}); set "
+                                   "train.model to that run's model")
         self.load(path, keep_data_position=True)
         return path
+
+    def provenance(self, path: Path) -> dict | None:
+        return read_checkpoint_json(path, PROVENANCE_FILE)
 
     def rollback_target(self) -> Path | None:
         """The newest complete checkpoint to roll back to (an async save in flight may be it); None without."""

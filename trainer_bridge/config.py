@@ -35,9 +35,21 @@ class ModelConfig(_Strict):
     max_seq_len: int | None = Field(None, gt=0, description="None: the shards' seq_len")
     tie_embeddings: bool = False
     init_std: float = Field(0.02, gt=0)
+    # Mixture of Experts (trainer_bridge/moe.py); n_experts 0: a dense model.
+    n_experts: int = Field(0, ge=0, description="experts per MoE layer; 0: dense feed-forward everywhere")
+    top_k: int = Field(2, ge=1, description="experts per token")
+    moe_every: int = Field(1, ge=1, description="layer i is an MoE layer iff i % moe_every == moe_every - 1")
+    moe_hidden: int | None = Field(None, gt=0, description="expert hidden size; None: the dense FFN's")
+    capacity_factor: float | None = Field(None, gt=0, description="per expert at most ceil(cf·tokens·top_k/"
+                                                                  "n_experts) assignments per call; None: no drop")
+    load_balance_coef: float = Field(0.01, ge=0)
+    router_z_loss_coef: float = Field(0.001, ge=0)
+    moe_shared_expert: bool = False
 
     @model_validator(mode="after")
     def _heads(self) -> "ModelConfig":
+        if self.n_experts and self.top_k > self.n_experts:
+            raise ValueError(f"model.top_k ({self.top_k}) must be <= model.n_experts ({self.n_experts})")
         if self.dim % self.n_heads:
             raise ValueError(f"model.dim ({self.dim}) must be divisible by model.n_heads ({self.n_heads})")
         if (self.dim // self.n_heads) % 2:
@@ -49,14 +61,17 @@ class ModelConfig(_Strict):
 
 
 class MeshConfig(_Strict):
-    """Device mesh ``pp × dp``: pipeline stages × data-parallel (FSDP2) ranks; pp·dp processes in all."""
+    """Device mesh ``pp × dp × tp``: pipeline stages × data-parallel (FSDP2) ranks × tensor-parallel ranks
+    (tensor + sequence parallel, innermost: neighbouring ranks); pp·dp·tp processes in all."""
 
     pp: int = Field(1, ge=1)
     dp: int = Field(1, ge=1)
+    tp: int = Field(1, ge=1, description="tensor + sequence parallel degree (divides heads, kv heads, FFN, vocab)")
+    ep: int = Field(1, ge=1, description="expert parallel degree; reuses the dp ranks: 1 or mesh.dp")
 
     @property
     def world_size(self) -> int:
-        return self.pp * self.dp
+        return self.pp * self.dp * self.tp
 
 
 class PipelineConfig(_Strict):
@@ -155,9 +170,17 @@ class TrainConfig(_Strict):
     metrics: MetricsConfig = MetricsConfig()
     monitoring: MonitoringConfig = MonitoringConfig()
     alerts: AlertsConfig = AlertsConfig()
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: str = Field("auto", pattern=r"^[a-z][a-z0-9_]*$",
+                        description="auto (the available accelerator, else cpu), cpu, or an accelerator type: "
+                                    "cuda (also ROCm), xpu, mps, npu, ... (trainer_bridge/device.py)")
     attention: Literal["auto", "sdpa", "flex"] = Field("auto", description="auto: flex on CUDA, sdpa elsewhere")
     compile: bool = False
+    verify_shards: Literal["full", "manifest", "off"] = Field(
+        "full", description="checks of the shards when a split is opened, once per run: 'full' hashes every shard "
+                            "against the manifest's sha256 and checks its rows (a flipped byte stops the run, the "
+                            "shard named); 'manifest' only compares each file's size, schema and row count with the "
+                            "manifest (nothing hashed; says so once); 'off': the same without the note (the reader "
+                            "always makes those checks)")
     seed: int = 1234
     init_from: str | None = Field(None, description="a run directory whose newest sound checkpoint initializes the "
                                                     "model, optimizer and step when this run has none of its own "
@@ -184,6 +207,24 @@ class TrainConfig(_Strict):
                 f"batch.global_batch_size ({self.batch.global_batch_size}) must be a multiple of "
                 f"batch.micro_batch_size × mesh.dp ({self.batch.micro_batch_size} × {self.mesh.dp})"
             )
+        if self.mesh.ep > 1:
+            if self.mesh.ep != self.mesh.dp:
+                raise ValueError(f"mesh.ep ({self.mesh.ep}) must be 1 or mesh.dp ({self.mesh.dp}): experts are "
+                                 "sharded over the data-parallel ranks")
+            if not self.model.n_experts or self.model.n_experts % self.mesh.ep:
+                raise ValueError(f"mesh.ep ({self.mesh.ep}) needs model.n_experts > 0 and divisible by it "
+                                 f"(got {self.model.n_experts})")
+            if self.mesh.tp > 1 or self.mesh.pp > 1:
+                raise ValueError("mesh.ep > 1 together with mesh.tp or mesh.pp > 1 is not supported yet")
+        if self.mesh.tp > 1 and self.model.n_experts:
+            raise ValueError("mesh.tp > 1 with an MoE model (model.n_experts > 0) is not supported yet")
+        if self.mesh.tp > 1:
+            tp, kv = self.mesh.tp, self.model.n_kv_heads or self.model.n_heads
+            if self.model.n_heads % tp or kv % tp:
+                raise ValueError(f"mesh.tp ({tp}) must divide model.n_heads ({self.model.n_heads}) and "
+                                 f"model.n_kv_heads ({kv})")
+            if self.mesh.pp > 1:
+                raise ValueError("mesh.tp > 1 together with mesh.pp > 1 is not supported yet (use tp with dp)")
         if self.mesh.pp > 1:
             if self.batch.micro_batch_size % self.pipeline.microbatches:
                 raise ValueError(

@@ -32,10 +32,64 @@ class RowSource(Protocol):
     def row(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
 
 
-def open_split(shard_dir, split: str, expected_tokenizer_sha256: str | None = None):
+def open_split(shard_dir, split: str, expected_tokenizer_sha256: str | None = None, verify: str = "manifest"):
+    """The split's reader. Opening always compares every file's size, schema and row count with the manifest;
+    ``verify="full"`` also hashes each shard against the manifest's sha256 and checks its rows
+    (``ShardReader.verify``). A shard that fails raises ``ShardFormatError`` naming it."""
     from tokenizer.shards import ShardReader
 
-    return ShardReader(shard_dir, split=split, expected_tokenizer_sha256=expected_tokenizer_sha256)
+    reader = ShardReader(str(shard_dir), split=split, expected_tokenizer_sha256=expected_tokenizer_sha256)
+    if verify == "full":
+        reader.verify()
+    return reader
+
+
+def has_split(shard_dir, split: str) -> bool:
+    """Whether the shard manifest lists ``split`` (a manifest that cannot be read raises ShardFormatError)."""
+    from tokenizer.shards import read_manifest
+
+    return split in read_manifest(str(shard_dir))["splits"]
+
+
+def shards_identity(shard_dir) -> dict:
+    """What a checkpoint records of the shards it was trained on: the manifest's sha256 (which covers every
+    shard's sha256) and, to name what changed, the vocabulary, sequence length, tokenizer and each split's files."""
+    from runio.files import sha256_file
+    from tokenizer.shards import manifest_path, read_manifest
+
+    manifest = read_manifest(str(shard_dir))
+    return {"manifest_sha256": sha256_file(manifest_path(str(shard_dir))),
+            "tokenizer_sha256": manifest.get("tokenizer_sha256"), "seq_len": manifest.get("seq_len"),
+            "vocab_size": manifest.get("vocab_size"),
+            "splits": {split: {entry["file"]: entry.get("sha256") for entry in entries}
+                       for split, entries in sorted(manifest.get("splits", {}).items())}}
+
+
+def shards_difference(saved: dict, current: dict) -> list[str]:
+    """What differs between two ``shards_identity`` records, one short phrase each; [] when they agree."""
+    if saved.get("manifest_sha256") == current.get("manifest_sha256"):
+        return []
+    out = []
+    for key in ("tokenizer_sha256", "seq_len", "vocab_size"):
+        if saved.get(key) != current.get(key):
+            before, after = saved.get(key), current.get(key)
+            if key.endswith("sha256"):
+                before, after = str(before)[:12], str(after)[:12]
+            out.append(f"{key} {before} → {after}")
+    splits_before, splits_now = saved.get("splits") or {}, current.get("splits") or {}
+    for split in sorted(set(splits_before) | set(splits_now)):
+        before, now = splits_before.get(split) or {}, splits_now.get(split) or {}
+        added = sorted(set(now) - set(before))
+        removed = sorted(set(before) - set(now))
+        changed = sorted(f for f in set(now) & set(before) if now[f] != before[f])
+        for label, files in (("added", added), ("removed", removed), ("changed", changed)):
+            if files:
+                shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+                out.append(f"{split} shards {label}: {shown}")
+    if not out:  # same files and settings, other manifest bytes (e.g. statistics)
+        out.append(f"manifest sha256 {str(saved.get('manifest_sha256'))[:12]} → "
+                   f"{str(current.get('manifest_sha256'))[:12]}")
+    return out
 
 
 class SampleOrder:

@@ -1,7 +1,10 @@
 """The one place that names a device type or a communication backend.
 
 Everything else asks this module: which device, which backend, whether to use flex attention, how to read
-peak memory, how many FLOP/s the device can do. The same trainer then runs on CPU (gloo) and CUDA (nccl).
+peak memory, how many FLOP/s the device can do. The device comes from ``torch.accelerator`` (the vendor-neutral
+API: CUDA and ROCm, Intel XPU, Apple MPS, out-of-tree PrivateUse1 plug-ins such as Ascend's ``npu``) and the
+communication backend from ``dist.get_default_backend_for_device`` (gloo on CPU, nccl/rccl on CUDA/ROCm,
+xccl on XPU, hccl on NPU). The same trainer then runs on CPU and on any accelerator torch knows.
 """
 from __future__ import annotations
 
@@ -13,14 +16,36 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-# Dense peak FLOP/s per device, by (name substring, dtype). Sources: vendor data sheets (dense, no sparsity).
-_CUDA_PEAK_FLOPS = {
-    "H200": {"bf16": 989e12, "fp16": 989e12, "fp32": 494e12},  # SXM; fp32 = TF32 tensor cores
-    "H100": {"bf16": 989e12, "fp16": 989e12, "fp32": 494e12},
-    "A100": {"bf16": 312e12, "fp16": 312e12, "fp32": 156e12},
+# Dense peak FLOP/s per device (no sparsity), keyed by a substring of the device name as the runtime reports it
+# (``torch.cuda.get_device_name`` on CUDA and ROCm, ``torch.npu.get_device_name`` on Ascend), compared without
+# case and spaces; the longest matching key wins ("H100 PCIe" before "H100"). Sources: vendor data sheets.
+# NVIDIA fp32 = TF32 tensor cores (what fp32 matmuls use with TF32 enabled); AMD fp32 = FP32 matrix.
+# ``metrics.peak_flops`` overrides the table (other bins, clocks, or a different convention).
+PEAK_FLOPS_TABLE: dict[str, dict[str, float]] = {
+    "B200": {"bf16": 2250e12, "fp16": 2250e12, "fp32": 1100e12},     # HGX B200 data sheet, per GPU, dense
+    "H200 NVL": {"bf16": 835e12, "fp16": 835e12, "fp32": 418e12},
+    "H200": {"bf16": 989e12, "fp16": 989e12, "fp32": 494e12},        # SXM
+    "H100 NVL": {"bf16": 835e12, "fp16": 835e12, "fp32": 418e12},
+    "H100 PCIe": {"bf16": 756e12, "fp16": 756e12, "fp32": 378e12},
+    "H100": {"bf16": 989e12, "fp16": 989e12, "fp32": 494e12},        # SXM ("H100 80GB HBM3")
+    "A100": {"bf16": 312e12, "fp16": 312e12, "fp32": 156e12},        # SXM and PCIe
     "L40S": {"bf16": 362e12, "fp16": 362e12, "fp32": 183e12},
     "A10": {"bf16": 125e12, "fp16": 125e12, "fp32": 62.5e12},
+    "MI300X": {"bf16": 1307.4e12, "fp16": 1307.4e12, "fp32": 163.4e12},  # AMD Instinct MI300X data sheet
+    "Ascend910B": {"bf16": 313e12, "fp16": 313e12},  # approximate (bins 910B1-B4 differ): set metrics.peak_flops
 }
+
+
+def _normalized(name: str) -> str:
+    return name.lower().replace(" ", "").replace("-", "")
+
+
+def table_peak_flops(name: str, dtype_name: str) -> float | None:
+    """The table's figure for a device name and compute dtype, or None (unknown device or dtype)."""
+    matches = [key for key in PEAK_FLOPS_TABLE if _normalized(key) in _normalized(name)]
+    if not matches:
+        return None
+    return PEAK_FLOPS_TABLE[max(matches, key=len)].get(dtype_name)
 
 
 @dataclass(frozen=True)
@@ -42,6 +67,10 @@ class Runtime:
         return self.device.type == "cuda"
 
     @property
+    def is_accelerator(self) -> bool:
+        return self.device.type != "cpu"
+
+    @property
     def is_main(self) -> bool:
         return self.rank == 0
 
@@ -52,14 +81,30 @@ class Runtime:
         return tensor
 
 
+def current_accelerator() -> torch.device | None:
+    """The accelerator torch was built for and can use now (``torch.accelerator``), None on a CPU-only machine."""
+    return torch.accelerator.current_accelerator(check_available=True)
+
+
 def resolve_device_type(requested: str) -> str:
+    """``auto``: the available accelerator, else cpu; ``cpu``; or a device type that must be the available
+    accelerator's (cuda — also ROCm —, xpu, mps, npu, ...)."""
+    accelerator = current_accelerator()
     if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device: 'cuda' was configured but no CUDA device is available (allowed: auto, cpu, cuda)")
-    if requested not in ("cpu", "cuda"):
-        raise ValueError(f"device: {requested!r} is not one of 'auto', 'cpu', 'cuda'")
+        return accelerator.type if accelerator is not None else "cpu"
+    if requested == "cpu":
+        return "cpu"
+    if accelerator is None or accelerator.type != requested:
+        found = accelerator.type if accelerator is not None else "none (CPU only)"
+        allowed = ", ".join(["auto", "cpu"] + ([accelerator.type] if accelerator is not None else []))
+        raise RuntimeError(f"device: {requested!r} was configured but the available accelerator is {found} "
+                           f"(allowed here: {allowed})")
     return requested
+
+
+def backend_for(device_type: str) -> str:
+    """The default communication backend for a device type (gloo, nccl, xccl, hccl, ...)."""
+    return dist.get_default_backend_for_device(device_type)
 
 
 def init_runtime(requested: str, collective_timeout_s: float = 600.0, connect_timeout_s: float = 300.0) -> Runtime:
@@ -68,20 +113,20 @@ def init_runtime(requested: str, collective_timeout_s: float = 600.0, connect_ti
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if device_type == "cuda":
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
+    if device_type != "cpu":
+        torch.accelerator.set_device_index(local_rank)
+        device = torch.device(device_type, local_rank)
     else:
         device = torch.device("cpu")
     backend = None
     if world_size > 1:
-        backend = "nccl" if device_type == "cuda" else "gloo"
+        backend = backend_for(device_type)
         if not dist.is_initialized():
             store = group_store(rank, world_size, connect_timeout_s)
             store.set_timeout(timedelta(seconds=collective_timeout_s))
             dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size,
                                     timeout=timedelta(seconds=collective_timeout_s),
-                                    device_id=device if device_type == "cuda" else None)
+                                    device_id=device if device_type != "cpu" else None)
     return Runtime(device=device, backend=backend, rank=rank, world_size=world_size, local_rank=local_rank)
 
 
@@ -96,14 +141,24 @@ def incarnation() -> str:
     return f"restart{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}-world{os.environ.get('WORLD_SIZE', '1')}"
 
 
+# HOST:PORT of the job's store, set by ``corpusmill train`` (trainer_bridge.launch), which hosts it bound to one
+# address (loopback on a single node) and serves torchrun's rendezvous from it too; workers connect as clients.
+STORE_ENDPOINT_ENV = "CORPUSMILL_STORE_ENDPOINT"
+
+
 def group_store(rank: int, world_size: int, connect_timeout_s: float) -> dist.Store:
-    """The rendezvous store (torchrun's agent store, or rank 0's for a plain ``env://`` launch), in a key
-    namespace of this incarnation, once every rank of it has arrived.
+    """The rendezvous store (the launcher's, torchrun's agent store, or rank 0's for a plain ``env://``
+    launch), in a key namespace of this incarnation, once every rank of it has arrived.
 
     Waiting for all ranks here (up to ``connect_timeout_s``) separates "a restarted peer is slow to start"
     (a loaded machine, a cold import) from "a collective hangs" (``collective_timeout_s``)."""
     timeout = timedelta(seconds=connect_timeout_s)
-    store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
+    endpoint = os.environ.get(STORE_ENDPOINT_ENV)
+    if endpoint:
+        host, port = endpoint.rsplit(":", 1)
+        store = dist.TCPStore(host.strip("[]"), int(port), is_master=False, timeout=timeout)
+    else:
+        store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
     store = dist.PrefixStore(f"corpusmill/{incarnation()}", store)
     store.set_timeout(timeout)
     if store.add("ranks_arrived", 1) == world_size:
@@ -139,52 +194,59 @@ def autocast_device_type(device: torch.device) -> str:
 
 
 def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    if device.type != "cpu":
+        torch.accelerator.synchronize(device)
 
 
 def reset_peak_memory(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    if device.type != "cpu":
+        torch.accelerator.reset_peak_memory_stats(device.index)
 
 
 def peak_memory_bytes(device: torch.device) -> int:
     """Peak allocated accelerator memory; on CPU the process's peak resident set size."""
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
+    if device.type != "cpu":
+        return int(torch.accelerator.max_memory_allocated(device.index))
     import resource
 
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
 
 
+def _device_module(device: torch.device):
+    return torch.get_device_module(device.type)
+
+
 def rng_states(device: torch.device) -> dict[str, torch.Tensor]:
+    """The CPU generator and the accelerator's (keyed by device type: 'cuda', 'xpu', 'npu', ...)."""
     states = {"cpu": torch.get_rng_state()}
-    if device.type == "cuda":
-        states["cuda"] = torch.cuda.get_rng_state(device)
+    if device.type != "cpu":
+        states[device.type] = _device_module(device).get_rng_state(device)
     return states
 
 
 def set_rng_states(device: torch.device, states: dict[str, torch.Tensor]) -> None:
     torch.set_rng_state(states["cpu"].cpu())
-    if device.type == "cuda" and "cuda" in states:
-        torch.cuda.set_rng_state(states["cuda"].cpu(), device)
+    if device.type != "cpu" and device.type in states:
+        _device_module(device).set_rng_state(states[device.type].cpu(), device)
 
 
 def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return "cpu"
+    """The accelerator's marketing name (e.g. 'NVIDIA H100 80GB HBM3', 'AMD Instinct MI300X', 'Ascend910B3');
+    the device type when the backend has no name query (mps), 'cpu' on CPU."""
+    if device.type == "cpu":
+        return "cpu"
+    get_name = getattr(_device_module(device), "get_device_name", None)
+    return get_name(device) if get_name is not None else device.type
 
 
 def peak_flops(device: torch.device, dtype_name: str, configured: float | None) -> tuple[float, str]:
     """Peak FLOP/s of one device and where the number came from ('configured', 'table', 'measured')."""
     if configured is not None:
         return configured, "configured"
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        for key, table in _CUDA_PEAK_FLOPS.items():
-            if key in name:
-                return table[dtype_name], "table"
+    if device.type != "cpu":
+        figure = table_peak_flops(device_name(device), dtype_name)
+        if figure is not None:
+            return figure, "table"
     return _measure_matmul_flops(device), "measured"
 
 

@@ -1,25 +1,70 @@
 """Starting training: in this process (one rank) or through torchrun (pp × dp ranks, one or more nodes).
 
-``run_training(cfg)`` is what ``corpusmill train`` and ``make demo`` call. It writes the resolved train config
-to ``RunPaths.train_config`` (``<run>/train/train_config.json``) and, when the mesh has more than one rank (or a
+``run_training(cfg)`` is what ``corpusmill train`` and ``make demo`` call. Before any rank starts it checks,
+once (``preflight``): that the run directory can be written, the shards (``train.verify_shards``), the model
+config against the shards, and the checkpoints (one to resume from, sound and trained with this model on these
+shards; or none at all) — a problem found there ends the run with one line and the exit code of
+``trainer_bridge.outcomes``, before a process is started. It writes the resolved train config to
+``RunPaths.train_config`` (``<run>/train/train_config.json``) and, when the mesh has more than one rank (or a
 multi-node rendezvous is asked for), starts ``torchrun`` whose workers run ``python -m trainer_bridge.launch`` on
 that file. A worker restarted by torchrun (``--max-restarts``) resumes from the latest checkpoint by itself; the
 restarted group forms its process group in a store namespace of its own (``device.group_store``).
+
+The rendezvous store. torchrun's own (``--standalone`` or ``--rdzv-backend=c10d``) listens on every interface
+whatever host it is given (a TCPStore server binds the wildcard address), and so does the agent's second store
+that it shares with the workers. Instead the launcher hosts the job's store itself, on a socket it bound to one
+address — 127.0.0.1 on a single node, the ``--rdzv-endpoint`` address on the node that owns it for a multi-node
+``c10d`` job — and hands the listening socket to ``TCPStore(master_listen_fd=...)``. torchrun only connects to
+it (``--rdzv-conf=is_host=false``, ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``) and the workers connect to it too
+(``device.STORE_ENDPOINT_ENV``). On a single node gloo is bound to the loopback interface as well
+(``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME``, unless set): no socket of the job listens beyond 127.0.0.1.
+
+Interrupts. torchrun runs in a session of its own, so a Ctrl-C reaches only the launcher, which stops the job
+once (SIGINT to torchrun, which passes it to the workers; they exit at once and quietly), drops the output that
+follows, and says in one line that the last checkpoint is kept; a second Ctrl-C kills torchrun. A rank that
+meets an expected failure (``outcomes.outcome_of``) leaves its one line in the launcher's outcome directory; the
+launcher then stops the job and prints that line instead of every rank's traceback and torchrun's report.
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Callable
 
 from runio.files import write_json
 from runio.layout import RunPaths
 from trainer_bridge.config import TrainConfig
+from trainer_bridge.outcomes import (
+    EXIT_INTERRUPTED,
+    EXIT_STOPPED,  # noqa: F401  (re-exported: the guards' exit code)
+    EXIT_TERMINATED,
+    OUTCOME_DIR_ENV,
+    OUTCOME_FILE,
+    outcome_of,
+    read_outcome,
+    report_outcome,
+)
 
-EXIT_STOPPED = 3  # training stopped by the guards (persistent bad steps)
+LOOPBACK = "127.0.0.1"
+PREFIX = "corpusmill train: "
+
+
+class TrainInterrupted(KeyboardInterrupt):
+    """Training was interrupted (SIGINT or SIGTERM) and its line was said; ``code`` is the exit code."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
 
 
 @dataclass
@@ -38,65 +83,370 @@ class Rendezvous:
     def multi_node(self) -> bool:
         return self.nnodes != "1" or self.rdzv_endpoint is not None
 
+    @property
+    def uses_corpusmill_store(self) -> bool:
+        """Whether the job's store is the launcher's (single node, or multi-node with the c10d backend); other
+        backends (torchrun's default ``static``) keep torchrun's own store."""
+        return not self.multi_node or (self.rdzv_backend == "c10d" and self.rdzv_endpoint is not None)
 
-def torchrun_command(config_file: Path, run_dir: Path, world_size: int, rdzv: Rendezvous) -> list[str]:
+
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--rdzv-endpoint {endpoint!r}: expected HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+class HostedStore:
+    """The job's TCPStore, listening only on ``host`` (the socket is bound here, then handed to the store)."""
+
+    def __init__(self, host: str, port: int):
+        import torch.distributed as dist
+
+        last_error: OSError | None = None
+        sock = None
+        for family, kind, proto, _, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+            candidate = socket.socket(family, kind, proto)
+            try:
+                candidate.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                candidate.bind(address)
+                candidate.listen(4096)
+            except OSError as error:
+                candidate.close()
+                last_error = error
+                continue
+            sock = candidate
+            break
+        if sock is None:
+            raise last_error or OSError(errno.EADDRNOTAVAIL, f"cannot bind {host}:{port}")
+        bound_host, bound_port = sock.getsockname()[:2]
+        self.endpoint = f"[{bound_host}]:{bound_port}" if ":" in bound_host else f"{bound_host}:{bound_port}"
+        self.port = bound_port
+        # The store owns the listening socket from here on (and closes it).
+        self.store = dist.TCPStore(bound_host, bound_port, is_master=True, master_listen_fd=sock.detach(),
+                                   multi_tenant=True, wait_for_workers=False, use_libuv=True)
+
+    def close(self) -> None:
+        self.store = None
+
+
+def host_store(rdzv: Rendezvous) -> HostedStore | None:
+    """The store this launcher hosts: on 127.0.0.1 for a single node; for a multi-node c10d job, on the
+    endpoint's address when it is one of this machine's (else another node's launcher hosts it: None)."""
+    if not rdzv.multi_node:
+        return HostedStore(LOOPBACK, 0)
+    host, port = split_endpoint(rdzv.rdzv_endpoint)
+    try:
+        return HostedStore(host, port)
+    except OSError as error:
+        if error.errno in (errno.EADDRNOTAVAIL, errno.EINVAL):
+            return None  # not an address of this machine
+        raise
+
+
+def torchrun_command(config_file: Path, run_dir: Path, world_size: int, rdzv: Rendezvous,
+                     store_endpoint: str | None = None, *, shards_verified: bool = False) -> list[str]:
+    """The torchrun command line. ``store_endpoint``: the job's store hosted by corpusmill (required for a
+    single node: torchrun then only connects to it and opens no listening socket of its own)."""
     nnodes_max = int(rdzv.nnodes.split(":")[-1])
     nproc = rdzv.nproc_per_node or max(1, world_size // nnodes_max)
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={rdzv.nnodes}",
+    command = [sys.executable, "-m", "trainer_bridge.torchrun", f"--nnodes={rdzv.nnodes}",
                f"--nproc-per-node={nproc}", f"--max-restarts={rdzv.max_restarts}"]
-    if rdzv.rdzv_endpoint is None and not rdzv.multi_node:
-        command.append("--standalone")
-    for flag, value in (("--node-rank", rdzv.node_rank), ("--rdzv-backend", rdzv.rdzv_backend),
-                        ("--rdzv-endpoint", rdzv.rdzv_endpoint), ("--rdzv-id", rdzv.rdzv_id)):
-        if value is not None:
-            command.append(f"{flag}={value}")
-    return command + ["-m", "trainer_bridge.launch", "--train-config", str(config_file), "--run-dir", str(run_dir)]
+    if rdzv.uses_corpusmill_store:
+        if store_endpoint is None:
+            raise ValueError("a single-node or c10d job needs the endpoint of the store corpusmill hosts")
+        command += ["--rdzv-backend=c10d", f"--rdzv-endpoint={store_endpoint}",
+                    # every node of a job must name the same id: torchrun's default 'none' unless one is given
+                    f"--rdzv-id={rdzv.rdzv_id or ('none' if rdzv.multi_node else uuid.uuid4().hex)}",
+                    "--rdzv-conf=is_host=false"]
+        if not rdzv.multi_node:
+            command.append(f"--local-addr={LOOPBACK}")
+        if rdzv.node_rank is not None:
+            command.append(f"--node-rank={rdzv.node_rank}")
+    else:
+        for flag, value in (("--node-rank", rdzv.node_rank), ("--rdzv-backend", rdzv.rdzv_backend),
+                            ("--rdzv-endpoint", rdzv.rdzv_endpoint), ("--rdzv-id", rdzv.rdzv_id)):
+            if value is not None:
+                command.append(f"{flag}={value}")
+    return command + ["-m", "trainer_bridge.launch", *(["--shards-verified"] if shards_verified else []),
+                      "--train-config", str(config_file), "--run-dir", str(run_dir)]
 
 
-def run_training(cfg, rendezvous: Rendezvous | None = None) -> int:
+def loopback_interface() -> str | None:
+    try:
+        names = {name for _, name in socket.if_nameindex()}
+    except OSError:
+        return None
+    return next((n for n in ("lo", "lo0") if n in names), None)
+
+
+def torchrun_env(rdzv: Rendezvous, store_endpoint: str | None, outcome_dir: str) -> dict[str, str]:
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), OUTCOME_DIR_ENV: outcome_dir}
+    if rdzv.uses_corpusmill_store and store_endpoint is not None:
+        from trainer_bridge.device import STORE_ENDPOINT_ENV
+
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"  # the agent opens no store of its own for the workers
+        env[STORE_ENDPOINT_ENV] = store_endpoint
+    if not rdzv.multi_node:
+        loopback = loopback_interface()
+        if loopback is not None:
+            env.setdefault("GLOO_SOCKET_IFNAME", loopback)
+            env.setdefault("NCCL_SOCKET_IFNAME", loopback)
+    return env
+
+
+# ------------------------------------------------------------------------------------------------- checks
+
+def _check_writable(paths: RunPaths) -> None:
+    """Raise PermissionError (errno, the directory named) unless the training outputs can be written."""
+    for directory in (paths.train, paths.checkpoints):
+        if directory == paths.checkpoints and not directory.exists():
+            continue
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-probe-"):
+                pass
+        except OSError as error:
+            raise type(error)(error.errno, error.strerror, str(directory)) from None
+
+
+def preflight(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool = False,
+              say: Callable[[str], None] = lambda line: print(PREFIX + line, flush=True)) -> None:
+    """Everything that can refuse a run, checked once before any rank starts (raises what
+    ``outcomes.outcome_of`` maps to an exit code); then writes the train config for the ranks (a refused run
+    leaves the previous one in place: ``corpusmill export`` of an older checkpoint may read it). With
+    ``from_scratch`` the run's checkpoints and training logs are set aside (``checkpoint.set_aside``)."""
+    _check_writable(paths)
+    _check_inputs(train_cfg, paths, from_scratch=from_scratch, say=say)
+    write_json(paths.train_config, train_cfg.model_dump(mode="json"))
+
+
+def _check_inputs(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool, say: Callable[[str], None]) -> None:
+    from trainer_bridge.checkpoint import (
+        checkpoint_candidates,
+        checkpoint_problem,
+        plan_resume,
+        resume_problem,
+        set_aside,
+    )
+    from trainer_bridge.data import has_split, open_split
+    from trainer_bridge.outcomes import TrainConfigError, TrainRefused
+    from trainer_bridge.train import expected_tokenizer_sha256, resolve_model_config, run_identity
+
+    tokenizer_sha256 = expected_tokenizer_sha256(paths)
+    verify = train_cfg.verify_shards
+    source = open_split(paths.shards, "train", tokenizer_sha256, verify=verify)
+    if train_cfg.eval.interval > 0 and has_split(paths.shards, "val"):
+        open_split(paths.shards, "val", tokenizer_sha256, verify=verify)
+    if verify == "manifest":
+        say("shards: sizes and row counts checked against the manifest, checksums not verified "
+            "(train.verify_shards: manifest)")
+    identity = run_identity(resolve_model_config(train_cfg, source), paths)
+    if from_scratch:
+        aside = set_aside(paths)
+        if aside is not None:
+            say(f"--from-scratch: the previous checkpoints and training logs were moved to {aside}")
+        return
+    checkpoint = train_cfg.checkpoint
+    resumes = checkpoint.enabled and checkpoint.resume
+    if resumes and plan_resume(paths.checkpoints, identity) is not None:
+        return
+    if train_cfg.init_from and not Path(train_cfg.init_from.removeprefix("hf:")).exists():
+        raise TrainConfigError(f"train.init_from: {train_cfg.init_from.removeprefix('hf:')} does not exist")
+    if train_cfg.init_from and not train_cfg.init_from.startswith("hf:"):
+        source_run = RunPaths(train_cfg.init_from)
+        sound = next((p for p in checkpoint_candidates(source_run.checkpoints) if checkpoint_problem(p) is None),
+                     None)
+        if sound is None:
+            raise TrainRefused(f"train.init_from: no usable checkpoint under {source_run.checkpoints}")
+        mismatch = resume_problem(sound, identity, compare_shards=False)
+        if mismatch is not None:
+            raise TrainRefused(f"train.init_from: {source_run.root} {sound.name} has another model ({mismatch}); "
+                               "set train.model to that run's model")
+
+
+def interrupted_line(paths: RunPaths, code: int) -> str:
+    from trainer_bridge.checkpoint import latest_checkpoint
+
+    latest = latest_checkpoint(paths.checkpoints)
+    what = "interrupted" if code == EXIT_INTERRUPTED else "terminated"
+    if latest is None:
+        return f"{PREFIX}{what}; no checkpoint was written yet (the next run starts from step 0)"
+    return f"{PREFIX}{what}; the last checkpoint, {latest.name}, is kept: run the same command to resume"
+
+
+# ------------------------------------------------------------------------------------------------ running
+
+def run_training(cfg, rendezvous: Rendezvous | None = None, *, from_scratch: bool = False) -> int:
     """Train run ``cfg`` (a ``pipelines.config.RunConfig``, or anything with ``.run_dir`` and ``.train``);
-    returns an exit code. Shards come from ``RunPaths.shards``; outputs go to ``RunPaths.train``."""
+    returns an exit code (``trainer_bridge.outcomes``), or raises ``TrainInterrupted`` after saying so in one
+    line. Shards come from ``RunPaths.shards``; outputs go to ``RunPaths.train``."""
     rdzv = rendezvous or Rendezvous()
     paths = RunPaths(cfg.run_dir)
     train_cfg: TrainConfig = cfg.train
-    write_json(paths.train_config, train_cfg.model_dump(mode="json"))
+    try:
+        preflight(train_cfg, paths, from_scratch=from_scratch)
+    except Exception as error:  # noqa: BLE001 - expected failures end in one line, the rest keeps its traceback
+        outcome = outcome_of(error)
+        if outcome is None:
+            raise
+        print(PREFIX + outcome[1], file=sys.stderr, flush=True)
+        return outcome[0]
     world = train_cfg.mesh.world_size
     if world == 1 and not rdzv.multi_node and rdzv.max_restarts == 0:
-        return train_in_process(train_cfg, paths)
-    command = torchrun_command(paths.train_config, paths.root, world, rdzv)
-    print("corpusmill train: " + " ".join(command), flush=True)
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    return subprocess.run(command, env=env).returncode
+        return train_in_process(train_cfg, paths, shards_verified=True)
+    return _run_torchrun(train_cfg, paths, rdzv, world)
 
 
-def train_in_process(train_cfg: TrainConfig, paths: RunPaths) -> int:
+def _run_torchrun(train_cfg: TrainConfig, paths: RunPaths, rdzv: Rendezvous, world: int) -> int:
+    store = host_store(rdzv) if rdzv.uses_corpusmill_store else None
+    endpoint = store.endpoint if store is not None else rdzv.rdzv_endpoint if rdzv.uses_corpusmill_store else None
+    with tempfile.TemporaryDirectory(prefix="corpusmill-train-") as outcome_dir:
+        command = torchrun_command(paths.train_config, paths.root, world, rdzv, endpoint, shards_verified=True)
+        print(PREFIX + " ".join(command), flush=True)
+        job = TorchrunJob(command, torchrun_env(rdzv, endpoint, outcome_dir), Path(outcome_dir) / OUTCOME_FILE)
+        code = job.run()
+        outcome = read_outcome(outcome_dir)
+    if store is not None:
+        store.close()
+    if job.interrupted is not None:
+        print(interrupted_line(paths, job.interrupted), file=sys.stderr, flush=True)
+        raise TrainInterrupted(job.interrupted)
+    if outcome is not None:
+        print(PREFIX + outcome[1], file=sys.stderr, flush=True)
+        return outcome[0]
+    return code
+
+
+class TorchrunJob:
+    """torchrun in a session of its own, its output passed through line by line until the job is being
+    stopped (an interrupt, or a rank's outcome file), then dropped."""
+
+    def __init__(self, command: list[str], env: dict[str, str], outcome_file: Path):
+        self.command, self.env, self.outcome_file = command, env, outcome_file
+        self.muted = threading.Event()
+        self.interrupted: int | None = None
+        self.process: subprocess.Popen | None = None
+
+    def _pump(self, source: IO[bytes], sink: IO[str], *, errors: bool) -> None:
+        """Copy lines until muted; the error stream also stops as soon as a rank's outcome exists (what follows
+        on it is the other ranks' tracebacks and torchrun's failure report)."""
+        out = getattr(sink, "buffer", None)
+        for line in iter(source.readline, b""):
+            if self.muted.is_set() or (errors and self.outcome_file.exists()):
+                continue
+            try:
+                if out is not None:
+                    sink.flush()
+                    out.write(line)
+                    out.flush()
+                else:
+                    sink.write(line.decode("utf-8", errors="replace"))
+                    sink.flush()
+            except (OSError, ValueError):  # our own output is gone (a closed pipe): keep draining
+                pass
+        source.close()
+
+    def _on_signal(self, signum, _frame) -> None:
+        process = self.process
+        if self.interrupted is not None:  # the second time: at once
+            if process is not None and process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+            return
+        self.interrupted = EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_TERMINATED
+        self.muted.set()
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGINT)  # torchrun passes it to every worker, which exits at once
+
+    def run(self) -> int:
+        in_main_thread = threading.current_thread() is threading.main_thread()
+        previous = {}
+        if in_main_thread:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, self._on_signal)
+        try:
+            self.process = process = subprocess.Popen(
+                self.command, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True)
+            if self.interrupted is not None:  # interrupted while starting
+                process.send_signal(signal.SIGINT)
+            pumps = [threading.Thread(target=self._pump, args=(process.stdout, sys.stdout),
+                                      kwargs={"errors": False}, daemon=True),
+                     threading.Thread(target=self._pump, args=(process.stderr, sys.stderr),
+                                      kwargs={"errors": True}, daemon=True)]
+            for pump in pumps:
+                pump.start()
+            stopping = False
+            while True:
+                try:
+                    code = process.wait(timeout=0.5)
+                    break
+                except subprocess.TimeoutExpired:
+                    if not stopping and self.outcome_file.exists():
+                        # A rank gave its verdict (deterministic: a restart would only repeat it): stop the job.
+                        stopping = True
+                        self.muted.set()
+                        process.send_signal(signal.SIGTERM)
+            for pump in pumps:
+                pump.join(timeout=10)
+            return code
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def train_in_process(train_cfg: TrainConfig, paths: RunPaths, *, shards_verified: bool = False) -> int:
+    """Train in this process. Alone, an expected failure is said here in one line; as a torchrun worker it is
+    left for the launcher (``outcomes.report_outcome``)."""
     from trainer_bridge.device import init_runtime, shutdown
-    from trainer_bridge.train import TrainingStopped, train
+    from trainer_bridge.train import train
 
     runtime = init_runtime(train_cfg.device, train_cfg.collective_timeout_s, train_cfg.connect_timeout_s)
     try:
-        result = train(train_cfg, paths)
-    except TrainingStopped as stopped:
-        print(f"corpusmill train: {stopped}", file=sys.stderr)
-        return EXIT_STOPPED
+        result = train(train_cfg, paths, shards_verified=shards_verified)
+    except KeyboardInterrupt:
+        print(interrupted_line(paths, EXIT_INTERRUPTED), file=sys.stderr, flush=True)
+        raise TrainInterrupted(EXIT_INTERRUPTED) from None
+    except Exception as error:  # noqa: BLE001 - expected failures end in one line, the rest keeps its traceback
+        outcome = outcome_of(error)
+        if outcome is None:
+            raise
+        code, message = outcome
+        if not report_outcome(code, message):
+            print(PREFIX + message, file=sys.stderr, flush=True)
+        return code
     finally:
         shutdown(runtime)
     if runtime.is_main:
         final = result.losses.get(result.final_step - 1)
-        print(f"corpusmill train: done at step {result.final_step}"
-              + (f", loss {final:.4f}" if final is not None else "")
+        print(f"{PREFIX}done: {result.final_step}/{train_cfg.steps} steps completed (last step "
+              f"{result.final_step - 1})" + (f", loss {final:.4f}" if final is not None else "")
               + f"; metrics in {paths.metrics_jsonl}", flush=True)
     return 0
 
 
+def _exit_quietly(signum, _frame) -> None:
+    """A worker asked to stop (torchrun passes on the launcher's SIGINT, or stops the group with SIGTERM): end
+    now, without a traceback. Checkpoints are atomic: the last complete one is intact; a save cut short is a
+    ``.partial`` directory, removed at the next start."""
+    os._exit(EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_TERMINATED)
+
+
 def main(argv: list[str] | None = None) -> int:
     """torchrun worker entry point."""
+    from trainer_bridge.torchrun import die_with_parent
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _exit_quietly)
+    die_with_parent()  # torchrun killed outright: do not train on as an orphan
     parser = argparse.ArgumentParser(description="corpusmill trainer worker (started by torchrun)")
     parser.add_argument("--train-config", required=True, type=Path)
     parser.add_argument("--run-dir", required=True, type=Path)
+    parser.add_argument("--shards-verified", action="store_true",
+                        help="the launcher has checked the shards as train.verify_shards asks")
     args = parser.parse_args(argv)
     train_cfg = TrainConfig.model_validate_json(args.train_config.read_text())
-    return train_in_process(train_cfg, RunPaths(args.run_dir))
+    return train_in_process(train_cfg, RunPaths(args.run_dir), shards_verified=args.shards_verified)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from typing import Callable
 from runio.layout import RunPaths
 from trainer_bridge import device as devices
 from trainer_bridge.config import ModelConfig, TrainConfig
-from trainer_bridge.model import count_parameters
+from trainer_bridge.moe import active_parameters
 
 
 def dense_flops_per_token(non_embedding_params: int) -> float:
@@ -33,8 +33,11 @@ def attention_flops(n_layers: int, attention_dim: int, sum_squared_segment_lengt
 
 
 class FlopCounter:
+    """``non_embedding_params`` is the N of 6·N: for an MoE model the *active* parameters only (router, shared
+    expert and top_k of the experts per token, moe.active_parameters), not the total."""
+
     def __init__(self, cfg: ModelConfig):
-        self.non_embedding_params = count_parameters(cfg)["non_embedding"]
+        self.non_embedding_params = active_parameters(cfg)
         self.n_layers = cfg.n_layers
         self.attention_dim = cfg.dim  # n_heads · head_dim
 

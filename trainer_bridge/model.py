@@ -151,13 +151,23 @@ class FeedForward(nn.Module):
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
+def is_moe_layer(cfg: ModelConfig, layer: int) -> bool:
+    return bool(cfg.n_experts) and layer % cfg.moe_every == cfg.moe_every - 1
+
+
 class TransformerBlock(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()
         self.attention_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.attention = Attention(cfg)
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
-        self.feed_forward = FeedForward(cfg)
+        if is_moe_layer(cfg, layer):
+            from trainer_bridge.moe import MoE  # a Mixture of Experts in place of the dense feed-forward
+
+            dense_hidden = cfg.ffn_hidden or cfg.multiple_of * math.ceil(int(8 * cfg.dim / 3) / cfg.multiple_of)
+            self.feed_forward = MoE(cfg, dense_hidden)
+        else:
+            self.feed_forward = FeedForward(cfg)
 
     def forward(self, x, cos, sin, mask, use_flex: bool):
         x = x + self.attention(self.attention_norm(x), cos, sin, mask, use_flex)
@@ -176,7 +186,7 @@ class Transformer(nn.Module):
         self.cfg = cfg
         self.use_flex_attention = use_flex_attention
         self.tok_embeddings: nn.Embedding | None = nn.Embedding(cfg.vocab_size, cfg.dim)
-        self.layers = nn.ModuleDict({str(i): TransformerBlock(cfg) for i in range(cfg.n_layers)})
+        self.layers = nn.ModuleDict({str(i): TransformerBlock(cfg, i) for i in range(cfg.n_layers)})
         self.norm: RMSNorm | None = RMSNorm(cfg.dim, cfg.norm_eps)
         self.output: nn.Linear | None = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
@@ -249,7 +259,8 @@ class Transformer(nn.Module):
         if fqn.endswith("norm.weight"):
             return None
         std = self.cfg.init_std
-        if fqn.endswith(("attention.wo.weight", "feed_forward.w2.weight")):
+        if fqn.endswith(("attention.wo.weight", "feed_forward.w2.weight", "feed_forward.experts.w2",
+                         "shared_expert.w2.weight")):
             std /= math.sqrt(2 * self.cfg.n_layers)
         return std
 

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
 
 from trainer_bridge import device as devices
 from trainer_bridge.config import TrainConfig
@@ -40,6 +40,7 @@ class ModelParts:
     uses_fsdp: bool = False
     pp_rank: int = 0
     dp_rank: int = 0
+    tp: int = 1
     mesh: DeviceMesh | None = None
     loss_fn: object | None = None
     extra: dict = field(default_factory=dict)
@@ -58,11 +59,15 @@ class ModelParts:
 
 
 def build_mesh(cfg: TrainConfig, runtime: devices.Runtime) -> DeviceMesh | None:
+    """``pp × dp`` (2-D) or, with tensor parallelism, ``pp × dp × tp`` (3-D, tp innermost)."""
     if cfg.mesh.world_size != runtime.world_size:
-        raise ValueError(f"mesh.pp × mesh.dp = {cfg.mesh.world_size} but {runtime.world_size} processes were "
-                         "started: launch as many processes as the mesh has ranks")
+        raise ValueError(f"mesh.pp × mesh.dp × mesh.tp = {cfg.mesh.world_size} but {runtime.world_size} processes "
+                         "were started: launch as many processes as the mesh has ranks")
     if runtime.world_size == 1:
         return None
+    if cfg.mesh.tp > 1:
+        return init_device_mesh(runtime.device.type, (cfg.mesh.pp, cfg.mesh.dp, cfg.mesh.tp),
+                                mesh_dim_names=("pp", "dp", "tp"))
     return init_device_mesh(runtime.device.type, (cfg.mesh.pp, cfg.mesh.dp), mesh_dim_names=("pp", "dp"))
 
 
@@ -102,7 +107,32 @@ def apply_activation_checkpointing(part: Transformer, mode: str, every_n: int) -
             checkpoint(block)
 
 
-def apply_fsdp(part: Transformer, dp_mesh: DeviceMesh, precision: str) -> None:
+def apply_ep(part: Transformer, ep_mesh: DeviceMesh, dp: int) -> set[nn.Parameter]:
+    """Expert parallel over ``ep_mesh`` (the dp ranks): each MoE layer's expert weights become DTensors sharded
+    on the expert dim, tokens are dispatched by all-to-all (moe.MoE._run_experts). Returns the expert
+    parameters, which FSDP must leave alone (they are sharded already).
+
+    Gradient scale: the loss is multiplied by dp because FSDP averages gradients over dp; an expert's gradient
+    is not averaged (it already sums the contributions of every rank's tokens, through the all-to-all's
+    backward), so a hook divides it by dp (:func:`_scale_expert_grads`, after materialization: ``to_empty``
+    swaps the parameter tensors)."""
+    from torch.distributed.tensor import Shard
+
+    from trainer_bridge.moe import moe_modules
+
+    expert_params = set()
+    for _, moe in moe_modules(part):
+        moe.ep_group, moe.ep_size = ep_mesh.get_group(), ep_mesh.size()
+        for name in ("w1", "w2", "w3"):
+            full = getattr(moe.experts, name)
+            sharded = nn.Parameter(distribute_tensor(full.data, ep_mesh, [Shard(0)], src_data_rank=None))
+            setattr(moe.experts, name, sharded)
+            expert_params.add(sharded)
+    return expert_params
+
+
+def apply_fsdp(part: Transformer, dp_mesh: DeviceMesh, precision: str,
+               ignored_params: set[nn.Parameter] | None = None) -> None:
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     # Parameters are gathered in the compute dtype; gradients are reduced in fp32 and the sharded fp32
@@ -111,8 +141,9 @@ def apply_fsdp(part: Transformer, dp_mesh: DeviceMesh, precision: str) -> None:
     blocks = list(part.layers.values())
     for i, block in enumerate(blocks):
         # The last block's parameters are needed again at once by backward: keep them gathered.
-        fully_shard(block, mesh=dp_mesh, mp_policy=policy, reshard_after_forward=i < len(blocks) - 1)
-    fully_shard(part, mesh=dp_mesh, mp_policy=policy)
+        fully_shard(block, mesh=dp_mesh, mp_policy=policy, reshard_after_forward=i < len(blocks) - 1,
+                    ignored_params=ignored_params or None)
+    fully_shard(part, mesh=dp_mesh, mp_policy=policy, ignored_params=ignored_params or None)
 
 
 def parameter_seed(seed: int, fqn: str) -> int:
@@ -156,20 +187,46 @@ def build_model(cfg: TrainConfig, runtime: devices.Runtime, mesh: DeviceMesh | N
         parts = [split_stage(whole, s, n_stages) for s in stage_ids]
     else:
         n_stages, stage_ids, parts = 1, [0], [whole]
+    tp = cfg.mesh.tp
     for part in parts:
+        if tp > 1:
+            from trainer_bridge.tensor_parallel import apply_tp, check_tp_compatible
+
+            check_tp_compatible(part, tp)
+            apply_tp(part, mesh["tp"])
+        expert_params = apply_ep(part, mesh["dp"], dp) if cfg.mesh.ep > 1 else set()
         apply_activation_checkpointing(part, cfg.activation_checkpointing.mode, cfg.activation_checkpointing.every_n)
         if dp > 1:
-            apply_fsdp(part, mesh["dp"], cfg.precision.dtype)
+            apply_fsdp(part, mesh["dp"], cfg.precision.dtype, expert_params)
+        _connect_aux_losses(part, loss_fn)
         materialize(part, runtime.device, cfg.seed)
+        if cfg.mesh.ep > 1:
+            _scale_expert_grads(part, dp)
     if cfg.compile:
         for part in parts:
             for block in part.layers.values():
                 block.compile()
     model = ModelParts(parts=parts, stage_ids=stage_ids, num_stages=n_stages, uses_fsdp=dp > 1,
-                       pp_rank=pp_rank, dp_rank=dp_rank, mesh=mesh, loss_fn=loss_fn)
+                       pp_rank=pp_rank, dp_rank=dp_rank, tp=tp, mesh=mesh, loss_fn=loss_fn)
     if pp > 1:
         model.schedule = _build_schedule(cfg, runtime, mesh, parts, stage_ids, n_stages, loss_fn)
     return model
+
+
+def _scale_expert_grads(part: Transformer, dp: int) -> None:
+    from trainer_bridge.moe import moe_modules
+
+    for _, moe in moe_modules(part):
+        for param in moe.experts.parameters():
+            param.register_hook(lambda grad: grad / dp)
+
+
+def _connect_aux_losses(part: Transformer, loss_fn) -> None:
+    """MoE auxiliary losses are weighted like the summed token loss: by the loss function's current factor."""
+    from trainer_bridge.moe import moe_modules
+
+    for _, moe in moe_modules(part):
+        moe.aux_scale = (lambda: loss_fn.factor) if loss_fn is not None else (lambda: 1.0)
 
 
 def _build_schedule(cfg, runtime, mesh, parts, stage_ids, n_stages, loss_fn):
@@ -196,18 +253,62 @@ def local_grads(model: ModelParts) -> list[torch.Tensor]:
     return grads
 
 
+def _replication(grad: DTensor) -> int:
+    """On how many ranks of its mesh a DTensor's local piece is repeated (product of its Replicate dims)."""
+    copies = 1
+    for dim, placement in enumerate(grad.placements):
+        if placement.is_replicate():
+            copies *= grad.device_mesh.size(dim)
+    return copies
+
+
+def norm_pieces(model: ModelParts) -> tuple[list[torch.Tensor], list[int]]:
+    """Each gradient as a local piece and the number of ranks holding the same piece.
+
+    Under FSDP alone every rank's piece is disjoint (copies 1). Under tensor parallelism the gradient's
+    placements differ from the parameter's: an embedding gradient may be ``Replicate`` over tp (the same
+    values on every tp rank: counted once), a norm gain's ``Partial`` (each rank holds a summand: reduced
+    first). Summing ``.to_local()`` squares as if all were disjoint is wrong there (issue 12: 1.719 vs 1.508)."""
+    pieces, copies = [], []
+    for param in model.parameters():
+        grad = param.grad
+        if grad is None:
+            continue
+        if isinstance(grad, DTensor):
+            if any(p.is_partial() for p in grad.placements):
+                grad = grad.redistribute(placements=[Replicate() if p.is_partial() else p for p in grad.placements])
+            pieces.append(grad.to_local())
+            copies.append(_replication(grad))
+        else:
+            pieces.append(grad)
+            copies.append(1)
+    return pieces, copies
+
+
 def global_grad_norm(model: ModelParts, distributed: bool) -> torch.Tensor:
-    """L2 norm of the whole model's gradient. Every rank holds a disjoint piece (FSDP shards × pipeline
-    stages; no replicas), so the squared norm is the sum over all ranks of the local squared norms."""
-    grads = local_grads(model)
+    """L2 norm of the whole model's gradient: the sum over all ranks of the local squared norms, each piece
+    weighted by 1 / (ranks holding it) — exact (the weights are 1/2^k for power-of-two degrees), and one
+    all-reduce. Pipeline stages and FSDP shards are disjoint (weight 1, the computation of a dense run)."""
+    grads, copies = norm_pieces(model)
     device = next(model.parameters()).device
     squared = torch.zeros((), device=device, dtype=torch.float32)
     if grads:
         norms = torch._foreach_norm(grads, 2.0)
-        squared = torch.stack(norms).float().pow(2).sum()
+        squares = torch.stack(norms).float().pow(2)
+        if any(c != 1 for c in copies):
+            squares = squares / torch.tensor(copies, dtype=torch.float32, device=squares.device)
+        squared = squares.sum()
     if distributed:
         dist.all_reduce(squared)
     return squared.sqrt()
+
+
+def local_squared_norm_sum(model: ModelParts) -> torch.Tensor:
+    """The pre-issue-12 computation (every ``.to_local()`` piece counted as disjoint), kept for the regression
+    test that shows it is wrong under tensor parallelism; not used by training."""
+    grads = local_grads(model)
+    norms = torch._foreach_norm(grads, 2.0) if grads else [torch.zeros(())]
+    return torch.stack(norms).float().pow(2).sum()
 
 
 @torch.no_grad()

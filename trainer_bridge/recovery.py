@@ -1,31 +1,68 @@
-"""Restart bookkeeping: how long training took to come back after a failure.
+"""Restart bookkeeping: every resume from a checkpoint, what kind it was, and how long a failure cost.
 
-A rank killed mid-run makes torchrun restart the whole group, which resumes from the latest checkpoint. The
-first step completed after such a restart appends one line to ``train/recovery.jsonl``: from the last step
-logged before the failure (its ``time`` in ``metrics.jsonl``) to now, an upper bound of the recovery time (the
-failure happened at some point after that line was written). Rank 0 only, as for the metrics log.
+The first step completed after a resume appends one line to ``train/recovery.jsonl`` (rank 0 only, as for the
+metrics log). Its ``kind`` tells three cases apart:
+
+    restart after a failure        torchrun restarted the workers of a running job (``--max-restarts``):
+                                   ``recovery_seconds`` runs from the last step logged before the failure (its
+                                   ``time`` in ``metrics.jsonl``) to now, an upper bound of the recovery time
+    resume after an interruption   a new ``corpusmill train`` continues a run that had not reached its
+                                   ``train.steps`` (a crash, Ctrl-C, a killed job, a damaged newer checkpoint)
+    resume extending train.steps   a new ``corpusmill train`` continues a run that had completed, with a larger
+                                   ``train.steps``: deliberate, nothing failed (no recovery time)
+
+Times are written as epoch seconds (``last_record_time``, ``resumed_at``) for tools and as UTC text
+(``last_record_utc``, ``resumed_utc``) for people; the report shows the text.
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Callable
 
 from runio.files import append_jsonl, read_jsonl
 from runio.layout import RunPaths
 
+RESTART_AFTER_FAILURE = "restart after a failure"
+RESUME_AFTER_INTERRUPTION = "resume after an interruption"
+RESUME_EXTENDING_STEPS = "resume extending train.steps"
+
+
+def utc_text(seconds: float | None) -> str | None:
+    if seconds is None:
+        return None
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+
+
+def resume_kind(checkpoint_step: int, provenance: dict | None, train_steps_now: int, restart_count: int) -> str:
+    if restart_count > 0:
+        return RESTART_AFTER_FAILURE
+    steps_before = (provenance or {}).get("train_steps")
+    if steps_before is not None and checkpoint_step >= steps_before and train_steps_now > steps_before:
+        return RESUME_EXTENDING_STEPS
+    return RESUME_AFTER_INTERRUPTION
+
 
 class RecoveryTracker:
-    """The training loop's restart component: ``resumed(name)`` after a resume from checkpoint ``name``,
-    ``observe(step)`` after every step (it writes once, at the first step after the resume)."""
+    """The training loop's restart component: ``resumed(...)`` after a resume from a checkpoint, ``observe(step)``
+    after every step (it writes once, at the first step after the resume)."""
 
     def __init__(self, paths: RunPaths, *, is_main: bool, say: Callable[[str], None]):
         self.paths, self.is_main, self.say = paths, is_main, say
-        self._since: tuple[int, float] | None = None  # (last step logged before the restart, its wall time)
-        self._resumed_from: str | None = None
+        self._pending: dict | None = None
 
-    def resumed(self, checkpoint_name: str) -> None:
-        self._resumed_from = checkpoint_name
-        self._since = self._last_logged() if self.is_main else None
+    def resumed(self, checkpoint_name: str, checkpoint_step: int = 0, provenance: dict | None = None,
+                train_steps_now: int = 0) -> None:
+        if not self.is_main:
+            return
+        restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+        kind = resume_kind(checkpoint_step, provenance, train_steps_now, restart_count)
+        last = self._last_logged()
+        self._pending = {"kind": kind, "resumed_from": checkpoint_name, "checkpoint_step": checkpoint_step,
+                         "last_logged_step": last[0] if last else None,
+                         "last_record_time": last[1] if last else None,
+                         "train_steps_before": (provenance or {}).get("train_steps"),
+                         "train_steps_now": train_steps_now, "restart_count": restart_count}
 
     def _last_logged(self) -> tuple[int, float] | None:
         last = None
@@ -35,14 +72,15 @@ class RecoveryTracker:
         return last
 
     def observe(self, step: int) -> None:
-        if self._since is None:
+        if self._pending is None:
             return
-        failed_after, last_time = self._since
-        self._since = None
+        entry, self._pending = self._pending, None
         now = time.time()
-        entry = {"failed_after_step": failed_after, "last_record_time": last_time,
-                 "resumed_from": self._resumed_from, "first_step_after_restart": step, "recovered_at": now,
-                 "recovery_seconds": round(now - last_time, 3)}
+        entry.update(first_step_after=step, resumed_at=now, resumed_utc=utc_text(now),
+                     last_record_utc=utc_text(entry["last_record_time"]))
+        if entry["kind"] == RESTART_AFTER_FAILURE and entry["last_record_time"] is not None:
+            entry["recovery_seconds"] = round(now - entry["last_record_time"], 3)
         append_jsonl(self.paths.recovery_jsonl, entry)
-        self.say(f"recovered from a restart in {entry['recovery_seconds']:.1f} s "
-                 f"(last step logged before it: {failed_after})")
+        if "recovery_seconds" in entry:
+            self.say(f"recovered from a restart in {entry['recovery_seconds']:.1f} s "
+                     f"(last step logged before it: {entry['last_logged_step']})")

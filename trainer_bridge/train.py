@@ -33,14 +33,17 @@ from runio.files import sha256_file
 from runio.layout import RunPaths
 from trainer_bridge import device as devices
 from trainer_bridge.alerts import AlertCheck
-from trainer_bridge.checkpoint import CheckpointManager
+from trainer_bridge.checkpoint import CheckpointManager, RunIdentity
 from trainer_bridge.config import GuardConfig, OptimizerConfig, TrainConfig
-from trainer_bridge.data import IGNORE_INDEX, StepBatch, StepBatches, open_split
+from trainer_bridge.data import IGNORE_INDEX, StepBatch, StepBatches, open_split, shards_identity
 from trainer_bridge.metrics import StepMetrics
 from trainer_bridge.monitoring import TrainingMonitor
+from trainer_bridge.outcomes import TrainConfigError
 from trainer_bridge.parallelize import ModelParts, build_mesh, build_model, global_grad_norm, scale_grads, zero_grads
 from trainer_bridge.precision import DynamicLossScaler, compute_context
 from trainer_bridge.recovery import RecoveryTracker
+from trainer_bridge.moe import step_stats as moe_step_stats
+from trainer_bridge.tensor_parallel import cross_entropy_sum
 from trainer_bridge.validate import Validator
 
 
@@ -153,9 +156,9 @@ class TokenSumLoss:
         self.sums: list[torch.Tensor] = []
 
     def __call__(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        total = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
-                                reduction="sum")
-        self.sums.append(total.detach())
+        # Plain logits: F.cross_entropy(sum); vocabulary-sharded logits (tensor parallel): vocabulary-parallel.
+        total, reported = cross_entropy_sum(logits, labels, IGNORE_INDEX)
+        self.sums.append(reported)
         return total * self.factor
 
 
@@ -213,10 +216,10 @@ def resolve_model_config(cfg: TrainConfig, train_source) -> TrainConfig:
     model = cfg.model
     vocab = model.vocab_size or train_source.vocab_size
     if vocab < train_source.vocab_size:
-        raise ValueError(f"model.vocab_size ({vocab}) < the shards' vocab_size ({train_source.vocab_size})")
+        raise TrainConfigError(f"train.model.vocab_size ({vocab}) < the shards' vocab_size ({train_source.vocab_size})")
     seq_len = model.max_seq_len or train_source.seq_len
     if seq_len < train_source.seq_len:
-        raise ValueError(f"model.max_seq_len ({seq_len}) < the shards' seq_len ({train_source.seq_len})")
+        raise TrainConfigError(f"train.model.max_seq_len ({seq_len}) < the shards' seq_len ({train_source.seq_len})")
     return cfg.model_copy(update={"model": model.model_copy(update={"vocab_size": vocab, "max_seq_len": seq_len})})
 
 
@@ -247,16 +250,30 @@ def expected_tokenizer_sha256(paths: RunPaths) -> str | None:
     return sha256_file(paths.tokenizer_json) if paths.tokenizer_json.is_file() else None
 
 
+def run_identity(cfg: TrainConfig, paths: RunPaths) -> RunIdentity:
+    """What this run's checkpoints record and a resume must match (``cfg``: with the model config resolved)."""
+    return RunIdentity(model=cfg.model.model_dump(mode="json"), shards=shards_identity(paths.shards),
+                       train_steps=cfg.steps)
+
+
 class Trainer:
-    def __init__(self, cfg: TrainConfig, paths: RunPaths, *, hooks: TrainHooks | None = None):
+    def __init__(self, cfg: TrainConfig, paths: RunPaths, *, hooks: TrainHooks | None = None,
+                 shards_verified: bool = False):
+        """``shards_verified``: the launcher has already checked the shards as ``train.verify_shards`` asks (once
+        per run, not once per rank); only the reader's own checks run here."""
         self.paths = paths
         self.hooks = hooks or TrainHooks()
         self.runtime = runtime = devices.init_runtime(cfg.device, cfg.collective_timeout_s, cfg.connect_timeout_s)
         torch.manual_seed(cfg.seed)
 
         tokenizer_sha256 = expected_tokenizer_sha256(paths)
-        self.train_source = open_split(paths.shards, "train", tokenizer_sha256)
+        verify = "manifest" if shards_verified else cfg.verify_shards
+        self.train_source = open_split(paths.shards, "train", tokenizer_sha256, verify=verify)
+        if cfg.verify_shards == "manifest" and not shards_verified:
+            self._say("shards: sizes and row counts checked against the manifest, checksums not verified "
+                      "(train.verify_shards: manifest)")
         self.cfg = cfg = resolve_model_config(cfg, self.train_source)
+        self.identity = run_identity(cfg, paths)
         self.mesh = build_mesh(cfg, runtime)
         self.dp_group = self.mesh["dp"].get_group() if self.mesh is not None else None
         self.loss_fn = TokenSumLoss()
@@ -273,11 +290,12 @@ class Trainer:
         self.monitor = TrainingMonitor(cfg.monitoring, run=paths.name, rank=runtime.rank)
         self.metrics = StepMetrics(cfg, paths, runtime, self.monitor, say)
         self.validator = Validator(cfg, paths, runtime, model=self.model, loss_fn=self.loss_fn, context=self.context,
-                                   dp_group=self.dp_group, tokenizer_sha256=tokenizer_sha256, say=say)
+                                   dp_group=self.dp_group, tokenizer_sha256=tokenizer_sha256, say=say, verify=verify)
         self.checkpoints = CheckpointManager(paths, cfg.checkpoint, runtime, parts=self.model.parts,
                                              optimizers=self.optimizers,
                                              state=LoopState(self.progress, self.scaler, self.guard),
-                                             monitor=self.monitor, events=self.result.events, say=say)
+                                             monitor=self.monitor, events=self.result.events, say=say,
+                                             identity=self.identity)
         self.alerts = AlertCheck(cfg.alerts, paths, is_main=runtime.is_main, monitor=self.monitor,
                                  agree=self._most_severe_on_any_rank,
                                  checkpoint=lambda: self.checkpoints.save_now(self.progress.step), say=say)
@@ -331,7 +349,7 @@ class Trainer:
         if resumed is not None:
             self.result.resumed_from = resumed.name
             self._say(f"resumed from {resumed.name}: step {progress.step}, sample {progress.samples}")
-            self.recovery.resumed(resumed.name)
+            self.recovery.resumed(resumed.name, progress.step, self.checkpoints.provenance(resumed), self.cfg.steps)
         elif self.cfg.init_from:
             from trainer_bridge import hf
             if hf.is_weights_only_init(self.cfg.init_from):  # hf:PATH or an import-hf folder: weights only
@@ -448,7 +466,8 @@ class Trainer:
         finite = self.scaler.unscale_and_check(self.model, self.runtime.distributed)
         grad_norm = float(global_grad_norm(self.model, self.runtime.distributed)) if finite else float("nan")
         verdict = self.guard.verdict(loss, grad_norm if finite or not self.scaler.enabled else 0.0)
-        record = {"loss": loss, "grad_norm": grad_norm, "lr": lr, "loss_scale": self.scaler.scale}
+        record = {"loss": loss, "grad_norm": grad_norm, "lr": lr, "loss_scale": self.scaler.scale,
+                  **moe_step_stats(self.model.parts, cfg.model, self.runtime.device, self.runtime.distributed)}
         if verdict is None and not finite:  # fp16 overflow: not the model's fault, back off the scale
             self.scaler.update(False)
             progress.skipped_overflow_steps += 1
@@ -473,7 +492,8 @@ class Trainer:
         return record
 
 
-def train(cfg: TrainConfig, paths: RunPaths, *, hooks: TrainHooks | None = None) -> TrainResult:
+def train(cfg: TrainConfig, paths: RunPaths, *, hooks: TrainHooks | None = None,
+          shards_verified: bool = False) -> TrainResult:
     """Train in this process (one rank of a torchrun job, or alone) on ``paths.shards``, writing under
     ``paths.train``. The process group is left initialized."""
-    return Trainer(cfg, paths, hooks=hooks).fit()
+    return Trainer(cfg, paths, hooks=hooks, shards_verified=shards_verified).fit()

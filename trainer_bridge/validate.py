@@ -11,10 +11,9 @@ from typing import Callable
 import torch
 
 from runio.layout import RunPaths
-from tokenizer.shards import ShardFormatError
 from trainer_bridge import device as devices
 from trainer_bridge.config import TrainConfig
-from trainer_bridge.data import open_split, validation_batches
+from trainer_bridge.data import has_split, open_split, validation_batches
 from trainer_bridge.parallelize import ModelParts
 
 
@@ -22,17 +21,19 @@ class Validator:
     """The training loop's validation component: ``due(step)`` after every step, ``run()`` when it is."""
 
     def __init__(self, cfg: TrainConfig, paths: RunPaths, runtime: devices.Runtime, *, model: ModelParts, loss_fn,
-                 context, dp_group, tokenizer_sha256: str | None, say: Callable[[str], None]):
+                 context, dp_group, tokenizer_sha256: str | None, say: Callable[[str], None],
+                 verify: str = "manifest"):
+        """``verify``: as ``data.open_split``; a 'val' split that exists but is damaged stops the run
+        (``ShardFormatError`` naming the shard), only a missing one turns validation off."""
         self.interval = cfg.eval.interval
         self.runtime, self.model, self.loss_fn, self.context, self.dp_group = runtime, model, loss_fn, context, dp_group
         self.batches = []
         if self.interval <= 0:
             return
-        try:
-            source = open_split(paths.shards, "val", tokenizer_sha256)
-        except ShardFormatError as error:
-            say(f"no 'val' split in {paths.shards} ({error}); validation is off")
+        if not has_split(paths.shards, "val"):
+            say(f"no 'val' split in {paths.shards}; validation is off")
             return
+        source = open_split(paths.shards, "val", tokenizer_sha256, verify=verify)
         self.batches = validation_batches(source, max_rows=cfg.eval.max_rows,
                                           micro_batch_size=cfg.batch.micro_batch_size, dp_rank=model.dp_rank,
                                           dp_size=cfg.mesh.dp,

@@ -3,6 +3,14 @@
 Every measurement is stored in ``annotations["filters"]``; the decision compares them with thresholds from
 config (dolma's lesson), so a threshold can be retuned from stored annotations without re-measuring. CJK
 documents are measured with CJK characters as words and judged against their own thresholds.
+
+Per language: the thresholds and the stop-word list follow the document's language, ``langid.lang`` (the
+langid step): ``filters.by_lang.<lang>`` when configured, else ``filters.cjk`` for CJK languages and
+``filters.default`` for the others; the stop words are the thresholds' own ``stop_words`` or the built-in list
+of the language (en, zh); a language with neither does not use the stop-word rule. Without the langid step, the
+CJK-share heuristic (``normalize.script``) chooses between ``cjk`` and ``default`` as before. The thresholds a
+document was judged by are recorded as ``annotations["filters"]["rules"]`` (``by_lang.<lang>``, ``cjk``,
+``default``).
 """
 from __future__ import annotations
 
@@ -25,6 +33,8 @@ _LOREM_RE = re.compile(r"lorem ipsum", re.IGNORECASE)
 EN_STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
 # The most frequent function characters of written Chinese play the role of Gopher's stop words.
 ZH_STOP_WORDS = frozenset("的了是在和有不这也就都")
+STOP_WORDS = {"en": EN_STOP_WORDS, "zh": ZH_STOP_WORDS}
+CJK_LANGS = frozenset({"zh", "ja", "ko", "wuu", "yue"})
 
 
 class Thresholds(BaseModel):
@@ -53,6 +63,8 @@ class Thresholds(BaseModel):
     max_newline_ratio: float | None = 0.3
     drop_lorem_ipsum: bool = True
     drop_curly_brace: bool = False
+    stop_words: list[str] | None = Field(None, description="stop words of min_stop_words (null: the built-in list "
+                                                           "of the document's language: en, zh)")
 
 
 def _cjk_defaults() -> Thresholds:
@@ -73,6 +85,24 @@ class FiltersConfig(BaseModel):
     short_line_chars: int = Field(30, gt=0, description="FineWeb: a line this short or shorter is 'short'")
     default: Thresholds = Field(default_factory=Thresholds)
     cjk: Thresholds = Field(default_factory=_cjk_defaults, description="thresholds for documents marked script=cjk")
+    by_lang: dict[str, Thresholds] = Field(default_factory=dict, description="thresholds by langid language; "
+                                                                             "others: cjk or default")
+
+
+def choose_rules(cfg: FiltersConfig, lang: str | None, script: str | None) -> tuple[str, Thresholds, frozenset]:
+    """(name, thresholds, stop words) a document is judged by: its langid language when known, else its script."""
+    if lang:
+        if lang in cfg.by_lang:
+            name, t = f"by_lang.{lang}", cfg.by_lang[lang]
+        elif lang in CJK_LANGS:
+            name, t = "cjk", cfg.cjk
+        else:
+            name, t = "default", cfg.default
+        builtin = STOP_WORDS.get(lang, frozenset())
+    else:
+        name, t = ("cjk", cfg.cjk) if script == "cjk" else ("default", cfg.default)
+        builtin = ZH_STOP_WORDS if script == "cjk" else EN_STOP_WORDS
+    return name, t, frozenset(t.stop_words) if t.stop_words is not None else builtin
 
 
 # Measurements that are shares of a whole (never above 1): a minimum above 1 lets no document pass.
@@ -82,8 +112,8 @@ _SHARE_MINIMA = ("min_alpha_word_frac", "min_line_punct_ratio")
 def check(cfg: FiltersConfig) -> None:
     """Thresholds no document can pass (checked when the graph is built): a minimum above its maximum, a share
     minimum above 1, a maximum below 0 (every measurement is >= 0)."""
-    for part in ("default", "cjk"):
-        t: Thresholds = getattr(cfg, part)
+    parts = [("default", cfg.default), ("cjk", cfg.cjk)] + [(f"by_lang.{k}", v) for k, v in cfg.by_lang.items()]
+    for part, t in parts:
         field = f"filters.{part}"
         for low, high in (("min_words", "max_words"), ("min_mean_word_len", "max_mean_word_len")):
             lo, hi = getattr(t, low), getattr(t, high)
@@ -164,14 +194,17 @@ def ngram_measures(tokens: list[str], top_ns: Sequence[int], dup_ns: Sequence[in
     return out
 
 
-def measure(text: str, script: str, cfg: FiltersConfig) -> dict[str, float]:
-    thresholds = cfg.cjk if script == "cjk" else cfg.default
+def measure(text: str, script: str, cfg: FiltersConfig, thresholds: Thresholds | None = None,
+            stop_words: frozenset | None = None) -> dict[str, float]:
+    """Every measurement of ``text``; the n-gram sizes and the stop words come from ``thresholds`` /
+    ``stop_words`` (default: those of ``script``). ``stop_words`` is None when the language has no list."""
+    if thresholds is None:
+        _, thresholds, stop_words = choose_rules(cfg, None, script)
     tokens = words(text)
     n_words = len(tokens)
     lines = [line for line in text.split("\n") if line.strip()]
     n_lines = max(len(lines), 1)
     paragraphs = [p.strip() for p in _PARA_SPLIT_RE.split(text) if p.strip()]
-    stop_words = ZH_STOP_WORDS if script == "cjk" else EN_STOP_WORDS
     lowered = [t.lower() for t in tokens]
     # Word length is a property of space-delimited words: CJK characters in mixed text would drag it to 1.
     spaced = [t for t in tokens if not CJK_RE.fullmatch(t)]
@@ -185,7 +218,7 @@ def measure(text: str, script: str, cfg: FiltersConfig) -> dict[str, float]:
         "bullet_line_frac": round(sum(line.lstrip().startswith(_BULLETS) for line in lines) / n_lines, 4),
         "ellipsis_line_frac": round(sum(line.rstrip().endswith(_ELLIPSES) for line in lines) / n_lines, 4),
         "alpha_word_frac": round(sum(any(c.isalpha() for c in t) for t in tokens) / max(n_words, 1), 4),
-        "stop_words": len(stop_words.intersection(lowered)),
+        "stop_words": len(stop_words.intersection(lowered)) if stop_words else None,
         "dup_line_frac": round(dup_lines / n_lines, 4),
         "dup_para_frac": round(dup_paras / max(len(paragraphs), 1), 4),
         "dup_line_char_frac": round(dup_line_chars / chars, 4),
@@ -213,7 +246,8 @@ def decide(m: dict, t: Thresholds) -> str | None:
         ("gopher_bullet_lines", t.max_bullet_line_frac, m["bullet_line_frac"] > (t.max_bullet_line_frac or 0)),
         ("gopher_ellipsis_lines", t.max_ellipsis_line_frac, m["ellipsis_line_frac"] > (t.max_ellipsis_line_frac or 0)),
         ("gopher_alpha_words", t.min_alpha_word_frac, m["alpha_word_frac"] < (t.min_alpha_word_frac or 0)),
-        ("gopher_stop_words", t.min_stop_words, m["stop_words"] < (t.min_stop_words or 0)),
+        ("gopher_stop_words", t.min_stop_words if m["stop_words"] is not None else None,
+         (m["stop_words"] or 0) < (t.min_stop_words or 0)),
         ("gopher_dup_lines", t.max_dup_line_frac, m["dup_line_frac"] > (t.max_dup_line_frac or 0)),
         ("gopher_dup_paragraphs", t.max_dup_para_frac, m["dup_para_frac"] > (t.max_dup_para_frac or 0)),
         ("gopher_dup_line_chars", t.max_dup_line_char_frac, m["dup_line_char_frac"] > (t.max_dup_line_char_frac or 0)),
@@ -254,11 +288,13 @@ class HeuristicFilterStep(ConfiguredStep):
             if self.cfg.drop_boilerplate_lines:
                 doc["text"], dropped = drop_boilerplate_lines(doc["text"])
             script = annotation(doc, "normalize.script", "other")
-            m = measure(doc["text"], script, self.cfg)
+            rules, thresholds, stop_words = choose_rules(self.cfg, annotation(doc, "langid.lang"), script)
+            m = measure(doc["text"], script, self.cfg, thresholds, stop_words)
             m["boilerplate_lines_dropped"] = dropped
+            m["rules"] = rules
             doc["annotations"][self.name] = m
             if not doc["text"]:
                 reasons.append("empty_text")
             else:
-                reasons.append(decide(m, self.cfg.cjk if script == "cjk" else self.cfg.default))
+                reasons.append(decide(m, thresholds))
         return reasons

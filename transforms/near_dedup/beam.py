@@ -15,54 +15,88 @@ from typing import Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
+from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.beam_step import Route, StepFn, timed
-from transforms.near_dedup.core import (STEP_NAME, NearDedupConfig, SketchBuilder, bucket_keys, decide,
-                                        dedup_in_memory, resolve_component, star_edges, verify_edge)
+from transforms.near_dedup.core import (STEP_NAME, NearDedupConfig, SketchBuilder, bucket_key_matrix, bucket_keys,
+                                        connected_components, decide, dedup_in_memory, resolve_component,
+                                        star_edges, verify_edge)
 from transforms.near_dedup.index import ReadIndex, WriteIndex, check_index_params, index_bytes, sketch_row
+from transforms.near_dedup.minhash import Sketch as SketchData
 
-SKETCHES, DOCS = "sketches", "docs"
+SKETCHES, DOCS, BANDS = "sketches", "docs", "bands"
+# Documents sketched together (numpy over the batch): large enough to amortize the per-call overhead, small
+# enough that the buffered documents stay a few MB per worker.
+SKETCH_BATCH = 256
 
 
 # ---------------------------------------------------------------- sketches and band keys
 
 class _SketchFn(StepFn):
-    """doc → (id, doc) on the main output, (id, Sketch) on ``sketches``."""
+    """doc → ``(id, doc)`` on the main output, ``(id, sketch)`` on ``sketches`` (a sketch travels as the plain
+    tuple ``Sketch.to_wire()``), and with ``bands`` its bucket keys ``(key, (rank, id, False))`` on ``bands``.
 
-    def __init__(self, cfg: NearDedupConfig):
+    Documents are buffered and sketched ``SKETCH_BATCH`` at a time (flushed when full and at the end of each
+    bundle); every document keeps its own window and timestamp."""
+
+    def __init__(self, cfg: NearDedupConfig, bands: bool = False, batch_size: int = SKETCH_BATCH):
         super().__init__(STEP_NAME)
-        self._cfg = cfg
+        self._cfg, self._bands, self._batch_size = cfg, bands, batch_size
         self._no_tokens = Metrics.counter(STEP_NAME, "docs_without_tokens")
+        self._buffer: list = []
 
     def setup(self):
         self._builder = SketchBuilder(self._cfg)
 
-    def process(self, doc):
+    def start_bundle(self):
+        self._buffer = []
+
+    def process(self, doc, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam):
+        self._buffer.append((doc, window, timestamp))
+        if len(self._buffer) >= self._batch_size:
+            yield from self._flush()
+
+    def finish_bundle(self):
+        yield from self._flush()
+        self._flush_busy()
+
+    def _flush(self):
+        batch, self._buffer = self._buffer, []
+        if not batch:
+            return
         started = time.perf_counter()
-        sketch = self._builder.sketch(doc)
+        sketches = self._builder.sketch_batch([doc for doc, _, _ in batch])
+        present = [s for s in sketches if s is not None]
+        keys = (bucket_key_matrix([s.signature for s in present], self._cfg).tolist()
+                if self._bands and present else [])
         self.busy(time.perf_counter() - started)
-        if sketch is None:
-            self._no_tokens.inc()
-        else:
-            yield beam.pvalue.TaggedOutput(SKETCHES, (sketch.id, sketch))
-        yield (int(doc["id"]), doc)
+        if len(present) < len(batch):
+            self._no_tokens.inc(len(batch) - len(present))
+        row = 0
+        for (doc, window, timestamp), sketch in zip(batch, sketches):
+            windows = (window,)
+            if sketch is not None:
+                yield beam.pvalue.TaggedOutput(SKETCHES, WindowedValue((sketch.id, sketch.to_wire()), timestamp,
+                                                                       windows))
+                if self._bands:
+                    member = (sketch.rank, sketch.id, False)
+                    for key in keys[row]:
+                        yield beam.pvalue.TaggedOutput(BANDS, WindowedValue((key, member), timestamp, windows))
+                row += 1
+            yield WindowedValue((int(doc["id"]), doc), timestamp, windows)
 
 
 class Sketch(beam.PTransform):
-    """Documents → ``.docs`` ``(id, doc)`` and ``.sketches`` ``(id, Sketch)`` (none for a tokenless document)."""
+    """Documents → ``.docs`` ``(id, doc)``, ``.sketches`` ``(id, sketch tuple)`` (none for a tokenless
+    document) and, with ``bands=True``, ``.bands`` ``(bucket key, (rank, id, False))``."""
 
-    def __init__(self, cfg: NearDedupConfig):
+    def __init__(self, cfg: NearDedupConfig, bands: bool = False):
         super().__init__()
-        self.cfg = cfg
+        self.cfg, self.bands = cfg, bands
 
     def expand(self, docs):
-        return docs | "Sketch" >> beam.ParDo(_SketchFn(self.cfg)).with_outputs(SKETCHES, main=DOCS)
-
-
-def _new_bands(element, cfg: NearDedupConfig):
-    doc_id, sketch = element
-    for key in bucket_keys(sketch, cfg):
-        yield key, (sketch.rank, doc_id, False)
+        return docs | "Sketch" >> beam.ParDo(_SketchFn(self.cfg, self.bands)).with_outputs(SKETCHES, BANDS,
+                                                                                             main=DOCS)
 
 
 def _join_old(element, cfg: NearDedupConfig):
@@ -70,18 +104,21 @@ def _join_old(element, cfg: NearDedupConfig):
     doc_id, groups = element
     new, old, old_bands = list(groups["new"]), list(groups["old"]), list(groups["old_bands"])
     if new:
+        sketch = SketchData.from_wire(new[0])
         yield beam.pvalue.TaggedOutput("sketches", (doc_id, new[0]))
-        for key in bucket_keys(new[0], cfg):
-            yield beam.pvalue.TaggedOutput("bands", (key, (new[0].rank, doc_id, False)))
+        for key in bucket_keys(sketch, cfg):
+            yield beam.pvalue.TaggedOutput("bands", (key, (sketch.rank, doc_id, False)))
     elif old:
         yield beam.pvalue.TaggedOutput("sketches", (doc_id, old[0]))
+        rank = old[0][1]
         for key in old_bands:
-            yield beam.pvalue.TaggedOutput("bands", (key, (old[0].rank, doc_id, True)))
+            yield beam.pvalue.TaggedOutput("bands", (key, (rank, doc_id, True)))
 
 
 class SketchesAndBands(beam.PTransform):
-    """New sketches (and earlier runs' indexes) → ``(sketches, bands)``: ``(id, Sketch)`` and
-    ``(band key, (rank, id, old))``. A document in the new input and in an old index is the new one."""
+    """New sketches and earlier runs' indexes → ``(sketches, bands)``: ``(id, sketch tuple)`` and
+    ``(band key, (rank, id, old))``. A document in the new input and in an old index is the new one. (Without
+    earlier runs the sketching step emits the band keys itself and this join is not needed.)"""
 
     def __init__(self, cfg: NearDedupConfig, against_dirs: Sequence[str]):
         super().__init__()
@@ -89,8 +126,6 @@ class SketchesAndBands(beam.PTransform):
 
     def expand(self, new_sketches):
         cfg = self.cfg
-        if not self.against_dirs:  # nothing to join: spare a shuffle of every sketch
-            return new_sketches, new_sketches | "BandKeys" >> timed(STEP_NAME, _new_bands, cfg)
         old_sketches, old_bands = new_sketches.pipeline | "ReadIndex" >> ReadIndex(self.against_dirs, cfg)
         joined = (
             {"new": new_sketches, "old": old_sketches, "old_bands": old_bands}
@@ -109,24 +144,24 @@ def _bucket_edges(element):
 
 
 class CandidateEdges(beam.PTransform):
-    """Band keys → distinct candidate edges ``(first member, other member)``: a linear star per bucket."""
+    """Band keys → candidate edges ``(first member, other member)``: a linear star per bucket (the same edge
+    from several bands is merged where the edges are joined with their centre, ``VerifiedEdges``)."""
 
     def expand(self, bands):
         return (
             bands
             | "GroupBuckets" >> beam.GroupByKey()
             | "StarEdges" >> timed(STEP_NAME, _bucket_edges)
-            | "DistinctEdges" >> beam.Distinct()
         )
 
 
 def _probe_from_center(element):
-    """Edges grouped by their first end: send that end's sketch to every second end."""
-    center, groups = element
+    """Edges grouped by their first end (each distinct edge once): send that end's sketch to every second end."""
+    _, groups = element
     sketches = list(groups["sketch"])
     if not sketches:
         return
-    for other in groups["edges"]:
+    for other in set(groups["edges"]):
         yield other, sketches[0]
 
 
@@ -135,16 +170,18 @@ def _verify_probes(element, cfg: NearDedupConfig, counter):
     sketches = list(groups["sketch"])
     if not sketches:
         return
-    for center in groups["probes"]:
-        if verify_edge(center, sketches[0], cfg):
+    member = SketchData.from_wire(sketches[0])
+    for wire in groups["probes"]:
+        center = SketchData.from_wire(wire)
+        if verify_edge(center, member, cfg):
             yield center.id, doc_id
         else:
             counter.inc()
 
 
 class VerifiedEdges(beam.PTransform):
-    """``{"sketches", "edges"}`` → the candidate edges whose two documents are similar enough (two joins: the
-    first end's sketch travels to the second end)."""
+    """``{"sketches", "edges"}`` → the distinct candidate edges whose two documents are similar enough (two
+    joins: the first end's sketch travels to the second end; estimates settle the clear cases)."""
 
     def __init__(self, cfg: NearDedupConfig):
         super().__init__()
@@ -189,28 +226,64 @@ def _small_star(element):
             yield other, smallest
 
 
-def _component_label(element, not_converged):
-    """After the rounds every component should be a star around its smallest id: a node with a smaller
-    neighbour has no other neighbour. Count violations (the component is then split, which removes less but
-    never chains, since resolution verifies every removal)."""
+LABEL, NEIGHBOUR_LABEL = 0, 1
+
+
+def _component_label(element):
+    """A node's provisional label (the smallest of itself and its lower neighbours) to itself, and to each
+    neighbour, so that an edge whose ends got different labels shows up at one of them (``_crossing_labels``)."""
     node, neighbours = element
     neighbours = set(neighbours)
-    lower = {v for v in neighbours if v < node}
-    if lower and len(neighbours) > 1:
-        not_converged.inc()
-    yield node, min(lower | {node})
+    label = min(neighbours | {node}) if any(v < node for v in neighbours) else node
+    yield node, (LABEL, label)
+    for other in neighbours:
+        yield other, (NEIGHBOUR_LABEL, label)
+
+
+def _crossing_labels(element, counter):
+    """Per node: its label, and one (label, other label) pair per differing label a neighbour sent."""
+    node, messages = element
+    own, others = None, set()
+    for kind, label in messages:
+        if kind == LABEL:
+            own = label
+        else:
+            others.add(label)
+    yield beam.pvalue.TaggedOutput("labels", (node, own))
+    for other in others - {own}:
+        counter.inc()
+        yield own, other
+
+
+def _merge_labels(element):
+    """Union-find over the crossing label pairs: label → the smallest label it is connected to."""
+    _, pairs = element
+    for label, root in connected_components(pairs).items():
+        if label != root:
+            yield label, root
+
+
+def _final_label(element, merged):
+    node, label = element
+    yield node, merged.get(label, label)
 
 
 class ConnectedComponents(beam.PTransform):
-    """Verified edges → ``(id, component label)``, the label being the component's smallest id, by
-    ``rounds`` of large-star/small-star (no single machine holds the graph)."""
+    """Verified edges → ``(id, component label)``, the label being the component's smallest id.
+
+    ``rounds`` of large-star/small-star (no single machine holds the graph) shrink every component towards a
+    star around its smallest id; then each node takes the smallest of itself and its lower neighbours as
+    label and tells its neighbours. Edges whose ends still disagree (few, once most components are stars; the
+    ``cc_crossing_edges`` counter) are merged by a union-find over their labels on one worker, and the merged
+    labels are applied to every node. Exact for any number of rounds: rounds only trade shuffles of the
+    whole edge set against the size of that last merge. Nodes are ordered by their ids."""
 
     def __init__(self, rounds: int):
         super().__init__()
         self.rounds = rounds
 
     def expand(self, edges):
-        not_converged = Metrics.counter(STEP_NAME, "cc_nodes_not_converged")
+        crossing_counter = Metrics.counter(STEP_NAME, "cc_crossing_edges")
         graph = edges
         for round_index in range(self.rounds):
             graph = (
@@ -221,12 +294,22 @@ class ConnectedComponents(beam.PTransform):
                 | f"SmallStarGroup{round_index}" >> beam.GroupByKey()
                 | f"SmallStar{round_index}" >> timed(STEP_NAME, _small_star)
             )  # repeated edges are harmless: every grouping step turns neighbours into a set
-        return (
+        checked = (
             graph
             | "LabelSym" >> timed(STEP_NAME, _both_directions)
             | "LabelGroup" >> beam.GroupByKey()
-            | "ComponentLabel" >> timed(STEP_NAME, _component_label, not_converged)
+            | "ComponentLabel" >> timed(STEP_NAME, _component_label)
+            | "LabelMessages" >> beam.GroupByKey()
+            | "CrossingLabels" >> timed(STEP_NAME, _crossing_labels, crossing_counter).with_outputs(
+                "labels", main="crossing")
         )
+        merged = (
+            checked.crossing
+            | "OneMerge" >> beam.Map(lambda pair: (0, pair))
+            | "GatherCrossing" >> beam.GroupByKey()
+            | "MergeLabels" >> timed(STEP_NAME, _merge_labels)
+        )
+        return checked.labels | "FinalLabel" >> timed(STEP_NAME, _final_label, beam.pvalue.AsDict(merged))
 
 
 def _label_sketch(element):
@@ -238,7 +321,7 @@ def _label_sketch(element):
 
 def _resolve(element, cfg: NearDedupConfig):
     _, members = element
-    for decision in resolve_component(list(members), cfg):
+    for decision in resolve_component([SketchData.from_wire(m) for m in members], cfg):
         yield decision.id, decision
 
 
@@ -278,26 +361,64 @@ class DistributedDecisions(beam.PTransform):
 
 # ---------------------------------------------------------------- the in-memory path
 
-def _resolve_all(element, cfg: NearDedupConfig):
-    _, sketches = element
-    for decision in dedup_in_memory(sketches, cfg):
+def _index_rows(sketches, cfg: NearDedupConfig):
+    """The index rows of kept new documents: their sketch rows and band-key rows."""
+    if not sketches:
+        return
+    keys = bucket_key_matrix([s.signature for s in sketches], cfg).tolist()
+    for sketch, row in zip(sketches, keys):
+        yield beam.pvalue.TaggedOutput("index_sketches", sketch_row(sketch))
+        for key in row:
+            yield beam.pvalue.TaggedOutput("index_bands", {"key": key, "id": sketch.id})
+
+
+def _resolve_all(element, cfg: NearDedupConfig, with_index: bool):
+    _, wires = element
+    sketches = [SketchData.from_wire(w) for w in wires]
+    new_ids = [s.id for s in sketches if not s.old]
+    if len(set(new_ids)) != len(new_ids):
+        seen: set = set()
+        duplicate = next(i for i in new_ids if i in seen or seen.add(i))
+        raise ValueError(f"near_dedup: document id {duplicate} occurs more than once; ids must be unique")
+    decisions = dedup_in_memory(sketches, cfg)
+    for decision in decisions:
         yield decision.id, decision
+    if with_index:
+        removed = {d.id for d in decisions if d.removed}
+        yield from _index_rows([s for s in sketches if not s.old and s.id not in removed], cfg)
 
 
 class DedupInMemory(beam.PTransform):
-    """``(id, Sketch)`` → ``(id, Decision)``: every sketch on one worker, ``dedup_in_memory``."""
+    """``(id, sketch tuple)`` → ``(id, Decision)``: every sketch on one worker, ``dedup_in_memory``; with
+    ``with_index``, the kept documents' index rows on ``index_sketches`` / ``index_bands`` too."""
 
-    def __init__(self, cfg: NearDedupConfig):
+    def __init__(self, cfg: NearDedupConfig, with_index: bool = False):
         super().__init__()
-        self.cfg = cfg
+        self.cfg, self.with_index = cfg, with_index
 
     def expand(self, sketches):
         return (
             sketches
             | "OneGroup" >> beam.Map(lambda kv: (0, kv[1]))
             | "GatherAll" >> beam.GroupByKey()
-            | "DedupInMemory" >> timed(STEP_NAME, _resolve_all, self.cfg)
+            | "DedupInMemory" >> timed(STEP_NAME, _resolve_all, self.cfg, self.with_index).with_outputs(
+                "index_sketches", "index_bands", main="decisions")
         )
+
+
+class _DecideWithSideInputFn(StepFn):
+    """``(id, doc)`` and every decision as a side input (the in-memory path: they fit one worker anyway) →
+    ``(doc, reason)``: the documents need no shuffle."""
+
+    def __init__(self):
+        super().__init__(STEP_NAME)
+
+    def process(self, element, decisions):
+        started = time.perf_counter()
+        doc_id, doc = element
+        reason = decide(doc, decisions.get(doc_id))
+        self.busy(time.perf_counter() - started)
+        yield doc, reason
 
 
 # ---------------------------------------------------------------- decisions → (doc, reason)
@@ -327,11 +448,10 @@ class _DecideFn(StepFn):
         doc = docs[0]
         reason = decide(doc, decisions[0] if decisions else None)
         yield doc, reason
-        if reason is None and sketches and not sketches[0].old:
-            sketch = sketches[0]
-            yield beam.pvalue.TaggedOutput("index_sketches", sketch_row(sketch))
-            for key in bucket_keys(sketch, self._cfg):
-                yield beam.pvalue.TaggedOutput("index_bands", {"key": key, "id": sketch.id})
+        if reason is None and sketches:
+            sketch = SketchData.from_wire(sketches[0])
+            if not sketch.old:
+                yield from _index_rows([sketch], self._cfg)
 
 
 class Decisions(beam.PTransform):
@@ -362,33 +482,44 @@ class NearDedupDecide(beam.PTransform):
 
     def expand(self, docs):
         cfg = self.cfg
-        sketched = docs | "Sketch" >> Sketch(cfg)
-        sketches, bands = sketched[SKETCHES] | "SketchesAndBands" >> SketchesAndBands(cfg, self.against_dirs)
-        if self.path == "memory":
-            decisions = sketches | "DedupInMemory" >> DedupInMemory(cfg)
-        elif self.path == "beam":
-            decisions = {"sketches": sketches, "bands": bands} | "Distributed" >> DistributedDecisions(cfg)
-        else:  # auto: choose at run time from the number of sketches; the other path then sees empty inputs
-            count = beam.pvalue.AsSingleton(sketches | "CountSketches" >> beam.combiners.Count.Globally())
-            limit = cfg.memory_max_docs
-            route = lambda _, parts, n, limit=limit: 0 if n <= limit else 1  # noqa: E731
-            routed_sketches = sketches | "RouteSketches" >> beam.Partition(route, 2, count)
-            routed_bands = bands | "RouteBands" >> beam.Partition(route, 2, count)
-            decisions = (
-                (routed_sketches[0] | "DedupInMemory" >> DedupInMemory(cfg),
-                 {"sketches": routed_sketches[1], "bands": routed_bands[1]}
-                 | "Distributed" >> DistributedDecisions(cfg))
-                | "AllDecisions" >> beam.Flatten()
-            )
-        # The sketches join the decisions only when the kept documents' index is wanted.
-        to_join = {"doc": sketched[DOCS], "decision": decisions}
+        # Band keys are needed by the distributed path only (the in-memory path keys its signature matrix);
+        # without earlier runs' indexes they are emitted by the sketching step itself.
+        emit_bands = self.path != "memory" and not self.against_dirs
+        sketched = docs | "Sketch" >> Sketch(cfg, bands=emit_bands)
+        if self.against_dirs:
+            sketches, bands = sketched[SKETCHES] | "SketchesAndBands" >> SketchesAndBands(cfg, self.against_dirs)
+        else:
+            sketches, bands = sketched[SKETCHES], sketched[BANDS]
+        if self.path == "memory":  # the documents take the decisions as a side input: no shuffle of documents
+            resolved = sketches | "DedupInMemory" >> DedupInMemory(cfg, with_index=bool(self.index_out_dir))
+            decided = sketched[DOCS] | "Decide" >> beam.ParDo(_DecideWithSideInputFn(),
+                                                               beam.pvalue.AsDict(resolved.decisions))
+            index = resolved
+        else:
+            if self.path == "beam":
+                decisions = {"sketches": sketches, "bands": bands} | "Distributed" >> DistributedDecisions(cfg)
+            else:  # auto: choose at run time from the number of sketches; the other path then sees empty inputs
+                count = beam.pvalue.AsSingleton(sketches | "CountSketches" >> beam.combiners.Count.Globally())
+                limit = cfg.memory_max_docs
+                route = lambda _, parts, n, limit=limit: 0 if n <= limit else 1  # noqa: E731
+                routed_sketches = sketches | "RouteSketches" >> beam.Partition(route, 2, count)
+                routed_bands = bands | "RouteBands" >> beam.Partition(route, 2, count)
+                decisions = (
+                    ((routed_sketches[0] | "DedupInMemory" >> DedupInMemory(cfg)).decisions,
+                     {"sketches": routed_sketches[1], "bands": routed_bands[1]}
+                     | "Distributed" >> DistributedDecisions(cfg))
+                    | "AllDecisions" >> beam.Flatten()
+                )
+            # The sketches join the decisions only when the kept documents' index is wanted.
+            to_join = {"doc": sketched[DOCS], "decision": decisions}
+            if self.index_out_dir:
+                to_join["sketch"] = sketches
+            joined = to_join | "Decisions" >> Decisions(cfg)
+            decided, index = joined.decided, joined
         if self.index_out_dir:
-            to_join["sketch"] = sketches
-        decided = to_join | "Decisions" >> Decisions(cfg)
-        if self.index_out_dir:
-            ({"sketches": decided.index_sketches, "bands": decided.index_bands}
+            ({"sketches": index.index_sketches, "bands": index.index_bands}
              | "WriteIndex" >> WriteIndex(self.index_out_dir, cfg))
-        return decided.decided
+        return decided
 
 
 class NearDedup(beam.PTransform):

@@ -2,12 +2,15 @@
 
 Pure core (no Beam; shared by both execution paths so that they give identical results):
 
-1. ``SketchBuilder.sketch(doc)``: shingles (words, or characters in CJK text) → sorted shingle-hash set and a
-   MinHash signature (or a 64-bit SimHash).
-2. ``bucket_keys``: LSH band keys (or SimHash permuted-block keys).
+1. ``SketchBuilder.sketch_batch(docs)``: shingles (words, or characters in CJK text) → sorted 32-bit
+   shingle-hash set and a MinHash signature (one-permutation by default, or datasketch's permutations), or a
+   64-bit SimHash, for a batch of documents at once.
+2. ``bucket_keys`` / ``bucket_key_matrix``: LSH band keys (or SimHash permuted-block keys), packed integers.
 3. ``star_edges``: each bucket links its members to its first member in rank order (linear, never all pairs,
    so a hot bucket of thousands of ids costs thousands of edges).
 4. ``verify``: an edge is kept only if the similarity (exact shingle Jaccard by default) reaches the threshold.
+   The MinHash estimate settles the clear cases (far below or far above the threshold, for documents long
+   enough for the estimate to be tight); the exact Jaccard is computed only for the ambiguous ones.
 5. Connected components of the verified edges.
 6. ``resolve_component``: in rank order (old runs' documents first, then smallest id or highest quality), a
    document is removed only if it is itself similar enough to an already kept member, otherwise it is kept.
@@ -34,10 +37,14 @@ from transforms.near_dedup.minhash import Sketch
 
 STEP_NAME = "near_dedup"
 REASON = "near_duplicate"
-INDEX_FORMAT_VERSION = 1
-# Before an exact Jaccard, skip kept members whose MinHash estimate is this far below the threshold: with 128
-# permutations the estimate's standard deviation near J=0.8 is ~0.035, so 0.15 is over four of them.
+INDEX_FORMAT_VERSION = 2  # 2: 32-bit shingle sets, integer band keys, one-permutation signatures
+# The MinHash estimate decides without an exact Jaccard when it is this far from the threshold: with 128
+# permutations its standard deviation near J=0.8 is ~0.035, so 0.15 is over four of them.
 _PREFILTER_MARGIN = 0.15
+# ... and only for documents with at least this many shingles per signature entry: the one-permutation
+# signature of a shorter document fills many bins by densification and its estimate is less tight (shorter
+# documents are cheap to compare exactly).
+_RELIABLE_SHINGLES_PER_BIN = 2
 # Components up to this size choose star centres by exact coverage (at most ~2,000 Jaccards); larger ones by
 # the MinHash estimate, so that a component of thousands of near-identical pages stays linear in exact work.
 _EXACT_COVERAGE_MAX_MEMBERS = 64
@@ -61,7 +68,10 @@ class NearDedupConfig(BaseModel):
         "fast", description="sha1: datasketch's sha1_hash32 of each shingle string (slower, bit-compatible)")
     num_perm: int = Field(128, ge=8, le=1024)
     seed: int = Field(1, ge=0)
-    scheme: Literal["affine32", "legacy"] = "affine32"
+    scheme: Literal["oph", "affine32", "legacy"] = Field(
+        "oph", description="oph: one-permutation MinHash with optimal densification (one sort per document); "
+                           "affine32 / legacy: datasketch's num_perm permutations (>= 2.0 / < 2.0), the same "
+                           "signature as datasketch.MinHash for the same seed")
     lsh_threshold: Optional[float] = Field(
         0.7, gt=0.0, lt=1.0, description="candidate threshold for the optimal bands x rows; below `threshold` "
                                          "for recall, verification restores precision (default 0.7)")
@@ -86,7 +96,9 @@ class NearDedupConfig(BaseModel):
         200_000_000, ge=0, description="auto, when the caller passes the input size: the in-memory path up to this "
                                        "many input bytes (files as stored, plus earlier runs' index files), decided "
                                        "when the graph is built, which spares the run-time routing")
-    cc_max_rounds: int = Field(12, ge=1, le=64, description="large-star/small-star rounds of the Beam path")
+    cc_max_rounds: int = Field(2, ge=0, le=64, description="large-star/small-star rounds of the Beam path; the "
+                                                           "few edges still crossing labels afterwards are merged "
+                                                           "on one worker (exact components for any value)")
 
     @model_validator(mode="after")
     def _check(self) -> "NearDedupConfig":
@@ -150,46 +162,70 @@ def doc_rank(doc_id: int, annotations: dict | None, cfg: NearDedupConfig, old: b
 
 
 class SketchBuilder:
-    """Turns documents into sketches. Holds a per-instance word-hash memo (bounded), nothing global."""
-
-    _WORD_CACHE_LIMIT = 1 << 20
+    """Turns documents into sketches, a batch at a time (tokens, word and shingle hashes and signatures are
+    computed for the whole batch in numpy). Holds no state across batches."""
 
     def __init__(self, cfg: NearDedupConfig):
         self.cfg = cfg
-        self.hasher = minhash.MinHasher(cfg.num_perm, cfg.seed, cfg.scheme) if cfg.method == "minhash" else None
-        self._word_cache: dict[str, int] = {}
+        self.shingler = minhash.ShingleHasher(cfg.word_ngram, cfg.cjk_ngram)
+        self.hasher = minhash.make_hasher(cfg.num_perm, cfg.seed, cfg.scheme) if cfg.method == "minhash" else None
+
+    def shingle_sets(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Sorted unique uint32 shingle hashes of each text."""
+        if self.cfg.shingle_hash == "sha1":
+            out = []
+            for text in texts:
+                tokens, is_characters = minhash.shingle_units(*minhash.tokenize(text))
+                out.append(minhash.shingle_hashes_sha1(tokens, self.cfg.cjk_ngram if is_characters
+                                                       else self.cfg.word_ngram))
+            return out
+        return self.shingler.shingle_sets(texts)
 
     def shingles(self, text: str) -> np.ndarray:
-        tokens, is_characters = minhash.shingle_units(*minhash.tokenize(text))
-        ngram = self.cfg.cjk_ngram if is_characters else self.cfg.word_ngram
-        if self.cfg.shingle_hash == "sha1":
-            return minhash.shingle_hashes_sha1(tokens, ngram)
-        if len(self._word_cache) > self._WORD_CACHE_LIMIT:
-            self._word_cache.clear()
-        return minhash.shingle_hashes(tokens, ngram, self._word_cache)
+        return self.shingle_sets([text])[0]
+
+    def signatures(self, sets: Sequence[np.ndarray]) -> np.ndarray:
+        """(documents × num_perm) uint32 MinHash signatures, or (documents × 1) uint64 SimHashes."""
+        if self.cfg.method == "simhash":
+            return np.array([[simhash.simhash(s)] for s in sets], dtype=np.uint64).reshape(len(sets), 1)
+        return self.hasher.signatures(sets)
 
     def signature(self, shingles: np.ndarray) -> np.ndarray:
-        if self.cfg.method == "simhash":
-            return np.array([simhash.simhash(shingles)], dtype=np.uint64)
-        return self.hasher.signature(minhash.to_hash32(shingles, self.cfg.shingle_hash))
+        return self.signatures([shingles])[0]
+
+    def sketch_batch(self, docs: Sequence[Doc]) -> list[Optional[Sketch]]:
+        """One sketch per document, None for a document without a single token (it takes no part in near-dedup
+        and is kept)."""
+        for doc in docs:
+            doc_id = doc["id"]
+            if not isinstance(doc_id, (int, np.integer)) or isinstance(doc_id, bool):
+                raise ValueError(f"near_dedup needs integer document ids (Contract 1), got {doc_id!r}")
+        sets = self.shingle_sets([doc.get("text") or "" for doc in docs])
+        present = [i for i, s in enumerate(sets) if len(s)]
+        signatures = self.signatures([sets[i] for i in present])
+        out: list[Optional[Sketch]] = [None] * len(docs)
+        for row, i in enumerate(present):
+            doc_id = int(docs[i]["id"])
+            out[i] = Sketch(doc_id, doc_rank(doc_id, docs[i].get("annotations"), self.cfg), signatures[row], sets[i])
+        return out
 
     def sketch(self, doc: Doc) -> Optional[Sketch]:
-        """None for a document without a single token (it takes no part in near-dedup and is kept)."""
-        doc_id = doc["id"]
-        if not isinstance(doc_id, (int, np.integer)) or isinstance(doc_id, bool):
-            raise ValueError(f"near_dedup needs integer document ids (Contract 1), got {doc_id!r}")
-        shingles = self.shingles(doc.get("text") or "")
-        if len(shingles) == 0:
-            return None
-        return Sketch(int(doc_id), doc_rank(int(doc_id), doc.get("annotations"), self.cfg),
-                      self.signature(shingles), shingles)
+        return self.sketch_batch([doc])[0]
 
 
-def bucket_keys(sketch: Sketch, cfg: NearDedupConfig) -> list[bytes]:
+def bucket_keys(sketch: Sketch, cfg: NearDedupConfig) -> list[int]:
+    """The bucket keys of one sketch (packed integers, unique across bands / tables)."""
+    return bucket_key_matrix([sketch.signature], cfg)[0].tolist()
+
+
+def bucket_key_matrix(signatures: Sequence[np.ndarray] | np.ndarray, cfg: NearDedupConfig) -> np.ndarray:
+    """(documents × bands) int64 bucket keys of many signatures at once."""
     if cfg.method == "simhash":
-        return simhash.bucket_keys(int(sketch.signature[0]), cfg.simhash_blocks, cfg.simhash_max_distance)
+        return simhash.bucket_key_matrix(np.asarray(signatures, dtype=np.uint64).reshape(-1), cfg.simhash_blocks,
+                                         cfg.simhash_max_distance)
     bands, rows = cfg.band_shape()
-    return minhash.band_keys(sketch.signature, bands, rows)
+    signatures = np.asarray(signatures, dtype=np.uint32).reshape(-1, cfg.num_perm)
+    return minhash.band_key_matrix(signatures, bands, rows)
 
 
 def star_edges(members: Iterable[tuple[tuple, int, bool]]) -> Iterator[tuple[int, int]]:
@@ -213,6 +249,46 @@ def star_edges(members: Iterable[tuple[tuple, int, bool]]) -> Iterator[tuple[int
             yield doc_id, first_new
 
 
+def star_edge_arrays(keys: np.ndarray, old: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``star_edges`` of every bucket at once: ``keys`` (documents × bands) are the bucket keys of documents
+    already in rank order, ``old`` marks earlier runs' documents. Returns the distinct edges ``(a, b)`` as
+    positions in that order (``a < b``): per band, a stable sort by key puts each bucket's members together in
+    rank order, the first is the centre."""
+    n = len(keys)
+    if n < 2:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    position = np.arange(n)
+    parts_a, parts_b = [], []
+    any_old = bool(old.any())
+    for band in range(keys.shape[1]):
+        column = keys[:, band]
+        order = np.argsort(column, kind="stable")
+        sorted_keys = column[order]
+        first = np.empty(n, dtype=bool)
+        first[0] = True
+        np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=first[1:])
+        if first.all():
+            continue
+        group = np.cumsum(first) - 1
+        starts = np.flatnonzero(first)
+        centre = order[starts][group]
+        later = ~first
+        if not any_old:
+            parts_a.append(centre[later])
+            parts_b.append(order[later])
+            continue
+        old_sorted = old[order]
+        first_new = np.minimum.reduceat(np.where(old_sorted, n, position), starts)[group]
+        new_member = later & ~old_sorted
+        old_member = later & old_sorted & old[centre] & (first_new < n)  # linked to the bucket's first new one
+        parts_a += [centre[new_member], order[old_member]]
+        parts_b += [order[new_member], order[np.minimum(first_new, n - 1)][old_member]]
+    if not parts_a:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    codes = np.unique(np.concatenate(parts_a).astype(np.int64) * n + np.concatenate(parts_b))
+    return codes // n, codes % n
+
+
 def similarity(a: Sketch, b: Sketch, cfg: NearDedupConfig) -> float:
     if cfg.verify == "exact":
         return minhash.exact_jaccard(a.shingles, b.shingles)
@@ -232,8 +308,84 @@ def similar_enough(sim: float, cfg: NearDedupConfig) -> bool:
     return sim >= similarity_floor(cfg) - 1e-12
 
 
-def verify_edge(a: Sketch, b: Sketch, cfg: NearDedupConfig) -> bool:
-    return similar_enough(similarity(a, b, cfg), cfg)
+class SimilarityCache:
+    """Similarities already computed in this run, by unordered id pair (edge verification and component
+    resolution share it, so no pair is compared twice)."""
+
+    def __init__(self, cfg: NearDedupConfig):
+        self.cfg = cfg
+        self._known: dict[tuple[int, int], float] = {}
+        self.computed = 0
+
+    def get(self, a: Sketch, b: Sketch) -> float:
+        key = (a.id, b.id) if a.id < b.id else (b.id, a.id)
+        value = self._known.get(key)
+        if value is None:
+            value = self._known[key] = similarity(a, b, self.cfg)
+            self.computed += 1
+        return value
+
+
+def _estimates_decide(cfg: NearDedupConfig) -> bool:
+    """Whether MinHash estimates may settle clear cases before an exact Jaccard."""
+    return cfg.method == "minhash" and cfg.verify == "exact"
+
+
+def _reliable(sizes_a: np.ndarray, sizes_b: np.ndarray, cfg: NearDedupConfig) -> np.ndarray:
+    """Pairs whose MinHash estimate is tight enough to decide by: always with num_perm permutations; with one
+    permutation, when both documents have at least ``_RELIABLE_SHINGLES_PER_BIN`` shingles per bin."""
+    if cfg.scheme != "oph":
+        return np.ones(np.broadcast(sizes_a, sizes_b).shape, dtype=bool)
+    return np.minimum(sizes_a, sizes_b) >= _RELIABLE_SHINGLES_PER_BIN * cfg.num_perm
+
+
+def _agreement(signatures: np.ndarray, a: np.ndarray, b: np.ndarray, block: int = 8192) -> np.ndarray:
+    """Fraction of equal signature entries of each pair (a[i], b[i])."""
+    out = np.empty(len(a))
+    for start in range(0, len(a), block):
+        sl = slice(start, start + block)
+        out[sl] = (signatures[a[sl]] == signatures[b[sl]]).mean(axis=1)
+    return out
+
+
+def verify_edge(a: Sketch, b: Sketch, cfg: NearDedupConfig, cache: Optional[SimilarityCache] = None) -> bool:
+    """Whether a candidate edge is a near-duplicate: decided by the MinHash estimate when it is clear (far from
+    the threshold, documents long enough), otherwise by the configured similarity."""
+    if _estimates_decide(cfg) and bool(_reliable(np.array(len(a.shingles)), np.array(len(b.shingles)), cfg)):
+        estimate = minhash.estimated_jaccard(a.signature, b.signature)
+        if estimate < cfg.threshold - _PREFILTER_MARGIN:
+            return False
+        if estimate >= cfg.threshold + _PREFILTER_MARGIN:
+            return True
+    sim = cache.get(a, b) if cache is not None else similarity(a, b, cfg)
+    return similar_enough(sim, cfg)
+
+
+def verify_edge_arrays(ordered: Sequence[Sketch], signatures: np.ndarray, a: np.ndarray, b: np.ndarray,
+                       cfg: NearDedupConfig, cache: SimilarityCache) -> np.ndarray:
+    """``verify_edge`` for many edges (positions in ``ordered``), estimates computed for all at once."""
+    keep = np.zeros(len(a), dtype=bool)
+    if not len(a):
+        return keep
+    if cfg.method == "simhash" and cfg.verify == "estimated":
+        values = signatures[:, 0]
+        distance = np.bitwise_count(values[a] ^ values[b])
+        return 1.0 - distance / simhash.BITS >= similarity_floor(cfg) - 1e-12
+    if cfg.method == "minhash":
+        estimate = _agreement(signatures, a, b)
+        if cfg.verify == "estimated":
+            return estimate >= cfg.threshold - 1e-12
+        sizes = np.fromiter((len(s.shingles) for s in ordered), dtype=np.int64, count=len(ordered))
+        reliable = _reliable(sizes[a], sizes[b], cfg)
+        keep = reliable & (estimate >= cfg.threshold + _PREFILTER_MARGIN)
+        ambiguous = ~reliable | (np.abs(estimate - cfg.threshold) < _PREFILTER_MARGIN)
+        ambiguous &= ~keep
+    else:
+        ambiguous = np.ones(len(a), dtype=bool)
+    floor = similarity_floor(cfg) - 1e-12
+    for i in np.flatnonzero(ambiguous).tolist():
+        keep[i] = cache.get(ordered[a[i]], ordered[b[i]]) >= floor
+    return keep
 
 
 class _ComponentSimilarity:
@@ -245,21 +397,23 @@ class _ComponentSimilarity:
     similarity is computed up front (estimates are cheap).
     """
 
-    def __init__(self, ordered: Sequence[Sketch], cfg: NearDedupConfig):
+    def __init__(self, ordered: Sequence[Sketch], cfg: NearDedupConfig, cache: Optional[SimilarityCache] = None):
         self.ordered, self.cfg = ordered, cfg
+        self.cache = cache or SimilarityCache(cfg)
         self.floor = similarity_floor(cfg) - 1e-12
         n = len(ordered)
-        self.lazy = cfg.method == "minhash" and cfg.verify == "exact"
+        self.lazy = _estimates_decide(cfg)
         if self.lazy:
             signatures = np.stack([s.signature for s in ordered])
             estimates = np.stack([(signatures == signatures[i]).mean(axis=1) for i in range(n)])
+            sizes = np.array([len(s.shingles) for s in ordered])
+            reliable = _reliable(sizes[:, None], sizes[None, :], cfg)
             self.likely = estimates >= cfg.threshold  # only ranks centres by how much they would cover
-            self.candidate = estimates >= cfg.threshold - _PREFILTER_MARGIN
-            self._exact: dict[tuple[int, int], float] = {}
+            self.candidate = (estimates >= cfg.threshold - _PREFILTER_MARGIN) | ~reliable
         else:
             self.sims = np.zeros((n, n))
             for i, j in itertools.combinations(range(n), 2):
-                self.sims[i, j] = self.sims[j, i] = similarity(ordered[i], ordered[j], cfg)
+                self.sims[i, j] = self.sims[j, i] = self.cache.get(ordered[i], ordered[j])
             self.likely = self.candidate = self.sims >= self.floor
         old = np.array([s.old for s in ordered])
         self.candidate = self.candidate & ~(old[:, None] & old[None, :])  # old documents are never compared
@@ -273,10 +427,7 @@ class _ComponentSimilarity:
     def get(self, i: int, j: int) -> float:
         if not self.lazy:
             return float(self.sims[i, j])
-        key = (i, j) if i < j else (j, i)
-        if key not in self._exact:
-            self._exact[key] = similarity(self.ordered[i], self.ordered[j], self.cfg)
-        return self._exact[key]
+        return self.cache.get(self.ordered[i], self.ordered[j])
 
     def similar(self, i: int, among: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The members of ``among`` (a boolean mask) similar enough to ``i``, and their similarities."""
@@ -286,7 +437,23 @@ class _ComponentSimilarity:
         return candidates[close], sims[close]
 
 
-def resolve_component(members: Sequence[Sketch], cfg: NearDedupConfig) -> list[Decision]:
+def _resolve_pair(ordered: Sequence[Sketch], cfg: NearDedupConfig, cache: SimilarityCache) -> list[Decision]:
+    """``resolve_component`` of two documents, without the matrices (most components are pairs)."""
+    first, second = ordered
+    if second.old:  # both old: nothing to decide
+        return []
+    sim = cache.get(first, second)
+    if not similar_enough(sim, cfg):
+        kept = [second] if first.old else [first, second]
+        return sorted(Decision(s.id, s.id, 1.0, False) for s in kept)
+    removed = Decision(second.id, first.id, round(float(sim), 6), True, 1, first.old)
+    if first.old:
+        return [removed]
+    return sorted([removed, Decision(first.id, first.id, 1.0, False, 2)])
+
+
+def resolve_component(members: Sequence[Sketch], cfg: NearDedupConfig,
+                      cache: Optional[SimilarityCache] = None) -> list[Decision]:
     """Star resolution of one connected component: decisions for its new documents.
 
     Documents of earlier runs are kept first; a new document similar enough to one of them is removed for the
@@ -298,10 +465,13 @@ def resolve_component(members: Sequence[Sketch], cfg: NearDedupConfig) -> list[D
     the threshold against the document kept for it (exactly, with ``verify="exact"``). Components above
     ``degree_max_component`` use the linear-memory rank rule.
     """
+    cache = cache or SimilarityCache(cfg)
     ordered = sorted(members, key=lambda s: s.rank)
+    if len(ordered) == 2:
+        return _resolve_pair(ordered, cfg, cache)
     if len(ordered) > cfg.degree_max_component:
-        return _resolve_incremental(ordered, cfg)
-    sims = _ComponentSimilarity(ordered, cfg)
+        return _resolve_incremental(ordered, cfg, cache)
+    sims = _ComponentSimilarity(ordered, cfg, cache)
     old = np.array([s.old for s in ordered])
     unassigned = ~old
     decisions: list[Decision] = []
@@ -327,27 +497,32 @@ def resolve_component(members: Sequence[Sketch], cfg: NearDedupConfig) -> list[D
     return sorted(decisions)
 
 
-def _resolve_incremental(ordered: Sequence[Sketch], cfg: NearDedupConfig) -> list[Decision]:
+def _resolve_incremental(ordered: Sequence[Sketch], cfg: NearDedupConfig,
+                         cache: Optional[SimilarityCache] = None) -> list[Decision]:
     """Rank-order resolution in memory linear in the component: each document, in rank order, is removed for
     its most similar already kept document if that one is similar enough, otherwise kept."""
+    cache = cache or SimilarityCache(cfg)
     kept: list[Sketch] = []
     kept_signatures: list[np.ndarray] = []
+    kept_sizes: list[int] = []
     removed_for: dict[int, int] = {}
     decisions: list[Decision] = []
-    use_prefilter = cfg.method == "minhash" and cfg.verify == "exact"
+    use_prefilter = _estimates_decide(cfg)
     for sketch in ordered:
         if sketch.old:
             kept.append(sketch)
             kept_signatures.append(sketch.signature)
+            kept_sizes.append(len(sketch.shingles))
             continue
         best_sim, best = -1.0, None
         if kept:
             candidates = range(len(kept))
             if use_prefilter:
                 estimates = (np.stack(kept_signatures) == sketch.signature).mean(axis=1)
-                candidates = np.flatnonzero(estimates >= cfg.threshold - _PREFILTER_MARGIN)
+                unreliable = ~_reliable(np.array(kept_sizes), np.array(len(sketch.shingles)), cfg)
+                candidates = np.flatnonzero((estimates >= cfg.threshold - _PREFILTER_MARGIN) | unreliable)
             for index in candidates:
-                sim = similarity(sketch, kept[index], cfg)
+                sim = cache.get(sketch, kept[index])
                 if sim > best_sim:
                     best_sim, best = sim, kept[index]
         if best is not None and similar_enough(best_sim, cfg):
@@ -356,6 +531,7 @@ def _resolve_incremental(ordered: Sequence[Sketch], cfg: NearDedupConfig) -> lis
         else:
             kept.append(sketch)
             kept_signatures.append(sketch.signature)
+            kept_sizes.append(len(sketch.shingles))
     decisions.extend(Decision(s.id, s.id, 1.0, False, 1 + removed_for.get(s.id, 0)) for s in kept if not s.old)
     return sorted(decisions)
 
@@ -381,6 +557,25 @@ def connected_components(edges: Iterable[tuple[int, int]]) -> dict[int, int]:
     return {node: find(node) for node in parent}
 
 
+def component_labels(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Connected components of nodes 0..n-1 under edges (a, b): each node's label is the smallest node of its
+    component (vectorized hooking of roots onto smaller roots, then pointer jumping, until no edge crosses)."""
+    parent = np.arange(n)
+    while len(a):
+        ra, rb = parent[a], parent[b]
+        crossing = ra != rb
+        if not crossing.any():
+            break
+        ra, rb = ra[crossing], rb[crossing]
+        np.minimum.at(parent, np.maximum(ra, rb), np.minimum(ra, rb))
+        while True:
+            grand = parent[parent]
+            if np.array_equal(grand, parent):
+                break
+            parent = grand
+    return parent
+
+
 def drop_superseded_old(sketches: Iterable[Sketch]) -> list[Sketch]:
     """A document id present in the new input and in an old index is the same document: the new one stands
     (so a document never removes itself and refreshing against one's own earlier output changes nothing)."""
@@ -390,21 +585,28 @@ def drop_superseded_old(sketches: Iterable[Sketch]) -> list[Sketch]:
 
 
 def dedup_in_memory(sketches: Iterable[Sketch], cfg: NearDedupConfig) -> list[Decision]:
-    """The whole algorithm on one machine; the Beam path computes exactly the same decisions."""
-    by_id = {s.id: s for s in drop_superseded_old(sketches)}
-    buckets: dict[bytes, list[tuple[tuple, int, bool]]] = {}
-    for sketch in by_id.values():
-        for key in bucket_keys(sketch, cfg):
-            buckets.setdefault(key, []).append((sketch.rank, sketch.id, sketch.old))
-    edges = {edge for members in buckets.values() for edge in star_edges(members)}
-    verified = [(a, b) for a, b in sorted(edges) if verify_edge(by_id[a], by_id[b], cfg)]
-    components: dict[int, list[Sketch]] = {}
-    for node, label in connected_components(verified).items():
-        components.setdefault(label, []).append(by_id[node])
-    decisions = []
-    for label in sorted(components):
-        decisions.extend(resolve_component(components[label], cfg))
-    return decisions
+    """The whole algorithm on one machine, vectorized: bucket keys of all signatures at once, star edges by a
+    sort per band, estimates of all candidate edges at once, exact Jaccards only where they are ambiguous,
+    components by array union-find, then each component's star resolution. The Beam path computes exactly the
+    same decisions."""
+    ordered = sorted(drop_superseded_old(sketches), key=lambda s: s.rank)
+    if len(ordered) < 2:
+        return []
+    signatures = np.stack([s.signature for s in ordered])
+    keys = bucket_key_matrix(signatures, cfg)
+    old = np.fromiter((s.old for s in ordered), dtype=bool, count=len(ordered))
+    a, b = star_edge_arrays(keys, old)
+    cache = SimilarityCache(cfg)
+    verified = verify_edge_arrays(ordered, signatures, a, b, cfg, cache)
+    a, b = a[verified], b[verified]
+    labels = component_labels(len(ordered), a, b)
+    nodes = np.unique(np.concatenate((a, b)))
+    nodes = nodes[np.argsort(labels[nodes], kind="stable")]
+    bounds = np.flatnonzero(np.diff(labels[nodes])) + 1
+    decisions: list[Decision] = []
+    for component in np.split(nodes, bounds) if len(nodes) else []:
+        decisions.extend(resolve_component([ordered[i] for i in component.tolist()], cfg, cache))
+    return sorted(decisions)
 
 
 def decide(doc: Doc, decision: Optional[Decision]) -> Optional[str]:

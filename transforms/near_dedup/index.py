@@ -1,7 +1,7 @@
 """The near-dedup index on disk: what a run writes into its dedup folder and a later refresh reads back.
 
-    sketches-*.parquet    id, signature (bytes), shingles (little-endian uint64 bytes) of every kept document
-    bands-*.parquet       key (bytes), id: the LSH band (or SimHash block) keys of the same documents
+    sketches-*.parquet    id, signature (bytes), shingles (little-endian uint32 bytes) of every kept document
+    bands-*.parquet       key (int64), id: the LSH band (or SimHash block) keys of the same documents
     index_params.json     the parameters that must match for a refresh (``NearDedupConfig.index_params``)
 
 ``check_index_params`` refuses an index built with other parameters (when the graph is built);
@@ -26,15 +26,15 @@ PARAMS_FILE = "index_params.json"
 
 
 def sketch_row(sketch: Sketch) -> dict:
-    return {"id": sketch.id, "signature": sketch.signature.tobytes(),
-            "shingles": sketch.shingles.astype("<u8").tobytes()}
+    little = sketch.signature.astype(sketch.signature.dtype.newbyteorder("<"))
+    return {"id": sketch.id, "signature": little.tobytes(), "shingles": sketch.shingles.astype("<u4").tobytes()}
 
 
 def sketch_from_row(row: dict, cfg: NearDedupConfig) -> Sketch:
-    dtype = np.uint64 if cfg.method == "simhash" else np.uint32
+    signature_type = (np.dtype("<u8"), np.uint64) if cfg.method == "simhash" else (np.dtype("<u4"), np.uint32)
     return Sketch(int(row["id"]), doc_rank(int(row["id"]), None, cfg, old=True),
-                  np.frombuffer(row["signature"], dtype=dtype).copy(),
-                  np.frombuffer(row["shingles"], dtype="<u8").astype(np.uint64), old=True)
+                  np.frombuffer(row["signature"], dtype=signature_type[0]).astype(signature_type[1]),
+                  np.frombuffer(row["shingles"], dtype="<u4").astype(np.uint32), old=True)
 
 
 def check_index_params(index_dir: str, cfg: NearDedupConfig) -> None:
@@ -63,15 +63,15 @@ def index_bytes(index_dirs: Sequence[str]) -> int:
 
 
 def _old_sketch(row: dict, cfg: NearDedupConfig):
-    yield int(row["id"]), sketch_from_row(row, cfg)
+    yield int(row["id"]), sketch_from_row(row, cfg).to_wire()
 
 
 def _old_band(row: dict):
-    yield int(row["id"]), bytes(row["key"])
+    yield int(row["id"]), int(row["key"])
 
 
 class ReadIndex(beam.PTransform):
-    """Earlier runs' indexes → ``(old_sketches, old_bands)``: ``(id, Sketch)`` and ``(id, band key)``."""
+    """Earlier runs' indexes → ``(old_sketches, old_bands)``: ``(id, sketch tuple)`` and ``(id, band key)``."""
 
     def __init__(self, index_dirs: Sequence[str], cfg: NearDedupConfig):
         super().__init__()
@@ -92,7 +92,7 @@ class ReadIndex(beam.PTransform):
             sketch_reads | "FlattenOldSketches" >> beam.Flatten()
             | "OldSketch" >> timed(STEP_NAME, _old_sketch, self.cfg)
             | "GroupOldById" >> beam.GroupByKey()
-            | "OneOldSketch" >> beam.Map(lambda kv: (kv[0], min(kv[1], key=lambda s: s.shingles.tobytes()))))
+            | "OneOldSketch" >> beam.Map(lambda kv: (kv[0], min(kv[1], key=lambda wire: wire[4]))))
         old_bands = (
             band_reads | "FlattenOldBands" >> beam.Flatten()
             | "OldBand" >> timed(STEP_NAME, _old_band)
@@ -118,7 +118,7 @@ class WriteIndex(beam.PTransform):
             schema=pa.schema([("id", pa.int64()), ("signature", pa.binary()), ("shingles", pa.binary())]))
         rows["bands"] | "WriteIndexBands" >> WriteToParquet(
             FileSystems.join(out, BAND_FILES), file_name_suffix=".parquet",
-            schema=pa.schema([("key", pa.binary()), ("id", pa.int64())]))
+            schema=pa.schema([("key", pa.int64()), ("id", pa.int64())]))
         return (rows["sketches"].pipeline
                 | "IndexParams" >> beam.Create([json.dumps(self.cfg.index_params(), sort_keys=True)])
                 | "WriteIndexParams" >> beam.io.WriteToText(FileSystems.join(out, PARAMS_FILE),

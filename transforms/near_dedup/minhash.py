@@ -104,12 +104,16 @@ _WORD, _CJK = 1, 2
 _ASCII_LOWER = np.frombuffer(bytes(ord(chr(i).lower()) for i in range(256)), dtype=np.uint8).copy()
 _ASCII_WORD = np.array([i < 128 and (chr(i).isalnum() or chr(i) == "_") for i in range(256)])
 _BMP_CLASSES: Optional[np.ndarray] = None
+_BMP_LOWER: Optional[np.ndarray] = None
+# In the lower-case table: characters whose lower case is not one character of a per-character table (İ → i +
+# combining dot; Σ is lower-cased by context, final sigma). A text holding one is lower-cased by Python instead.
+_SPECIAL = 0xFFFFFFFF
 
 
 def _bmp_classes() -> np.ndarray:
     """uint8 class (``_WORD`` | ``_CJK``) of every code point below 0x10000, as the regular expressions define
-    them (built once per process, a few milliseconds)."""
-    global _BMP_CLASSES
+    them, and the per-character lower-case table (built once per process, a few tens of milliseconds)."""
+    global _BMP_CLASSES, _BMP_LOWER
     if _BMP_CLASSES is None:
         table = np.zeros(0x10000, dtype=np.uint8)
         every = "".join(map(chr, range(0x10000)))
@@ -117,7 +121,16 @@ def _bmp_classes() -> np.ndarray:
             table[match.start():match.end()] |= _WORD
         for lo, hi in _CJK_RANGES:
             table[lo:hi + 1] |= _CJK
-        _BMP_CLASSES = table
+        lower = np.arange(0x10000, dtype=np.uint32)
+        for start in range(0, 0x10000, 256):  # block by block: str.lower in C; a block that changes length
+            block = every[start:start + 256]  # (İ → i + combining dot) is done character by character
+            low = block.lower()
+            if len(low) == len(block):
+                lower[start:start + 256] = _code_points(low)
+            else:
+                lower[start:start + 256] = [ord(c.lower()) if len(c.lower()) == 1 else _SPECIAL for c in block]
+        lower[0x3A3] = _SPECIAL  # Σ: final or not depends on the next character
+        _BMP_LOWER, _BMP_CLASSES = lower, table
     return _BMP_CLASSES
 
 
@@ -126,16 +139,37 @@ def _classes(cp: np.ndarray) -> np.ndarray:
     if not len(cp) or int(cp.max()) < 0x10000:
         return table[cp]
     classes = table[np.minimum(cp, 0xFFFF)]
-    astral = cp > 0xFFFF
-    for value in np.unique(cp[astral]).tolist():  # rare: a per-character regular expression is fine
+    for value in np.unique(cp[cp > 0xFFFF]).tolist():  # rare: a per-character regular expression is fine
         classes[cp == value] = _WORD if _WORD_RE.fullmatch(chr(value)) else 0
     return classes
 
 
-def _normalized_lower(text: str) -> str:
+def _normalized(text: str) -> str:
     if not unicodedata.is_normalized("NFKC", text):  # most text already is; the check costs a quarter
         text = unicodedata.normalize("NFKC", text)
-    return text.lower()
+    return text
+
+
+def _lower_code_points(cp: np.ndarray) -> Optional[np.ndarray]:
+    """Per-character lower case of NFKC code points; None when a character needs Python's ``str.lower``."""
+    _bmp_classes()
+    if not len(cp):
+        return cp
+    if int(cp.max()) < 0x10000:
+        lowered = _BMP_LOWER[cp]
+    else:
+        lowered = _BMP_LOWER[np.minimum(cp, 0xFFFF)]
+        astral = cp > 0xFFFF
+        lowered[astral] = cp[astral]
+        for value in np.unique(cp[astral]).tolist():  # rare; few astral letters have a lower case
+            low = chr(value).lower()
+            if low != chr(value):
+                if len(low) != 1:
+                    return None
+                lowered[cp == value] = ord(low)
+    if (lowered == _SPECIAL).any():
+        return None
+    return lowered
 
 
 def _code_points(text: str) -> np.ndarray:
@@ -265,14 +299,20 @@ class ShingleHasher:
                 ascii_idx.append(i)
             else:
                 other_idx.append(i)
-                other_texts.append(_normalized_lower(text))
+                other_texts.append(_normalized(text))
         for chunk in _chunks(ascii_idx, [len(texts[i]) for i in ascii_idx]):
             joined = "\n".join(texts[i] for i in chunk).encode("ascii")
             raw = np.frombuffer(joined, dtype=np.uint8)
             self._word_batch(chunk, _ASCII_LOWER[raw], _ASCII_WORD[raw], [len(texts[i]) for i in chunk], out)
         normalized = dict(zip(other_idx, other_texts))
         for chunk in _chunks(other_idx, [len(t) for t in other_texts]):
-            cp = _code_points("\n".join(normalized[i] for i in chunk))
+            cp = _lower_code_points(_code_points("\n".join(normalized[i] for i in chunk)))
+            if cp is None:  # some text needs Python's lower-casing: lower-case each text on its own
+                for i in chunk:
+                    lowered = _lower_code_points(_code_points(normalized[i]))
+                    if lowered is None:
+                        normalized[i] = normalized[i].lower()
+                cp = _lower_code_points(_code_points("\n".join(normalized[i] for i in chunk)))
             classes = _classes(cp)
             if not (classes & _CJK).any():
                 self._word_batch(chunk, cp, (classes & _WORD).astype(bool), [len(normalized[i]) for i in chunk], out)
@@ -282,12 +322,12 @@ class ShingleHasher:
             cjk_docs = np.add.reduceat((classes & _CJK).astype(bool), doc_starts) > 0
             plain = [i for i, has_cjk in zip(chunk, cjk_docs) if not has_cjk]
             if plain:
-                cp_plain = _code_points("\n".join(normalized[i] for i in plain))
+                cp_plain = _lower_code_points(_code_points("\n".join(normalized[i] for i in plain)))
                 self._word_batch(plain, cp_plain, (_classes(cp_plain) & _WORD).astype(bool),
                                  [len(normalized[i]) for i in plain], out)
             for i, has_cjk in zip(chunk, cjk_docs):
                 if has_cjk:
-                    out[i] = self._cjk_text(normalized[i])
+                    out[i] = self._cjk_text(_lower_code_points(_code_points(normalized[i])))
         return out  # type: ignore[return-value]
 
     def shingle_set(self, text: str) -> np.ndarray:
@@ -327,10 +367,9 @@ class ShingleHasher:
         for k, i in enumerate(chunk):
             out[i] = values[bounds[k]:bounds[k + 1]]
 
-    def _cjk_text(self, text: str) -> np.ndarray:
-        """One text holding CJK characters: each CJK character is a token, other word runs are tokens; a mostly
-        CJK text is shingled over all its word characters."""
-        cp = _code_points(text)
+    def _cjk_text(self, cp: np.ndarray) -> np.ndarray:
+        """One text holding CJK characters (lower-cased code points): each CJK character is a token, other word
+        runs are tokens; a mostly CJK text is shingled over all its word characters."""
         classes = _classes(cp)
         cjk = (classes & _CJK).astype(bool)
         plain_word = ((classes & _WORD) > 0) & ~cjk

@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import re
 import string
+import unicodedata
 from collections import Counter
 from itertools import chain
 from typing import Iterable, Sequence
@@ -60,8 +61,9 @@ _WHITESPACE_RUN_RE = re.compile(r"\s+")
 
 
 def char_stream(text: str) -> str:
-    """``text`` with every run of whitespace replaced by the single visible token ``␣`` (C-level regex)."""
-    return _WHITESPACE_RUN_RE.sub(SPACE_TOKEN, text)
+    """``text`` as the character models read it: NFKC (full-width digits and letters, common in Chinese news, read
+    as their ASCII forms) with every run of whitespace replaced by the single visible token ``␣`` (both in C)."""
+    return _WHITESPACE_RUN_RE.sub(SPACE_TOKEN, unicodedata.normalize("NFKC", text))
 
 
 def tokenize(text: str, max_tokens: int, tokenizer: str = "whitespace") -> list[str]:
@@ -324,13 +326,28 @@ def _earlier_occurrences(doc_of: np.ndarray, keys: np.ndarray) -> np.ndarray:
     return earlier
 
 
+_BRACKET_PAIRS = (("（", "）"), ("(", ")"), ("“", "”"), ("《", "》"), ("「", "」"), ("【", "】"), ("‘", "’"))
+
+
+def bracket_imbalance(text: str) -> float:
+    """Unpaired brackets and quotes per pair used (0 when every one is closed): edited text closes what it opens,
+    shuffled words and Markov chains do not. Counted over the head that the order features read."""
+    head = text[:2048]
+    opened = unpaired = 0
+    for left, right in _BRACKET_PAIRS:
+        a, b = head.count(left), head.count(right)
+        opened += max(a, b)
+        unpaired += abs(a - b)
+    return unpaired / (opened + 1)
+
+
 class OrderFeatures:
     """Word classes + class n-gram model + word statistics: text in, a fixed-length float vector out."""
 
     COHESION = ("log_tokens", "cache_gain", "content_repeat", "name_repeat", "content_share",
                 "pronoun_entropy", "odd_quotes")
     # tokenizer "cjk" only: cohesion over character bigrams (see the module docstring)
-    BIGRAM_COHESION = ("bigram_repeat", "bigram_cache_gain")
+    BIGRAM_COHESION = ("bigram_repeat", "bigram_cache_gain", "bracket_imbalance")
 
     def __init__(self, classes: WordClasses, lm: HashedNgramLM, words: Sequence[str], word_counts: np.ndarray,
                  max_tokens: int, tokenizer: str = "whitespace"):
@@ -489,6 +506,7 @@ class OrderFeatures:
 
         col = len(self.COHESION)
         if self.extra:
+            out[:, col + 2] = [bracket_imbalance(t) for t in texts]
             self._bigram_cohesion(out[:, col:col + len(self.extra)], docs, doc_of, starts, lengths, word_ids,
                                   word_keys, alpha)
             col += len(self.extra)

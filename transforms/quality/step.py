@@ -11,8 +11,8 @@ logistic second stage. Annotations written on every document, under ``annotation
     fasttext    P(high quality) from fastText alone (for comparison and retuning)
     gibberish   P(low quality | fastText passes it) from word order and cohesion; null when fastText alone
                 rejected the document (P(hq) below the gate: the second stage never runs)
-    skipped     (instead of the above, with ``score: null``) why a document of a ``skip_scripts`` script was
-                kept unscored
+    skipped     (instead of the above, with ``score: null``) why a document was kept unscored: its language
+                has no model (``quality.models``), or, without langid, its script is in ``skip_scripts``
     cutoff      (top_fraction) the corpus-wide cut-off the document was judged by
 
 Decision (``mode``), applied to ``score``:
@@ -21,6 +21,11 @@ Decision (``mode``), applied to ``score``:
                   quantiles)
     pareto        keep when pareto(alpha) > 1 - score (GPT-3 / NeMo Curator style), with a draw that is a
                   pure function of (seed, document id): the same documents survive on any runner and rerun.
+
+Per language: a document is scored by the model of its language (``langid.lang``; without the langid step the
+CJK-share heuristic ``normalize.script`` → ``fallback_langs``): ``quality.model``/``train_data`` for
+``model_lang`` (en), ``quality.models.<lang>`` for the others (zh: trained from the shipped Chinese data, over
+characters). Each default model is trained once into the cache (``ensure_models``).
 
 The Beam step (``QualityFilter``) reads as its parts: ``Score`` → ``Cutoff`` (top_fraction only) → ``Decide`` →
 the shared routing tail; threshold and pareto score and decide in one per-document step (``QualityStep``).
@@ -42,12 +47,38 @@ from pydantic import BaseModel, ConfigDict, Field
 from runio.files import is_uri, sha256_bytes, sha256_file
 from transforms.base import Doc, StepConfigError, annotate, annotation, step_annotations
 from transforms.beam_step import DecideEach, Route, timed
+from transforms.text_units import cjk_ratio
+from transforms.normalize import NormalizeConfig
 from transforms.quality.model import QualityModel, QualityTrainConfig, load_labeled, sidecar_paths, train_quality_model
 
 STEP_NAME = "quality"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TRAIN_DATA = "data/quality/quality_train_subset.jsonl.gz"  # relative: to the cwd, else to the repo
+DEFAULT_ZH_TRAIN_DATA = "data/quality/quality_zh_train.jsonl.gz"
+DEFAULT_CJK_THRESHOLD = NormalizeConfig().cjk_threshold  # normalize.script of a document that was not normalized
 REASONS = {"threshold": "low_quality", "top_fraction": "below_top_fraction", "pareto": "pareto_sampled_out"}
+
+
+def zh_train_defaults() -> QualityTrainConfig:
+    """How the default Chinese model is trained: characters (``tokenizer: cjk``), a 5-gram model over 60 frequent
+    characters + script classes on the first 512 characters (fewer, coarser classes generalise across domains:
+    measured in benchmarks/RESULTS.md)."""
+    return QualityTrainConfig(tokenizer="cjk", order=5, frequent_words=60, max_tokens=512)
+
+
+class LanguageModelConfig(BaseModel):
+    """One language's quality model (``quality.models.<lang>``): a trained model, or the labelled data the
+    default one is trained from at run time (cached), and how."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = Field(None, description="a model from `corpusmill quality train` (with its .order.npz)")
+    train_data: str | None = Field(None, description="labelled JSONL(.gz) to train the default model from")
+    train: QualityTrainConfig = Field(default_factory=QualityTrainConfig)
+
+
+def _default_language_models() -> dict[str, LanguageModelConfig]:
+    return {"zh": LanguageModelConfig(train_data=DEFAULT_ZH_TRAIN_DATA, train=zh_train_defaults())}
 
 
 class QualityConfig(BaseModel):
@@ -68,11 +99,26 @@ class QualityConfig(BaseModel):
     seed: int = Field(0, description="mode=pareto: seed of the per-document draw")
     skip_scripts: list[Literal["cjk", "other"]] = Field(
         default_factory=lambda: ["cjk"],
-        description="documents of these scripts (normalize.script, set by normalize) are kept unscored: the "
-                    "default model is trained on English text only and would reject all Chinese text")
+        description="without the langid step: documents of these scripts (normalize.script) for whose language "
+                    "(fallback_langs) no model is configured are kept unscored instead of being scored by the "
+                    "quality.model_lang model, which would reject text it was not trained on")
     batch_size: int = Field(256, ge=1, le=65536, description="documents scored per model call")
     max_chars: int = Field(20_000, ge=100, description="characters of each document fastText reads")
     train: QualityTrainConfig = QualityTrainConfig()
+    model_lang: str = Field("en", description="language of quality.model / train_data / train")
+    models: dict[str, LanguageModelConfig] = Field(
+        default_factory=_default_language_models,
+        description="quality models of other languages, by langid language (zh: the shipped Chinese data); "
+                    "a document of a language with none is kept unscored, the reason recorded")
+    fallback_langs: dict[str, str] = Field(
+        default_factory=lambda: {"cjk": "zh"},
+        description="without the langid step: the language of a normalize.script (the CJK-share heuristic); "
+                    "other scripts are quality.model_lang")
+
+    def language_models(self) -> dict[str, LanguageModelConfig]:
+        """Every configured model by language: ``model_lang``'s from the top-level fields, then ``models``."""
+        mine = LanguageModelConfig(model=self.model, train_data=self.train_data, train=self.train)
+        return {self.model_lang: mine, **self.models}
 
 
 # --------------------------------------------------------------------------------------------- pure core
@@ -134,50 +180,81 @@ def local_model_copy(model_path: str, directory: str | None = None) -> str:
 
 
 class QualityScorer:
-    """Loads the model once and annotates batches of documents: the core of every path. As a ``DocStep`` it
-    only annotates (``apply`` decides nothing: the corpus-wide cut-off decides later)."""
+    """Loads the models once and annotates batches of documents: the core of every path. As a ``DocStep`` it
+    only annotates (``apply`` decides nothing: the corpus-wide cut-off decides later).
+
+    ``model_paths`` is one model (every routed document goes to it) or one per language. A document's language
+    is ``langid.lang`` (the langid step); without it, the CJK-share heuristic: ``normalize.script`` (judged from
+    the text as normalize would when the document was not normalized) mapped by ``fallback_langs``, other scripts
+    ``model_lang``. A language without a model: kept unscored with ``skipped`` saying why; without langid, a
+    document of a script not in ``skip_scripts`` is then scored by the ``model_lang`` model (one model for all)."""
 
     name = STEP_NAME
 
-    def __init__(self, model_path: str, max_chars: int = 20_000, skip_scripts: Sequence[str] = (),
-                 batch_size: int = 256):
-        self.model_path = model_path
+    def __init__(self, model_paths: str | dict[str, str], max_chars: int = 20_000, skip_scripts: Sequence[str] = (),
+                 batch_size: int = 256, model_lang: str = "en", fallback_langs: dict[str, str] | None = None):
+        self.model_paths = {model_lang: model_paths} if isinstance(model_paths, str) else dict(model_paths)
+        self.model_path = self.model_paths.get(model_lang)  # the model_lang model (one-model callers)
         self.max_chars = max_chars
         self.skip_scripts = tuple(skip_scripts)
         self.batch_size = batch_size
-        self.model: QualityModel | None = None
+        self.model_lang = model_lang
+        self.fallback_langs = dict(fallback_langs or {})
+        self.models: dict[str, QualityModel] = {}
         self._scored = Metrics.counter(STEP_NAME, "scored")
 
+    @property
+    def model(self) -> QualityModel | None:
+        return self.models.get(self.model_lang)
+
     def setup(self) -> None:
-        if self.model is None:
-            self.model = QualityModel.load(local_model_copy(self.model_path))
+        for lang, path in self.model_paths.items():
+            if lang not in self.models:
+                self.models[lang] = QualityModel.load(local_model_copy(path))
+
+    def route(self, doc: Doc, skip_scripts: Sequence[str]) -> tuple[str | None, str | None]:
+        """(language whose model scores ``doc``, None) or (None, why it is kept unscored)."""
+        lang = annotation(doc, "langid.lang")
+        if lang:
+            if lang in self.model_paths:
+                return lang, None
+            return None, f"language {lang}: no quality model (quality.models.{lang})"
+        script = annotation(doc, "normalize.script")
+        if script is None and (skip_scripts or self.fallback_langs):  # not normalized (a document scored on
+            text = doc.get("text") if isinstance(doc.get("text"), str) else ""  # its own): judge it as normalize
+            script = "cjk" if cjk_ratio(text) >= DEFAULT_CJK_THRESHOLD else "other"  # would
+        lang = self.fallback_langs.get(script, self.model_lang)
+        if lang in self.model_paths:
+            return lang, None
+        if script in skip_scripts or self.model_lang not in self.model_paths:
+            return None, f"script {script}: the model is not trained on it"
+        return self.model_lang, None
 
     def annotate(self, docs: Sequence[Doc], skip_scripts: Sequence[str] | None = None) -> np.ndarray:
-        """Write ``annotations["quality"]`` on ``docs``; return their quality scores (NaN for documents of a
-        script in ``skip_scripts``: kept unscored, with ``skipped`` saying why)."""
+        """Write ``annotations["quality"]`` on ``docs``; return their quality scores (NaN for documents kept
+        unscored, with ``skipped`` saying why)."""
         self.setup()
         skip_scripts = self.skip_scripts if skip_scripts is None else skip_scripts
         scores = np.full(len(docs), np.nan)
-        scored_idx = []
+        by_lang: dict[str, list[int]] = {}
         for i, doc in enumerate(docs):
-            script = annotation(doc, "normalize.script")
-            if script in skip_scripts:
-                annotate(doc, STEP_NAME, score=None, skipped=f"script {script}: the model is not trained on it")
+            lang, why = self.route(doc, skip_scripts)
+            if lang is None:
+                annotate(doc, STEP_NAME, score=None, skipped=why)
             else:
-                scored_idx.append(i)
+                by_lang.setdefault(lang, []).append(i)
         self._scored.inc(len(docs))
-        if not scored_idx:
-            return scores
-        scored_docs = [docs[i] for i in scored_idx]
-        texts = [d.get("text") if isinstance(d.get("text"), str) else "" for d in scored_docs]
-        result = self.model.score(texts, max_chars=self.max_chars)
-        scores[scored_idx] = result["score"]
-        for doc, score, log_odds, fasttext_p, gibberish in zip(
-                scored_docs, result["score"], result["logit"], result["fasttext"], result["gibberish"]):
-            # only documents fastText passes reach the second stage; for the rest fastText alone decided
-            annotate(doc, STEP_NAME, score=round(float(score), 6), logit=round(float(log_odds), 4),
-                     fasttext=round(float(fasttext_p), 6),
-                     gibberish=None if np.isnan(gibberish) else round(float(gibberish), 6))
+        for lang, scored_idx in by_lang.items():
+            scored_docs = [docs[i] for i in scored_idx]
+            texts = [d.get("text") if isinstance(d.get("text"), str) else "" for d in scored_docs]
+            result = self.models[lang].score(texts, max_chars=self.max_chars)
+            scores[scored_idx] = result["score"]
+            for doc, score, log_odds, fasttext_p, gibberish in zip(
+                    scored_docs, result["score"], result["logit"], result["fasttext"], result["gibberish"]):
+                # only documents fastText passes reach the second stage; for the rest fastText alone decided
+                annotate(doc, STEP_NAME, score=round(float(score), 6), logit=round(float(log_odds), 4),
+                         fasttext=round(float(fasttext_p), 6),
+                         gibberish=None if np.isnan(gibberish) else round(float(gibberish), 6))
         return scores
 
     def apply(self, docs: Sequence[Doc]) -> list[str | None]:
@@ -185,14 +262,19 @@ class QualityScorer:
         return [None] * len(docs)
 
 
+def _scorer_args(cfg: QualityConfig) -> dict:
+    return {"max_chars": cfg.max_chars, "skip_scripts": cfg.skip_scripts, "batch_size": cfg.batch_size,
+            "model_lang": cfg.model_lang, "fallback_langs": cfg.fallback_langs}
+
+
 class QualityStep(QualityScorer):
     """The per-document step (threshold, pareto): score a batch, then decide each document from its score. In
     the pipeline it runs as ``DecideEach(QualityStep(...))`` followed by the routing tail."""
 
-    def __init__(self, cfg: QualityConfig, model_path: str):
+    def __init__(self, cfg: QualityConfig, model_paths: str | dict[str, str]):
         if cfg.mode == "top_fraction":
             raise ValueError("quality.mode=top_fraction needs a corpus-wide view: use QualityFilter")
-        super().__init__(model_path, cfg.max_chars, cfg.skip_scripts, cfg.batch_size)
+        super().__init__(model_paths, **_scorer_args(cfg))
         self.cfg = cfg
 
     def apply(self, docs: Sequence[Doc]) -> list[str | None]:
@@ -209,17 +291,22 @@ def _exists(path: str) -> bool:
 
 
 def check(cfg: QualityConfig) -> None:
-    """What must hold before a worker loads the model (checked when the graph is built): the configured model
+    """What must hold before a worker loads the models (checked when the graph is built): each configured model
     and its ``.order.npz`` exist, or, without a model, the labelled data to train the default one does."""
-    if cfg.model:
-        for path in (cfg.model, sidecar_paths(cfg.model)[0]):
-            if not _exists(path):
-                raise StepConfigError(f"quality.model: {path} does not exist (train one with `corpusmill quality "
-                                      f"train`, which writes the model and its .order.npz)")
-        return
-    if not os.path.exists(resolve_train_data(cfg.train_data)):
-        raise StepConfigError(f"quality.train_data: {cfg.train_data} does not exist (the repository ships "
-                              f"{DEFAULT_TRAIN_DATA}; or set quality.model)")
+    for lang, entry in cfg.language_models().items():
+        field = "quality" if lang == cfg.model_lang else f"quality.models.{lang}"
+        if entry.model:
+            for path in (entry.model, sidecar_paths(entry.model)[0]):
+                if not _exists(path):
+                    raise StepConfigError(f"{field}.model: {path} does not exist (train one with `corpusmill "
+                                          f"quality train`, which writes the model and its .order.npz)")
+            continue
+        if not entry.train_data:
+            raise StepConfigError(f"{field}: set model or train_data")
+        if not os.path.exists(resolve_train_data(entry.train_data)):
+            shipped = DEFAULT_TRAIN_DATA if lang == cfg.model_lang else DEFAULT_ZH_TRAIN_DATA
+            raise StepConfigError(f"{field}.train_data: {entry.train_data} does not exist (the repository ships "
+                                  f"{shipped}; or set {field}.model)")
 
 
 # ----------------------------------------------------------------------------------------- default model
@@ -233,38 +320,66 @@ def resolve_train_data(path: str) -> str:
     return str(in_repo) if in_repo.exists() else path
 
 
-def default_model_path(cache_dir: str | os.PathLike, cfg: QualityConfig) -> Path:
+def default_model_path(cache_dir: str | os.PathLike, cfg: QualityConfig | LanguageModelConfig,
+                       lang: str | None = None) -> Path:
     """Where the default model for this training data and these parameters lives in ``cache_dir``."""
     key = f"{sha256_file(resolve_train_data(cfg.train_data))}\x00{cfg.train.model_dump_json()}"
-    return Path(cache_dir) / f"quality-default-{sha256_bytes(key.encode('utf-8'))[:16]}.bin"
+    infix = f"{lang}-" if lang else ""
+    return Path(cache_dir) / f"quality-default-{infix}{sha256_bytes(key.encode('utf-8'))[:16]}.bin"
 
 
 def ensure_default_model(cache_dir: str | os.PathLike, cfg: QualityConfig | None = None,
                          log: Callable[[str], None] = print) -> str:
-    """Path of the quality model to use: ``cfg.model`` when set; else the default model trained from the
+    """Path of the ``model_lang`` quality model: ``cfg.model`` when set; else the default model trained from the
     shipped labelled data (``cfg.train_data``), trained once into ``cache_dir`` and reused. No network."""
     cfg = cfg or QualityConfig()
     check(cfg)
-    if cfg.model:
-        return cfg.model
-    train_data = resolve_train_data(cfg.train_data)
-    path = default_model_path(cache_dir, cfg)
+    return _ensure(cache_dir, LanguageModelConfig(model=cfg.model, train_data=cfg.train_data, train=cfg.train),
+                   None, "quality.train_data", log)
+
+
+def ensure_models(cache_dir: str | os.PathLike, cfg: QualityConfig | None = None,
+                  log: Callable[[str], None] = print) -> dict[str, str]:
+    """Path of every language's model (``ensure_default_model`` for each of ``cfg.language_models()``)."""
+    cfg = cfg or QualityConfig()
+    check(cfg)
+    paths = {}
+    for lang, entry in cfg.language_models().items():
+        mine = lang == cfg.model_lang
+        paths[lang] = _ensure(cache_dir, entry, None if mine else lang,
+                              "quality.train_data" if mine else f"quality.models.{lang}.train_data", log)
+    return paths
+
+
+def _ensure(cache_dir: str | os.PathLike, entry: LanguageModelConfig, lang: str | None, field: str,
+            log: Callable[[str], None]) -> str:
+    if entry.model:
+        return entry.model
+    train_data = resolve_train_data(entry.train_data)
+    path = default_model_path(cache_dir, entry, lang)
     if path.exists() and Path(sidecar_paths(str(path))[0]).exists():
         return str(path)
     started = time.time()
-    log(f"quality: training the default model from {train_data} into {path}")
+    what = f"the default {lang} model" if lang else "the default model"
+    log(f"quality: training {what} from {train_data} into {path}")
     Path(cache_dir).mkdir(parents=True, exist_ok=True)
-    records, problems = load_labeled(train_data, cfg.train)
+    records, problems = load_labeled(train_data, entry.train)
     if problems:
-        raise ValueError(f"quality.train_data: {len(problems)} unusable lines, first: {problems[0]}")
-    model, card = train_quality_model(records, cfg.train, log=log)
-    card["data"]["path"] = str(cfg.train_data)  # as configured: no machine-specific absolute path
+        raise ValueError(f"{field}: {len(problems)} unusable lines, first: {problems[0]}")
+    model, card = train_quality_model(records, entry.train, log=log)
+    card["data"]["path"] = str(entry.train_data)  # as configured: no machine-specific absolute path
     # write under a private name, then rename: the .bin, checked first by readers, lands last
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.bin")
-    model.save(str(tmp), card)
-    for src, dst in zip(sidecar_paths(str(tmp)), sidecar_paths(str(path))):
-        os.replace(src, dst)
-    os.replace(tmp, path)
+    try:
+        model.save(str(tmp), card)
+        for src, dst in zip(sidecar_paths(str(tmp)), sidecar_paths(str(path))):
+            os.replace(src, dst)
+        os.replace(tmp, path)
+    except BaseException:  # interrupted or failed: leave no half-written model behind
+        for leftover in (str(tmp), *sidecar_paths(str(tmp))):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
+        raise
     metrics = card.get("metrics", {}).get("stacked", {})
     log(f"quality: default model ready in {time.time() - started:.0f}s "
         f"(held-out accuracy {metrics.get('accuracy', float('nan')):.3f})")
@@ -321,13 +436,15 @@ class QualityFilter(beam.PTransform):
 
     Threshold and pareto score and decide per document (``ScoreAndDecide``: ``QualityStep`` in batches of
     ``batch_size``). top_fraction: ``Score`` (annotate only) → ``Cutoff`` (the corpus-wide cut-off) →
-    ``Decide`` (with the cut-off as a side input; each document records the ``cutoff`` it was judged by).
-    Both end in the shared routing tail."""
+    ``Decide`` (with the cut-off as a side input; each document records the ``cutoff`` it was judged by; one
+    cut-off over the documents of every language). Both end in the shared routing tail. ``model_path``: one
+    model, or one per language (``ensure_models``), routed as ``QualityScorer`` says."""
 
-    def __init__(self, cfg: QualityConfig, model_path: str, progress_dir: str | None = None):
+    def __init__(self, cfg: QualityConfig, model_path: str | dict[str, str], progress_dir: str | None = None):
         super().__init__()
         if not model_path:
-            raise ValueError("QualityFilter needs a model path: get one from ensure_default_model(cache_dir, cfg)")
+            raise ValueError("QualityFilter needs a model path (or one per language): get them from "
+                             "ensure_models(cache_dir, cfg)")
         self.cfg, self.model_path, self.progress_dir = cfg, model_path, progress_dir
 
     def expand(self, docs):
@@ -337,7 +454,7 @@ class QualityFilter(beam.PTransform):
         elif cfg.mode != "top_fraction":
             decided = docs | "ScoreAndDecide" >> DecideEach(QualityStep(cfg, self.model_path))
         else:
-            scorer = QualityScorer(self.model_path, cfg.max_chars, cfg.skip_scripts, cfg.batch_size)
+            scorer = QualityScorer(self.model_path, **_scorer_args(cfg))
             scored = docs | "Score" >> DecideEach(scorer)
             cutoff = scored | "Cutoff" >> Cutoff(cfg.top_fraction)
             decided = scored | "Decide" >> timed(STEP_NAME, _decide_by_cutoff, cfg, beam.pvalue.AsSingleton(cutoff))

@@ -1,0 +1,85 @@
+"""Where the Dask cluster comes from: an address of a running scheduler, or a LocalCluster started here.
+
+- ``connect(address)``: a ``distributed.Client`` to a scheduler started elsewhere (``dask scheduler`` +
+  ``dask worker`` on several machines; every worker needs the same Python environment as the client).
+- ``LocalDaskCluster(workers)``: a ``distributed.LocalCluster`` of ``workers`` processes with one thread each,
+  every worker under a nanny (a worker process that dies is restarted and its tasks rescheduled). Use it as
+  a context manager around a command so that all of the command's pipelines share one cluster.
+- ``shared_local_cluster(workers)``: the process-wide LocalCluster used when a pipeline names no address and
+  no cluster is open; started on first use, closed at interpreter exit or by ``shutdown_shared_cluster()``.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+
+import distributed
+
+_shared: "LocalDaskCluster | None" = None
+_shared_lock = threading.Lock()
+
+
+def connect(address: str, timeout: float | str | None = "30s") -> distributed.Client:
+    """A client of the scheduler at ``address`` (``tcp://host:port`` or ``host:port``)."""
+    if "://" not in address:
+        address = f"tcp://{address}"
+    return distributed.Client(address, timeout=timeout, set_as_default=False)
+
+
+class LocalDaskCluster:
+    """A LocalCluster of worker processes (1 thread each by default) on this machine, and a client of it."""
+
+    def __init__(self, workers: int = 2, threads_per_worker: int = 1, memory_limit: str | int = "auto",
+                 silence_logs: int = logging.WARNING):
+        self.workers = workers
+        self.cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=threads_per_worker,
+                                                processes=True, host="127.0.0.1", dashboard_address=None,
+                                                memory_limit=memory_limit, silence_logs=silence_logs)
+        self.client = distributed.Client(self.cluster, set_as_default=False)
+
+    @property
+    def address(self) -> str:
+        return self.cluster.scheduler_address
+
+    def worker_pids(self) -> dict[str, int]:
+        """Worker address -> pid of the worker process (not its nanny)."""
+        import os
+
+        return dict(self.client.run(os.getpid))
+
+    def wait_for_workers(self, n: int | None = None, timeout: float = 120) -> None:
+        self.client.wait_for_workers(n or self.workers, timeout=timeout)
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        finally:
+            self.cluster.close()
+
+    def __enter__(self) -> "LocalDaskCluster":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def shared_local_cluster(workers: int | None = None) -> LocalDaskCluster:
+    """The process-wide LocalCluster (``workers`` processes; 2 when not given), started on first use."""
+    global _shared
+    with _shared_lock:
+        if _shared is not None and workers is not None and workers != _shared.workers:
+            _shared.close()
+            _shared = None
+        if _shared is None:
+            _shared = LocalDaskCluster(workers or 2)
+            atexit.register(shutdown_shared_cluster)
+        return _shared
+
+
+def shutdown_shared_cluster() -> None:
+    global _shared
+    with _shared_lock:
+        if _shared is not None:
+            cluster, _shared = _shared, None
+            cluster.close()

@@ -1,0 +1,472 @@
+"""Worker side of the Beam-on-Dask runner: the functions that Dask tasks call.
+
+Every function here is a plain, importable function so that Dask can ship tasks that name it. A task is
+deterministic given its inputs (the partition it reads, the side inputs it is given): that is what makes a
+recomputation after a lost worker produce the same elements into the same shuffle buckets.
+
+- ``run_stage``: one fused stage (a tree of ParDos, see ``translate.StagePlan``) over one input partition. It
+  returns the elements of each materialised output, and logs this attempt's counter/distribution/gauge
+  updates to the scheduler, where ``watch.JobWatch`` commits only the updates of the attempt whose result
+  the scheduler kept (an attempt lost with its worker, or a recomputation of a key already done, never
+  counts).
+- ``split_hash`` / ``split_deal`` / ``group_pieces`` / ``concat_pieces``: the two sides of a shuffle
+  (GroupByKey by a stable hash of the coder-encoded key; Reshuffle by deterministic round robin).
+- ``end_job``: run by ``Client.run`` on every worker when a job ends: ``DoFn.teardown`` of pooled instances.
+
+DoFn instances are pooled per worker process and job: the first task of a transform on a worker unpickles
+the DoFn and calls ``setup()`` once; later tasks of that transform on that worker reuse it (one instance per
+concurrently running task, so with one thread per worker, exactly one per worker).
+"""
+from __future__ import annotations
+
+import pickle
+import threading
+import zlib
+from typing import Any
+
+import distributed
+
+from apache_beam.internal import pickler
+from apache_beam.metrics.execution import MetricsContainer
+from apache_beam.runners import common
+from apache_beam.runners.worker import statesampler
+from apache_beam.transforms import sideinputs
+from apache_beam.transforms.window import GlobalWindow, GlobalWindows
+from apache_beam.utils.counters import CounterFactory
+
+from beam_dask import watch
+
+_GBK_TIMESTAMP = GlobalWindow().max_timestamp()  # the default END_OF_WINDOW timestamp combiner
+
+_lock = threading.Lock()
+_JOBS: dict[str, "_JobState"] = {}
+
+
+class _JobState:
+    """What one worker process keeps for one job: plans, pooled DoFns, side-input views."""
+
+    def __init__(self, job_id: str, options: dict | None):
+        self.job_id = job_id
+        self.plans: dict[int, Any] = {}
+        self.pools: dict[str, list] = {}  # op id -> idle DoFn instances (already set up)
+        self.all_instances: list = []
+        self.sides: dict[str, sideinputs.SideInputMap] = {}
+        self.setups = 0
+        if options:
+            from apache_beam.io.filesystems import FileSystems
+            from apache_beam.options.pipeline_options import PipelineOptions
+
+            FileSystems.set_options(PipelineOptions.from_dictionary(options))
+
+
+def _job(job: tuple[str, dict | None]) -> _JobState:
+    job_id, options = job
+    with _lock:
+        state = _JOBS.get(job_id)
+        if state is None:
+            state = _JOBS[job_id] = _JobState(job_id, options)
+        return state
+
+
+def _plan(state: _JobState, stage_id: int, plan_bytes: bytes):
+    plan = state.plans.get(stage_id)
+    if plan is None:
+        plan = pickler.loads(plan_bytes)
+        with _lock:
+            state.plans.setdefault(stage_id, plan)
+    return plan
+
+
+def end_job(job_id: str) -> dict:
+    """Tear down the job's pooled DoFns in this worker process and forget the job. Returns a summary."""
+    with _lock:
+        state = _JOBS.pop(job_id, None)
+    if state is None:
+        return {"setups": 0, "teardown_errors": 0}
+    errors = 0
+    for fn, _, _ in state.all_instances:
+        try:
+            fn.teardown()
+        except Exception:  # teardown is best effort in Beam too
+            errors += 1
+    return {"setups": state.setups, "teardown_errors": errors}
+
+
+def job_setups(job_id: str) -> int:
+    """How many DoFn instances this worker process set up for the job (for tests and diagnostics)."""
+    state = _JOBS.get(job_id)
+    return state.setups if state else 0
+
+
+# -- receivers -------------------------------------------------------------------------------------------
+
+class _ListReceiver(common.Receiver):
+    def __init__(self, out: list):
+        self.out = out
+
+    def receive(self, windowed_value):
+        self.out.append(windowed_value)
+
+    def flush(self):
+        pass
+
+
+class _HashReceiver(common.Receiver):
+    """The map side of a GroupByKey fused into the producing stage: (encoded key, value) into buckets."""
+
+    def __init__(self, buckets: list[list], key_coder):
+        self.buckets, self.n, self.encode = buckets, len(buckets), key_coder.encode
+
+    def receive(self, windowed_value):
+        key, value = windowed_value.value
+        kb = self.encode(key)
+        self.buckets[zlib.crc32(kb) % self.n].append((kb, value))
+
+    def flush(self):
+        pass
+
+
+class _DealReceiver(common.Receiver):
+    """The map side of a Reshuffle fused into the producing stage: round robin from a per-partition offset."""
+
+    def __init__(self, buckets: list[list], offset: int):
+        self.buckets, self.n, self.next = buckets, len(buckets), offset % len(buckets)
+
+    def receive(self, windowed_value):
+        self.buckets[self.next].append(windowed_value)
+        self.next = (self.next + 1) % self.n
+
+    def flush(self):
+        pass
+
+
+class _KeyHashReceiver(common.Receiver):
+    """ReshufflePerKey: elements stay whole, placed by a stable hash of the encoded key."""
+
+    def __init__(self, buckets: list[list], key_coder):
+        self.buckets, self.n, self.encode = buckets, len(buckets), key_coder.encode
+
+    def receive(self, windowed_value):
+        kb = self.encode(windowed_value.value[0])
+        self.buckets[zlib.crc32(kb) % self.n].append(windowed_value)
+
+    def flush(self):
+        pass
+
+
+class _Discard(common.Receiver):
+    def receive(self, windowed_value):
+        pass
+
+    def flush(self):
+        pass
+
+
+_DISCARD = _Discard()
+
+
+class _Receivers(dict):
+    """Tag -> receiver; outputs to a tag nobody declared are dropped, as in Beam's worker."""
+
+    def __missing__(self, key):
+        return _DISCARD
+
+
+class _OpReceiver(common.Receiver):
+    """Feeds elements into a fused downstream DoFn, under its own metrics scope."""
+
+    def __init__(self, runner, state, sdf: bool):
+        self.runner, self.state, self.sdf = runner, state, sdf
+
+    def receive(self, windowed_value):
+        with self.state:
+            if self.sdf:
+                residuals = self.runner.process_with_sized_restriction(windowed_value)
+                while residuals:  # a bounded SDF that checkpointed: finish its remainder here
+                    pending, residuals = list(residuals), []
+                    for residual in pending:
+                        residuals.extend(self.runner.process_with_sized_restriction(residual.residual_value) or [])
+            else:
+                self.runner.process(windowed_value)
+
+    def flush(self):
+        pass
+
+
+class _SplitReceiver(common.Receiver):
+    """The first half of a splittable DoFn: pair each element with its initial restriction, split and size it."""
+
+    def __init__(self, fn, out, state):
+        signature = common.DoFnSignature(fn)
+        self.provider = signature.get_restriction_provider()
+        self.estimators = signature.get_watermark_estimator_provider()
+        self.out, self.state = out, state
+
+    def receive(self, windowed_value):
+        with self.state:
+            element = windowed_value.value
+            restriction = self.provider.initial_restriction(element)
+            for part, size in self.provider.split_and_size(element, restriction):
+                if size < 0:
+                    raise ValueError(f"expected a restriction size >= 0, got {size}")
+                estimator_state = self.estimators.initial_estimator_state(element, part)
+                self.out.receive(windowed_value.with_value(((element, (part, estimator_state)), size)))
+
+    def flush(self):
+        pass
+
+
+# -- DoFn pool -------------------------------------------------------------------------------------------
+
+def _acquire(job: _JobState, op, state) -> Any:
+    with _lock:
+        pool = job.pools.setdefault(op.op_id, [])
+        if pool:
+            return pool.pop()
+    instance = pickler.loads(op.fn_payload)  # (fn, args, kwargs): a fresh copy per instance
+    if op.kind != "sdf_split":
+        with state:
+            instance[0].setup()
+    with _lock:
+        job.all_instances.append(instance)
+        job.setups += op.kind != "sdf_split"
+    return instance
+
+
+def _release(job: _JobState, op, fn) -> None:
+    with _lock:
+        job.pools.setdefault(op.op_id, []).append(fn)
+
+
+def _discard_instance(job: _JobState, instance) -> None:
+    with _lock:
+        job.all_instances = [i for i in job.all_instances if i is not instance]
+    try:
+        instance[0].teardown()
+    except Exception:
+        pass
+
+
+def _side_map(job: _JobState, key: tuple, values: list, view_class, view_options) -> sideinputs.SideInputMap:
+    """The side input's view, built once per worker process and job (an AsDict is not rebuilt per task)."""
+    side = job.sides.get(key)
+    if side is None:
+        side = sideinputs.SideInputMap(view_class, view_options, values)
+        with _lock:
+            job.sides.setdefault(key, side)
+    return side
+
+
+# -- stage -----------------------------------------------------------------------------------------------
+
+def _make_slot_receiver(slot, part_index: int):
+    kind = slot.kind
+    if kind == "list":
+        out: Any = []
+        return out, _ListReceiver(out)
+    buckets: list[list] = [[] for _ in range(slot.buckets)]
+    if kind == "hash":
+        return buckets, _HashReceiver(buckets, slot.key_coder)
+    if kind == "deal":
+        return buckets, _DealReceiver(buckets, part_index)
+    if kind == "keyhash":
+        return buckets, _KeyHashReceiver(buckets, slot.key_coder)
+    raise ValueError(f"unknown slot kind {kind!r}")
+
+
+def _root_elements(root: tuple, key_coder) -> list:
+    kind = root[0]
+    if kind == "impulse":
+        return [GlobalWindows.windowed_value(b"")]
+    if kind == "list":
+        return root[1]
+    if kind == "concat":
+        return [wv for piece in root[1] for wv in piece]
+    if kind == "group":
+        return group_pieces(root[1], key_coder)
+    raise ValueError(f"unknown root kind {kind!r}")
+
+
+def run_stage(job: tuple, stage_id: int, plan_bytes: bytes, part_index: int, root: tuple,
+              sides: dict[str, list]) -> list:
+    """Run one fused stage over one input partition; return its materialised outputs (one per slot). Its
+    metric updates go to the scheduler as an event (see ``watch.py``), just before the task finishes."""
+    state_of_job = _job(job)
+    plan = _plan(state_of_job, stage_id, plan_bytes)
+    sampler = statesampler.StateSampler(f"dask-{plan.name}", CounterFactory())
+    previous_tracker = statesampler.get_current_tracker()
+    statesampler.set_current_tracker(sampler)
+    acquired: list = []
+    failed = False
+    try:
+        slots_out: list = []
+        slot_receivers: list = []
+        for slot in plan.slots:
+            out, receiver = _make_slot_receiver(slot, part_index)
+            slots_out.append(out)
+            slot_receivers.append(receiver)
+        containers = [MetricsContainer(op.label) for op in plan.ops]
+        states = [sampler.scoped_state(op.label, "process", metrics_container=c)
+                  for op, c in zip(plan.ops, containers)]
+        entry: list = [None] * len(plan.ops)  # receiver that feeds op i
+        runners: list = [None] * len(plan.ops)
+        # build from the leaves up: an op's receivers are its children's entries and its slots
+        for index in reversed(range(len(plan.ops))):
+            op = plan.ops[index]
+            instance = _acquire(state_of_job, op, states[index])
+            acquired.append((op, instance))
+            fn, args, kwargs = instance
+
+            def target(t):
+                return entry[t[1]] if t[0] == "op" else slot_receivers[t[1]] if t[0] == "slot" else _DISCARD
+
+            if op.kind == "sdf_split":
+                entry[index] = _SplitReceiver(fn, target(op.outputs.get(None, ("drop",))), states[index])
+                continue
+            receivers = _Receivers({tag: target(t) for tag, t in op.outputs.items()})
+            if None not in receivers:
+                receivers[None] = _DISCARD
+            side_maps = [_side_map(state_of_job, (op.op_id, position), sides[name], view_class, view_options)
+                         for position, (name, view_class, view_options) in enumerate(op.side_inputs)]
+            runner = common.DoFnRunner(fn, args, kwargs, side_maps, op.windowing, tagged_receivers=receivers,
+                                       step_name=op.label)
+            runners[index] = runner
+            entry[index] = _OpReceiver(runner, states[index], op.kind == "sdf_process")
+        for index in reversed(range(len(plan.ops))):
+            if runners[index] is not None:
+                with states[index]:
+                    runners[index].start()
+        feed = entry[0]
+        for wv in _root_elements(root, plan.root_key_coder):
+            feed.receive(wv)
+        for index in range(len(plan.ops)):  # parents first: a finish_bundle may emit into its children
+            if runners[index] is not None:
+                with states[index]:
+                    runners[index].finish()
+        for index in range(len(plan.ops)):
+            if runners[index] is not None:
+                with states[index]:
+                    runners[index].finalize()
+        metrics = []
+        for container in containers:
+            metrics.extend(_metric_updates(container))
+        _report_metrics(state_of_job.job_id, metrics)
+        return slots_out
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        statesampler.set_current_tracker(previous_tracker)
+        for op, instance in acquired:
+            if failed and op.kind != "sdf_split":
+                _discard_instance(state_of_job, instance)  # Beam discards a DoFn whose bundle failed
+            else:
+                _release(state_of_job, op, instance)
+
+
+def _report_metrics(job_id: str, metrics: list) -> None:
+    """This attempt's metric updates, to the scheduler, ahead of the task's own completion message."""
+    worker = distributed.get_worker()
+    worker.log_event(watch.metrics_topic(job_id), {"key": worker.get_current_task(), "worker": worker.address,
+                                                   "metrics": pickle.dumps(metrics)})
+
+
+def _metric_updates(container: MetricsContainer) -> list:
+    updates = container.get_cumulative()
+    out = [("counter", k, v) for k, v in updates.counters.items() if v]
+    out += [("distribution", k, v) for k, v in updates.distributions.items()]
+    out += [("gauge", k, v) for k, v in updates.gauges.items()]
+    out += [("string_set", k, v) for k, v in updates.string_sets.items()]
+    out += [("bounded_trie", k, v) for k, v in updates.bounded_tries.items()]
+    out += [("histogram", k, v) for k, v in updates.histograms.items()]
+    return out
+
+
+# -- small tasks -----------------------------------------------------------------------------------------
+
+def impulse() -> list:
+    return [GlobalWindows.windowed_value(b"")]
+
+
+def pick(result: list, slot: int):
+    return result[slot]
+
+
+def pick_bucket(result: list, slot: int, bucket: int) -> list:
+    return result[slot][bucket]
+
+
+def bucket_of(buckets: list, bucket: int) -> list:
+    return buckets[bucket]
+
+
+def empty() -> list:
+    return []
+
+
+def concat(parts: list[list]) -> list:
+    return [wv for part in parts for wv in part]
+
+
+def concat_pieces(pieces: list[list]) -> list:
+    return [wv for piece in pieces for wv in piece]
+
+
+def count(part: list) -> int:
+    return len(part)
+
+
+def split_hash(part: list, buckets: int, key_coder) -> list[list]:
+    out: list[list] = [[] for _ in range(buckets)]
+    receiver = _HashReceiver(out, key_coder)
+    for wv in part:
+        receiver.receive(wv)
+    return out
+
+
+def split_keyhash(part: list, buckets: int, key_coder) -> list[list]:
+    out: list[list] = [[] for _ in range(buckets)]
+    receiver = _KeyHashReceiver(out, key_coder)
+    for wv in part:
+        receiver.receive(wv)
+    return out
+
+
+def split_deal(part: list, buckets: int, offset: int) -> list[list]:
+    out: list[list] = [[] for _ in range(buckets)]
+    receiver = _DealReceiver(out, offset)
+    for wv in part:
+        receiver.receive(wv)
+    return out
+
+
+def group_pieces(pieces: list[list], key_coder) -> list:
+    """The reduce side of a GroupByKey: values of equal encoded keys together, in piece order."""
+    groups: dict[bytes, list] = {}
+    for piece in pieces:
+        for kb, value in piece:
+            values = groups.get(kb)
+            if values is None:
+                groups[kb] = [value]
+            else:
+                values.append(value)
+    decode = key_coder.decode
+    return [GlobalWindows.windowed_value((decode(kb), values), _GBK_TIMESTAMP) for kb, values in groups.items()]
+
+
+def group_task(pieces: list[list], key_coder) -> list:
+    return group_pieces(pieces, key_coder)
+
+
+# -- metrics merge (client side, kept here next to the producer of the format) ------------------------------
+
+def merge_metric_updates(into: dict, updates: list) -> None:
+    """Fold one committed task's updates into ``into[(kind, MetricKey)]``."""
+    for kind, key, value in updates:
+        slot = (kind, key)
+        if kind == "counter":
+            into[slot] = into.get(slot, 0) + value
+        elif slot in into:
+            into[slot] = into[slot].combine(value)
+        else:
+            into[slot] = value

@@ -1,0 +1,239 @@
+"""``DaskRunner``: a Beam runner that executes a pipeline on a dask.distributed cluster.
+
+It is a translation, not an engine: ``translate.py`` turns the pipeline into one Dask task graph, submitted
+at once with ``Client.get``; Dask's scheduler places the tasks, moves the data between workers, and
+recomputes what a lost worker held. See ``execute.py`` for what runs in a task.
+
+Metrics are committed: each stage task reports its counter deltas to the scheduler as it finishes, and
+``watch.JobWatch`` keeps, per task key, the deltas of the attempt whose result the scheduler kept (the first
+time the key reached memory); the client sums those. ``attempted`` equals ``committed``: the deltas of
+attempts that died with a worker are not observable here, and are not counted.
+
+Options (``DaskRunnerOptions``): ``--dask_address HOST:PORT`` (default: a LocalCluster started in this
+process), ``--dask_workers N`` (its worker processes), ``--dask_partitions N`` (partitions of every shuffle's
+output; default 2 per worker thread, between 2 and 32).
+"""
+from __future__ import annotations
+
+import pickle
+import time
+import uuid
+from typing import Any
+
+import distributed
+from apache_beam.metrics.execution import MetricResult
+from apache_beam.metrics.metric import MetricResults
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineState
+
+from beam_dask import cluster, execute, watch
+from beam_dask.translate import Translation, plan_pipeline, translate
+
+
+class DaskRunnerOptions(PipelineOptions):
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument("--dask_address", default=None,
+                            help="address of a running Dask scheduler (tcp://HOST:PORT or HOST:PORT); default: a "
+                                 "LocalCluster started by this process")
+        parser.add_argument("--dask_workers", type=int, default=None,
+                            help="worker processes of the LocalCluster started when no address is given")
+        parser.add_argument("--dask_partitions", type=int, default=None,
+                            help="partitions of every shuffle's output (default: 2 per worker thread, 2..32)")
+
+
+_KIND_TO_FIELD = {"counter": MetricResults.COUNTERS, "distribution": MetricResults.DISTRIBUTIONS,
+                  "gauge": MetricResults.GAUGES, "string_set": MetricResults.STRINGSETS,
+                  "bounded_trie": MetricResults.BOUNDED_TRIES, "histogram": MetricResults.HISTOGRAMS}
+
+
+class DaskMetrics(MetricResults):
+    """Committed metrics: the sum of the updates returned by the kept result of every stage task."""
+
+    def __init__(self, merged: dict):
+        self._merged = dict(merged)
+
+    def query(self, filter=None):
+        out: dict[str, list] = {name: [] for name in _KIND_TO_FIELD.values()}
+        for (kind, key), value in self._merged.items():
+            if not self.matches(filter, key):
+                continue
+            result = value if kind == "counter" else value.get_result()
+            out[_KIND_TO_FIELD[kind]].append(MetricResult(key, result, result))
+        return out
+
+
+class DaskPipelineResult(PipelineResult):
+    """A job on the cluster. Its stage tasks are fire-and-forget; ``watch.JobWatch`` on the scheduler says
+    which are done, keeps the first error, and holds the committed metrics."""
+
+    POLL_S = (0.05, 1.0)  # first and longest wait between two status polls
+
+    def __init__(self, client: distributed.Client, job_id: str, translation: Translation, tracked: list,
+                 close_client: bool):
+        super().__init__(PipelineState.RUNNING)
+        self.client = client
+        self.job_id = job_id
+        self.translation_info = {"stages": translation.stages, "stage_tasks": translation.stage_tasks,
+                                 "tasks": translation.tasks}
+        self._tracked = tracked
+        self._close_client = close_client
+        self._merged: dict = {}
+        self._status = {"done": 0, "total": len(tracked), "error": None}
+        self._ended = False
+        self.worker_summaries: dict = {}
+
+    def progress(self) -> tuple[int, int]:
+        """(stage tasks done, all stage tasks), from the scheduler's task states."""
+        if self._state == PipelineState.RUNNING:
+            self._poll()
+        return self._status["done"], self._status["total"]
+
+    def _poll(self) -> dict:
+        status = self.client.run_on_scheduler(watch.job_status, self.job_id)
+        if status.get("known"):
+            self._status = status
+        return self._status
+
+    def wait_until_finish(self, duration: int | None = None) -> str:
+        if self._state != PipelineState.RUNNING:
+            return self._state
+        deadline = None if duration is None else time.monotonic() + duration / 1000
+        pause = self.POLL_S[0]
+        try:
+            while True:
+                status = self._poll()
+                if status["error"]:
+                    raise _job_error(status["error"])
+                if status["done"] >= status["total"]:
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    return self._state
+                time.sleep(pause)
+                pause = min(self.POLL_S[1], pause * 1.5)
+            for blob in self.client.run_on_scheduler(watch.job_metrics, self.job_id):
+                if blob is not None:
+                    execute.merge_metric_updates(self._merged, pickle.loads(blob))
+        except BaseException:
+            self._state = PipelineState.FAILED
+            self._cancel_tasks()
+            self._end()
+            raise
+        self._state = PipelineState.DONE
+        self._end()
+        return self._state
+
+    def _cancel_tasks(self) -> None:
+        try:
+            self.client.run_on_scheduler(watch.cancel_job, self.job_id, self._tracked)
+        except Exception:  # the cluster is gone: nothing left to cancel
+            pass
+
+    def _end(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        try:
+            self.worker_summaries = self.client.run(execute.end_job, self.job_id)
+            self.client.run_on_scheduler(watch.forget_job, self.job_id)
+        except Exception:  # a cluster that went away: nothing left to tear down
+            self.worker_summaries = {}
+        if self._close_client:
+            self.client.close()
+
+    def cancel(self) -> str:
+        if self._state == PipelineState.RUNNING:
+            self._state = PipelineState.CANCELLING
+            self._cancel_tasks()
+            self._state = PipelineState.CANCELLED
+            self._end()
+        return self._state
+
+    def metrics(self) -> DaskMetrics:
+        """Committed metrics: complete once the job is DONE (while it runs: none yet)."""
+        return DaskMetrics(self._merged)
+
+
+def _job_error(error: dict) -> BaseException:
+    exception = error.get("exception")
+    if exception is not None:
+        try:
+            from distributed.protocol import pickle as dpickle
+            from distributed.protocol.serialize import Serialized, deserialize
+
+            if isinstance(exception, Serialized):
+                exception = deserialize(exception.header, exception.frames)
+            if isinstance(exception, (bytes, bytearray, memoryview)):  # the worker pickles it once more
+                exception = dpickle.loads(exception)
+            if isinstance(exception, BaseException):
+                return exception
+        except Exception:  # an exception class this process cannot load: report its text
+            pass
+    return RuntimeError(f"dask runner: {error.get('text')}")
+
+
+_watched: set = set()
+
+
+def _ensure_watch(client: distributed.Client) -> None:
+    """Install ``watch.JobWatch`` on the scheduler once (the scheduler must be able to import beam_dask)."""
+    address = client.scheduler.address
+    if address in _watched:
+        return
+    if not client.run_on_scheduler(watch.has_plugin):
+        client.register_plugin(watch.JobWatch(), name=watch.PLUGIN_NAME)
+    _watched.add(address)
+
+
+def default_partitions(client: distributed.Client) -> int:
+    threads = sum(client.nthreads().values()) or 1
+    return max(2, min(32, 2 * threads))
+
+
+class DaskRunner(PipelineRunner):
+    """Runs a Beam pipeline on dask.distributed.
+
+    ``DaskRunner(address=None, client=None, workers=None, partitions=None)``: an explicit ``client`` is used
+    as is (and left open); else ``address`` (or ``--dask_address``) is connected to for the run; else the
+    process-wide LocalCluster of ``workers`` (or ``--dask_workers``, default 2) processes is used.
+    """
+
+    def __init__(self, address: str | None = None, client: distributed.Client | None = None,
+                 workers: int | None = None, partitions: int | None = None):
+        self.address, self.client, self.workers, self.partitions = address, client, workers, partitions
+        self.last_result: DaskPipelineResult | None = None
+
+    def _client(self, opts: DaskRunnerOptions) -> tuple[distributed.Client, bool]:
+        if self.client is not None:
+            return self.client, False
+        address = self.address or opts.dask_address
+        if address:
+            return cluster.connect(address), True
+        return cluster.shared_local_cluster(self.workers or opts.dask_workers).client, False
+
+    def run_pipeline(self, pipeline, options: PipelineOptions) -> DaskPipelineResult:
+        opts = options.view_as(DaskRunnerOptions)
+        plan = plan_pipeline(pipeline)  # unsupported constructs fail here, before a cluster is touched
+        client, close_client = self._client(opts)
+        try:
+            partitions = self.partitions or opts.dask_partitions or default_partitions(client)
+            job_id = uuid.uuid4().hex
+            options_dict: dict[str, Any] = options.get_all_options(drop_default=True, retain_unknown_options=True)
+            translation = translate(plan, job_id, partitions, options_dict)
+            tracked = [watch.key_id(k) for k in translation.stage_keys + translation.terminal_keys]
+            _ensure_watch(client)
+            client.run_on_scheduler(watch.register_job, job_id, job_id[:8], tracked,
+                                    [watch.key_id(k) for k in translation.stage_keys])
+            keys = translation.stage_keys + translation.terminal_keys
+            if keys:
+                futures = client.get(translation.graph, keys, sync=False)
+                distributed.fire_and_forget(futures)
+                for future in futures:  # from now on only the fire-and-forget "client" wants them
+                    future.release()
+        except BaseException:
+            if close_client:
+                client.close()
+            raise
+        result = DaskPipelineResult(client, job_id, translation, keys, close_client)
+        self.last_result = result
+        return result

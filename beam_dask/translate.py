@@ -1,0 +1,552 @@
+"""Client side of the Beam-on-Dask runner: the Python pipeline graph → fused stages → a Dask task graph.
+
+Three passes:
+
+1. ``build_ir``: walk the pipeline's ``AppliedPTransform`` tree down to the primitives Beam's Python SDK
+   expands everything into — ``Impulse``, ``ParDo`` (``WindowInto`` included), ``GroupByKey``, ``Flatten`` —
+   plus ``Reshuffle``/``ReshufflePerKey``, which are translated as a whole (a repartition, not Beam's
+   random-key GroupByKey with a trigger). Splittable DoFns (every ``Read`` of a bounded source:
+   ``ReadFromText``, ``ReadFromParquet``, ...) become split → round-robin repartition → process.
+   Anything else — state and timers, batched DoFns, windowing other than the global window, triggers,
+   unbounded collections, unknown primitives — raises ``UnsupportedPipeline`` here, before any work.
+2. ``plan``: fuse chains of ParDos into stages (a ParDo joins its producer's stage when it is the only
+   consumer of that output and the fusion creates no cycle through a side input), fuse the map side of a
+   shuffle into the stage that produces its input and the reduce side into the stage that consumes it.
+3. ``emit``: one Dask task per stage and input partition, plus the shuffle pieces, side-input
+   materialisations (one task per side input: computed once). Every stage task is submitted fire-and-forget,
+   so every stage runs, sinks included; ``watch.py`` tracks their completion and metrics on the scheduler.
+
+A PCollection is a list of partitions (Dask keys holding lists of ``WindowedValue``). Partition counts are
+fixed at translation: a shuffle produces ``partitions`` outputs; other transforms keep their input's count;
+``Flatten`` concatenates its inputs' partition lists (no task).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import apache_beam as beam
+from apache_beam import coders, pvalue
+from apache_beam.internal import pickler
+from apache_beam.runners import common
+from apache_beam.transforms import core, userstate, util
+from apache_beam.transforms.trigger import DefaultTrigger
+from apache_beam.transforms.window import GlobalWindows, TimestampCombiner
+from apache_beam.typehints import trivial_inference
+from dask._task_spec import DataNode, Task, TaskRef, parse_input
+
+from beam_dask import execute
+
+
+class UnsupportedPipeline(ValueError):
+    """The pipeline uses a construct this runner does not execute; raised at translation, before any work."""
+
+
+# -- intermediate representation -------------------------------------------------------------------------
+
+@dataclass(eq=False)
+class PC:
+    id: int
+    label: str
+    windowing: Any = None
+
+
+@dataclass(eq=False)
+class Node:
+    id: int
+    kind: str  # impulse | pardo | sdf_split | sdf_process | gbk | shuffle | flatten
+    label: str
+    ins: list[PC] = field(default_factory=list)  # main input (one) or flatten inputs
+    outs: dict = field(default_factory=dict)  # tag (None = main) -> PC
+    sides: list = field(default_factory=list)  # (PC, view class, view options)
+    payload: bytes | None = None  # pickled (DoFn, args, kwargs)
+    windowing: Any = None
+    mode: str | None = None  # shuffle: deal | keyhash
+    key_coder: Any = None  # gbk, keyhash shuffle
+
+
+@dataclass
+class Slot:
+    kind: str  # list | hash | deal | keyhash
+    buckets: int = 0
+    key_coder: Any = None
+
+
+@dataclass
+class OpSpec:
+    op_id: str
+    label: str
+    kind: str  # pardo | sdf_split | sdf_process
+    fn_payload: bytes
+    side_inputs: list  # (side key name, view class, view options)
+    windowing: Any
+    outputs: dict  # tag -> ("op", index) | ("slot", index) | ("drop",)
+
+
+@dataclass
+class StagePlan:
+    name: str
+    ops: list
+    slots: list
+    root_key_coder: Any = None
+
+
+def _describe(applied) -> str:
+    return f"{applied.full_label!r} ({type(applied.transform).__name__})"
+
+
+def _check_global(pcoll, applied) -> None:
+    if not isinstance(pcoll, pvalue.PCollection):
+        return
+    if not pcoll.is_bounded:
+        raise UnsupportedPipeline(f"dask runner: {_describe(applied)} reads or produces an unbounded PCollection; "
+                                  f"only bounded (batch) pipelines are supported")
+    windowing = pcoll.windowing
+    if not isinstance(windowing.windowfn, GlobalWindows):
+        raise UnsupportedPipeline(f"dask runner: {_describe(applied)} uses windowing "
+                                  f"{type(windowing.windowfn).__name__}; only the global window is supported")
+
+
+def _key_coder(pcoll, label: str):
+    key_type, _ = trivial_inference.key_value_types(pcoll.element_type)
+    coder = coders.registry.get_coder(key_type)
+    try:
+        return coder.as_deterministic_coder(label)
+    except ValueError:
+        # the FnApiRunner groups by these same encoded bytes; a value that cannot be encoded
+        # deterministically fails at encoding time there as here
+        return coders.registry.get_coder(beam.typehints.Any).as_deterministic_coder(label)
+
+
+class _IRBuilder:
+    def __init__(self):
+        self.nodes: list[Node] = []
+        self.pcs: dict[int, PC] = {}
+        self._keep: list = []  # keep Beam objects alive so their id() stays unique
+
+    def pc(self, pcoll) -> PC:
+        key = id(pcoll)
+        if key not in self.pcs:
+            self._keep.append(pcoll)
+            self.pcs[key] = PC(len(self.pcs), str(pcoll), getattr(pcoll, "windowing", None))
+        return self.pcs[key]
+
+    def synthetic(self, label: str) -> PC:
+        self._keep.append(object())
+        p = PC(len(self.pcs), label)
+        self.pcs[id(self._keep[-1])] = p
+        return p
+
+    def node(self, kind: str, label: str, **kw) -> Node:
+        n = Node(len(self.nodes), kind, label, **kw)
+        self.nodes.append(n)
+        return n
+
+    def walk(self, applied) -> None:
+        transform = applied.transform
+        if isinstance(transform, (util.Reshuffle, util.ReshufflePerKey)):
+            self.reshuffle(applied)
+        elif type(transform) is core.CombinePerKey and self.liftable(applied):
+            self.combine(applied)
+        elif applied.parts:
+            for part in applied.parts:
+                self.walk(part)
+        elif applied.transform is not None:
+            self.leaf(applied)
+
+    def _main_input(self, applied):
+        inputs = [i for i in applied.inputs if not isinstance(i, pvalue.PBegin)]
+        if len(inputs) != 1:
+            raise UnsupportedPipeline(f"dask runner: {_describe(applied)} has {len(inputs)} main inputs, expected 1")
+        _check_global(inputs[0], applied)
+        return inputs[0]
+
+    def _outputs(self, applied) -> dict:
+        outs = {}
+        for tag, pcoll in applied.outputs.items():
+            _check_global(pcoll, applied)
+            outs[tag] = self.pc(pcoll)
+        return outs
+
+    def reshuffle(self, applied) -> None:
+        main = self._main_input(applied)
+        keyed = isinstance(applied.transform, util.ReshufflePerKey)
+        self.node("shuffle", applied.full_label, ins=[self.pc(main)], outs=self._outputs(applied),
+                  mode="keyhash" if keyed else "deal",
+                  key_coder=_key_coder(main, applied.full_label) if keyed else None)
+
+    def liftable(self, applied) -> bool:
+        transform = applied.transform
+        if transform.side_inputs or getattr(transform, "_using_gbek", False):
+            return False  # expanded as Beam does (GroupByKey + CombineValues)
+        main = self._main_input(applied)
+        return main.windowing.is_default()
+
+    def combine(self, applied) -> None:
+        from beam_dask.lifting import MergeAndExtractFn, PartialCombineFn
+
+        transform = applied.transform
+        label = applied.full_label
+        main = self._main_input(applied)
+        key_coder = _key_coder(main, label)
+        partial_out = self.synthetic(f"{label}/accumulators")
+        grouped = self.synthetic(f"{label}/grouped-accumulators")
+        windowing = main.windowing
+        fn, args, kwargs = transform.fn, transform.args, transform.kwargs
+        self.node("pardo", f"{label}/PartialCombine", ins=[self.pc(main)], outs={None: partial_out},
+                  payload=pickler.dumps((PartialCombineFn(fn, args, kwargs, key_coder), (), {})), windowing=windowing)
+        self.node("gbk", f"{label}/GroupAccumulators", ins=[partial_out], outs={None: grouped}, key_coder=key_coder)
+        self.node("pardo", f"{label}/MergeAndExtract", ins=[grouped], outs=self._outputs(applied),
+                  payload=pickler.dumps((MergeAndExtractFn(fn, args, kwargs), (), {})), windowing=windowing)
+
+    def leaf(self, applied) -> None:
+        transform = applied.transform
+        label = applied.full_label
+        for pcoll in applied.outputs.values():  # unbounded sources (TestStream, ...) are named as such
+            _check_global(pcoll, applied)
+        if isinstance(transform, core.Impulse):
+            self.node("impulse", label, outs=self._outputs(applied))
+        elif isinstance(transform, core.ParDo):
+            self.pardo(applied)
+        elif isinstance(transform, core.GroupByKey):
+            main = self._main_input(applied)
+            windowing = main.windowing
+            if windowing.triggerfn != DefaultTrigger():
+                raise UnsupportedPipeline(f"dask runner: {_describe(applied)} groups under trigger "
+                                          f"{windowing.triggerfn}; only the default trigger is supported")
+            if windowing.timestamp_combiner != TimestampCombiner.OUTPUT_AT_EOW:
+                raise UnsupportedPipeline(f"dask runner: {_describe(applied)} uses timestamp combiner "
+                                          f"{windowing.timestamp_combiner}; only OUTPUT_AT_EOW is supported")
+            self.node("gbk", label, ins=[self.pc(main)], outs=self._outputs(applied),
+                      key_coder=_key_coder(main, label))
+        elif isinstance(transform, core.Flatten):
+            ins = []
+            for i in applied.inputs:
+                _check_global(i, applied)
+                ins.append(self.pc(i))
+            self.node("flatten", label, ins=ins, outs=self._outputs(applied))
+        elif applied.outputs and all(any(o is i for i in applied.inputs) for o in applied.outputs.values()):
+            return  # a composite that expanded to nothing (returns its input), e.g. Create's MaybeReshuffle
+        else:
+            raise UnsupportedPipeline(f"dask runner: no translation for primitive {_describe(applied)}")
+
+    def pardo(self, applied) -> None:
+        transform = applied.transform
+        fn = transform.fn
+        label = applied.full_label
+        signature = common.DoFnSignature(fn)
+        if userstate.is_stateful_dofn(fn) or signature.is_stateful_dofn():
+            raise UnsupportedPipeline(f"dask runner: {_describe(applied)} uses state or timers (a stateful "
+                                      f"DoFn: {type(fn).__name__}); not supported")
+        if fn._process_batch_defined or fn._can_yield_batches:
+            raise UnsupportedPipeline(f"dask runner: {_describe(applied)} is a batched DoFn "
+                                      f"({type(fn).__name__}.process_batch); not supported")
+        main = self._main_input(applied)
+        sides = []
+        for si in transform.side_inputs:
+            _check_global(si.pvalue, applied)
+            sides.append((self.pc(si.pvalue), type(si), si._view_options()))
+        outs = self._outputs(applied)
+        try:
+            payload = pickler.dumps((fn, transform.args, transform.kwargs))
+        except Exception as err:
+            raise UnsupportedPipeline(f"dask runner: cannot serialise the DoFn of {_describe(applied)}: {err}") from err
+        windowing = main.windowing
+        if signature.is_splittable_dofn():
+            if signature.is_unbounded_per_element():
+                raise UnsupportedPipeline(f"dask runner: {_describe(applied)} is an unbounded splittable DoFn")
+            restrictions = self.synthetic(f"{label}/restrictions")
+            spread = self.synthetic(f"{label}/spread-restrictions")
+            self.node("sdf_split", f"{label}/PairSplitAndSize", ins=[self.pc(main)], outs={None: restrictions},
+                      payload=payload, windowing=windowing)
+            self.node("shuffle", f"{label}/SpreadRestrictions", ins=[restrictions], outs={None: spread},
+                      mode="deal")
+            self.node("sdf_process", label, ins=[spread], outs=outs, sides=sides, payload=payload,
+                      windowing=windowing)
+        else:
+            self.node("pardo", label, ins=[self.pc(main)], outs=outs, sides=sides, payload=payload,
+                      windowing=windowing)
+
+
+def build_ir(pipeline: beam.Pipeline) -> tuple[list[Node], dict]:
+    builder = _IRBuilder()
+    builder.walk(pipeline._root_transform())
+    return builder.nodes, builder
+
+
+# -- planning --------------------------------------------------------------------------------------------
+
+_OPS = ("pardo", "sdf_split", "sdf_process")
+
+
+@dataclass(eq=False)
+class Stage:
+    id: int
+    nodes: list[Node]
+
+
+class Plan:
+    """Stages and the data-flow facts that emission needs."""
+
+    def __init__(self, nodes: list[Node], keepalive):
+        self.nodes = nodes
+        self._keepalive = keepalive
+        self.producer: dict[int, Node] = {}
+        for n in nodes:
+            for out in n.outs.values():
+                self.producer[out.id] = n
+        self.usages: dict[int, list[tuple[Node, str]]] = {}
+        for n in nodes:
+            for i in n.ins:
+                self.usages.setdefault(i.id, []).append((n, "flatten" if n.kind == "flatten" else
+                                                          "shuffle" if n.kind in ("gbk", "shuffle") else "main"))
+            for side, _, _ in n.sides:
+                self.usages.setdefault(side.id, []).append((n, "side"))
+        # ancestors (node ids) of every PCollection, through main and side inputs
+        self.anc: dict[int, frozenset] = {}
+        for n in nodes:
+            deps = set()
+            for i in n.ins:
+                deps |= self.anc.get(i.id, frozenset())
+            for side, _, _ in n.sides:
+                deps |= self.anc.get(side.id, frozenset())
+            deps.add(n.id)
+            frozen = frozenset(deps)
+            for out in n.outs.values():
+                self.anc[out.id] = frozen
+        self.stage_of: dict[int, Stage] = {}
+        self.stages: list[Stage] = []
+        for n in nodes:
+            if n.kind not in _OPS:
+                continue
+            main = n.ins[0]
+            producer = self.producer.get(main.id)
+            if (producer is not None and producer.kind in _OPS and self.sole_usage(main) == (n, "main")
+                    and self._acyclic(self.stage_of[producer.id].nodes + [n])):
+                stage = self.stage_of[producer.id]
+                stage.nodes.append(n)
+            else:
+                stage = Stage(len(self.stages), [n])
+                self.stages.append(stage)
+            self.stage_of[n.id] = stage
+
+    def sole_usage(self, pc: PC):
+        uses = self.usages.get(pc.id, [])
+        return uses[0] if len(uses) == 1 else None
+
+    def _acyclic(self, members: list[Node]) -> bool:
+        ids = {m.id for m in members}
+        return all(not (self.anc.get(side.id, frozenset()) & ids) for m in members for side, _, _ in m.sides)
+
+    def fused_map_side(self, pc: PC) -> bool:
+        """Whether the shuffle reading ``pc`` gets its buckets straight from the stage producing ``pc``."""
+        producer = self.producer.get(pc.id)
+        use = self.sole_usage(pc)
+        return producer is not None and producer.kind in _OPS and use is not None and use[1] == "shuffle"
+
+    def fused_reduce_side(self, pc: PC) -> bool:
+        producer = self.producer.get(pc.id)
+        use = self.sole_usage(pc)
+        return (producer is not None and producer.kind in ("gbk", "shuffle") and use is not None
+                and use[1] == "main" and use[0].kind in _OPS and self.stage_of[use[0].id].nodes[0] is use[0])
+
+
+# -- emission --------------------------------------------------------------------------------------------
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_./()\[\]-]+", "_", text)[-60:]
+
+
+class Emitter:
+    def __init__(self, plan: Plan, job_id: str, partitions: int, options: dict | None):
+        self.plan = plan
+        self.job = (job_id, options)
+        self.tag = job_id[:8]
+        self.R = partitions
+        self.graph: dict = {}
+        self._parts: dict[int, list] = {}
+        self._pieces: dict[int, list[list]] = {}
+        self._side: dict[int, Any] = {}
+        self._stage_keys: dict[int, list] = {}
+        self._stage_slots: dict[int, dict[int, int]] = {}  # stage id -> pc id -> slot index
+        self.stage_keys: list = []  # every stage task: run once each, each reports its metrics
+        self.terminal_keys: list = []  # the outputs nobody consumes and no stage produces
+        self.stage_tasks = 0
+
+    def add(self, key, func, *args):
+        self.graph[key] = Task(key, func, *(parse_input(a) for a in args))
+        return key
+
+    def name(self, kind: str, node_id: int, label: str) -> str:
+        return f"beam-{kind}-{node_id}-{_slug(label)}-{self.tag}"
+
+    # PCollection partitions ----------------------------------------------------------------------------
+    def parts(self, pc: PC) -> list:
+        if pc.id in self._parts:
+            return self._parts[pc.id]
+        producer = self.plan.producer.get(pc.id)
+        if producer is None:
+            raise UnsupportedPipeline(f"dask runner: no producer for {pc.label}")
+        if producer.kind == "impulse":
+            keys = [self.add((self.name("impulse", producer.id, producer.label), 0), execute.impulse)]
+        elif producer.kind == "flatten":
+            keys = [k for i in producer.ins for k in self.parts(i)]
+            if not keys:
+                keys = [self.add((self.name("empty", producer.id, producer.label), 0), execute.empty)]
+        elif producer.kind in ("gbk", "shuffle"):
+            pieces = self.pieces(producer)
+            name = self.name("reduce", producer.id, producer.label)
+            if producer.kind == "gbk":
+                keys = [self.add((name, j), execute.group_task, [TaskRef(k) for k in pieces[j]],
+                                 producer.key_coder) for j in range(self.R)]
+            else:
+                keys = [self.add((name, j), execute.concat_pieces, [TaskRef(k) for k in pieces[j]])
+                        for j in range(self.R)]
+        else:
+            stage = self.plan.stage_of[producer.id]
+            self.emit_stage(stage)
+            slot = self._stage_slots[stage.id][pc.id]
+            name = self.name(f"out{pc.id}", producer.id, pc.label)
+            keys = [self.add((name, i), execute.pick, TaskRef(sk), slot)
+                    for i, sk in enumerate(self._stage_keys[stage.id])]
+        self._parts[pc.id] = keys
+        return keys
+
+    def pieces(self, shuffle: Node) -> list[list]:
+        """pieces[j]: the keys holding the elements bound for output partition j of this shuffle."""
+        if shuffle.id in self._pieces:
+            return self._pieces[shuffle.id]
+        source = shuffle.ins[0]
+        pieces: list[list] = [[] for _ in range(self.R)]
+        if self.plan.fused_map_side(source):
+            producer = self.plan.producer[source.id]
+            stage = self.plan.stage_of[producer.id]
+            self.emit_stage(stage)
+            slot = self._stage_slots[stage.id][source.id]
+            name = self.name("bucket", shuffle.id, shuffle.label)
+            for i, sk in enumerate(self._stage_keys[stage.id]):
+                for j in range(self.R):
+                    pieces[j].append(self.add((name, i, j), execute.pick_bucket, TaskRef(sk), slot, j))
+        else:
+            split_name = self.name("split", shuffle.id, shuffle.label)
+            bucket_name = self.name("bucket", shuffle.id, shuffle.label)
+            for i, part in enumerate(self.parts(source)):
+                if shuffle.kind == "gbk":
+                    split = self.add((split_name, i), execute.split_hash, TaskRef(part), self.R, shuffle.key_coder)
+                elif shuffle.mode == "keyhash":
+                    split = self.add((split_name, i), execute.split_keyhash, TaskRef(part), self.R,
+                                     shuffle.key_coder)
+                else:
+                    split = self.add((split_name, i), execute.split_deal, TaskRef(part), self.R, i)
+                for j in range(self.R):
+                    pieces[j].append(self.add((bucket_name, i, j), execute.bucket_of, TaskRef(split), j))
+        self._pieces[shuffle.id] = pieces
+        return pieces
+
+    def side_key(self, pc: PC):
+        if pc.id not in self._side:
+            producer = self.plan.producer.get(pc.id)
+            key = self.name("side", producer.id if producer else pc.id, pc.label)
+            self._side[pc.id] = self.add(key, execute.concat, [TaskRef(k) for k in self.parts(pc)])
+        return self._side[pc.id]
+
+    # stages --------------------------------------------------------------------------------------------
+    def emit_stage(self, stage: Stage) -> None:
+        if stage.id in self._stage_keys:
+            return
+        plan = self.plan
+        root = stage.nodes[0]
+        source = root.ins[0]
+        index_of = {n.id: k for k, n in enumerate(stage.nodes)}
+        slots: list[Slot] = []
+        slot_of: dict[int, int] = {}
+        ops = []
+        sides: dict[str, Any] = {}
+        for n in stage.nodes:
+            outputs = {}
+            for tag, out in n.outs.items():
+                use = plan.sole_usage(out)
+                uses = plan.usages.get(out.id, [])
+                if use is not None and use[1] == "main" and use[0].id in index_of and use[0] is not n:
+                    outputs[tag] = ("op", index_of[use[0].id])
+                elif not uses:
+                    outputs[tag] = ("drop",)
+                else:
+                    if plan.fused_map_side(out):
+                        shuffle = use[0]
+                        kind = "hash" if shuffle.kind == "gbk" else shuffle.mode
+                        slots.append(Slot(kind, self.R, shuffle.key_coder))
+                    else:
+                        slots.append(Slot("list"))
+                    slot_of[out.id] = len(slots) - 1
+                    outputs[tag] = ("slot", len(slots) - 1)
+            side_specs = []
+            for side, view_class, view_options in n.sides:
+                key = self.side_key(side)
+                name = key if isinstance(key, str) else repr(key)
+                sides[name] = TaskRef(key)
+                side_specs.append((name, view_class, view_options))
+            ops.append(OpSpec(f"{n.id}", n.label, n.kind, n.payload, side_specs, n.windowing, outputs))
+        root_key_coder = None
+        source_producer = plan.producer.get(source.id)
+        if plan.fused_reduce_side(source):
+            shuffle = source_producer
+            pieces = self.pieces(shuffle)
+            if shuffle.kind == "gbk":
+                roots = [("group", [TaskRef(k) for k in pieces[j]]) for j in range(self.R)]
+                root_key_coder = shuffle.key_coder
+            else:
+                roots = [("concat", [TaskRef(k) for k in pieces[j]]) for j in range(self.R)]
+        elif source_producer is not None and source_producer.kind == "impulse" and plan.sole_usage(source):
+            roots = [("impulse",)]
+        else:
+            roots = [("list", TaskRef(k)) for k in self.parts(source)]
+        stage_plan = StagePlan(_slug(root.label), ops, slots, root_key_coder)
+        plan_key = self.name("plan", root.id, root.label)
+        self.graph[plan_key] = DataNode(plan_key, pickler.dumps(stage_plan))
+        name = self.name("stage", root.id, root.label)
+        keys = []
+        for i, root_spec in enumerate(roots):
+            key = self.add((name, i), execute.run_stage, self.job, stage.id, TaskRef(plan_key), i, root_spec, sides)
+            keys.append(key)
+            self.stage_keys.append(key)
+        self.stage_tasks += len(keys)
+        self._stage_keys[stage.id] = keys
+        self._stage_slots[stage.id] = slot_of
+
+    def emit_all(self) -> None:
+        for stage in self.plan.stages:
+            self.emit_stage(stage)
+        # PCollections that nobody consumes and no stage produces (e.g. a final GroupByKey): still computed
+        for n in self.plan.nodes:
+            if n.kind in _OPS:
+                continue
+            for out in n.outs.values():
+                if not self.plan.usages.get(out.id):
+                    name = self.name("count", n.id, out.label)
+                    for i, part in enumerate(self.parts(out)):
+                        self.terminal_keys.append(self.add((name, i), execute.count, TaskRef(part)))
+
+
+@dataclass
+class Translation:
+    graph: dict
+    stage_keys: list
+    terminal_keys: list
+    stages: int
+    stage_tasks: int
+    tasks: int
+
+
+def translate(plan: Plan, job_id: str, partitions: int, options: dict | None) -> Translation:
+    emitter = Emitter(plan, job_id, partitions, options)
+    emitter.emit_all()
+    return Translation(emitter.graph, emitter.stage_keys, emitter.terminal_keys, len(plan.stages),
+                       emitter.stage_tasks, len(emitter.graph))
+
+
+def plan_pipeline(pipeline: beam.Pipeline) -> Plan:
+    """Validate and fuse; raises ``UnsupportedPipeline`` for anything this runner cannot execute."""
+    nodes, keepalive = build_ir(pipeline)
+    return Plan(nodes, keepalive)

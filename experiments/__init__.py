@@ -1,0 +1,1 @@
+"""Experiments on top of the pipeline and the trainer: hyper-parameter sweeps (Optuna) and cleaning ablations."""

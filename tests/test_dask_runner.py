@@ -1,0 +1,507 @@
+"""Conformance of the project's Beam runner for dask.distributed (beam_dask/), element for element against
+the FnApiRunner on the same pipeline, on a 2-worker LocalCluster (one thread per worker).
+
+Every case builds the same pipeline twice (``build(p, out_dir)``), runs it on the FnApiRunner and on the
+Dask runner, and compares what each output captured — as multisets of elements — plus any files written.
+The dask extra is required: the Makefile installs it for ``make test``.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import pickle
+import signal
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import apache_beam as beam
+import distributed  # noqa: F401  (the [dask] extra is required, not optional, for this suite)
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.metrics import Metrics
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.transforms import userstate
+from apache_beam.transforms.window import FixedWindows, TimestampedValue
+
+import beam_dask
+from beam_dask import UnsupportedPipeline, make_dask_pipeline
+from beam_dask.runner import DaskRunner
+
+N = 200
+
+
+@pytest.fixture(scope="module")
+def dask_cluster():
+    cluster = beam_dask.shared_local_cluster(2)
+    cluster.wait_for_workers(2)
+    yield cluster
+
+
+# -- capture: every element of a PCollection, written by the workers into a folder ----------------------------
+
+class _CaptureFn(beam.DoFn):
+    """Writes the elements of each bundle into its own pickle file (workers share this machine's disk)."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+
+    def start_bundle(self):
+        self.items = []
+
+    def process(self, element):
+        self.items.append(element)
+
+    def finish_bundle(self):
+        if self.items:
+            os.makedirs(self.folder, exist_ok=True)
+            tmp = os.path.join(self.folder, f".{uuid.uuid4().hex}")
+            with open(tmp, "wb") as fh:
+                pickle.dump(self.items, fh)
+            os.replace(tmp, os.path.join(self.folder, f"{uuid.uuid4().hex}.pkl"))
+
+
+class _IdempotentCaptureFn(_CaptureFn):
+    """Names each bundle's file by its content, so a bundle that runs again (recomputed after a lost worker)
+    replaces its own file: the sink is idempotent, as every sink on a retrying runner must be."""
+
+    def finish_bundle(self):
+        if self.items:
+            os.makedirs(self.folder, exist_ok=True)
+            data = pickle.dumps(sorted(self.items, key=repr))
+            tmp = os.path.join(self.folder, f".{uuid.uuid4().hex}")
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, os.path.join(self.folder, hashlib.sha256(data).hexdigest() + ".pkl"))
+
+
+def capture(pcoll, out_dir: str, name: str, idempotent: bool = False):
+    fn = (_IdempotentCaptureFn if idempotent else _CaptureFn)(os.path.join(out_dir, name))
+    return pcoll | f"Capture[{name}]" >> beam.ParDo(fn)
+
+
+def captured(out_dir: Path) -> dict[str, list]:
+    result = {}
+    for folder in sorted(p for p in Path(out_dir).iterdir() if p.is_dir()):
+        items = []
+        for path in sorted(folder.glob("*.pkl")):
+            items.extend(pickle.loads(path.read_bytes()))
+        result[folder.name] = items
+    return result
+
+
+def multiset(items: list) -> Counter:
+    return Counter(repr(_canonical(x)) for x in items)
+
+
+def _canonical(x):
+    if isinstance(x, dict):
+        return tuple(sorted((k, _canonical(v)) for k, v in x.items()))
+    if isinstance(x, (list, tuple)):
+        return tuple(_canonical(v) for v in x)
+    return x
+
+
+def run_on(runner: str, build, out_dir: Path, dask_client=None):
+    if runner == "fnapi":
+        p = beam.Pipeline(runner=FnApiRunner())
+    else:
+        p = make_dask_pipeline(client=dask_client)
+    build(p, str(out_dir))
+    result = p.run()
+    state = result.wait_until_finish()
+    assert state == "DONE"
+    return result
+
+
+def compare(tmp_path: Path, build, dask_cluster, counters_too: bool = True):
+    """Run ``build`` on both runners; assert equal captured multisets; return (fnapi, dask) captures and results."""
+    ref_dir, dask_dir = tmp_path / "fnapi", tmp_path / "dask"
+    ref_dir.mkdir()
+    dask_dir.mkdir()
+    ref_result = run_on("fnapi", build, ref_dir)
+    dask_result = run_on("dask", build, dask_dir, dask_cluster.client)
+    ref, got = captured(ref_dir), captured(dask_dir)
+    assert set(ref) == set(got)
+    for name in ref:
+        assert multiset(got[name]) == multiset(ref[name]), f"output {name!r} differs from the FnApiRunner"
+    if counters_too:
+        assert counters_of(dask_result) == counters_of(ref_result)
+    return ref, got, ref_result, dask_result
+
+
+def counters_of(result) -> dict:
+    out = {}
+    for c in result.metrics().query(MetricsFilter())["counters"]:
+        key = (c.key.metric.namespace, c.key.metric.name)
+        out[key] = out.get(key, 0) + (c.committed if c.committed is not None else c.attempted)
+    return out
+
+
+# -- inputs ----------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("inputs")
+    lines = [f"line {i} " + "word " * (i % 7) for i in range(N)]
+    (folder / "a.txt").write_text("\n".join(lines[:120]) + "\n")
+    with gzip.open(folder / "b.txt.gz", "wt") as fh:
+        fh.write("\n".join(lines[120:]) + "\n")
+    (folder / "single.txt").write_text("\n".join(lines) + "\n")
+    table = pa.table({"id": list(range(N)), "name": [f"n{i % 13}" for i in range(N)],
+                      "score": [i / 7 for i in range(N)]})
+    pq.write_table(table.slice(0, 90), folder / "part-0.parquet", row_group_size=32)
+    pq.write_table(table.slice(90), folder / "part-1.parquet", row_group_size=32)
+    return {"dir": folder, "lines": lines, "rows": table.to_pylist()}
+
+
+# -- cases -----------------------------------------------------------------------------------------------
+
+def test_file_reads_text_and_gzip(tmp_path, inputs, dask_cluster):
+    def build(p, out):
+        capture(p | "Plain" >> beam.io.ReadFromText(str(inputs["dir"] / "a.txt")), out, "plain")
+        capture(p | "Glob" >> beam.io.ReadFromText(str(inputs["dir"] / "*.txt*")), out, "glob")
+
+    ref, got, _, _ = compare(tmp_path, build, dask_cluster)
+    assert len(got["plain"]) == 120
+    assert sorted(got["glob"]) == sorted(inputs["lines"] + inputs["lines"])  # a.txt + b.txt.gz + single.txt
+
+
+def test_read_from_parquet(tmp_path, inputs, dask_cluster):
+    def build(p, out):
+        rows = p | beam.io.ReadFromParquet(str(inputs["dir"] / "part-*.parquet"))
+        capture(rows, out, "rows")
+        capture(p | "Cols" >> beam.io.ReadFromParquet(str(inputs["dir"] / "part-1.parquet"), columns=["id"]),
+                out, "ids")
+
+    ref, got, _, _ = compare(tmp_path, build, dask_cluster)
+    assert multiset(got["rows"]) == multiset(inputs["rows"])
+    assert sorted(r["id"] for r in got["ids"]) == list(range(90, N))
+
+
+class _Route(beam.DoFn):
+    def process(self, x):
+        if x % 3 == 0:
+            yield beam.pvalue.TaggedOutput("three", x)
+        elif x % 3 == 1:
+            yield beam.pvalue.TaggedOutput("one", (x, "one"))
+        else:
+            yield x
+
+
+def test_tagged_outputs_receive_only_their_elements(tmp_path, dask_cluster):
+    def build(p, out):
+        nums = p | beam.Create(list(range(N)))
+        outs = nums | beam.ParDo(_Route()).with_outputs("three", "one", main="rest")
+        capture(outs.rest, out, "rest")
+        capture(outs.three, out, "three")
+        capture(outs.one, out, "one")
+        parts = nums | beam.Partition(lambda x, n: x % n, 4)
+        for i, part in enumerate(parts):
+            capture(part, out, f"part{i}")
+
+    _, got, _, _ = compare(tmp_path, build, dask_cluster)
+    assert sorted(got["three"]) == [x for x in range(N) if x % 3 == 0]
+    assert sorted(got["one"]) == [(x, "one") for x in range(N) if x % 3 == 1]
+    assert sorted(got["rest"]) == [x for x in range(N) if x % 3 == 2]
+    for i in range(4):
+        assert sorted(got[f"part{i}"]) == [x for x in range(N) if x % 4 == i]
+
+
+def test_every_sink_runs_and_files_are_complete(tmp_path, inputs, dask_cluster):
+    def build(p, out):
+        lines = p | beam.io.ReadFromText(str(inputs["dir"] / "single.txt"))
+        lines | "Upper" >> beam.Map(str.upper) | "W1" >> beam.io.WriteToText(os.path.join(out, "files", "upper"))
+        lines | "Len" >> beam.Map(lambda s: str(len(s))) | "W2" >> beam.io.WriteToText(
+            os.path.join(out, "files", "len"), num_shards=3)
+        (lines | "Rows" >> beam.Map(lambda s: {"line": s})
+         | "W3" >> beam.io.WriteToParquet(os.path.join(out, "files", "pq"), pa.schema([("line", pa.string())])))
+        capture(lines | "Words" >> beam.FlatMap(str.split), out, "words")
+
+    compare(tmp_path, build, dask_cluster)
+    for runner in ("fnapi", "dask"):
+        files = tmp_path / runner / "files"
+        upper = [l for f in sorted(files.glob("upper-*")) for l in f.read_text().splitlines()]
+        assert sorted(upper) == sorted(s.upper() for s in inputs["lines"]), runner
+        lens = sorted(files.glob("len-*"))
+        assert len(lens) == 3
+        assert sorted(l for f in lens for l in f.read_text().splitlines()) == sorted(
+            str(len(s)) for s in inputs["lines"])
+        rows = [r for f in sorted(files.glob("pq-*")) for r in pq.read_table(f).column("line").to_pylist()]
+        assert sorted(rows) == sorted(inputs["lines"])
+        assert not list(files.glob("beam-temp-*")), "temporary files left behind"
+
+
+def test_grouping_and_combining(tmp_path, dask_cluster):
+    def build(p, out):
+        pairs = p | beam.Create([(f"k{i % 17}", i) for i in range(N)])
+        capture(pairs | beam.GroupByKey() | beam.MapTuple(lambda k, vs: (k, sorted(vs))), out, "gbk")
+        other = p | "Other" >> beam.Create([(f"k{i % 5}", f"v{i}") for i in range(40)] + [("only-right", "x")])
+        joined = {"left": pairs, "right": other} | beam.CoGroupByKey()
+        capture(joined | "SortCo" >> beam.MapTuple(
+            lambda k, d: (k, sorted(d["left"]), sorted(d["right"]))), out, "cogbk")
+        capture(pairs | beam.CombinePerKey(sum), out, "sum_per_key")
+        capture(pairs | "MeanPK" >> beam.combiners.Mean.PerKey(), out, "mean_per_key")
+        capture(pairs | beam.Values() | "Total" >> beam.CombineGlobally(sum), out, "sum_global")
+        capture(pairs | beam.Keys() | beam.combiners.Count.PerElement(), out, "count_per_element")
+        empty = p | "Empty" >> beam.Create([]).with_output_types(int)
+        capture(empty | "EmptySum" >> beam.CombineGlobally(sum), out, "sum_of_empty")
+        capture(pairs | "Top" >> beam.combiners.Top.Of(5, key=lambda kv: kv[1]), out, "top")
+
+    _, got, _, _ = compare(tmp_path, build, dask_cluster)
+    assert got["sum_global"] == [sum(range(N))]
+    assert got["sum_of_empty"] == [0]
+    assert len(got["gbk"]) == 17 and sum(len(vs) for _, vs in got["gbk"]) == N
+    cogbk = {k: (left, right) for k, left, right in got["cogbk"]}
+    assert cogbk["only-right"] == ([], ["x"]) and len(cogbk["k3"][0]) == len(range(3, N, 17))
+
+
+class _Scale(beam.DoFn):
+    def process(self, x, factor, table, everything, items):
+        yield (x * factor, table.get(x % 10), len(everything), sum(1 for _ in items))
+
+
+def test_side_inputs_including_one_from_the_main_inputs_upstream(tmp_path, dask_cluster):
+    def build(p, out):
+        nums = p | beam.Create(list(range(100)))
+        count = nums | "Count" >> beam.combiners.Count.Globally()  # from the main input's own upstream
+        table = p | "Table" >> beam.Create([(i, f"t{i}") for i in range(10)])
+        listed = p | "Listed" >> beam.Create(["a", "b", "c"])
+        capture(nums | "WithCount" >> beam.Map(lambda x, n: (x, n), n=beam.pvalue.AsSingleton(count)), out, "count")
+        capture(nums | "All" >> beam.ParDo(_Scale(), beam.pvalue.AsSingleton(count),
+                                           table=beam.pvalue.AsDict(table), everything=beam.pvalue.AsList(nums),
+                                           items=beam.pvalue.AsIter(listed)), out, "all")
+        empty = p | "Empty" >> beam.Create([]).with_output_types(int)
+        capture(listed | "Default" >> beam.Map(lambda s, d: (s, d), d=beam.pvalue.AsSingleton(empty, default_value=-1)),
+                out, "default")
+
+    _, got, _, _ = compare(tmp_path, build, dask_cluster)
+    assert {n for _, n in got["count"]} == {100}  # computed once, not once per consuming task
+    assert sorted(got["all"])[5] == (5 * 100, "t5", 100, 3)
+    assert sorted(got["default"]) == [("a", -1), ("b", -1), ("c", -1)]
+
+
+def test_flatten(tmp_path, dask_cluster):
+    def build(p, out):
+        a = p | "A" >> beam.Create(list(range(50)))
+        b = p | "B" >> beam.Create(list(range(100, 130)))
+        capture((a, b) | "AB" >> beam.Flatten(), out, "ab")
+        capture((a, a, b) | "AAB" >> beam.Flatten(), out, "aab")
+        capture((b,) | "OnlyB" >> beam.Flatten() | beam.Map(lambda x: x + 1), out, "b1")
+
+    _, got, _, _ = compare(tmp_path, build, dask_cluster)
+    assert len(got["aab"]) == 130
+
+
+def test_reshuffle_repartitions_a_single_file(tmp_path, inputs, dask_cluster):
+    def build(p, out):
+        lines = p | beam.io.ReadFromText(str(inputs["dir"] / "single.txt"))
+        spread = lines | beam.Reshuffle()
+        capture(spread, out, "lines")
+        capture(spread | "Bundles" >> beam.ParDo(_BundlesOnly()), out, "bundles")
+
+    ref_dir, dask_dir = tmp_path / "fnapi", tmp_path / "dask"
+    ref_dir.mkdir(), dask_dir.mkdir()
+    run_on("fnapi", build, ref_dir)
+    run_on("dask", build, dask_dir, dask_cluster.client)
+    ref, got = captured(ref_dir), captured(dask_dir)
+    assert multiset(got["lines"]) == multiset(ref["lines"]) == multiset(inputs["lines"])
+    sizes = [n for _, n in got["bundles"]]
+    assert sum(sizes) == N
+    assert len(sizes) > 1, "the single file's lines stayed in one partition after Reshuffle"
+    assert max(sizes) <= N // 2 + 1
+
+
+class _BundlesOnly(beam.DoFn):
+    def start_bundle(self):
+        self.n, self.bundle = 0, uuid.uuid4().hex
+
+    def process(self, x):
+        self.n += 1
+
+    def finish_bundle(self):
+        from apache_beam.transforms.window import GlobalWindow
+        from apache_beam.utils.windowed_value import WindowedValue
+
+        if self.n:
+            yield WindowedValue((self.bundle, self.n), 0, [GlobalWindow()])
+
+
+class _Counting(beam.DoFn):
+    def __init__(self):
+        self.seen = Metrics.counter("conf", "seen")
+        self.odd = Metrics.counter("conf", "odd")
+        self.bundles = Metrics.counter("conf", "bundle_elements")
+        self.sizes = Metrics.distribution("conf", "size")
+
+    def start_bundle(self):
+        self.n = 0
+
+    def process(self, x):
+        self.seen.inc()
+        self.n += 1
+        self.sizes.update(x % 10)
+        if x % 2:
+            self.odd.inc(2)
+        yield x
+
+    def finish_bundle(self):
+        self.bundles.inc(self.n)  # a counter updated in finish_bundle
+
+
+def test_counters_are_exact(tmp_path, dask_cluster):
+    def build(p, out):
+        nums = p | beam.Create(list(range(N)))
+        counted = nums | "C1" >> beam.ParDo(_Counting()) | "Sq" >> beam.Map(lambda x: x * x)
+        again = counted | "Spread" >> beam.Reshuffle() | "C2" >> beam.ParDo(_Counting())
+        capture(again, out, "again")
+
+    _, _, ref_result, dask_result = compare(tmp_path, build, dask_cluster)
+    counters = counters_of(dask_result)
+    assert counters[("conf", "seen")] == 2 * N
+    assert counters[("conf", "bundle_elements")] == 2 * N
+    assert counters[("conf", "odd")] == 2 * (N // 2 + N // 2)  # x odd in C1, x*x odd in C2
+    per_step = {c.key.step: c.committed for c in dask_result.metrics().query(
+        MetricsFilter().with_name("seen"))["counters"]}
+    assert per_step == {"C1": N, "C2": N}
+
+    def dists(result):
+        return {c.key.step: (c.committed.count, c.committed.sum, c.committed.min, c.committed.max)
+                for c in result.metrics().query(MetricsFilter())["distributions"]}
+    assert dists(dask_result) == dists(ref_result)
+
+
+class _SetupOnce(beam.DoFn):
+    def __init__(self, folder):
+        self.folder = folder
+
+    def setup(self):
+        Path(self.folder, f"setup-{os.getpid()}-{uuid.uuid4().hex}").touch()
+
+    def process(self, x):
+        yield x, os.getpid()
+
+    def teardown(self):
+        Path(self.folder, f"teardown-{os.getpid()}-{uuid.uuid4().hex}").touch()
+
+
+def test_setup_runs_once_per_worker_process(tmp_path, dask_cluster):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    p = make_dask_pipeline(client=dask_cluster.client, partitions=8)
+    nums = p | beam.Create(list(range(N)))
+    out = nums | beam.Reshuffle() | beam.ParDo(_SetupOnce(str(marks)))  # 8 partitions → 8 tasks of this DoFn
+    capture(out, str(tmp_path / "cap"), "pids")
+    result = p.run()
+    assert result.wait_until_finish() == "DONE"
+    pids = {pid for _, pid in captured(tmp_path / "cap")["pids"]}
+    setups = Counter(name.split("-")[1] for name in os.listdir(marks) if name.startswith("setup-"))
+    assert set(setups) == {str(pid) for pid in pids}
+    assert all(n == 1 for n in setups.values()), setups  # reused across the worker's tasks
+    teardowns = Counter(name.split("-")[1] for name in os.listdir(marks) if name.startswith("teardown-"))
+    assert teardowns == setups  # torn down when the job ended
+
+
+class _FixedWindowed(beam.DoFn):
+    def process(self, x):
+        yield TimestampedValue(x, x)
+
+
+class _Stateful(beam.DoFn):
+    STATE = userstate.CombiningValueStateSpec("total", sum)
+
+    def process(self, kv, total=beam.DoFn.StateParam(STATE)):
+        total.add(kv[1])
+        yield kv
+
+
+class _Touch(beam.DoFn):
+    def __init__(self, path):
+        self.path = path
+
+    def process(self, x):
+        Path(self.path).touch()
+        yield x
+
+
+@pytest.mark.parametrize("case", ["fixed_windows", "stateful", "unbounded"])
+def test_unsupported_constructs_fail_at_translation(tmp_path, dask_cluster, case):
+    touched = tmp_path / "ran"
+    p = make_dask_pipeline(client=dask_cluster.client)
+    nums = p | beam.Create(list(range(10))) | beam.ParDo(_Touch(str(touched)))
+    if case == "fixed_windows":
+        (nums | beam.ParDo(_FixedWindowed()) | beam.WindowInto(FixedWindows(5)) | beam.Map(lambda x: (x % 2, x))
+         | beam.GroupByKey())
+        expected = "FixedWindows"
+    elif case == "stateful":
+        nums | beam.Map(lambda x: (x % 2, x)) | beam.ParDo(_Stateful())
+        expected = "state or timers"
+    else:
+        from apache_beam.testing.test_stream import TestStream
+        p | TestStream().add_elements([1, 2]) | beam.Map(lambda x: x)
+        expected = "unbounded"
+    with pytest.raises(UnsupportedPipeline, match=expected):
+        p.run()
+    assert not touched.exists(), "work started although the pipeline cannot be translated"
+
+
+def _fail_on_13(x):
+    if x == 13:
+        raise ValueError("thirteen is not allowed")
+    return x
+
+
+def test_a_failing_dofn_fails_the_pipeline(dask_cluster):
+    p = make_dask_pipeline(client=dask_cluster.client)
+    p | beam.Create(list(range(50))) | beam.Map(_fail_on_13)
+    result = p.run()
+    with pytest.raises(ValueError, match="thirteen"):
+        result.wait_until_finish()
+    assert result.state == "FAILED"
+
+
+class _DieOnce(beam.DoFn):
+    """Counts every element, and SIGKILLs its own worker process in the middle of its first bundle that
+    holds element 37 (once per test: a marker file says it happened)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+        self.seen = Metrics.counter("die", "seen")
+
+    def process(self, x):
+        self.seen.inc()
+        if x == 37 and not os.path.exists(self.marker):
+            Path(self.marker).write_text(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        yield x * 2
+
+
+def test_counters_of_a_killed_attempt_are_not_counted(tmp_path, dask_cluster):
+    """The attempt that was killed had counted some elements; only the rescheduled attempt's counts count."""
+    marker = tmp_path / "died"
+    p = make_dask_pipeline(client=dask_cluster.client, partitions=4)
+    doubled = p | beam.Create(list(range(N))) | beam.Reshuffle() | beam.ParDo(_DieOnce(str(marker)))
+    capture(doubled, str(tmp_path / "cap"), "doubled", idempotent=True)
+    result = p.run()
+    assert result.wait_until_finish() == "DONE"
+    assert marker.exists(), "the worker was not killed: the test did not test anything"
+    got = [x for x in captured(tmp_path / "cap")["doubled"]]
+    assert sorted(got) == [2 * x for x in range(N)]
+    assert counters_of(result)[("die", "seen")] == N
+    dask_cluster.wait_for_workers(2)
+
+
+def test_runner_by_name_with_options(tmp_path, dask_cluster):
+    """``--runner=beam_dask.DaskRunner --dask_address=…``: how beam_options.make_pipeline can select it."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    p = beam.Pipeline(options=PipelineOptions(["--runner=beam_dask.DaskRunner",
+                                               f"--dask_address={dask_cluster.address}", "--dask_partitions=3"]))
+    assert isinstance(p.runner, DaskRunner)
+    capture(p | beam.Create(list(range(30))) | beam.Map(lambda x: -x), str(tmp_path / "cap"), "neg")
+    result = p.run()
+    assert result.wait_until_finish() == "DONE"
+    assert sorted(captured(tmp_path / "cap")["neg"]) == sorted(-x for x in range(30))

@@ -1,0 +1,91 @@
+"""How a training run ends: the exit codes of ``corpusmill train`` and the one line that says why.
+
+    0    done (or nothing left to train)
+    2    a setting that cannot work (the field named)
+    3    stopped by the guards: persistent bad steps and no rollback left
+    4    refused: what is on disk cannot be trusted or does not fit the config — every checkpoint damaged, a
+         checkpoint trained with another model or on other shards, a damaged shard. Nothing was trained.
+    5    failed: the run directory cannot be written (read-only, permissions, disk full)
+    130  interrupted (SIGINT); 143 terminated (SIGTERM). The last complete checkpoint is kept: re-run to resume.
+
+``outcome_of(error)`` maps the errors a run can expect to (code, one line); anything else is a bug and keeps its
+traceback. Under torchrun a rank that meets such an error writes it to the launcher's outcome directory
+(``OUTCOME_DIR_ENV``) before it exits: the launcher prints that one line, once, instead of every rank's
+traceback and torchrun's failure report.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+EXIT_OK = 0
+EXIT_CONFIG = 2
+EXIT_STOPPED = 3
+EXIT_REFUSED = 4
+EXIT_FAILED = 5
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+OUTCOME_DIR_ENV = "CORPUSMILL_TRAIN_OUTCOME_DIR"
+OUTCOME_FILE = "outcome.json"
+
+# Errors of the file system that are the environment's, not the program's: said in one line.
+_ENVIRONMENT_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
+
+
+class TrainRefused(RuntimeError):
+    """Training will not start (or continue) on what is on disk; the message says what and what to do."""
+
+
+class TrainConfigError(ValueError):
+    """The train config cannot work with these shards (e.g. a vocabulary smaller than the shards')."""
+
+
+def outcome_of(error: BaseException) -> tuple[int, str] | None:
+    """(exit code, one line) for an expected failure; None for anything else (a bug: keep the traceback)."""
+    from tokenizer.shards import ShardFormatError
+    from trainer_bridge.train import TrainingStopped
+
+    if isinstance(error, TrainingStopped):
+        return EXIT_STOPPED, str(error)
+    if isinstance(error, TrainRefused):
+        return EXIT_REFUSED, str(error)
+    if isinstance(error, ShardFormatError):
+        return EXIT_REFUSED, f"shards not usable: {error}"
+    if isinstance(error, TrainConfigError):
+        return EXIT_CONFIG, str(error)
+    if isinstance(error, OSError) and error.errno in _ENVIRONMENT_ERRNOS:
+        where = f" ({error.filename})" if error.filename else ""
+        return EXIT_FAILED, f"cannot write the run directory: {error.strerror}{where}"
+    try:
+        from trainer_bridge.hf import ConversionError
+    except ImportError:  # pragma: no cover - hf.py imports only torch and the trainer's own modules
+        return None
+    if isinstance(error, ConversionError):
+        return EXIT_REFUSED, str(error)
+    return None
+
+
+def report_outcome(code: int, message: str) -> bool:
+    """Under the launcher: record this rank's outcome (the first rank's wins) and return True; else False."""
+    directory = os.environ.get(OUTCOME_DIR_ENV)
+    if not directory:
+        return False
+    path = Path(directory) / OUTCOME_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return True
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump({"code": code, "message": message}, fh)
+    return True
+
+
+def read_outcome(directory: str | os.PathLike) -> tuple[int, str] | None:
+    try:
+        record = json.loads((Path(directory) / OUTCOME_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # absent, or being written right now (read again later)
+    return int(record["code"]), str(record["message"])
