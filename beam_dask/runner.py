@@ -1,8 +1,9 @@
 """``DaskRunner``: a Beam runner that executes a pipeline on a dask.distributed cluster.
 
 It is a translation, not an engine: ``translate.py`` turns the pipeline into one Dask task graph, submitted
-at once with ``Client.get``; Dask's scheduler places the tasks, moves the data between workers, and
-recomputes what a lost worker held. See ``execute.py`` for what runs in a task.
+at once with ``Client.get`` and left fire-and-forget; Dask's scheduler places the tasks, moves the data between
+workers, and recomputes what a lost worker held that is still needed. See ``execute.py`` for what runs in a
+task and ``watch.py`` for how completion, errors and metrics are tracked on the scheduler.
 
 Metrics are committed: each stage task reports its counter deltas to the scheduler as it finishes, and
 ``watch.JobWatch`` keeps, per task key, the deltas of the attempt whose result the scheduler kept (the first

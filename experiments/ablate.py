@@ -153,7 +153,7 @@ def build_view(variant_paths: RunPaths, cleaned: RunPaths, view: RunPaths) -> No
                 "ablation": {"train_from": str(variant_paths.shards), "val_from": str(cleaned.shards)}}
     if not view.tokenizer_dir.exists():
         view.tokenizer_dir.symlink_to(variant_paths.tokenizer_dir.resolve(), target_is_directory=True)
-    write_json(view.shards / "manifest.json", manifest)
+    write_json(view.shards_manifest, manifest)
 
 
 def funnel(paths: RunPaths) -> dict:

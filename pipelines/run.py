@@ -164,7 +164,7 @@ def output_digest(stage: str, paths: RunPaths, manifest: dict) -> str | None:
         return _digest([sorted(i.get("sha256", "") for i in manifest.get("inputs", [])),
                         sorted(manifest.get("inputs_seen", []))])
     if stage == "shards":
-        shard_manifest = paths.shards / "manifest.json"
+        shard_manifest = paths.shards_manifest
         return sha256_file(shard_manifest)[:16] if shard_manifest.is_file() else "empty"
     return None
 

@@ -108,6 +108,11 @@ class RunPaths:
     def shards(self) -> Path:
         return self.root / "shards"
 
+    @property
+    def shards_manifest(self) -> Path:
+        """The shard set's own manifest (Contract 3); written last by the shard stage."""
+        return self.shards / "manifest.json"
+
     # -- training -----------------------------------------------------------------------------------------
     @property
     def train(self) -> Path:

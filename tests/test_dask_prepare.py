@@ -8,8 +8,8 @@ two cores, so the scenarios are batched):
 3. the cleaning stage on the Dask runner again, with one worker process SIGKILLed while it executes a stage
    task in the middle of the stage (the nanny restarts it; the scheduler reschedules and recomputes).
 
-The runs share one quality-model cache (the default model is keyed by its training data and parameters), so it
-is trained at most once. The Dask runner is patched in where ``pipelines.prepare`` builds its pipelines.
+The runs share the checkout's quality-model cache (``runs/.cache``, as ``make demo``; the default model is keyed
+by its training data and parameters), so it is trained at most once. The Dask runner is patched in where ``pipelines.prepare`` builds its pipelines.
 """
 from __future__ import annotations
 
@@ -97,8 +97,10 @@ def _executing(dask_worker) -> tuple[int, list[str]]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("dask-e2e")
-    cache = base / "shared-cache"
-    cache.mkdir()
+    # the runs directories' shared cache (the default quality model, keyed by its training data and parameters):
+    # the one `make demo` uses, so the model is trained at most once per checkout, not once per test session
+    cache = REPO / "runs" / ".cache"
+    cache.mkdir(parents=True, exist_ok=True)
 
     def config(which: str):
         runs_dir = base / which

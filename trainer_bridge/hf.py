@@ -25,7 +25,6 @@ Only ``safetensors`` (and, to load models in tests, ``transformers``) come from 
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -38,6 +37,7 @@ from pathlib import Path
 import torch
 import torch.distributed.checkpoint as dcp
 
+from runio.files import sha256_file, write_atomic
 from runio.layout import RunPaths
 from trainer_bridge.checkpoint import (
     LATEST,
@@ -114,7 +114,7 @@ def special_tokens_of_run(paths: RunPaths, checkpoint: Path | None) -> SpecialTo
     """From the run's shard manifest (what the model was trained on), else from an import's special_tokens.json."""
     from tokenizer.shards import read_manifest
 
-    if (paths.shards / "manifest.json").exists():
+    if (paths.shards_manifest).exists():
         m = read_manifest(str(paths.shards))
         packing = m.get("packing") or {}
         special = SpecialTokens(pad_id=m["pad_id"], bos_id=m["bos_id"], eos_id=m["eos_id"],
@@ -472,9 +472,7 @@ def save_model_checkpoint(root: Path, step: int, state: dict[str, torch.Tensor],
     if final.exists():
         shutil.rmtree(final)
     os.replace(partial, final)
-    tmp = root / (LATEST + ".tmp")
-    tmp.write_text(final.name + "\n")
-    os.replace(tmp, root / LATEST)
+    write_atomic(root / LATEST, (final.name + "\n").encode("utf-8"))
     return final
 
 
@@ -647,7 +645,7 @@ def model_card(paths: RunPaths, checkpoint: Path, cfg: ModelConfig, config: dict
             lines.append(f"| {row.get('step')} | {row.get('in', '')} | {row.get('kept', '')} | "
                          f"{row.get('removed', '')} |")
         lines += [f"| **kept documents** | | {stats.get('kept', '')} | |", ""]
-    if (paths.shards / "manifest.json").exists():
+    if (paths.shards_manifest).exists():
         from tokenizer.shards import read_manifest
 
         m = read_manifest(str(paths.shards))
@@ -694,9 +692,9 @@ def export_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike, *, step: 
     special = special_tokens_of_run(paths, checkpoint)
     from tokenizer.shards import read_manifest
 
-    if (paths.shards / "manifest.json").exists():
+    if (paths.shards_manifest).exists():
         want = read_manifest(str(paths.shards))["tokenizer_sha256"]
-        have = hashlib.sha256(paths.tokenizer_json.read_bytes()).hexdigest()
+        have = sha256_file(paths.tokenizer_json)
         if want != have:
             raise ConversionError(f"{paths.tokenizer_json} (sha256 {have}) is not the tokenizer the shards were "
                                   f"encoded with ({want})")
@@ -789,9 +787,7 @@ def import_hf(model_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Impor
     if paths.checkpoints.exists() and any(paths.checkpoints.iterdir()):
         raise FileExistsError(f"{paths.checkpoints} already holds checkpoints: import into an empty directory")
     paths.tokenizer_dir.mkdir(parents=True, exist_ok=True)
-    tmp = paths.tokenizer_dir / f".tokenizer.json.tmp-{os.getpid()}"
-    shutil.copyfile(model.tokenizer_json, tmp)
-    os.replace(tmp, paths.tokenizer_json)
+    write_atomic(paths.tokenizer_json, Path(model.tokenizer_json).read_bytes())
     # fp32 master weights, as the trainer keeps them (bf16/fp16 -> fp32 is exact)
     state = {k: v.to(torch.float32) for k, v in model.state.items()}
     if model.config.tie_embeddings:
@@ -864,7 +860,7 @@ def load_initial_weights(spec: str, parts, model_cfg: ModelConfig, *, shard_voca
         raise ConversionError(f"{where}: train.model differs from the model's config in {differ} (run, model); "
                               f"set train.model to {loaded.config.model_dump_json()}")
     if shard_tokenizer_sha256 is not None:
-        have = hashlib.sha256(loaded.tokenizer_json.read_bytes()).hexdigest()
+        have = sha256_file(loaded.tokenizer_json)
         if have != shard_tokenizer_sha256:
             raise ConversionError(f"{where}: the shards were encoded with tokenizer sha256 {shard_tokenizer_sha256}, "
                                   f"the model's tokenizer ({loaded.tokenizer_json}) is {have}: set tokenizer.path to "
