@@ -317,7 +317,8 @@ def assert_quiet_interrupt(process: subprocess.Popen) -> tuple[str, str]:
 
 
 def test_sigint_single_process_keeps_the_last_checkpoint_and_resumes(tmp_path):
-    config_file, paths = make_run(tmp_path, "ctrlc", {"steps": 100000})
+    # a checkpoint every step: the interrupt often lands inside a save (DCP used to wrap it in a traceback)
+    config_file, paths = make_run(tmp_path, "ctrlc", {"steps": 100000, "checkpoint": {"interval": 1}})
     process = start(config_file)
     wait_for_checkpoint_and_steps(process, paths, 3)
     process.send_signal(signal.SIGINT)  # to the launcher alone
@@ -328,6 +329,18 @@ def test_sigint_single_process_keeps_the_last_checkpoint_and_resumes(tmp_path):
     resumed = cli(config_file, "--set", f"train.steps={step + 1}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resumed from {kept.name}" in resumed.stdout
+
+
+def test_an_interrupt_during_a_save_waits_for_its_end():
+    from trainer_bridge.checkpoint import interrupts_deferred
+
+    finished = False
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)  # the signal is handled meanwhile: recorded, not raised
+            finished = True
+    assert finished and signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def listening_sockets(pids: set[int]) -> list[tuple[str, int, int]]:

@@ -34,8 +34,11 @@ import os
 import pickle
 import re
 import shutil
+import signal
+import threading
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
@@ -211,6 +214,26 @@ def prune_checkpoints(root: Path, keep_last: int, cache: SoundnessCache | None =
     return deleted
 
 
+@contextmanager
+def interrupts_deferred():
+    """A Ctrl-C during a save takes effect when the save is complete (in a process whose SIGINT raises
+    KeyboardInterrupt: training alone). DCP catches every exception of a save, KeyboardInterrupt included, and
+    raises it again wrapped in a CheckpointException with its traceback; and a half-promoted save is worth
+    finishing. A torchrun worker exits at once instead (``launch._exit_quietly``): nothing to defer there."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    received = []
+    signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if received:
+        raise KeyboardInterrupt
+
+
 def saved_keys(path: Path) -> set[str]:
     return set(SafeFileSystemReader(path).read_metadata().state_dict_metadata.keys())
 
@@ -278,6 +301,10 @@ class Checkpointer:
 
     # -- save ---------------------------------------------------------------------------------------------
     def save(self, step: int, parts, optimizers, train_state: dict[str, torch.Tensor]) -> None:
+        with interrupts_deferred():
+            self._save(step, parts, optimizers, train_state)
+
+    def _save(self, step: int, parts, optimizers, train_state: dict[str, torch.Tensor]) -> None:
         self.wait()
         start = time.perf_counter()
         final = self.root / step_dir_name(step)
@@ -306,8 +333,9 @@ class Checkpointer:
             return
         future, partial, step = self._pending
         self._pending = None
-        future.result()
-        self._promote(partial, self.root / step_dir_name(step))
+        with interrupts_deferred():
+            future.result()
+            self._promote(partial, self.root / step_dir_name(step))
 
     def _promote(self, partial: Path, final: Path) -> None:
         # DCP's finish step (rank 0 writes .metadata after gathering every rank's write results) has run once
@@ -495,7 +523,8 @@ class CheckpointManager:
     # -- loading ------------------------------------------------------------------------------------------
     def load(self, path: Path, keep_data_position: bool = False) -> None:
         tensors = self.state.tensors()
-        had_rng = load_checkpoint(path, self.runtime, self.parts, self.optimizers, tensors)
+        with interrupts_deferred():  # DCP would wrap a KeyboardInterrupt in a CheckpointException
+            had_rng = load_checkpoint(path, self.runtime, self.parts, self.optimizers, tensors)
         self.state.load(tensors, keep_data_position)
         if not had_rng:
             self.say(f"{path.name} has no RNG state for rank {self.runtime.rank} (world size changed); "
