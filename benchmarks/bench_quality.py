@@ -9,6 +9,21 @@ accuracy: for each seed, a group-disjoint held-out split (heldout_fraction of th
 (seed, group)); the model is trained on the rest with the default QualityTrainConfig. Reports the stacked model
 and its own fastText stage alone, overall and per subtype.
 
+Chinese (``--lang zh``: the default Chinese recipe, characters as tokens):
+
+    .venv/bin/python benchmarks/bench_quality.py accuracy --lang zh --data ../shared/eval/quality_zh_dev.jsonl.gz \
+        --seeds 0,1,2,3,4                                   # group-disjoint held-out splits of the dev set
+    .venv/bin/python benchmarks/bench_quality.py accuracy --lang zh --data ../shared/eval/quality_zh_dev.jsonl.gz \
+        --heldout 0 --test fresh_zh.jsonl.gz                # trained on all of it, tested on fresh data
+    .venv/bin/python benchmarks/bench_quality.py accuracy --lang zh --data data/quality/quality_zh_train.jsonl.gz \
+        --test ../shared/eval/quality_zh_dev.jsonl.gz --save benchmarks/out/quality_zh.bin   # the shipped model
+    .venv/bin/python benchmarks/bench_quality.py fresh-zh --out fresh_zh.jsonl.gz   # fresh test data (below)
+    .venv/bin/python benchmarks/bench_quality.py speed --lang zh --model benchmarks/out/quality_zh.bin
+
+fresh-zh: labelled test data made the way the shipped data is (``data/quality/build_zh_subset.py``) but only
+from documents of the real-text sample that neither the dev set nor the shipped data contains (People's Daily
+included: it is measured here, never shipped).
+
 speed: docs per CPU-second (process CPU time, so that other load on a shared machine does not count) and per
 wall-second, on one worker:
   * pure core: QualityModel.score on batches, and fastText alone on the same batches (the baseline, same run),
@@ -33,15 +48,79 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 
+def _train_config(args, seed: int):
+    from transforms.quality.model import QualityTrainConfig
+    from transforms.quality.step import zh_train_defaults
+
+    base = zh_train_defaults() if args.lang == "zh" else QualityTrainConfig()
+    update = {"seed": seed, **json.loads(args.params or "{}")}
+    if args.heldout is not None:
+        update["heldout_fraction"] = args.heldout
+    return base.model_copy(update=update)
+
+
+def _score_file(model, path: str) -> dict:
+    """Accuracy of ``model`` on a labelled file, overall and per subtype (and per source of the hq records)."""
+    with gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8") as fh:
+        recs = [json.loads(line) for line in fh]
+    scores = model.score([r["text"] for r in recs])
+    truth = np.array([r["label"] == "hq" for r in recs])
+    out = {"n": len(recs), "accuracy": float(((scores["score"] >= 0.5) == truth).mean()),
+           "fasttext_only": float(((scores["fasttext"] >= 0.5) == truth).mean()), "by_subtype": {}, "hq_by_source": {}}
+    for key, field, only_hq in (("by_subtype", "subtype", False), ("hq_by_source", "source", True)):
+        for value in sorted({r.get(field) for r in recs if not only_hq or r["label"] == "hq"}):
+            mask = np.array([r.get(field) == value and (not only_hq or r["label"] == "hq") for r in recs])
+            out[key][value] = (int(mask.sum()), round(float(((scores["score"][mask] >= 0.5) == truth[mask]).mean()), 3))
+    return out
+
+
+def _fresh_zh(args) -> None:
+    """Fresh Chinese test data: build_zh_subset's recipe on documents neither the dev set nor the shipped data has."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_zh", os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), "data", "quality", "build_zh_subset.py"))
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    shipped = "data/quality/quality_zh_train.jsonl.gz"
+    with gzip.open(shipped, "rt", encoding="utf-8") as fh:
+        used = set()
+        for line in fh:
+            r = json.loads(line)
+            used.add(r["group"])
+            used.update(r.get("derived_from", []))
+    build.SOURCES = build.SOURCES + ("peoples_daily_zh",)
+    build.SEED = "corpusmill-quality-zh-fresh-test"
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl.gz", delete=False) as tmp:
+        pass
+    with gzip.open(tmp.name, "wt", encoding="utf-8") as fh:  # the shipped groups, as an exclusion file
+        for g in sorted(used):
+            fh.write(json.dumps({"group": g}) + "\n")
+    records = build.build(args.sample, [args.dev, tmp.name])
+    os.unlink(tmp.name)
+    with gzip.open(args.out, "wt", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+    print(f"{len(records)} records from {len({r['group'] for r in records})} documents -> {args.out}")
+
+
 def _accuracy(args) -> None:
-    from transforms.quality.model import QualityTrainConfig, load_labeled, train_quality_model
+    from transforms.quality.model import load_labeled, train_quality_model
 
     rows = []
     for seed in [int(s) for s in args.seeds.split(",")]:
-        cfg = QualityTrainConfig(seed=seed)
+        cfg = _train_config(args, seed)
         records, problems = load_labeled(args.data, cfg)
         started = time.time()
         model, card = train_quality_model(records, cfg, log=lambda m: print(m, file=sys.stderr))
+        if args.test:
+            for path in args.test:
+                print(json.dumps({"seed": seed, "trained_on": args.data, "records": len(records),
+                                  "tested_on": path, **_score_file(model, path)}), flush=True)
+        if args.save and seed == int(args.seeds.split(",")[0]):
+            model.save(args.save, card)
+        if "metrics" not in card:
+            continue
         m = card["metrics"]
         by = m["by_subtype"]
         row = {"seed": seed, "heldout": m["stacked"]["n"], "train_s": round(time.time() - started, 1),
@@ -51,8 +130,25 @@ def _accuracy(args) -> None:
                               for k, v in by.items()}}
         rows.append(row)
         print(json.dumps(row), flush=True)
-        if args.save and seed == int(args.seeds.split(",")[0]):
-            model.save(args.save, card)
+    if not rows:
+        return
+    if args.lang == "zh":
+        subtypes = sorted({k for r in rows for k in r["by_subtype"]})
+        print("\n| seed | held-out docs | accuracy | AUC | " + " | ".join(subtypes) + " | fastText alone |")
+        print("|---|---|---|---|" + "---|" * (len(subtypes) + 1))
+        for r in rows:
+            cells = [f"{r['by_subtype'][k][1]:.3f} ({r['by_subtype'][k][0]})" if k in r["by_subtype"] else "-"
+                     for k in subtypes]
+            print(f"| {r['seed']} | {r['heldout']} | {r['stacked_accuracy']:.4f} | {r['stacked_auc']:.4f} | "
+                  + " | ".join(cells) + f" | {r['fasttext_accuracy']:.4f} |")
+        pooled = {k: (sum(r["by_subtype"][k][0] for r in rows if k in r["by_subtype"]),
+                      sum(r["by_subtype"][k][0] * r["by_subtype"][k][1] for r in rows if k in r["by_subtype"]))
+                  for k in subtypes}
+        n = sum(r["heldout"] for r in rows)
+        acc = sum(r["heldout"] * r["stacked_accuracy"] for r in rows) / n
+        print(f"| pooled | {n} | {acc:.4f} | | " + " | ".join(f"{c / t:.3f} ({t})" for t, c in pooled.values())
+              + " | |")
+        return
     print("\n| seed | held-out docs | accuracy | precision | recall | AUC | word_salad | markov_babble | "
           "fastText-only acc / word_salad / markov |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -63,11 +159,15 @@ def _accuracy(args) -> None:
               f"| {r['fasttext_accuracy']:.4f} / {ws[2]:.3f} / {mb[2]:.3f} |")
 
 
-def _texts(path: str, n: int) -> list[str]:
+def _texts(path: str, n: int, lang: str | None = None) -> list[str]:
+    """``n`` texts evenly spaced through ``path``; with ``lang`` (zh) only records of that ``lang`` (all when
+    none has the field, as in the labelled sets)."""
     texts = []
     with gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8") as fh:
         for line in fh:
-            texts.append(json.loads(line)["text"])
+            record = json.loads(line)
+            if lang in (None, "en") or record.get("lang", lang) == lang:
+                texts.append(record["text"])
     if n <= len(texts):  # evenly spaced: the file is grouped by source
         return [texts[int(i * len(texts) / n)] for i in range(n)]
     return (texts * -(-n // len(texts)))[:n]
@@ -85,9 +185,9 @@ def _speed(args) -> None:
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
     from transforms.quality.step import QualityConfig, QualityFilter
-    from transforms.quality.model import QualityModel, tokenize_head, DEFAULT_MAX_CHARS
+    from transforms.quality.model import QualityModel, fasttext_inputs, DEFAULT_MAX_CHARS
 
-    texts = _texts(args.data, args.docs)
+    texts = _texts(args.data, args.docs, args.lang)
     mean_chars = sum(map(len, texts)) / len(texts)
     print(f"{len(texts)} documents from {args.data}, mean {mean_chars:.0f} characters")
     batch = args.batch_size
@@ -98,7 +198,7 @@ def _speed(args) -> None:
 
     def fasttext_only(model):
         for i in range(0, len(texts), batch):
-            model.fasttext_hq([tokenize_head(t, DEFAULT_MAX_CHARS) for t in texts[i:i + batch]])
+            model.fasttext_hq_lines(fasttext_inputs(texts[i:i + batch], DEFAULT_MAX_CHARS, model.tokenizer)[0])
 
     results = {}
     model = QualityModel.load(args.model)
@@ -106,7 +206,8 @@ def _speed(args) -> None:
     # a fresh worker meets new word forms (its token table fills up); a long-running one has met most
     results["core: full model, first pass (cold token table)"] = _rates(len(texts), _timed(lambda: full(model)))
     results["core: full model, second pass (warm)"] = _rates(len(texts), _timed(lambda: full(model)))
-    p_fasttext = np.concatenate([model.fasttext_hq([tokenize_head(t, DEFAULT_MAX_CHARS) for t in texts[i:i + batch]])
+    p_fasttext = np.concatenate([model.fasttext_hq_lines(fasttext_inputs(texts[i:i + batch], DEFAULT_MAX_CHARS,
+                                                                         model.tokenizer)[0])
                                  for i in range(0, len(texts), batch)])
     print(f"second stage runs on {np.mean(p_fasttext >= model.stacker.gate):.1%} of the documents "
           f"(fastText P(hq) >= gate {model.stacker.gate})")
@@ -115,15 +216,18 @@ def _speed(args) -> None:
         path = os.path.join(tmp, "docs.jsonl")
         with open(path, "w", encoding="utf-8") as fh:  # two passes over the texts, as in the core figures
             for i, text in enumerate(texts + texts):
-                fh.write(json.dumps({"id": i, "text": text, "source": "bench", "meta": {}, "annotations": {}}) + "\n")
+                # as after the langid step: the document's language routes it to the model
+                fh.write(json.dumps({"id": i, "text": text, "source": "bench", "meta": {},
+                                     "annotations": {"langid": {"lang": args.lang}}}) + "\n")
         cfg = QualityConfig(batch_size=batch)
+        models = {args.lang: args.model}
 
         def pipeline(with_step: bool):
             options = PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=in_memory"])
             with beam.Pipeline(runner=FnApiRunner(), options=options) as p:
                 docs = p | beam.io.ReadFromText(path) | "Parse" >> beam.Map(json.loads)
                 if with_step:  # each output counted on its own: no Flatten (it would break fusion)
-                    out = docs | QualityFilter(cfg, args.model)
+                    out = docs | QualityFilter(cfg, models)
                     _ = out["kept"] | "CountKept" >> beam.combiners.Count.Globally()
                     _ = out["removed"] | "CountRemoved" >> beam.combiners.Count.Globally()
                 else:
@@ -166,13 +270,23 @@ def main() -> None:
     acc.add_argument("--data", default="../shared/eval/quality_train.jsonl.gz")
     acc.add_argument("--seeds", default="0")
     acc.add_argument("--save", help="save the first seed's model here (for `speed`)")
+    acc.add_argument("--lang", default="en", choices=("en", "zh"), help="zh: the default Chinese recipe")
+    acc.add_argument("--params", help="JSON of QualityTrainConfig overrides")
+    acc.add_argument("--heldout", type=float, help="held-out fraction of the groups (0: train on all)")
+    acc.add_argument("--test", nargs="*", help="labelled files every trained model is also scored on")
+    fresh = sub.add_parser("fresh-zh")
+    fresh.add_argument("--sample", default="../shared/corpora/real_text_sample.jsonl.gz")
+    fresh.add_argument("--dev", default="../shared/eval/quality_zh_dev.jsonl.gz")
+    fresh.add_argument("--out", required=True)
     speed = sub.add_parser("speed")
     speed.add_argument("--model", required=True)
     speed.add_argument("--data", default="../shared/corpora/real_text_sample.jsonl.gz")
     speed.add_argument("--docs", type=int, default=10000)
     speed.add_argument("--batch-size", type=int, default=256)
+    speed.add_argument("--lang", default="en", help="the language the documents are routed as; zh also keeps "
+                                                    "only the records of that lang")
     args = parser.parse_args()
-    {"accuracy": _accuracy, "speed": _speed}[args.what](args)
+    {"accuracy": _accuracy, "speed": _speed, "fresh-zh": _fresh_zh}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -59,12 +59,6 @@ def _cluster_lines(element):
                              ensure_ascii=False)
 
 
-def _total_bytes(files: list[str]) -> int:
-    from apache_beam.io.filesystems import FileSystems
-
-    return sum(meta.size_in_bytes for result in FileSystems.match(files) for meta in result.metadata_list)
-
-
 def _local_runner(dedup, args) -> tuple[str, int | None]:
     """The in-memory near-dedup path gathers every sketch on one worker: on the local runner, unless --workers
     is given, it runs in this process (worker processes would add only their start-up and the transfer of every
@@ -80,14 +74,15 @@ def _run(args) -> int:
 
     from pipelines.beam_options import make_pipeline
     from pipelines.config import ConfigError, InputConfig, load_section
-    from pipelines.read import ReadCorpus, expand_inputs
+    from pipelines.read import ReadCorpus, resolve_inputs
     from runio.files import atomic_output
     from transforms.base import step_annotations
     from transforms.near_dedup import NearDedup, NearDedupConfig
 
     cfg = load_section(args.config, SECTION, NearDedupConfig, args.overrides, aliases=("dedup",))
     input_cfg = InputConfig(paths=args.input, text_field=args.text_field, id_field=args.id_field)
-    files = expand_inputs(input_cfg.paths)  # raises ConfigError naming a path that matches nothing
+    # raises ConfigError naming a path that matches nothing; a byte-identical second file is read once
+    files = resolve_inputs(input_cfg.paths, log=lambda line: print(f"corpusmill dedup: {line}", file=sys.stderr))
     out_dir = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(out_dir, exist_ok=True)
     work = tempfile.mkdtemp(prefix=".dedup-", dir=out_dir)
@@ -96,7 +91,7 @@ def _run(args) -> int:
     try:
         try:
             dedup = NearDedup(cfg, index_out_dir=args.index_out, against_dirs=args.against,
-                              input_bytes=_total_bytes(files))
+                              input_bytes=sum(f.bytes for f in files))
         except (FileNotFoundError, ValueError) as err:
             raise ConfigError(str(err)) from None
         pipeline = make_pipeline(*_local_runner(dedup, args), args.beam_args)

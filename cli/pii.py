@@ -47,7 +47,7 @@ def _settings(args) -> dict:
 
 def _run(args) -> int:
     from pipelines.config import InputConfig, load_section
-    from pipelines.read import Quarantined, expand_inputs, iter_records
+    from pipelines.read import Quarantined, iter_records, resolve_inputs
     from runio.files import atomic_output
     from transforms.pii import PiiConfig, PiiStep
     from transforms.pii.step import check
@@ -55,7 +55,8 @@ def _run(args) -> int:
     cfg = load_section(args.config, SECTION, PiiConfig, values=_settings(args))
     check(cfg)  # the run's build-time check: a required NER model that is missing is a config error (exit 2)
     input_cfg = InputConfig(paths=[args.input], text_field=args.text_field, id_field=args.id_field)
-    files = expand_inputs(input_cfg.paths)  # raises ConfigError naming a path that matches nothing
+    # raises ConfigError naming a path that matches nothing; a byte-identical second file is read once
+    files = resolve_inputs(input_cfg.paths, log=lambda line: print(f"corpusmill pii: {line}", file=sys.stderr))
 
     step = PiiStep(cfg)
     step.setup()

@@ -241,6 +241,11 @@ def summary_table(stats: dict) -> str:
         reasons = ", ".join(f"{k} {v}" for k, v in sorted(row["removed_by_reason"].items(), key=lambda kv: -kv[1]))
         lines.append(f"{row['step']:<14}{row['in']:>9}{row['kept']:>9}{row['removed']:>9}"
                      f"{row['busy_seconds']:>9.1f}  {reasons}")
+    mix = stats.get("languages") or {}
+    if mix.get("steps"):
+        entered, kept = mix["steps"][0]["docs"], mix["kept"]["docs"]
+        lines.append("languages (kept of read): " + ", ".join(
+            f"{lang} {kept.get(lang, 0)}/{n}" for lang, n in list(entered.items())[:8]))
     lines += [f"WARNING {w}" for w in stats.get("warnings", [])]
     acc = stats["accounting"]
     lines.append(f"accounting: read {acc['read']} = kept {acc['kept']} + removed {acc['removed']} + quarantined "

@@ -15,7 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -491,7 +490,7 @@ def test_report_duplicate_bars_quality_legend_and_sankey_labels():
                    docs=DocStats(pii_spans=Counter({"PERSON": 1053, "EMAIL_ADDRESS": 274})))
     edges = [e for e in pipeline_edges(data) if e.documents > 0]
     labels = node_labels(data, edges)
-    assert "372k tokens" in labels["train shards"] and "246k tokens" in labels["model"]
+    assert "372k tokens" in labels["train shards"] and "746k tokens" in labels["model"]
     names = list(dict.fromkeys(n for e in edges for n in (e.source, e.target)))
     boxes = list(sankey_label_boxes(names, labels, sankey_layout(names, edges, labels)).items())
     clashes = [(a, b) for i, (a, box) in enumerate(boxes) for b, other in boxes[i + 1:] if box.overlaps(other)]

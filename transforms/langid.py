@@ -9,7 +9,7 @@ The script of the letters constrains the answer (a language is written in its sc
 short Chinese poems and reviews Japanese or Korean): the share of CJK letters comes from ``normalize``
 (``normalize.cjk_ratio``, over the whole document). A document whose letters are >= ``script_share`` CJK gets a
 CJK language (Japanese only with kana, Korean only with hangul); one whose letters are >= ``script_share`` other
-scripts gets a non-CJK language; a mixed document gets lid.176's answer on its sample, labelled by that dominant
+scripts gets a non-CJK language (one of a non-Latin alphabet only when >= 30% of the letters are not ASCII); a mixed document gets lid.176's answer on its sample, labelled by that dominant
 language, with the other script's language and letter share recorded as ``second`` / ``second_share``.
 
 Decision: with ``keep`` set, a document of another language (or scored below ``min_score``) is removed with reason
@@ -37,6 +37,7 @@ _LABEL = "__label__"
 _KANA_RE = re.compile("[\u3040-\u30ff]")
 _HANGUL_RE = re.compile("[\uac00-\ud7af\u1100-\u11ff]")
 _HAN_RE = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_LETTER_RE = re.compile(r"[^\W\d_]")
 _NOT_CJK_RE = re.compile(f"[^{CJK_CHARS}]+")
 _CJK_RUN_RE = re.compile(f"[{CJK_CHARS}]+")
 # ISO 15924 script of the languages lid.176 knows that are not written in Latin letters
@@ -63,7 +64,7 @@ class LangIdConfig(BaseModel):
     action: Literal["remove", "tag"] = Field("remove", description="for documents not kept: remove them (reason "
                                                                    "language / language_score) or keep them "
                                                                    "tagged passed: false")
-    max_chars: int = Field(1000, ge=50, description="characters read per document")
+    max_chars: int = Field(600, ge=50, description="characters read per document")
     windows: int = Field(4, ge=1, le=32, description="evenly spaced pieces of the document those come from")
     script_share: float = Field(0.8, gt=0.5, le=1.0, description="letters of one script (CJK or not) at or "
                                                                  "above this share decide the script")
@@ -130,6 +131,10 @@ class LangIdentifier:
     def _allowed(self, lang: str, sample: str, cjk_side: bool) -> bool:
         if (lang in CJK_LANGS) != cjk_side:
             return False
+        if not cjk_side and LANG_SCRIPT.get(lang, "Latn") != "Latn":
+            # a language of another alphabet (Cyrillic, Greek, Arabic, ...) needs letters outside Latin
+            letters = _LETTER_RE.findall(sample)
+            return bool(letters) and sum(not c.isascii() for c in letters) >= 0.3 * len(letters)
         if lang in ("ja", "ko"):
             han, kana, hangul = (len(r.findall(sample)) for r in (_HAN_RE, _KANA_RE, _HANGUL_RE))
             total = max(han + kana + hangul, 1)

@@ -44,8 +44,10 @@ def normalize_text(text: str, cfg: NormalizeConfig) -> str:
 
 
 class NormalizeStep(ConfiguredStep):
-    """Rewrites the text in normalized form and records the script (``annotations["normalize"]["script"]``:
-    ``cjk`` or ``other``, read by the filters and by quality's ``skip_scripts``); removes documents left empty."""
+    """Rewrites the text in normalized form and records the share of CJK letters (``cjk_ratio``, read by the
+    langid step's script rule) and the script (``annotations["normalize"]["script"]``: ``cjk`` or ``other``: the
+    CJK-share heuristic that chooses the filters' thresholds and the quality model when the langid step is
+    off); removes documents left empty."""
 
     name = "normalize"
 

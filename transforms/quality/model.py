@@ -29,6 +29,8 @@ from transforms.quality.features import OrderFeatures, char_stream
 
 MODEL_FORMAT_VERSION = 1
 DEFAULT_MAX_CHARS = 20_000  # characters of a document fastText reads
+# at most, with character tokens: a bag of character bigrams is saturated long before, and the cost is per character
+CJK_FASTTEXT_CHARS = 2_000
 
 
 class QualityTrainConfig(BaseModel):
@@ -84,9 +86,11 @@ def fasttext_inputs(texts: Sequence[str], max_chars: int, tokenizer: str = "whit
 
     whitespace: the words of each text's head, shared by both stages. cjk: every character a token (whitespace
     runs become ``␣``), joined by spaces for fastText in C (``" ".join``), so its word bigrams are character
-    bigrams; the order features then read their own short head (``None``)."""
+    bigrams, over at most ``CJK_FASTTEXT_CHARS`` characters; the order features then read their own short head
+    (``None``)."""
     if tokenizer == "cjk":
-        return [" ".join(char_stream(t[:max_chars])).lower() for t in texts], None
+        limit = min(max_chars, CJK_FASTTEXT_CHARS)
+        return [" ".join(char_stream(t[:limit])).lower() for t in texts], None
     token_lists = [tokenize_head(t, max_chars) for t in texts]
     return [fasttext_line(toks) for toks in token_lists], token_lists
 
