@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 import yaml
 
 from experiments.config import ParamSpec, SweepConfig
-from pipelines.config import ConfigError, RunConfig, apply_overrides, validate_config
+from pipelines.config import ConfigError, RunConfig, apply_overrides, read_config_file, validate_config
 from runio.files import write_atomic, write_json
 from runio.layout import RunPaths
 
@@ -424,7 +424,7 @@ def write_results(cfg: RunConfig, paths: SweepPaths, study) -> dict:
 
 def read_overlay(path: str | Path) -> list[str]:
     """A ``best.yaml`` overlay as ``--set`` items (``section.key=value``)."""
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    data = read_config_file(path)  # the one config reader: a clear one-line error for a bad file
     items: list[str] = []
 
     def walk(node: dict, prefix: str) -> None:

@@ -14,6 +14,12 @@ from pathlib import Path
 CACHE_DIR = ".cache"  # under the runs directory: shared by every run there (e.g. the default quality model)
 
 
+def shard_set_manifest(shard_dir: str | os.PathLike) -> Path:
+    """A shard directory's own manifest (Contract 3), inside a run directory or not (written last: without it,
+    the directory holds no shards)."""
+    return Path(shard_dir) / "manifest.json"
+
+
 @dataclass(frozen=True)
 class RunPaths:
     """Every path of one run directory, ``runs/<name>/`` (local; a URI run directory is not supported)."""
@@ -111,7 +117,7 @@ class RunPaths:
     @property
     def shards_manifest(self) -> Path:
         """The shard set's own manifest (Contract 3); written last by the shard stage."""
-        return self.shards / "manifest.json"
+        return shard_set_manifest(self.shards)
 
     # -- training -----------------------------------------------------------------------------------------
     @property

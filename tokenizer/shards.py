@@ -21,10 +21,10 @@ import numpy as np
 import pyarrow as pa
 
 from runio.files import atomic_path, sha256_file, write_json
+from runio.layout import shard_set_manifest
 
 FORMAT_NAME = "corpusmill-shards"
 FORMAT_VERSION = 1
-MANIFEST_NAME = "manifest.json"
 UINT16_VOCAB_LIMIT = 1 << 16
 # Rows per Arrow record batch inside a shard: bounds the writer's memory, irrelevant to the reader.
 RECORD_BATCH_ROWS = 1024
@@ -50,7 +50,7 @@ def shard_schema(seq_len: int, dtype: np.dtype) -> pa.Schema:
 
 def manifest_path(shard_dir: str | os.PathLike) -> str:
     """Where a shard directory's manifest is (written last: without it, the directory holds no shards)."""
-    return os.path.join(shard_dir, MANIFEST_NAME)
+    return str(shard_set_manifest(shard_dir))
 
 
 def read_manifest(shard_dir: str) -> dict:

@@ -27,6 +27,7 @@ from collections import Counter
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from runio.files import atomic_path  # noqa: E402
 from transforms.normalize import NormalizeConfig, normalize_text  # noqa: E402
 from transforms.quality import synth_zh  # noqa: E402
 from transforms.text_units import cjk_ratio  # noqa: E402
@@ -277,15 +278,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     records = build(args.sample, args.exclude_groups)
     seen = set()
-    tmp = args.out + ".tmp"
-    with gzip.GzipFile(tmp, "wb", compresslevel=9, mtime=0) as raw:
+    with atomic_path(args.out) as tmp, gzip.GzipFile(tmp, "wb", compresslevel=9, mtime=0) as raw:
         for rec in records:
             if rec["id"] in seen:
                 continue
             seen.add(rec["id"])
             raw.write((json.dumps({k: rec[k] for k in FIELDS + ("derived_from",) if k in rec},
                                   ensure_ascii=False) + "\n").encode("utf-8"))
-    os.replace(tmp, args.out)
     counts = Counter((r["label"], r["subtype"]) for r in records)
     for (label, subtype), n in sorted(counts.items()):
         print(f"{label}\t{subtype}\t{n}")
