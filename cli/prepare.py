@@ -19,8 +19,10 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="run config YAML (see configs/demo.yaml)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a config value; repeatable")
-    parser.add_argument("--runner", help="direct (local, one process per worker), inprocess, flink, spark, "
+    parser.add_argument("--runner", help="direct (local, one process per worker), inprocess, dask, flink, spark, "
                                          "dataflow, or a Beam runner class")
+    parser.add_argument("--dask-address", help="with --runner dask: the scheduler, tcp://host:8786 (default: a "
+                                               "LocalCluster of --workers processes on this machine)")
     parser.add_argument("--workers", type=int, help="local workers (default: one per core)")
     parser.add_argument("--overwrite", action="store_true",
                         help="discard outputs that a changed config makes invalid (a different cleaning config, "
@@ -36,6 +38,8 @@ def load_with_cli(args: argparse.Namespace, beam_args: list[str]):
         overrides.append(f"runner.name={args.runner}")
     if args.workers:
         overrides.append(f"runner.workers={args.workers}")
+    if args.dask_address:
+        overrides.append(f"runner.dask_address={args.dask_address}")
     cfg = load_config(args.config, overrides)
     if beam_args:
         cfg = cfg.model_copy(update={"runner": cfg.runner.model_copy(

@@ -34,10 +34,13 @@ def worker_command() -> str:
     return f"trap '' INT; exec {shlex.quote(sys.executable)} -m {_WORKER_MODULE}"
 
 
-def make_pipeline(runner: str = "direct", workers: int | None = None, extra_args: Sequence[str] = ()):
+def make_pipeline(runner: str = "direct", workers: int | None = None, extra_args: Sequence[str] = (),
+                  dask_address: str | None = None):
     """A pipeline on the local FnApiRunner (``direct``: one process per worker; ``inprocess``: threads in
-    this process, for tests and debugging) or on any other Beam runner by name (``flink``, ``spark``,
-    ``dataflow``) with its options passed through in ``extra_args``.
+    this process, for tests and debugging), on dask.distributed (``dask``: the project's own runner in
+    ``beam_dask``, on the scheduler at ``dask_address`` or on a LocalCluster of ``workers`` processes), or on
+    any other Beam runner by name (``flink``, ``spark``, ``dataflow``) with its options passed through in
+    ``extra_args``.
 
     The FnApiRunner is passed explicitly because Beam's default DirectRunner first tries the Prism runner,
     which downloads a binary from GitHub. Its worker processes are started with ``worker_command()`` (Beam's
@@ -48,6 +51,13 @@ def make_pipeline(runner: str = "direct", workers: int | None = None, extra_args
     from apache_beam.options.pipeline_options import PipelineOptions
 
     args = list(extra_args)
+    if runner == "dask":
+        try:
+            from beam_dask import make_dask_pipeline
+        except ImportError as err:  # the [dask] extra is not installed
+            raise RuntimeError(f"runner.name: dask needs dask.distributed ({err.name} is missing): "
+                               f"pip install 'corpusmill[dask]'") from None
+        return make_dask_pipeline(dask_address, workers, args)
     if runner in LOCAL_RUNNERS:
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
         from apache_beam.transforms.environments import SubprocessSDKEnvironment

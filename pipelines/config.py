@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from experiments.config import SweepConfig
 from report.config import ReportConfig
@@ -52,9 +52,19 @@ class OutputConfig(Strict):
 
 
 class RunnerConfig(Strict):
-    name: str = Field("direct", description="direct | inprocess | flink | spark | dataflow | a Beam runner class name")
-    workers: int | None = Field(None, ge=1, description="local workers; default one per core")
+    name: str = Field("direct", description="direct | inprocess | dask | flink | spark | dataflow | a Beam runner "
+                                            "class name")
+    workers: int | None = Field(None, ge=1, description="local workers; default one per core (dask without an "
+                                                        "address: the LocalCluster's worker processes)")
+    dask_address: str | None = Field(None, description="with name: dask, the scheduler (tcp://host:8786); null: "
+                                                       "a LocalCluster on this machine")
     options: list[str] = Field(default_factory=list, description="extra Beam pipeline options, passed through")
+
+    @model_validator(mode="after")
+    def _address_needs_dask(self):
+        if self.dask_address and self.name != "dask":
+            raise ValueError(f"dask_address is set but name is {self.name!r}: set runner.name to dask")
+        return self
 
 
 class RunConfig(Strict):

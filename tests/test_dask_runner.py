@@ -505,3 +505,63 @@ def test_runner_by_name_with_options(tmp_path, dask_cluster):
     result = p.run()
     assert result.wait_until_finish() == "DONE"
     assert sorted(captured(tmp_path / "cap")["neg"]) == sorted(-x for x in range(30))
+
+
+def test_the_config_and_the_cli_reach_the_dask_runner(tmp_path):
+    """`runner.name: dask` (with or without `dask_address`) builds a pipeline on the project's Dask runner;
+    an address without that runner is refused by name; `--runner dask --dask-address` sets both keys."""
+    import argparse
+
+    from cli.prepare import add_run_options, load_with_cli
+    from pipelines.beam_options import make_pipeline
+    from pipelines.config import ConfigError, load_config
+
+    config = tmp_path / "c.yaml"
+    config.write_text(f"name: d\ninput: {{paths: [{tmp_path / 'in.jsonl'}]}}\n", encoding="utf-8")
+    parser = argparse.ArgumentParser()
+    add_run_options(parser)
+    cfg = load_with_cli(parser.parse_args([str(config), "--runner", "dask", "--dask-address", "tcp://10.1.2.3:8786"]),
+                        [])
+    assert (cfg.runner.name, cfg.runner.dask_address) == ("dask", "tcp://10.1.2.3:8786")
+    pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options, cfg.runner.dask_address)
+    assert isinstance(pipeline.runner, DaskRunner)  # (it connects when the pipeline runs)
+    with pytest.raises(ConfigError, match="runner: .*dask_address is set but name is 'direct'"):
+        load_config(config, ["runner.dask_address=tcp://10.1.2.3:8786"])
+
+
+def test_a_refresh_with_nothing_new_on_dask_exits_0_with_a_complete_manifest(dask_cluster, tmp_path, capsys):
+    """On the Dask runner, through the CLI: a base run, then a refresh whose every input was seen by it, and
+    one whose every new document is a copy of the base's: both exit 0 with a complete, balanced manifest."""
+    import json
+
+    import yaml
+
+    from cli.main import main
+
+    corpus = Path(__file__).resolve().parents[1] / "data" / "demo" / "corpus.jsonl.gz"
+    with gzip.open(corpus, "rt", encoding="utf-8") as fh:
+        records = [json.loads(line) for _, line in zip(range(40), fh)]
+    base_file, copies = tmp_path / "base" / "old.jsonl", tmp_path / "new" / "copies.jsonl"
+    for path, rows in ((base_file, records), (copies, [dict(r, url=f"{r.get('url', '')}?copy") for r in records])):
+        path.parent.mkdir()
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+
+    def config(name: str, *paths: Path) -> str:
+        data = {"name": name, "input": {"paths": [str(p) for p in paths]}, "output": {"runs_dir": str(tmp_path / "runs")},
+                "quality": {"enabled": False}, "pii": {"enabled": False}}
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+        return str(tmp_path / f"{name}.yaml")
+
+    dask = ["--runner", "dask", "--dask-address", dask_cluster.address]
+    assert main(["prepare", config("base", base_file), *dask]) == 0, capsys.readouterr().err
+    base = tmp_path / "runs" / "base"
+    kept = json.loads((base / "manifest.json").read_text())["counts"]["kept"]
+    assert kept > 0
+    for name, paths, read in (("seen", (base_file,), 0), ("copies", (base_file, copies), len(records))):
+        assert main(["refresh", config(name, *paths), "--against", str(base), *dask]) == 0, capsys.readouterr().err
+        manifest = json.loads((tmp_path / "runs" / name / "manifest.json").read_text())
+        assert manifest["status"] == "complete" and manifest["empty"] is True, manifest
+        assert manifest["runner"]["name"] == "dask"
+        assert manifest["counts"]["read"] == read and manifest["counts"]["kept"] == 0 and manifest["counts"]["balanced"]
+    out = capsys.readouterr().out
+    assert "reading 0 new" in out and out.count("done: empty result") == 2

@@ -83,10 +83,15 @@ class ReadIndex(beam.PTransform):
 
         sketch_reads, band_reads = [], []
         for i, directory in enumerate(self.index_dirs):
-            sketch_reads.append(pbegin | f"ReadOldSketches{i}" >> ReadFromParquet(
-                FileSystems.join(directory, f"{SKETCH_FILES}-*.parquet")))
+            pattern = FileSystems.join(directory, f"{SKETCH_FILES}-*.parquet")
+            if not FileSystems.match([pattern])[0].metadata_list:
+                continue  # a run that kept no document has an empty index: no files (its params file says so)
+            sketch_reads.append(pbegin | f"ReadOldSketches{i}" >> ReadFromParquet(pattern))
             band_reads.append(pbegin | f"ReadOldBands{i}" >> ReadFromParquet(
                 FileSystems.join(directory, f"{BAND_FILES}-*.parquet")))
+        if not sketch_reads:  # no earlier run kept anything
+            sketch_reads.append(pbegin | "NoOldSketches" >> beam.Create([]))
+            band_reads.append(pbegin | "NoOldBands" >> beam.Create([]))
         # An id kept by two earlier runs is one document: keep one sketch (the same id means the same text).
         old_sketches = (
             sketch_reads | "FlattenOldSketches" >> beam.Flatten()
@@ -100,6 +105,9 @@ class ReadIndex(beam.PTransform):
         return old_sketches, old_bands
 
 
+INDEX_FILE_BYTES = 128 << 20  # about this much per index file (sketches: ~1.5 kB per kept document)
+
+
 class WriteIndex(beam.PTransform):
     """``{"sketches": sketch rows, "bands": band rows}`` of the kept documents → the index in ``out_dir``."""
 
@@ -110,15 +118,20 @@ class WriteIndex(beam.PTransform):
     def expand(self, rows):
         import pyarrow as pa
         from apache_beam.io.filesystems import FileSystems
-        from apache_beam.io.parquetio import WriteToParquet
+
+        # The run's sorted writer (as docs/): files by id % parts, each sorted, the part count from the data, so
+        # dedup/ is byte-identical on any runner and number of workers (Beam's WriteToParquet is not).
+        from pipelines.rundir import WriteSorted, parquet_bytes
 
         out = self.out_dir
-        rows["sketches"] | "WriteIndexSketches" >> WriteToParquet(
-            FileSystems.join(out, SKETCH_FILES), file_name_suffix=".parquet",
-            schema=pa.schema([("id", pa.int64()), ("signature", pa.binary()), ("shingles", pa.binary())]))
-        rows["bands"] | "WriteIndexBands" >> WriteToParquet(
-            FileSystems.join(out, BAND_FILES), file_name_suffix=".parquet",
-            schema=pa.schema([("key", pa.int64()), ("id", pa.int64())]))
+        sketch_schema = pa.schema([("id", pa.int64()), ("signature", pa.binary()), ("shingles", pa.binary())])
+        band_schema = pa.schema([("key", pa.int64()), ("id", pa.int64())])
+        rows["sketches"] | "WriteIndexSketches" >> WriteSorted(
+            out, SKETCH_FILES, ".parquet", lambda part: parquet_bytes(part, sketch_schema),
+            lambda r: len(r["signature"]) + len(r["shingles"]) + 16, INDEX_FILE_BYTES)
+        rows["bands"] | "WriteIndexBands" >> WriteSorted(
+            out, BAND_FILES, ".parquet", lambda part: parquet_bytes(part, band_schema), lambda r: 16,
+            INDEX_FILE_BYTES, sort_key=lambda r: (r["id"], r["key"]))
         return (rows["sketches"].pipeline
                 | "IndexParams" >> beam.Create([json.dumps(self.cfg.index_params(), sort_keys=True)])
                 | "WriteIndexParams" >> beam.io.WriteToText(FileSystems.join(out, PARAMS_FILE),
