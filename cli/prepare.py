@@ -1,7 +1,8 @@
 """`corpusmill prepare`, `corpusmill refresh` and `corpusmill run`.
 
 A failure is classified by the type of the exception that caused it (``failure``), never by its wording:
-a ConfigError anywhere in the chain of causes exits 2, an AccountingError 3, a StageFailed 4, anything else 5
+a ConfigError anywhere in the chain of causes exits 2, an AccountingError 3, a StageFailed its code (4, or the
+train stage's own exit code 2–5 with the trainer's reason: ``train stage failed (exit N): …``), anything else 5
 with one line on stderr and the traceback in the run's ``logs/error.log``. Success (0) includes an empty
 result (no document survived: the manifest says ``"empty": true``); Ctrl-C exits 130 (``cli/main.py``).
 A successful command ends with one summary line.
@@ -47,21 +48,35 @@ def load_with_cli(args: argparse.Namespace, beam_args: list[str]):
     return cfg
 
 
+def add_from_scratch(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--from-scratch", action="store_true",
+                        help="the train stage starts over at step 0 (as `corpusmill train --from-scratch`): the "
+                             "run's checkpoints and training logs are moved to train/set-aside-<time>/, nothing is "
+                             "deleted; needed when a change (e.g. tokenizer.*) rebuilds the shards a model was "
+                             "trained on, or when no checkpoint can be resumed")
+
+
 def _run(args: argparse.Namespace, stages: tuple[str, ...], against: tuple[str, ...], resume: bool) -> int:
     from pipelines.run import run_stages, summary_line
     from runio.layout import RunPaths
 
     cfg = load_with_cli(args, args.beam_args)
+    if getattr(args, "from_scratch", False) and "train" not in stages:
+        from pipelines.config import ConfigError
+
+        raise ConfigError(f"--from-scratch restarts the train stage: corpusmill {args.command} runs it only with "
+                          f"--train")
     paths = RunPaths.of(cfg)
     print(f"corpusmill {args.command}: run {cfg.name} → {paths}", flush=True)
     try:
         manifest = run_stages(cfg, stages, against=against, resume=resume, overwrite=args.overwrite,
+                              from_scratch=getattr(args, "from_scratch", False),
                               log=lambda line: print(line, flush=True))
     except Exception as err:  # noqa: BLE001 — every failure ends as an exit code and one line
         code, reason = failure(err)
-        if code == EXIT_CONFIG:
+        if not isinstance(reason, str):
             raise reason from None  # the entry point prints configuration errors, the same for every command
-        if code == EXIT_FAILED:
+        if code == EXIT_FAILED and not _stage_failed(err):
             log_path = _write_error_log(paths, err)
             # Writers abandoned by the failed pipeline fail again when collected at exit; the cause is reported.
             sys.unraisablehook = lambda unraisable: None
@@ -86,9 +101,16 @@ def _causes(err: BaseException, *, implicit: bool = False):
             err = None if err.__suppress_context__ else err.__context__
 
 
+def _stage_failed(err: BaseException) -> bool:
+    from pipelines.run import StageFailed
+
+    return any(isinstance(cause, StageFailed) for cause in _causes(err))
+
+
 def failure(err: BaseException):
     """(exit code, reason) of a failed run: a ConfigError (code 2; the reason is the error itself),
-    AccountingError (3) or StageFailed (4) anywhere in the chain of causes, else code 5 with ``failure_reason``."""
+    AccountingError (3) or StageFailed (its code: 4, or the train stage's exit code) anywhere in the chain of
+    causes, else code 5 with ``failure_reason``. The reason is a string except for a ConfigError."""
     from pipelines.config import ConfigError
     from pipelines.prepare import AccountingError
     from pipelines.run import StageFailed
@@ -99,7 +121,7 @@ def failure(err: BaseException):
         if isinstance(cause, AccountingError):
             return EXIT_ACCOUNTING, str(cause)
         if isinstance(cause, StageFailed):
-            return EXIT_STAGE, str(cause)
+            return getattr(cause, "code", EXIT_STAGE), str(cause)
     return EXIT_FAILED, failure_reason(err)
 
 
@@ -153,6 +175,7 @@ def register(subparsers) -> None:
 
     refresh = subparsers.add_parser("refresh", help="process only new inputs, deduplicated against earlier runs")
     add_run_options(refresh)
+    add_from_scratch(refresh)
     refresh.add_argument("--against", action="append", required=True, metavar="RUN_DIR",
                          help="an earlier run whose kept documents win; repeatable")
     refresh.add_argument("--train", action="store_true",
@@ -164,4 +187,5 @@ def register(subparsers) -> None:
     run = subparsers.add_parser("run", help="raw corpus to trained model and report: clean → shards → train → "
                                             "report, resuming after a crash from the last completed stage")
     add_run_options(run)
+    add_from_scratch(run)
     run.set_defaults(handler=lambda a: _run(a, ALL_STAGES, (), resume=True), accepts_beam_args=True)

@@ -11,9 +11,11 @@ previous stage's fingerprint and a digest of that stage's outputs (the inputs' s
 manifest's sha256 for the shards). ``manifest.json`` records, per stage done, its fingerprint and the settings it
 ran with (``stages``). A stage whose fingerprint still matches is kept (``run`` skips it); one that no longer
 matches is re-run, and only the stages after it follow: changing ``tokenizer.*`` rebuilds the shards and
-retrains, never the clean. What a changed config must never do silently is discard expensive results, so a
-different *cleaning* config, or a change that would leave a trained model on shards it was not trained on, is
-refused unless ``--overwrite`` is given (which discards exactly the outputs that changed and those after them).
+retrains, never the clean. What a changed config must never do silently is discard or misuse expensive
+results, so a different *cleaning* config is refused (exit 2) unless ``--overwrite`` is given (which discards
+exactly the outputs that changed and those after them), and a change that would rebuild the shards a trained
+model was trained on is refused (exit 4, as the trainer refuses to resume on other shards) unless
+``--from-scratch`` (the train stage starts over, the old checkpoints set aside) or ``--overwrite`` is given.
 
 **Empty results are results.** When no document survives the clean (an empty input, all of it quarantined, a
 refresh whose every new document is a duplicate or whose every input was seen before), the shards and training
@@ -47,12 +49,23 @@ STAGE_KEYS = {
     "train": ("train",),
     "report": ("report",),
 }
-SPEED_ONLY_KEYS = ("packing.encode_batch_docs", "packing.encode_batch_bytes")
+# Keys that change how fast a stage runs or how much it checks, never its outputs: not fingerprinted, so changing
+# one never invalidates a run (``train.verify_shards`` only decides how the trainer checks the shards it reads).
+SPEED_ONLY_KEYS = ("packing.encode_batch_docs", "packing.encode_batch_bytes", "train.verify_shards")
 EMPTY_REASON = "no document survived cleaning"
+# `corpusmill train`'s exit codes for an expected failure (config, stopped by the guards, refused, not writable):
+# `run` ends with the same code and the trainer's reason in one line.
+TRAIN_EXIT_CODES = (2, 3, 4, 5)
 
 
 class StageFailed(RuntimeError):
-    """A stage ended without its result; the message is the one-line reason for cron/systemd logs."""
+    """A stage ended without its result, or was refused; the message is the one-line reason for cron/systemd
+    logs, ``code`` the command's exit code (4 unless the stage's own command said otherwise: the train stage
+    exits as ``corpusmill train`` would, 2–5)."""
+
+    def __init__(self, message: str, code: int = 4):
+        super().__init__(message)
+        self.code = code
 
 
 @contextmanager
@@ -233,33 +246,42 @@ def _has_training(paths: RunPaths) -> bool:
 
 
 def plan_changes(cfg: RunConfig, paths: RunPaths, manifest: dict | None, against: tuple[str, ...], overwrite: bool,
-                 log: Callable[[str], None]) -> dict[str, dict]:
-    """Decide what the stages done before keep; return the records that stay valid. Raises ConfigError (before
-    anything is written) when the change would discard cleaned documents or leave a trained model on shards it
-    was not trained on and ``overwrite`` is not set; with ``overwrite`` those outputs are removed."""
+                 log: Callable[[str], None], *, stages: tuple[str, ...] = ALL_STAGES,
+                 from_scratch: bool = False) -> dict[str, dict]:
+    """Decide what the stages done before keep; return the records that stay valid. Refuses (before anything is
+    written) a change that would discard cleaned documents (ConfigError, exit 2) or leave a trained model on
+    shards it was not trained on (StageFailed, exit 4, as ``corpusmill train`` refuses to resume on other
+    shards), unless ``overwrite`` is set (those outputs are removed). With ``from_scratch`` (and the train stage
+    among ``stages``) the train stage runs again from step 0, and the report after it: the trainer sets the old
+    checkpoints and logs aside (nothing deleted), so new shards need no --overwrite."""
     expected = expected_fingerprints(cfg, paths, manifest or {}, against)
     records = _records(cfg, manifest, expected)
     stale = [s for s in ALL_STAGES if s in records and records[s].get("fingerprint") != expected[s]["fingerprint"]]
-    if not stale:
-        return records
+    restart = from_scratch and "train" in stages
     train_on_other_shards = ("train" in stale and records["train"].get("upstream") != expected["train"]["upstream"]
                              and _has_training(paths))
-    refused = "clean" if "clean" in stale else ("train" if train_on_other_shards else None)
+    refused = "clean" if "clean" in stale else ("train" if train_on_other_shards and not restart else None)
     if refused and not overwrite:
         if refused == "clean":
             raise ConfigError(
                 f"{paths} holds outputs of a different config (the clean stage: {_why('clean', records, expected)});"
                 f" choose another name, or pass --overwrite to discard them")
-        raise ConfigError(
+        how = ("pass --from-scratch to rebuild the shards and train anew (the checkpoints are set aside, not "
+               "deleted), --overwrite to discard train/" if "train" in stages else
+               "use `corpusmill run --from-scratch` to rebuild the shards and train anew (the checkpoints are set "
+               "aside, not deleted), pass --overwrite to discard train/")
+        raise StageFailed(
             f"{paths} holds a model trained on shards this config would replace ({_why('train', records, expected)})"
-            f"; pass --overwrite to discard train/ (checkpoints) and rebuild from the shards on, or choose another "
-            f"name")
+            f"; {how}, or choose another name")
     first = refused if (refused and overwrite) else None
     for stage in stale:
         reason = _why(stage, records, expected)
         if first is not None and ALL_STAGES.index(stage) >= ALL_STAGES.index(first):
             log(f"{stage}: changed ({reason}): its outputs are discarded (--overwrite)")
             clear_outputs(STAGE_OUTPUTS[stage](paths))
+        elif stage == "train" and restart:
+            log(f"train: changed ({reason}): --from-scratch: training starts over at step 0, the checkpoints "
+                f"are set aside")
         elif stage == "train":
             log(f"train: its config changed ({reason}): training runs again, resuming from its checkpoint")
         else:
@@ -271,6 +293,10 @@ def plan_changes(cfg: RunConfig, paths: RunPaths, manifest: dict | None, against
             if stage in records:
                 clear_outputs(STAGE_OUTPUTS[stage](paths))
                 records.pop(stage)
+    if restart:  # the train stage starts over even when it was done, and the report follows it
+        for stage in ("train", "report"):
+            if records.pop(stage, None) is not None and stage == "train":
+                log("train: --from-scratch: training runs again from step 0, the checkpoints are set aside")
     return records
 
 
@@ -290,15 +316,17 @@ def _pii_engine(cfg: RunConfig) -> str | None:
 
 
 def run_stages(cfg: RunConfig, stages: tuple[str, ...], *, against: tuple[str, ...] = (), resume: bool = False,
-               overwrite: bool = False, log: Callable[[str], None] = print) -> dict:
+               overwrite: bool = False, from_scratch: bool = False, log: Callable[[str], None] = print) -> dict:
     """Run ``stages`` in order; return the final manifest. ``resume`` skips stages done with the same
-    fingerprint (``prepare`` and ``refresh`` re-run theirs)."""
+    fingerprint (``prepare`` and ``refresh`` re-run theirs). ``from_scratch``: the train stage starts at step 0,
+    the run's checkpoints set aside (``corpusmill train --from-scratch``)."""
     paths = RunPaths.of(cfg)
     preflight(cfg, stages, against)
     with run_lock(paths):
         remove_stale_temporaries(paths)
         previous = read_manifest(paths)
-        records = plan_changes(cfg, paths, previous, against, overwrite, log)
+        records = plan_changes(cfg, paths, previous, against, overwrite, log, stages=stages,
+                               from_scratch=from_scratch)
         manifest = {**(previous or {}), **base_manifest(cfg)}
         manifest.setdefault("timings", {})
         manifest["id_scheme"] = ID_SCHEME
@@ -317,7 +345,7 @@ def run_stages(cfg: RunConfig, stages: tuple[str, ...], *, against: tuple[str, .
                 result = {}
             else:
                 log(f"{prefix} ...")
-                result = _run_stage(cfg, paths, stage, against, log)
+                result = _run_stage(cfg, paths, stage, against, log, from_scratch=from_scratch)
             manifest.update(result)
             if stage == "clean":
                 manifest["empty"] = manifest["counts"]["kept"] == 0
@@ -351,7 +379,7 @@ def _skip_reason(stage: str, manifest: dict) -> str | None:
 
 
 def _run_stage(cfg: RunConfig, paths: RunPaths, stage: str, against: tuple[str, ...],
-               log: Callable[[str], None]) -> dict:
+               log: Callable[[str], None], *, from_scratch: bool = False) -> dict:
     if stage == "clean":
         stats = run_clean(cfg, against, log)
         log(summary_table(stats))
@@ -379,9 +407,13 @@ def _run_stage(cfg: RunConfig, paths: RunPaths, stage: str, against: tuple[str, 
     if stage == "train":
         from trainer_bridge.launch import run_training
 
-        code = run_training(cfg)
+        said: list[str] = []
+        code = run_training(cfg, from_scratch=from_scratch, outcome=said.append)
+        if code in TRAIN_EXIT_CODES:  # the trainer's one line, as `corpusmill train` would end, naming the stage
+            raise StageFailed(f"train stage failed (exit {code}): {said[-1] if said else 'see the output above'}",
+                              code=code)
         if code != 0:
-            raise StageFailed(f"training failed with exit code {code}; re-run to resume from the last checkpoint")
+            raise StageFailed(f"train stage failed with exit code {code}; re-run to resume from the last checkpoint")
         return {}
     if stage == "report":
         from report.build import build_report

@@ -199,38 +199,101 @@ def _tiny_run(tmp_path: Path, name: str) -> dict:
 
 
 def test_a_tokenizer_change_rebuilds_shards_and_training_but_never_the_clean(tmp_path, capsys):
+    """The bar: after a completed `run`, `--set tokenizer.vocab_size=…` re-runs shards and train only, the clean
+    stage's files untouched (mtime and sha256). The checkpoints were trained on the old shards, so resuming them
+    is refused (exit 4, nothing touched, the keys named) and `--from-scratch` — as for `corpusmill train` —
+    rebuilds the shards and trains anew, the old checkpoints set aside."""
     cfg = _yaml(tmp_path, _tiny_run(tmp_path, "fp"))
     run_dir = tmp_path / "runs" / "fp"
     code, out, err = _cli(["run", str(cfg)], capsys)
     assert code == 0, err
     assert _manifest(tmp_path, "fp")["stages_done"] == ["clean", "shards", "train", "report"]
     clean = _snapshot(run_dir)
+    everything = _snapshot(run_dir, ("docs", "shards", "tokenizer", "train", "report.html", "stats.json"))
     old_tokenizer = _manifest(tmp_path, "fp")["shards"]["tokenizer_sha256"]
     assert any(p.startswith("docs/") for p in clean)
 
-    # a trained model would be left next to shards it was not trained on: refused, nothing touched, keys named
-    code, out, err = _cli(["run", str(cfg), "--set", "tokenizer.vocab_size=300"], capsys)
-    assert code == 2 and len(err.strip().splitlines()) == 1
-    assert "tokenizer.vocab_size: 400 → 300" in err and "--overwrite" in err
-    assert _snapshot(run_dir) == clean
+    # how the trainer checks the shards it reads is no part of any stage's fingerprint
+    code, out, err = _cli(["run", str(cfg), "--set", "train.verify_shards=manifest"], capsys)
+    assert code == 0, err
+    assert out.count("already done with this config, skipped") == 4, out
 
-    code, out, err = _cli(["run", str(cfg), "--set", "tokenizer.vocab_size=300", "--overwrite"], capsys)
+    # resuming the checkpoints on shards they were not trained on: refused in one line, nothing touched
+    code, out, err = _cli(["run", str(cfg), "--set", "tokenizer.vocab_size=300"], capsys)
+    assert code == 4 and len(err.strip().splitlines()) == 1, (code, err)
+    assert "tokenizer.vocab_size: 400 → 300" in err and "--from-scratch" in err and "[1/4]" not in out
+    assert _snapshot(run_dir, ("docs", "shards", "tokenizer", "train", "report.html", "stats.json")) == everything
+
+    code, out, err = _cli(["run", str(cfg), "--set", "tokenizer.vocab_size=300", "--from-scratch"], capsys)
     assert code == 0, err
     assert "[1/4] clean: already done with this config, skipped" in out
-    assert "[2/4] shards ..." in out and "[3/4] train ..." in out
+    assert "[2/4] shards ..." in out and "[3/4] train ..." in out and "[4/4] report ..." in out
+    assert "resumed from" not in out and "--from-scratch: the previous checkpoints" in out
     assert _snapshot(run_dir) == clean  # the clean stage's files: same mtime, same content
+    aside = next((run_dir / "train").glob("set-aside-*"))  # the old model, kept
+    assert sorted(p.name for p in (aside / "checkpoints").glob("step-*")) == ["step-00000002"]
     manifest = _manifest(tmp_path, "fp")
     assert manifest["shards"]["tokenizer_sha256"] != old_tokenizer
     assert manifest["stages"]["shards"]["settings"]["tokenizer.vocab_size"] == 300
     assert manifest["stages_done"] == ["clean", "shards", "train", "report"]
 
-    # prepare after a report-only change: the clean is re-run by prepare (same config: same bytes), the shards
-    # too, and the trained model stays valid (the rebuilt shards are byte-identical)
+    # a report-only change re-runs the report alone
     code, out, err = _cli(["run", str(cfg), "--set", "tokenizer.vocab_size=300", "--set", "report.histogram_bins=10"],
                           capsys)
     assert code == 0, err
     assert "report: changed (report.histogram_bins: 40 → 10): it runs again" in out
     assert out.count("already done with this config, skipped") == 3
+
+    # the train stage refused by the trainer (another model on resume): `run` ends with the trainer's code and
+    # its reason in one line naming the stage
+    code, out, err = _cli(["run", str(cfg), "--set", "tokenizer.vocab_size=300", "--set", "train.model.n_layers=2"],
+                          capsys)
+    assert code == 4 and len(err.strip().splitlines()) == 1, (code, err)
+    assert err.startswith("corpusmill run: train stage failed (exit 4): ") and "n_layers 1 → 2" in err, err
+    assert "Traceback" not in out + err
+
+
+@pytest.mark.parametrize("code", [2, 3, 4, 5])
+def test_a_failed_train_stage_is_one_line_naming_it_with_the_trainers_exit_code(tmp_path, capsys, monkeypatch, code):
+    import trainer_bridge.launch as launch
+    from pipelines import run as run_module
+    from pipelines.run import StageFailed, _run_stage
+    from runio.layout import RunPaths
+
+    reasons = {2: "train.init_from: /x does not exist", 3: "stopped at step 1: guards.on_persistent is 'stop'",
+               4: "step-00000002 was trained on other shards", 5: "PermissionError: Permission denied (/r/train)"}
+    asked = {}
+
+    def fake_run_training(cfg, rendezvous=None, *, from_scratch=False, outcome=launch.say_outcome):
+        asked["from_scratch"] = from_scratch
+        outcome(reasons[code])
+        return code
+
+    monkeypatch.setattr(launch, "run_training", fake_run_training)
+    cfg = validate_config(_tiny_run(tmp_path, "tf"))
+    with pytest.raises(StageFailed) as failed:
+        _run_stage(cfg, RunPaths.of(cfg), "train", (), lambda _: None, from_scratch=True)
+    assert failed.value.code == code and asked["from_scratch"] is True
+    assert str(failed.value) == f"train stage failed (exit {code}): {reasons[code]}"
+
+    # `corpusmill run` ends with that code and that line (no error log, no traceback); --from-scratch reaches it
+    def fake_run_stages(cfg, stages, **kwargs):
+        asked.update(kwargs)
+        raise failed.value
+
+    monkeypatch.setattr(run_module, "run_stages", fake_run_stages)
+    config = _yaml(tmp_path, _tiny_run(tmp_path, "tf"))
+    exit_code, out, err = _cli(["run", str(config), "--from-scratch"], capsys)
+    assert exit_code == code and asked["from_scratch"] is True
+    assert err.strip() == f"corpusmill run: train stage failed (exit {code}): {reasons[code]}"
+    assert not (tmp_path / "runs" / "tf" / "logs").exists()
+    if code == 2:  # refresh: --from-scratch with --train is passed on; without it, it is a one-line config error
+        asked.clear()
+        exit_code, out, err = _cli(["refresh", str(config), "--against", str(tmp_path), "--train", "--from-scratch"],
+                                   capsys)
+        assert exit_code == code and asked["from_scratch"] is True
+        exit_code, out, err = _cli(["refresh", str(config), "--against", str(tmp_path), "--from-scratch"], capsys)
+        assert exit_code == 2 and len(err.strip().splitlines()) == 1 and "--train" in err, err
 
 
 def test_late_stage_keys_fail_before_any_stage(tmp_path, capsys):

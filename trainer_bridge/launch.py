@@ -277,28 +277,37 @@ def interrupted_line(paths: RunPaths, code: int) -> str:
 
 # ------------------------------------------------------------------------------------------------ running
 
-def run_training(cfg, rendezvous: Rendezvous | None = None, *, from_scratch: bool = False) -> int:
+def say_outcome(message: str) -> None:
+    """How ``corpusmill train`` ends an expected failure: its one line, on stderr."""
+    print(PREFIX + message, file=sys.stderr, flush=True)
+
+
+def run_training(cfg, rendezvous: Rendezvous | None = None, *, from_scratch: bool = False,
+                 outcome: Callable[[str], None] = say_outcome) -> int:
     """Train run ``cfg`` (a ``pipelines.config.RunConfig``, or anything with ``.run_dir`` and ``.train``);
     returns an exit code (``trainer_bridge.outcomes``), or raises ``TrainInterrupted`` after saying so in one
-    line. Shards come from ``RunPaths.shards``; outputs go to ``RunPaths.train``."""
+    line. Shards come from ``RunPaths.shards``; outputs go to ``RunPaths.train``. An expected failure's one line
+    (without the command's prefix) goes to ``outcome``: by default printed, as ``corpusmill train`` ends;
+    ``corpusmill run`` takes it into its own line naming the stage."""
     rdzv = rendezvous or Rendezvous()
     paths = RunPaths(cfg.run_dir)
     train_cfg: TrainConfig = cfg.train
     try:
         preflight(train_cfg, paths, from_scratch=from_scratch)
     except Exception as error:  # noqa: BLE001 - expected failures end in one line, the rest keeps its traceback
-        outcome = outcome_of(error)
-        if outcome is None:
+        found = outcome_of(error)
+        if found is None:
             raise
-        print(PREFIX + outcome[1], file=sys.stderr, flush=True)
-        return outcome[0]
+        outcome(found[1])
+        return found[0]
     world = train_cfg.mesh.world_size
     if world == 1 and not rdzv.multi_node and rdzv.max_restarts == 0:
-        return train_in_process(train_cfg, paths, shards_verified=True)
-    return _run_torchrun(train_cfg, paths, rdzv, world)
+        return train_in_process(train_cfg, paths, shards_verified=True, outcome=outcome)
+    return _run_torchrun(train_cfg, paths, rdzv, world, outcome)
 
 
-def _run_torchrun(train_cfg: TrainConfig, paths: RunPaths, rdzv: Rendezvous, world: int) -> int:
+def _run_torchrun(train_cfg: TrainConfig, paths: RunPaths, rdzv: Rendezvous, world: int,
+                  say: Callable[[str], None] = say_outcome) -> int:
     store = host_store(rdzv) if rdzv.uses_corpusmill_store else None
     endpoint = store.endpoint if store is not None else rdzv.rdzv_endpoint if rdzv.uses_corpusmill_store else None
     with tempfile.TemporaryDirectory(prefix="corpusmill-train-") as outcome_dir:
@@ -313,7 +322,7 @@ def _run_torchrun(train_cfg: TrainConfig, paths: RunPaths, rdzv: Rendezvous, wor
         print(interrupted_line(paths, job.interrupted), file=sys.stderr, flush=True)
         raise TrainInterrupted(job.interrupted)
     if outcome is not None:
-        print(PREFIX + outcome[1], file=sys.stderr, flush=True)
+        say(outcome[1])
         return outcome[0]
     return code
 
@@ -395,9 +404,10 @@ class TorchrunJob:
                 signal.signal(sig, handler)
 
 
-def train_in_process(train_cfg: TrainConfig, paths: RunPaths, *, shards_verified: bool = False) -> int:
-    """Train in this process. Alone, an expected failure is said here in one line; as a torchrun worker it is
-    left for the launcher (``outcomes.report_outcome``)."""
+def train_in_process(train_cfg: TrainConfig, paths: RunPaths, *, shards_verified: bool = False,
+                     outcome: Callable[[str], None] = say_outcome) -> int:
+    """Train in this process. Alone, an expected failure is said in one line (to ``outcome``); as a torchrun
+    worker it is left for the launcher (``outcomes.report_outcome``)."""
     from trainer_bridge.device import init_runtime, shutdown
     from trainer_bridge.train import train
 
@@ -408,12 +418,12 @@ def train_in_process(train_cfg: TrainConfig, paths: RunPaths, *, shards_verified
         print(interrupted_line(paths, EXIT_INTERRUPTED), file=sys.stderr, flush=True)
         raise TrainInterrupted(EXIT_INTERRUPTED) from None
     except Exception as error:  # noqa: BLE001 - expected failures end in one line, the rest keeps its traceback
-        outcome = outcome_of(error)
-        if outcome is None:
+        found = outcome_of(error)
+        if found is None:
             raise
-        code, message = outcome
+        code, message = found
         if not report_outcome(code, message):
-            print(PREFIX + message, file=sys.stderr, flush=True)
+            outcome(message)
         return code
     finally:
         shutdown(runtime)
