@@ -340,7 +340,7 @@ def run_stages(cfg: RunConfig, stages: tuple[str, ...], *, against: tuple[str, .
             started = time.time()
             skip = _skip_reason(stage, manifest)
             if skip is not None:
-                clear_outputs(STAGE_OUTPUTS[stage](paths))
+                _clear_skipped(stage, paths, log)
                 log(f"{prefix}: skipped: {skip}")
                 result = {}
             else:
@@ -361,6 +361,16 @@ def run_stages(cfg: RunConfig, stages: tuple[str, ...], *, against: tuple[str, .
             if skip is None:
                 log(f"{prefix}: done in {seconds:.1f} s")
         return manifest
+
+
+def _clear_skipped(stage: str, paths: RunPaths, log: Callable[[str], None]) -> None:
+    """A skipped stage leaves no outputs of an earlier run behind; a trained model is moved aside, never deleted
+    (only --overwrite deletes one, in ``plan_changes``)."""
+    if stage == "train" and _has_training(paths):
+        from trainer_bridge.checkpoint import set_aside
+
+        log(f"train: the previous checkpoints and training logs were moved to {set_aside(paths)}")
+    clear_outputs(STAGE_OUTPUTS[stage](paths) if stage != "train" else (paths.train_config,))
 
 
 def _skip_reason(stage: str, manifest: dict) -> str | None:

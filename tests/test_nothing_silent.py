@@ -222,6 +222,8 @@ def test_a_tokenizer_change_rebuilds_shards_and_training_but_never_the_clean(tmp
     code, out, err = _cli(["run", str(cfg), "--set", "tokenizer.vocab_size=300"], capsys)
     assert code == 4 and len(err.strip().splitlines()) == 1, (code, err)
     assert "tokenizer.vocab_size: 400 → 300" in err and "--from-scratch" in err and "[1/4]" not in out
+    code, out, err = _cli(["prepare", str(cfg), "--set", "tokenizer.vocab_size=300"], capsys)  # likewise
+    assert code == 4 and len(err.strip().splitlines()) == 1 and "corpusmill run --from-scratch" in err, (code, err)
     assert _snapshot(run_dir, ("docs", "shards", "tokenizer", "train", "report.html", "stats.json")) == everything
 
     code, out, err = _cli(["run", str(cfg), "--set", "tokenizer.vocab_size=300", "--from-scratch"], capsys)
@@ -251,6 +253,17 @@ def test_a_tokenizer_change_rebuilds_shards_and_training_but_never_the_clean(tmp
     assert code == 4 and len(err.strip().splitlines()) == 1, (code, err)
     assert err.startswith("corpusmill run: train stage failed (exit 4): ") and "n_layers 1 → 2" in err, err
     assert "Traceback" not in out + err
+
+    # the input emptied: an empty result skips training, and the model trained before is moved aside, never deleted
+    (tmp_path / "in" / "c.jsonl").write_bytes(b"")
+    code, out, err = _cli(["prepare", str(cfg), "--set", "tokenizer.vocab_size=300"], capsys)
+    assert code == 0 and "empty result" in out, err
+    code, out, err = _cli(["run", str(cfg), "--set", "tokenizer.vocab_size=300"], capsys)
+    assert code == 4 and "--from-scratch" in err, (code, err)
+    code, out, err = _cli(["run", str(cfg), "--set", "tokenizer.vocab_size=300", "--from-scratch"], capsys)
+    assert code == 0 and "[3/4] train: skipped: no document survived cleaning" in out, err
+    assert len(list((run_dir / "train").glob("set-aside-*/checkpoints/step-*"))) == 2
+    assert not (run_dir / "train" / "checkpoints").exists()
 
 
 @pytest.mark.parametrize("code", [2, 3, 4, 5])
