@@ -7,7 +7,8 @@
 - a flipped byte in a shard stops the run, the shard named;
 - SIGINT (one process, and torchrun with 2 ranks) → at most 3 lines on stderr, exit 130, the last checkpoint kept
   and resumed from; a read-only run directory → one line, exit 5;
-- during a 2-rank run no socket of the job listens outside 127.0.0.0/8 (the rendezvous store included);
+- during a 2-rank run no socket of the job listens outside 127.0.0.0/8 (the rendezvous store included), as
+  /proc/net/tcp{,6} and `ss -ltnp` (where installed) show it;
 - the report's training facts agree with the console, and its restarts table tells a restart after a failure,
   a resume after an interruption and a deliberate extension of ``train.steps`` apart, with readable times.
 
@@ -375,7 +376,25 @@ def listening_sockets(pids: set[int]) -> list[tuple[str, int, int]]:
     return found
 
 
+def ss_listening(pids: set[int]) -> list[tuple[str, int, int]]:
+    """The same as ``ss -Hltnp`` shows it: (address, port, pid) of the listening TCP sockets of ``pids``."""
+    done = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, timeout=60)
+    found = []
+    for line in done.stdout.splitlines():
+        fields = line.split()
+        if len(fields) < 6:
+            continue
+        address, _, port = fields[3].rpartition(":")
+        address = address.strip("[]").split("%", 1)[0]
+        for pid in map(int, re.findall(r"pid=(\d+)", line)):
+            if pid in pids:
+                found.append((address, int(port), pid))
+    return found
+
+
 def is_loopback(address: str) -> bool:
+    if address in ("*", "0.0.0.0", "::"):
+        return False
     ip = ipaddress.ip_address(address)
     mapped = getattr(ip, "ipv4_mapped", None)
     return (mapped or ip).is_loopback
@@ -395,15 +414,19 @@ def test_two_ranks_listen_only_on_loopback_and_sigint_is_quiet_and_resumable(tmp
     wait_for_checkpoint_and_steps(process, paths, 4)
 
     seen: list[tuple[str, int, int]] = []
+    from_ss: list[tuple[str, int, int]] = []
     for _ in range(3):  # a few samples while both ranks train
         pids = job_pids(launcher)
         workers = [p for p in launcher.children(recursive=True)
                    if "trainer_bridge.launch" in (line := " ".join(p.cmdline())) and "trainer_bridge.torchrun" not in line]
         assert len(workers) == 2
         seen += listening_sockets(pids)
+        if shutil.which("ss"):  # the bar's own check, `ss -ltn`, where the tool is installed
+            from_ss += ss_listening(pids)
         time.sleep(1)
-    outside = [s for s in seen if not is_loopback(s[0])]
+    outside = [s for s in seen + from_ss if not is_loopback(s[0])]
     assert not outside, f"listening outside 127.0.0.0/8: {outside}"
+    assert not shutil.which("ss") or {pid for _, _, pid in from_ss} & {process.pid}, (from_ss, seen)  # the store
     store_ports = {port for _, port, pid in seen if pid == process.pid}
     assert store_ports, seen  # the rendezvous store is the launcher's own, on loopback
     worker_pids = {p.pid for p in workers}
