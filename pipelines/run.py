@@ -17,6 +17,10 @@ exactly the outputs that changed and those after them), and a change that would 
 model was trained on is refused (exit 4, as the trainer refuses to resume on other shards) unless
 ``--from-scratch`` (the train stage starts over, the old checkpoints set aside) or ``--overwrite`` is given.
 
+**Changed inputs are not silently kept.** A resumed ``run`` keeps a clean done before only while its local input
+files are the ones it read (``changed_inputs``: sizes and mtimes as recorded in ``inputs_stat``, else compared by
+sha256); other content is refused like a changed cleaning config (``--overwrite`` cleans again).
+
 **Empty results are results.** When no document survives the clean (an empty input, all of it quarantined, a
 refresh whose every new document is a duplicate or whose every input was seen before), the shards and training
 are skipped with a one-line reason, the manifest says ``"empty": true`` with the counts, and the run completes
@@ -221,7 +225,7 @@ def _changed_keys(old: dict | None, new: dict, limit: int = 4) -> str:
     return (", ".join(shown) + more) if shown else "its inputs' content"
 
 
-def _why(stage: str, records: dict, expected: dict) -> str:
+def _stage_why(stage: str, records: dict, expected: dict) -> str:
     """What changed for a stale stage: its own keys, or (named) those of the stage it depends on."""
     record = records[stage]
     if record.get("config") != expected[stage]["config"]:
@@ -247,21 +251,35 @@ def _has_training(paths: RunPaths) -> bool:
 
 def plan_changes(cfg: RunConfig, paths: RunPaths, manifest: dict | None, against: tuple[str, ...], overwrite: bool,
                  log: Callable[[str], None], *, stages: tuple[str, ...] = ALL_STAGES,
-                 from_scratch: bool = False) -> dict[str, dict]:
+                 from_scratch: bool = False, inputs_changed: str | None = None) -> dict[str, dict]:
     """Decide what the stages done before keep; return the records that stay valid. Refuses (before anything is
     written) a change that would discard cleaned documents (ConfigError, exit 2) or leave a trained model on
     shards it was not trained on (StageFailed, exit 4, as ``corpusmill train`` refuses to resume on other
     shards), unless ``overwrite`` is set (those outputs are removed). With ``from_scratch`` (and the train stage
     among ``stages``) the train stage runs again from step 0, and the report after it: the trainer sets the old
-    checkpoints and logs aside (nothing deleted), so new shards need no --overwrite."""
+    checkpoints and logs aside (nothing deleted), so new shards need no --overwrite. ``inputs_changed`` (what
+    ``changed_inputs`` found) makes a clean done before stale like a changed cleaning config."""
     expected = expected_fingerprints(cfg, paths, manifest or {}, against)
     records = _records(cfg, manifest, expected)
     stale = [s for s in ALL_STAGES if s in records and records[s].get("fingerprint") != expected[s]["fingerprint"]]
+    if inputs_changed and "clean" in records and "clean" not in stale:
+        stale.insert(0, "clean")
+
+    def _why(stage: str, records: dict, expected: dict) -> str:
+        if stage == "clean" and inputs_changed and records[stage].get("config") == expected[stage]["config"]:
+            return inputs_changed
+        return _stage_why(stage, records, expected)
+
     restart = from_scratch and "train" in stages
     train_on_other_shards = ("train" in stale and records["train"].get("upstream") != expected["train"]["upstream"]
                              and _has_training(paths))
     refused = "clean" if "clean" in stale else ("train" if train_on_other_shards and not restart else None)
     if refused and not overwrite:
+        if refused == "clean" and inputs_changed and records["clean"].get("config") == expected["clean"]["config"]:
+            raise ConfigError(
+                f"{paths} holds the clean of other inputs ({inputs_changed}); pass --overwrite to clean them again "
+                f"(the outputs from the clean on are replaced), or choose another name (`corpusmill refresh "
+                f"--against {paths}` processes only what is new)")
         if refused == "clean":
             raise ConfigError(
                 f"{paths} holds outputs of a different config (the clean stage: {_why('clean', records, expected)});"
@@ -300,6 +318,43 @@ def plan_changes(cfg: RunConfig, paths: RunPaths, manifest: dict | None, against
     return records
 
 
+def input_stamps(cfg: RunConfig) -> dict[str, list[int]]:
+    """Size and mtime of each local input file, by absolute path: recorded by the clean, so that a resumed `run`
+    knows its inputs unchanged without hashing them again."""
+    from pipelines.read import expand_inputs
+
+    stamps = {}
+    for file in expand_inputs(cfg.input.paths):
+        if not is_uri(file):
+            stat = os.stat(file)
+            stamps[os.path.abspath(file)] = [stat.st_size, stat.st_mtime_ns]
+    return stamps
+
+
+def changed_inputs(cfg: RunConfig, manifest: dict) -> str | None:
+    """What changed in the local input files since the clean recorded in ``manifest`` (a file's content, a file
+    added or gone), named in a few words; None when nothing did. Files whose size and mtime are as recorded are
+    not read; the others are hashed and compared by content (a touched file with the same bytes is unchanged).
+    Inputs on a URI are not checked (a refresh addresses them by content)."""
+    from pipelines.read import expand_inputs
+
+    recorded = {i.get("sha256"): os.path.abspath(i.get("path", "")) for i in manifest.get("inputs", [])}
+    seen = set(manifest.get("inputs_seen", [])) | set(recorded)
+    matched = expand_inputs(cfg.input.paths)
+    files = [f for f in matched if not is_uri(f)]
+    if len(files) != len(matched) or input_stamps(cfg) == manifest.get("inputs_stat"):
+        return None
+    current = {sha256_file(f): os.path.abspath(f) for f in files}
+    now = set(current.values())
+    what = [f"{os.path.basename(f)} {'changed' if f in recorded.values() else 'new'}"
+            for h, f in sorted(current.items(), key=lambda item: item[1]) if h not in seen]
+    what += [f"{os.path.basename(f)} gone" for h, f in sorted(recorded.items(), key=lambda item: item[1])
+             if h not in current and f not in now]
+    if not what:
+        return None
+    return "its input files changed: " + ", ".join(what[:4]) + (f" and {len(what) - 4} more" if len(what) > 4 else "")
+
+
 def _current(records: dict[str, dict], expected: dict[str, dict]) -> list[str]:
     return [s for s in ALL_STAGES if s in records and records[s].get("fingerprint") == expected[s]["fingerprint"]]
 
@@ -325,8 +380,10 @@ def run_stages(cfg: RunConfig, stages: tuple[str, ...], *, against: tuple[str, .
     with run_lock(paths):
         remove_stale_temporaries(paths)
         previous = read_manifest(paths)
+        inputs_changed = (changed_inputs(cfg, previous) if resume and "clean" in stages and previous
+                          and "clean" in previous.get("stages_done", []) else None)
         records = plan_changes(cfg, paths, previous, against, overwrite, log, stages=stages,
-                               from_scratch=from_scratch)
+                               from_scratch=from_scratch, inputs_changed=inputs_changed)
         manifest = {**(previous or {}), **base_manifest(cfg)}
         manifest.setdefault("timings", {})
         manifest["id_scheme"] = ID_SCHEME
@@ -397,7 +454,8 @@ def _run_stage(cfg: RunConfig, paths: RunPaths, stage: str, against: tuple[str, 
             from runio.pushgateway import push_pipeline_stats
 
             push_pipeline_stats(stats, cfg.output.pushgateway_url, run=cfg.name, stage="clean")
-        return {"inputs": stats.pop("inputs"), "inputs_seen": stats.pop("inputs_seen"), "against": list(against),
+        return {"inputs": stats.pop("inputs"), "inputs_seen": stats.pop("inputs_seen"),
+                "inputs_stat": input_stamps(cfg), "against": list(against),
                 "steps": [row["step"] for row in stats["steps"]], "counts": stats["accounting"],
                 "pii_engine": _pii_engine(cfg)}
     if stage == "shards":

@@ -616,3 +616,49 @@ def test_temporaries_of_dead_writers_are_removed_and_a_failed_model_save_leaves_
     with pytest.raises(KeyboardInterrupt):
         quality_step.ensure_default_model(tmp_path / "cache", quality_step.QualityConfig(), log=lambda _: None)
     assert not [p.name for p in (tmp_path / "cache").iterdir()]
+
+
+def test_a_resumed_run_notices_changed_inputs_instead_of_skipping_the_clean(tmp_path, monkeypatch):
+    """`run` keeps a clean done before only if its inputs are the same: unchanged (size and mtime as recorded:
+    nothing hashed) or touched with the same bytes → skipped; another content → refused in one line naming the
+    file, nothing touched; with --overwrite the clean runs again on the new content."""
+    import pipelines.run as run_module
+
+    records = _records(60, ("austen", "jargon"))
+    corpus = _jsonl(tmp_path / "in" / "c.jsonl", records[:20])
+    cfg = validate_config(_data(tmp_path, "inputs", [corpus]))
+    stages = ("clean", "shards")
+    first = run_stages(cfg, stages, resume=True, log=lambda _: None)
+    assert first["inputs_stat"] == {str(corpus): [corpus.stat().st_size, corpus.stat().st_mtime_ns]}
+    run_dir = tmp_path / "runs" / "inputs"
+    clean = _snapshot(run_dir)
+
+    hashed: list[str] = []
+    real_sha256 = run_module.sha256_file
+    monkeypatch.setattr(run_module, "sha256_file",  # the inputs hashed (the shard manifest is hashed too)
+                        lambda p: (str(p) == str(corpus) and hashed.append(str(p))) or real_sha256(p))
+    logged: list[str] = []
+    run_stages(cfg, stages, resume=True, log=logged.append)
+    assert "[1/2] clean: already done with this config, skipped" in logged and not hashed
+    os.utime(corpus, ns=(time.time_ns(), time.time_ns() + 10**9))  # touched, same bytes
+    logged.clear()
+    run_stages(cfg, stages, resume=True, log=logged.append)
+    assert "[1/2] clean: already done with this config, skipped" in logged and hashed == [str(corpus)]
+
+    _jsonl(corpus, records[20:60])  # other documents under the same name
+    with pytest.raises(ConfigError, match=r"holds the clean of other inputs \(its input files changed: c\.jsonl "
+                                          r"changed\); pass --overwrite"):
+        run_stages(cfg, stages, resume=True, log=lambda _: None)
+    assert _snapshot(run_dir) == clean
+    again = run_stages(cfg, stages, resume=True, overwrite=True, log=lambda _: None)
+    assert again["counts"]["read"] == 40 and again["inputs"][0]["sha256"] != first["inputs"][0]["sha256"]
+    from pipelines.run import changed_inputs
+
+    added = _jsonl(tmp_path / "in" / "d.jsonl", records[:5])
+    two = validate_config(_data(tmp_path, "inputs", [corpus, added]))
+    assert changed_inputs(two, again) == "its input files changed: d.jsonl new"
+    assert changed_inputs(validate_config(_data(tmp_path, "inputs", [added])), {**again, "inputs_stat": {}}) == \
+        "its input files changed: d.jsonl new, c.jsonl gone"
+    logged.clear()
+    run_stages(cfg, stages, resume=True, log=logged.append)
+    assert "[1/2] clean: already done with this config, skipped" in logged
