@@ -662,3 +662,24 @@ def test_a_resumed_run_notices_changed_inputs_instead_of_skipping_the_clean(tmp_
     logged.clear()
     run_stages(cfg, stages, resume=True, log=logged.append)
     assert "[1/2] clean: already done with this config, skipped" in logged
+
+
+def test_a_whole_run_shaped_like_the_demo_prints_no_library_log_lines(tmp_path):
+    """What `make demo` runs (`corpusmill run`: the direct runner with 2 worker processes, torchrun with 2 ranks,
+    the report), on a small slice: stdout holds corpusmill's own lines only, stderr nothing, no Beam INFO/WARNING
+    line (harness start, "apitools not found", ...) and no torch/glog warning."""
+    corpus = _jsonl(tmp_path / "c.jsonl", _records(200))
+    data = {**_data(tmp_path, "quiet", [corpus]), "runner": {"name": "direct", "workers": 2}}
+    data["train"] = {"device": "cpu", "model": {"dim": 32, "n_layers": 1, "n_heads": 2}, "mesh": {"dp": 2},
+                     "batch": {"global_batch_size": 4, "micro_batch_size": 2}, "steps": 2, "eval": {"interval": 0},
+                     "checkpoint": {"interval": 1, "keep_last": 1}, "monitoring": {"port": 0}}
+    done = subprocess.run([PYTHON, "-m", "cli.main", "run", str(_yaml(tmp_path, data))], cwd=tmp_path,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=900)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
+    assert "[3/4] train: done" in done.stdout and "[4/4] report: done" in done.stdout
+    import re
+
+    noise = [line for line in (done.stdout + done.stderr).splitlines()
+             if re.match(r"(INFO|WARNING|ERROR|DEBUG)\b|[IWE]\d{4} ", line) or "apitools" in line or "harness" in line]
+    assert not noise, noise[:5]
+    assert not [line for line in done.stderr.splitlines() if line.strip()], done.stderr[-2000:]
