@@ -13,9 +13,11 @@ ran with (``stages``). A stage whose fingerprint still matches is kept (``run`` 
 matches is re-run, and only the stages after it follow: changing ``tokenizer.*`` rebuilds the shards and
 retrains, never the clean. What a changed config must never do silently is discard or misuse expensive
 results, so a different *cleaning* config is refused (exit 2) unless ``--overwrite`` is given (which discards
-exactly the outputs that changed and those after them), and a change that would rebuild the shards a trained
-model was trained on is refused (exit 4, as the trainer refuses to resume on other shards) unless
-``--from-scratch`` (the train stage starts over, the old checkpoints set aside) or ``--overwrite`` is given.
+exactly the outputs that changed and those after them). A change that rebuilds the shards a trained model was
+trained on never resumes that model on them (as the trainer refuses to): ``run`` trains anew on the new shards,
+saying so in one line, with the old checkpoints set aside in ``train/set-aside-*`` (nothing deleted);
+``prepare``/``refresh``, which would leave the model on shards it never saw, refuse it (exit 4).
+``--from-scratch`` trains anew in any case.
 
 **Changed inputs are not silently kept.** A resumed ``run`` keeps a clean done before only while its local input
 files are the ones it read (``changed_inputs``: sizes and mtimes as recorded in ``inputs_stat``, else compared by
@@ -251,14 +253,15 @@ def _has_training(paths: RunPaths) -> bool:
 
 def plan_changes(cfg: RunConfig, paths: RunPaths, manifest: dict | None, against: tuple[str, ...], overwrite: bool,
                  log: Callable[[str], None], *, stages: tuple[str, ...] = ALL_STAGES,
-                 from_scratch: bool = False, inputs_changed: str | None = None) -> dict[str, dict]:
+                 from_scratch: bool = False, inputs_changed: str | None = None) -> tuple[dict[str, dict], bool]:
     """Decide what the stages done before keep; return the records that stay valid. Refuses (before anything is
-    written) a change that would discard cleaned documents (ConfigError, exit 2) or leave a trained model on
-    shards it was not trained on (StageFailed, exit 4, as ``corpusmill train`` refuses to resume on other
-    shards), unless ``overwrite`` is set (those outputs are removed). With ``from_scratch`` (and the train stage
-    among ``stages``) the train stage runs again from step 0, and the report after it: the trainer sets the old
-    checkpoints and logs aside (nothing deleted), so new shards need no --overwrite. ``inputs_changed`` (what
-    ``changed_inputs`` found) makes a clean done before stale like a changed cleaning config."""
+    written) a change that would discard cleaned documents (ConfigError, exit 2) or, without the train stage
+    among ``stages``, leave a trained model on shards it was not trained on (StageFailed, exit 4), unless
+    ``overwrite`` is set (those outputs are removed). With the train stage among ``stages``, new shards under a
+    trained model, or ``from_scratch``, make the train stage run again from step 0, and the report after it: the
+    trainer sets the old checkpoints and logs aside (nothing deleted). Returns the records and whether the train
+    stage starts anew. ``inputs_changed`` (what ``changed_inputs`` found) makes a clean done before stale like a
+    changed cleaning config."""
     expected = expected_fingerprints(cfg, paths, manifest or {}, against)
     records = _records(cfg, manifest, expected)
     stale = [s for s in ALL_STAGES if s in records and records[s].get("fingerprint") != expected[s]["fingerprint"]]
@@ -270,9 +273,13 @@ def plan_changes(cfg: RunConfig, paths: RunPaths, manifest: dict | None, against
             return inputs_changed
         return _stage_why(stage, records, expected)
 
-    restart = from_scratch and "train" in stages
     train_on_other_shards = ("train" in stale and records["train"].get("upstream") != expected["train"]["upstream"]
                              and _has_training(paths))
+    # With the train stage in the command (`run`), a change that replaces the shards the model was trained on
+    # trains anew on the new shards: the trainer sets the old checkpoints aside (nothing is deleted) and the line
+    # below says so. Without it (`prepare`, `refresh`), the change is refused: it would leave the model on shards
+    # it never saw. `--from-scratch` trains anew in any case.
+    restart = "train" in stages and (from_scratch or train_on_other_shards)
     refused = "clean" if "clean" in stale else ("train" if train_on_other_shards and not restart else None)
     if refused and not overwrite:
         if refused == "clean" and inputs_changed and records["clean"].get("config") == expected["clean"]["config"]:
@@ -284,19 +291,19 @@ def plan_changes(cfg: RunConfig, paths: RunPaths, manifest: dict | None, against
             raise ConfigError(
                 f"{paths} holds outputs of a different config (the clean stage: {_why('clean', records, expected)});"
                 f" choose another name, or pass --overwrite to discard them")
-        how = ("pass --from-scratch to rebuild the shards and train anew (the checkpoints are set aside, not "
-               "deleted), --overwrite to discard train/" if "train" in stages else
-               "use `corpusmill run --from-scratch` to rebuild the shards and train anew (the checkpoints are set "
-               "aside, not deleted), pass --overwrite to discard train/")
         raise StageFailed(
             f"{paths} holds a model trained on shards this config would replace ({_why('train', records, expected)})"
-            f"; {how}, or choose another name")
+            f"; use `corpusmill run` to rebuild the shards and train anew (the checkpoints are set aside, not "
+            f"deleted), pass --overwrite to discard train/, or choose another name")
     first = refused if (refused and overwrite) else None
     for stage in stale:
         reason = _why(stage, records, expected)
         if first is not None and ALL_STAGES.index(stage) >= ALL_STAGES.index(first):
             log(f"{stage}: changed ({reason}): its outputs are discarded (--overwrite)")
             clear_outputs(STAGE_OUTPUTS[stage](paths))
+        elif stage == "train" and restart and not from_scratch:
+            log(f"train: trained on shards this change replaces ({reason}): training starts over at step 0 on the "
+                f"new shards; the old checkpoints are set aside in train/set-aside-* (nothing is deleted)")
         elif stage == "train" and restart:
             log(f"train: changed ({reason}): --from-scratch: training starts over at step 0, the checkpoints "
                 f"are set aside")
@@ -315,7 +322,7 @@ def plan_changes(cfg: RunConfig, paths: RunPaths, manifest: dict | None, against
         for stage in ("train", "report"):
             if records.pop(stage, None) is not None and stage == "train":
                 log("train: --from-scratch: training runs again from step 0, the checkpoints are set aside")
-    return records
+    return records, restart
 
 
 def input_stamps(cfg: RunConfig) -> dict[str, list[int]]:
@@ -382,8 +389,8 @@ def run_stages(cfg: RunConfig, stages: tuple[str, ...], *, against: tuple[str, .
         previous = read_manifest(paths)
         inputs_changed = (changed_inputs(cfg, previous) if resume and "clean" in stages and previous
                           and "clean" in previous.get("stages_done", []) else None)
-        records = plan_changes(cfg, paths, previous, against, overwrite, log, stages=stages,
-                               from_scratch=from_scratch, inputs_changed=inputs_changed)
+        records, train_anew = plan_changes(cfg, paths, previous, against, overwrite, log, stages=stages,
+                                           from_scratch=from_scratch, inputs_changed=inputs_changed)
         manifest = {**(previous or {}), **base_manifest(cfg)}
         manifest.setdefault("timings", {})
         manifest["id_scheme"] = ID_SCHEME
@@ -402,7 +409,7 @@ def run_stages(cfg: RunConfig, stages: tuple[str, ...], *, against: tuple[str, .
                 result = {}
             else:
                 log(f"{prefix} ...")
-                result = _run_stage(cfg, paths, stage, against, log, from_scratch=from_scratch)
+                result = _run_stage(cfg, paths, stage, against, log, from_scratch=train_anew)
             manifest.update(result)
             if stage == "clean":
                 manifest["empty"] = manifest["counts"]["kept"] == 0

@@ -200,9 +200,9 @@ def _tiny_run(tmp_path: Path, name: str) -> dict:
 
 def test_a_tokenizer_change_rebuilds_shards_and_training_but_never_the_clean(tmp_path, capsys):
     """The bar: after a completed `run`, `--set tokenizer.vocab_size=…` re-runs shards and train only, the clean
-    stage's files untouched (mtime and sha256). The checkpoints were trained on the old shards, so resuming them
-    is refused (exit 4, nothing touched, the keys named) and `--from-scratch` — as for `corpusmill train` —
-    rebuilds the shards and trains anew, the old checkpoints set aside."""
+    stage's files untouched (mtime and sha256). The checkpoints were trained on the old shards, so they are never
+    resumed on the new ones: `run` trains anew, saying so, the old checkpoints set aside (`prepare`, which
+    would leave the model on shards it never saw, refuses: exit 4, nothing touched, the keys named)."""
     cfg = _yaml(tmp_path, _tiny_run(tmp_path, "fp"))
     run_dir = tmp_path / "runs" / "fp"
     code, out, err = _cli(["run", str(cfg)], capsys)
@@ -218,19 +218,20 @@ def test_a_tokenizer_change_rebuilds_shards_and_training_but_never_the_clean(tmp
     assert code == 0, err
     assert out.count("already done with this config, skipped") == 4, out
 
-    # resuming the checkpoints on shards they were not trained on: refused in one line, nothing touched
-    code, out, err = _cli(["run", str(cfg), "--set", "tokenizer.vocab_size=300"], capsys)
-    assert code == 4 and len(err.strip().splitlines()) == 1, (code, err)
-    assert "tokenizer.vocab_size: 400 → 300" in err and "--from-scratch" in err and "[1/4]" not in out
-    code, out, err = _cli(["prepare", str(cfg), "--set", "tokenizer.vocab_size=300"], capsys)  # likewise
-    assert code == 4 and len(err.strip().splitlines()) == 1 and "corpusmill run --from-scratch" in err, (code, err)
+    # `prepare` would leave the model on shards it was never trained on: refused in one line, nothing touched
+    code, out, err = _cli(["prepare", str(cfg), "--set", "tokenizer.vocab_size=300"], capsys)
+    assert code == 4 and len(err.strip().splitlines()) == 1 and "use `corpusmill run`" in err, (code, err)
+    assert "tokenizer.vocab_size: 400 → 300" in err
     assert _snapshot(run_dir, ("docs", "shards", "tokenizer", "train", "report.html", "stats.json")) == everything
 
-    code, out, err = _cli(["run", str(cfg), "--set", "tokenizer.vocab_size=300", "--from-scratch"], capsys)
+    # `run` rebuilds the shards and trains anew, saying so (never resuming the old model on the new shards); the
+    # clean is untouched and the old model is set aside, never deleted
+    code, out, err = _cli(["run", str(cfg), "--set", "tokenizer.vocab_size=300"], capsys)
     assert code == 0, err
     assert "[1/4] clean: already done with this config, skipped" in out
     assert "[2/4] shards ..." in out and "[3/4] train ..." in out and "[4/4] report ..." in out
-    assert "resumed from" not in out and "--from-scratch: the previous checkpoints" in out
+    assert "resumed from" not in out and "training starts over at step 0 on the new shards" in out, out
+    assert "tokenizer.vocab_size: 400 → 300" in out
     assert _snapshot(run_dir) == clean  # the clean stage's files: same mtime, same content
     aside = next((run_dir / "train").glob("set-aside-*"))  # the old model, kept
     assert sorted(p.name for p in (aside / "checkpoints").glob("step-*")) == ["step-00000002"]
@@ -238,6 +239,14 @@ def test_a_tokenizer_change_rebuilds_shards_and_training_but_never_the_clean(tmp
     assert manifest["shards"]["tokenizer_sha256"] != old_tokenizer
     assert manifest["stages"]["shards"]["settings"]["tokenizer.vocab_size"] == 300
     assert manifest["stages_done"] == ["clean", "shards", "train", "report"]
+
+    # --from-scratch trains anew on the same shards: the model just trained is set aside as well
+    code, out, err = _cli(["run", str(cfg), "--set", "tokenizer.vocab_size=300", "--from-scratch"], capsys)
+    assert code == 0, err
+    assert "[2/4] shards: already done with this config, skipped" in out and "[3/4] train ..." in out
+    assert "resumed from" not in out and "--from-scratch: the previous checkpoints" in out
+    assert len(list((run_dir / "train").glob("set-aside-*"))) == 2
+    assert _snapshot(run_dir) == clean
 
     # a report-only change re-runs the report alone
     code, out, err = _cli(["run", str(cfg), "--set", "tokenizer.vocab_size=300", "--set", "report.histogram_bins=10"],
@@ -259,10 +268,9 @@ def test_a_tokenizer_change_rebuilds_shards_and_training_but_never_the_clean(tmp
     code, out, err = _cli(["prepare", str(cfg), "--set", "tokenizer.vocab_size=300"], capsys)
     assert code == 0 and "empty result" in out, err
     code, out, err = _cli(["run", str(cfg), "--set", "tokenizer.vocab_size=300"], capsys)
-    assert code == 4 and "--from-scratch" in err, (code, err)
-    code, out, err = _cli(["run", str(cfg), "--set", "tokenizer.vocab_size=300", "--from-scratch"], capsys)
     assert code == 0 and "[3/4] train: skipped: no document survived cleaning" in out, err
-    assert len(list((run_dir / "train").glob("set-aside-*/checkpoints/step-*"))) == 2
+    # the models of the first training, of the --from-scratch one and of the last one, each set aside
+    assert len(list((run_dir / "train").glob("set-aside-*/checkpoints/step-*"))) == 3
     assert not (run_dir / "train" / "checkpoints").exists()
 
 
