@@ -66,6 +66,10 @@ def _inspect(args: argparse.Namespace) -> int:
             extra = f"  docs {t['docs']}  split across rows {t.get('docs_split', 0)} ({t.get('split_share', 0):.2%})"
         print(f"{split}: {t['shards']} shards  {t['rows']} rows  {t['tokens']} tokens  {t['padding']} padding  "
               f"fill {t['fill_ratio']:.4%}{extra}")
+    from tokenizer.language_check import format_check
+
+    for line in format_check(m.get("tokenizer_check")):
+        print(line)
     if args.verify:
         count = sum(len(entries) for entries in m["splits"].values())
         print(f"verify: all {count} shards ({', '.join(m['splits'])}) match their sha256 and schema")

@@ -477,6 +477,12 @@ def _run_stage(cfg: RunConfig, paths: RunPaths, stage: str, against: tuple[str, 
             log(f"shards/{split}: {t.get('docs', 0)} documents → {t.get('tokens', 0)} tokens in {t.get('rows', 0)} "
                 f"rows of {shards.get('seq_len')}, fill {t.get('fill_ratio', 0):.2%}, documents split "
                 f"{t.get('docs_split', 0)}")
+        check = shards.get("tokenizer_check") or {}
+        if check.get("by_language"):
+            log("tokenizer: bytes per token " + ", ".join(
+                f"{lang} {row['bytes_per_token']}" for lang, row in check["by_language"].items()))
+        for warning in check.get("warnings", []):
+            log(f"warning: {warning}")
         return {"shards": {"tokenizer_sha256": shards.get("tokenizer_sha256"), "totals": totals,
                            "seq_len": shards.get("seq_len"), "packing": shards.get("packing")}}
     if stage == "train":

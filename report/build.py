@@ -124,6 +124,12 @@ def shards_section(data: RunData) -> str:
     body += _table(("split", "shards", "rows", "documents", "tokens", "padding", "fill", "docs split across rows"),
                    ((split, t.get("shards"), t.get("rows"), t.get("docs"), t.get("tokens"), t.get("padding"),
                      t.get("fill_ratio"), t.get("docs_split")) for split, t in sorted(totals.items())), "shard-totals")
+    check = sh.get("tokenizer_check") or {}
+    if check.get("by_language"):  # a tokenizer that covers a language poorly encodes it near byte level
+        body += _table(("language", "bytes per token", "documents sampled", "bytes", "tokens"),
+                       ((lang, row.get("bytes_per_token"), row.get("docs"), row.get("bytes"), row.get("tokens"))
+                        for lang, row in check["by_language"].items()), "tokenizer-languages")
+        body += "".join(f"<p class='warning'>{html.escape(w)}</p>" for w in check.get("warnings", []))
     fig = shard_figure(sh)
     body += _chart("shards", fig) if fig is not None else _missing("The shard manifest lists no shard files.")
     return _section("Tokenizer and shards", body, "shards")

@@ -104,6 +104,9 @@ def test_inspect_marks_document_boundaries(demo_run, capsys):
     assert main(["inspect", str(run / "shards"), "--row", str(multi), "--verify"]) == 0
     out = capsys.readouterr().out
     assert "fill" in out and "verify: all" in out
+    check = json.loads((run / "shards" / "manifest.json").read_text())["tokenizer_check"]  # issue 15, item 6
+    assert check["by_language"] and all(row["bytes_per_token"] > 1 for row in check["by_language"].values())
+    assert "bytes per token by language" in out
     tok = Tokenizer.from_file(str(run / "tokenizer" / "tokenizer.json"))
     text = format_row(reader, tok, multi)
     assert text.count(SEGMENT_OPEN + "doc ") == len(reader.row(multi)[1])

@@ -35,6 +35,7 @@ from pipelines.beam_options import make_pipeline
 from runio.layout import RunPaths
 from tokenizer.config import PackingConfig, TokenizerConfig
 from tokenizer.docs import check_doc_schema, in_val_split, list_doc_files, open_parquet
+from tokenizer.language_check import tokenizer_check
 from tokenizer.pack import PackPlan, make_plan
 from tokenizer.shards import (
     manifest_path,
@@ -262,12 +263,13 @@ class ShardSettings:
     vocab_size: int
     special: SpecialIds
     tokenizer_sha256: str
+    tokenizer_check: dict | None = None  # bytes per token per language (tokenizer/language_check.py)
 
     def write_manifest(self, shard_dir: str, splits: dict[str, list[dict]], split_stats: dict | None = None) -> dict:
         return write_manifest(
             shard_dir, splits, seq_len=self.packing.seq_len, vocab_size=self.vocab_size, pad_id=self.special.pad_id,
             bos_id=self.special.bos_id, eos_id=self.special.eos_id, tokenizer_sha256=self.tokenizer_sha256,
-            packing=packing_info(self.packing), split_stats=split_stats,
+            packing=packing_info(self.packing), split_stats=split_stats, tokenizer_check=self.tokenizer_check,
         )
 
 
@@ -399,9 +401,11 @@ def build_shards(
     docs_dir = docs_dir or str(paths.docs)
     shard_dir = shard_dir or str(paths.shards)
     tok, _, tokenizer_sha = train_or_load(paths, tokenizer_cfg, packing_cfg)
+    doc_files = list_doc_files(docs_dir)
+    check = tokenizer_check(tok, doc_files)  # measured before the shards: the manifest is still written last
     settings = ShardSettings(packing_cfg, tok.get_vocab_size(with_added_tokens=True),
-                             special_ids(tok, tokenizer_cfg, packing_cfg), tokenizer_sha)
-    units = _doc_units(list_doc_files(docs_dir))
+                             special_ids(tok, tokenizer_cfg, packing_cfg), tokenizer_sha, check)
+    units = _doc_units(doc_files)
 
     os.makedirs(shard_dir, exist_ok=True)
     if os.path.exists(manifest_path(shard_dir)):

@@ -217,10 +217,12 @@ def write_manifest(
     tokenizer_sha256: str,
     packing: dict,
     split_stats: dict[str, dict] | None = None,
+    tokenizer_check: dict | None = None,
 ) -> dict:
     """Write ``manifest.json`` atomically for the given splits' shard entries (written before it); returns it.
 
-    ``split_stats`` adds per-split figures (e.g. documents and documents cut across rows) to ``totals``.
+    ``split_stats`` adds per-split figures (e.g. documents and documents cut across rows) to ``totals``;
+    ``tokenizer_check`` (optional) the tokenizer's bytes per token per language on the documents.
     """
     for split in splits:
         _check_split_name(split)
@@ -243,6 +245,8 @@ def write_manifest(
         "totals": totals,
         "splits": splits,
     }
+    if tokenizer_check is not None:
+        manifest["tokenizer_check"] = tokenizer_check
     write_json(manifest_path(shard_dir), manifest, indent=2, sort_keys=True)
     return manifest
 
