@@ -121,6 +121,19 @@ def _check_init_from(cfg: RunConfig) -> None:
                           f"empty)")
 
 
+def _check_distill(cfg: RunConfig) -> None:
+    """``train.distill.teacher`` exists (its fit to the student is checked when training starts)."""
+    if cfg.train.distill is None:
+        return
+    spec = cfg.train.distill.teacher
+    path = spec[3:] if spec.startswith("hf:") else spec
+    if not os.path.isdir(path):
+        raise ConfigError(f"train.distill.teacher: {path} does not exist (a run directory, or hf: and a Hugging "
+                          "Face model folder)")
+    if not spec.startswith("hf:") and not RunPaths(spec).checkpoints.is_dir():
+        raise ConfigError(f"train.distill.teacher: {spec} holds no checkpoints ({RunPaths(spec).checkpoints})")
+
+
 def preflight(cfg: RunConfig, stages: tuple[str, ...], against: tuple[str, ...] = ()) -> None:
     """What can refuse the run, checked before anything is written, cheapest first; a ConfigError naming the
     field (exit 2). Late stages first: they are the ones that would otherwise fail after hours of cleaning."""
@@ -128,6 +141,7 @@ def preflight(cfg: RunConfig, stages: tuple[str, ...], against: tuple[str, ...] 
         _check_tokenizer(cfg)
     if "train" in stages:
         _check_init_from(cfg)
+        _check_distill(cfg)
     if "clean" in stages:
         from pipelines.read import expand_inputs
         from pipelines.steps import StepContext, check_steps

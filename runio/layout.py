@@ -141,6 +141,11 @@ class RunPaths:
         return self.train / "tensorboard"
 
     @property
+    def samples_jsonl(self) -> Path:
+        """Greedy sample generations from fixed prompts, written at validation time."""
+        return self.train / "samples.jsonl"
+
+    @property
     def alerts_jsonl(self) -> Path:
         return self.train / "alerts.jsonl"
 

@@ -6,11 +6,15 @@ tests/dist/train_scenarios.py; a single-process run in this process is the refer
 - resume on the same topology (FSDP2 with async checkpoints; 1F1B pipeline): bit-identical losses;
 - 1 → 2 and 2 → 1 ranks: within 1e-5, and exactly the same sample ids consumed at every step;
 - fp16: an overflow injected on one rank only is skipped on all and the scale backs off (FSDP and pipeline);
-- bf16 through FSDP2's mixed-precision policy trains; a NaN on one rank is skipped by the guard on all.
+- bf16 through FSDP2's mixed-precision policy trains; a NaN on one rank is skipped by the guard on all;
+- distillation: the 4-layer reference run teaches a 2-layer FSDP2 student (loss finite and falling);
+- evaluation under FSDP2: per-domain validation loss equals one process's, samples are the final model's greedy
+  continuations (weights gathered on rank 0), checkpoints/best is written.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -20,7 +24,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "dist"))
-from scenario_configs import SampleLog, base_config, run_with_shards  # noqa: E402
+from scenario_configs import EVAL, SampleLog, base_config, make_domain_run, run_with_shards  # noqa: E402
 from train_scenarios import FOUR_RANK_EQUIVALENCE, TWO_RANK_EQUIVALENCE  # noqa: E402
 
 from trainer_bridge.synthetic import write_synthetic_shards  # noqa: E402
@@ -47,6 +51,7 @@ def workdir(tmp_path_factory) -> Path:
     (work / "reference.json").write_text(json.dumps({
         "losses": {str(k): v for k, v in reference.losses.items()},
         "sample_ids": {str(k): v for k, v in samples.sample_ids.items()}}))
+    make_domain_run(work / "eval_fsdp2")
     launch(work, 2, "two")
     launch(work, 4, "four")
     return work
@@ -138,3 +143,46 @@ def test_nan_on_one_rank_skipped_by_guard(workdir):
         assert rank_result["skipped_bad_steps"] == 1
         assert {"step": 4, "event": "skipped: non-finite gradient"} in rank_result["events"]
         assert rank_result["rollbacks"] == 0
+
+
+def test_distill_fsdp2_trains(workdir):
+    results = load(workdir, "distill_fsdp2", 2)
+    parts = [json.loads((workdir / "results" / f"distill_fsdp2.parts.rank{r}.json").read_text()) for r in range(2)]
+    assert results[0]["losses"] == results[1]["losses"] and parts[0] == parts[1]
+    losses = [results[0]["losses"][str(s)] for s in range(12)]
+    assert all(math.isfinite(x) for x in losses)
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3, losses
+    for record in parts[0].values():
+        assert record["kl_loss"] > 0 and math.isfinite(record["ce_loss"])
+        assert record["loss"] == pytest.approx(0.5 * record["kl_loss"] + 0.5 * record["ce_loss"], rel=1e-5)
+
+
+def test_eval_per_domain_and_samples_under_fsdp2(workdir, tmp_path):
+    from runio.files import read_jsonl
+    from runio.layout import RunPaths
+    from trainer_bridge.checkpoint import best_checkpoint
+    from trainer_bridge.generate import SamplingConfig, generate
+    from trainer_bridge.hf import build_model, load_for_inference
+
+    paths = RunPaths(workdir / "eval_fsdp2")
+    single = make_domain_run(tmp_path / "single_eval")
+    train(base_config(EVAL), single)
+    ours = [r for r in read_jsonl(paths.metrics_jsonl) if "val_loss" in r]
+    reference = [r for r in read_jsonl(single.metrics_jsonl) if "val_loss" in r]
+    assert [r["step"] for r in ours] == [r["step"] for r in reference] == [1, 3, 5]
+    for got, want in zip(ours, reference):
+        assert set(got["val_loss_by_domain"]) == set(want["val_loss_by_domain"]) and len(want["val_loss_by_domain"]) == 3
+        for domain, value in want["val_loss_by_domain"].items():
+            assert got["val_loss_by_domain"][domain] == pytest.approx(value, abs=1e-4)
+    samples = read_jsonl(paths.samples_jsonl)  # rank 0 alone writes
+    prompts = EVAL["eval"]["sample_prompts"]
+    assert [(s["step"], s["prompt"]) for s in samples] == [(step, p) for step in (2, 4, 6) for p in prompts]
+    loaded = load_for_inference(paths.root, step=6)
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(paths.tokenizer_json))
+    expected = generate(build_model(loaded.config, loaded.state), [tok.encode(p, add_special_tokens=False).ids
+                                                                    for p in prompts],
+                        SamplingConfig(max_new_tokens=EVAL["eval"]["sample_tokens"], temperature=0.0), eos_ids=[2])
+    assert [s["tokens"] for s in samples[-2:]] == [g.tokens for g in expected]
+    assert best_checkpoint(paths.checkpoints) is not None

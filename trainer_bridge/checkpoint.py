@@ -30,6 +30,7 @@ statistics; the LR schedule is a pure function of the step) and every rank's RNG
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import re
@@ -62,6 +63,7 @@ from trainer_bridge.data import shards_difference
 from trainer_bridge.outcomes import TrainRefused
 
 LATEST = "latest"
+BEST = "best"  # names the sound checkpoint with the lowest validation loss (provenance.json "val_loss")
 PARTIAL_SUFFIX = ".partial"
 DELETING_SUFFIX = ".deleting"  # an old checkpoint being pruned: renamed first, so a half-deleted one never loads
 MODEL_CONFIG_FILE = "model_config.json"  # = hf.MODEL_CONFIG_FILE (hf imports this module, not the reverse)
@@ -195,15 +197,29 @@ class SoundnessCache:
         return problem
 
 
+def best_checkpoint(root: Path) -> Path | None:
+    """The checkpoint ``best`` names (it may since have been damaged: callers check); None without one."""
+    pointer = Path(root) / BEST
+    try:
+        name = pointer.read_text(encoding="utf-8").strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return Path(root) / name if STEP_DIR.fullmatch(name) else None
+
+
 def prune_checkpoints(root: Path, keep_last: int, cache: SoundnessCache | None = None) -> list[Path]:
     """Delete checkpoints older than the ``keep_last``-th newest *sound* one; return those deleted.
 
     Newest first: a sound checkpoint counts toward ``keep_last``, a damaged one does not (it stays while it is
     newer than the last sound one kept, so that the damage can be inspected). Only checkpoints up to the one
-    ``latest`` names are considered."""
+    ``latest`` names are considered. The best-validation checkpoint (``best``) is always kept."""
     cache = cache or SoundnessCache()
     sound, deleted = 0, []
+    best = best_checkpoint(root)
     for path in checkpoint_candidates(root):
+        if path == best:
+            sound += cache.problem(path) is None
+            continue
         if sound >= keep_last:
             doomed = path.with_name(path.name + DELETING_SUFFIX)
             os.replace(path, doomed)
@@ -291,6 +307,7 @@ class Checkpointer:
         self.async_group = (dist.new_group(backend=devices.side_channel_backend())
                             if cfg.async_save and runtime.distributed else None)
         self._pending = None  # (future, partial_path, step)
+        self.val_losses: dict[int, float] = {}  # step -> validation loss, for provenance.json and ``best``
         self.last_blocking_seconds = 0.0
         if runtime.is_main:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -343,7 +360,10 @@ class Checkpointer:
         if not self.runtime.is_main:
             return
         step = int(final.name.split("-")[1])
+        val_loss = self.val_losses.get(step)
         for name, value in (self.describe(step) if self.describe else {}).items():
+            if name == PROVENANCE_FILE and val_loss is not None:
+                value = {**value, "val_loss": val_loss}
             write_json(partial / name, value, indent=2, sort_keys=True)
         write_checksums(partial)
         if final.exists():  # the same step saved again (after a rollback or a damaged copy): replace it
@@ -353,7 +373,18 @@ class Checkpointer:
         os.replace(partial, final)
         self.soundness.mark_sound(final)  # its files were hashed a moment ago by write_checksums
         write_atomic(self.root / LATEST, (final.name + "\n").encode())
+        if val_loss is not None and math.isfinite(val_loss) and val_loss < self._best_val_loss(final):
+            write_atomic(self.root / BEST, (final.name + "\n").encode())
         prune_checkpoints(self.root, self.cfg.keep_last, self.soundness)
+
+    def _best_val_loss(self, final: Path) -> float:
+        """The validation loss of the checkpoint ``best`` names (inf without one, or when it is ``final`` itself
+        saved again, or gone)."""
+        best = best_checkpoint(self.root)
+        if best is None or best == final or not best.is_dir():
+            return math.inf
+        value = (read_checkpoint_json(best, PROVENANCE_FILE) or {}).get("val_loss")
+        return float(value) if isinstance(value, (int, float)) else math.inf
 
     def load(self, path: Path, parts, optimizers, train_state: dict[str, torch.Tensor]) -> bool:
         return load_checkpoint(path, self.runtime, parts, optimizers, train_state)
@@ -503,6 +534,12 @@ class CheckpointManager:
         self.checkpointer.poll()
         if (step % self.cfg.interval == 0 or last) and self.state.healthy:
             self.save(step)
+
+    def note_val_loss(self, step: int, loss: float) -> None:
+        """The validation loss after ``step`` steps: recorded in that step's checkpoint (when one is saved) and
+        compared for ``checkpoints/best``."""
+        if self.checkpointer is not None:
+            self.checkpointer.val_losses[step] = loss
 
     def save(self, step: int) -> None:
         started = time.perf_counter()

@@ -136,6 +136,28 @@ class CheckpointConfig(_Strict):
 class EvalConfig(_Strict):
     interval: int = Field(100, ge=0, description="validation every N steps; 0: never")
     max_rows: int = Field(64, ge=1, description="rows of the 'val' split used")
+    domain_key: str | None = Field(None, min_length=1,
+                                   description="per-domain validation loss: a document's domain is this field of "
+                                               "its input record (docs/ 'meta'), else its 'source' (the input "
+                                               "file); None: the 'source' column")
+    max_domains: int = Field(12, ge=0, description="domains with the most validation tokens get a curve each; the "
+                                                   "rest are pooled as '(other)'; 0: no per-domain loss")
+    sample_interval: int | None = Field(None, ge=0, description="greedy samples from sample_prompts every N steps "
+                                                                "(train/samples.jsonl); None: at every "
+                                                                "validation; 0: never")
+    sample_prompts: list[str] = Field(["The", "In the beginning"], max_length=16)
+    sample_tokens: int = Field(24, ge=1, description="new tokens per sample (greedy)")
+
+
+class DistillConfig(_Strict):
+    """Knowledge distillation (trainer_bridge/distill.py): loss = alpha · T² · KL(teacher ‖ student at temperature
+    T) + (1 − alpha) · cross-entropy, both summed over target tokens and normalized like the training loss."""
+
+    teacher: str = Field(..., min_length=1, description="a run directory (its newest sound checkpoint) or "
+                                                        "'hf:PATH' (a local Hugging Face Llama folder); same "
+                                                        "tokenizer and vocabulary as the student")
+    alpha: float = Field(0.5, ge=0, le=1, description="weight of the KL term; 1 - alpha weighs cross-entropy")
+    temperature: float = Field(1.0, gt=0, description="softens both distributions; the KL term is scaled by T²")
 
 
 class GuardConfig(_Strict):
@@ -170,6 +192,7 @@ class TrainConfig(_Strict):
     metrics: MetricsConfig = MetricsConfig()
     monitoring: MonitoringConfig = MonitoringConfig()
     alerts: AlertsConfig = AlertsConfig()
+    distill: DistillConfig | None = None
     device: str = Field("auto", pattern=r"^[a-z][a-z0-9_]*$",
                         description="auto (the available accelerator, else cpu), cpu, or an accelerator type: "
                                     "cuda (also ROCm), xpu, mps, npu, ... (trainer_bridge/device.py)")
@@ -216,6 +239,9 @@ class TrainConfig(_Strict):
                                  f"(got {self.model.n_experts})")
             if self.mesh.tp > 1 or self.mesh.pp > 1:
                 raise ValueError("mesh.ep > 1 together with mesh.tp or mesh.pp > 1 is not supported yet")
+        if self.distill is not None and (self.mesh.pp > 1 or self.mesh.tp > 1):
+            raise ValueError(f"distill: supported with data parallelism (FSDP2) only, not mesh.pp "
+                             f"({self.mesh.pp}) or mesh.tp ({self.mesh.tp}) > 1")
         if self.mesh.tp > 1 and self.model.n_experts:
             raise ValueError("mesh.tp > 1 with an MoE model (model.n_experts > 0) is not supported yet")
         if self.mesh.tp > 1:

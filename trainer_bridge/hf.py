@@ -40,6 +40,7 @@ import torch.distributed.checkpoint as dcp
 from runio.files import sha256_file, write_atomic
 from runio.layout import RunPaths
 from trainer_bridge.checkpoint import (
+    BEST,
     LATEST,
     PARTIAL_SUFFIX,
     SafeFileSystemReader,
@@ -54,7 +55,7 @@ from trainer_bridge.model import Transformer
 EXTRA = "hf"
 INSTALL_HINT = "pip install -c constraints.txt -e '.[hf]'"
 HF_PREFIX = "hf:"
-BEST = "best"  # checkpoints/best: text file naming the best-validation checkpoint (written by the trainer)
+# checkpoints/best (checkpoint.BEST): text file naming the best-validation checkpoint (written by the trainer)
 MODEL_CONFIG_FILE = "model_config.json"  # in a checkpoint directory: the resolved ModelConfig
 SPECIAL_TOKENS_FILE = "special_tokens.json"  # in a checkpoint directory written by import_hf
 DEFAULT_MAX_SHARD_BYTES = 5 * 1024**3

@@ -82,6 +82,10 @@ class MetricsLog:
             for key, value in record.items():
                 if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
                     self._writer.add_scalar(key, value, step)
+                elif isinstance(value, dict):  # val_loss_by_domain: one scalar per domain
+                    for name, inner in value.items():
+                        if isinstance(inner, (int, float)) and not isinstance(inner, bool):
+                            self._writer.add_scalar(f"{key}/{name}", inner, step)
 
     def close(self) -> None:
         if self._file is not None:

@@ -8,7 +8,8 @@
 
 Components (each owns its cadence and its files; ``Trainer.fit`` only calls them in order):
     StepMetrics (metrics.py)        step timing, tokens/s, MFU, metrics.jsonl/TensorBoard, console, Prometheus
-    Validator (validate.py)         the 'val' split loss every ``eval.interval`` steps
+    Validator (validate.py)         the 'val' split loss (overall and per domain) every ``eval.interval`` steps
+    Sampler (validate.py)           greedy samples from fixed prompts every ``eval.sample_interval`` steps
     CheckpointManager (checkpoint)  saves every ``checkpoint.interval`` steps, resume, rollback target, init_from
     AlertCheck (alerts.py)          alert rules on rank 0, the action agreed by all ranks, pause/stop
     RecoveryTracker (recovery.py)   recovery time after a torchrun restart (recovery.jsonl)
@@ -44,7 +45,7 @@ from trainer_bridge.precision import DynamicLossScaler, compute_context
 from trainer_bridge.recovery import RecoveryTracker
 from trainer_bridge.moe import step_stats as moe_step_stats
 from trainer_bridge.tensor_parallel import cross_entropy_sum
-from trainer_bridge.validate import Validator
+from trainer_bridge.validate import Sampler, Validator
 
 
 class TrainingStopped(RuntimeError):
@@ -83,6 +84,7 @@ class TrainResult:
     losses: dict[int, float] = field(default_factory=dict)  # step -> global loss (every rank knows it)
     grad_norms: dict[int, float] = field(default_factory=dict)
     val_losses: dict[int, float] = field(default_factory=dict)
+    samples: list[dict] = field(default_factory=list)  # train/samples.jsonl records written by this process
     events: list[dict] = field(default_factory=list)
     skipped_bad_steps: int = 0
     skipped_overflow_steps: int = 0
@@ -279,6 +281,7 @@ class Trainer:
         self.loss_fn = TokenSumLoss()
         self.model = build_model(cfg, runtime, self.mesh, self.loss_fn)
         self.optimizers = build_optimizers(self.model, cfg.optimizer)
+        self.distiller = self._distiller()
         self.scaler = DynamicLossScaler(cfg.precision.loss_scale, enabled=cfg.precision.dtype == "fp16")
         self.guard = StepGuard(cfg.guards)
         self.context = compute_context(cfg.precision, runtime.device, self.model.uses_fsdp)
@@ -291,6 +294,7 @@ class Trainer:
         self.metrics = StepMetrics(cfg, paths, runtime, self.monitor, say)
         self.validator = Validator(cfg, paths, runtime, model=self.model, loss_fn=self.loss_fn, context=self.context,
                                    dp_group=self.dp_group, tokenizer_sha256=tokenizer_sha256, say=say, verify=verify)
+        self.sampler = Sampler(cfg, paths, runtime, model=self.model, say=say)
         self.checkpoints = CheckpointManager(paths, cfg.checkpoint, runtime, parts=self.model.parts,
                                              optimizers=self.optimizers,
                                              state=LoopState(self.progress, self.scaler, self.guard),
@@ -319,7 +323,11 @@ class Trainer:
                 result.observe(step, record)
                 self._roll_back_if_persistent(step, record)
                 if self.validator.due(progress.step):
-                    record["val_loss"] = result.val_losses[progress.step] = self.validator.run()
+                    record.update(self.validator.run())
+                    result.val_losses[progress.step] = record["val_loss"]
+                    self.checkpoints.note_val_loss(progress.step, record["val_loss"])
+                if self.sampler.due(progress.step):
+                    result.samples.extend(self.sampler.run(progress.step))
                 self.recovery.observe(step)
                 self.metrics.log(step, record, position=progress.step)
                 self.hooks.step_done(step, record)
@@ -364,6 +372,18 @@ class Trainer:
             path = self.checkpoints.initialize_from(source)
             self.result.initialized_from = f"{source}/{path.name}"
             self._say(f"initialized from {source} {path.name}: step {progress.step}, data from sample 0 of this run")
+
+    def _distiller(self):
+        """``train.distill``: the frozen teacher, replicated on every rank; None without distillation."""
+        if self.cfg.distill is None:
+            return None
+        from trainer_bridge.distill import Distiller, load_teacher
+
+        teacher = load_teacher(self.cfg.distill, self.cfg.model, shard_tokenizer_sha256=self.train_source.tokenizer_sha256,
+                               seq_len=self.train_source.seq_len, device=self.runtime.device)
+        self._say(f"distilling from {self.cfg.distill.teacher} ({teacher.cfg.n_layers} layers, dim {teacher.cfg.dim}): "
+                  f"alpha {self.cfg.distill.alpha}, temperature {self.cfg.distill.temperature}")
+        return Distiller(self.cfg.distill, teacher)
 
     def _loader(self) -> StepBatches:
         cfg = self.cfg
@@ -435,7 +455,12 @@ class Trainer:
                     part.set_requires_gradient_sync(i == last)  # reduce-scatter once, after the last micro-batch
                 with self.context:
                     logits = part(mb.input_ids, mb.position_ids, mb.segment_ids)
-                self.loss_fn(logits, mb.labels).backward()
+                    loss = self.loss_fn(logits, mb.labels)
+                    if self.distiller is not None:
+                        loss = self.distiller.loss(loss, self.loss_fn.sums[-1], logits, mb, loss_factor)
+                loss.backward()
+        if self.distiller is not None:
+            return self.distiller.step_sums(self.runtime.device)
         if model.schedule is not None:
             # The schedule reports each micro-batch's loss as returned by loss_fn (× factor); only the last
             # stage has them.
@@ -458,15 +483,20 @@ class Trainer:
         target_tokens, real_tokens, sum_sq = (int(v) for v in self.runtime.all_reduce(local, self.dp_group))
         # FSDP averages gradients over dp ranks; multiplying by dp turns that average into the global sum.
         loss_factor = self.scaler.scale * cfg.mesh.dp / max(1, target_tokens)
+        if self.distiller is not None:
+            self.distiller.start_step()
         loss_sum = self._forward_backward(batch, loss_factor)
-        loss = float(self.runtime.all_reduce(loss_sum.float().reshape(1)).item()) / max(1, target_tokens)
+        # With distillation: [cross-entropy, KL, combined] sums; the combined loss is the step's loss.
+        sums = self.runtime.all_reduce(loss_sum.float().reshape(-1)) / max(1, target_tokens)
+        loss = float(sums[-1])
+        parts = {"ce_loss": float(sums[0]), "kl_loss": float(sums[1])} if self.distiller is not None else {}
         if self.hooks.after_backward is not None:
             self.hooks.after_backward(progress.step, self.model)
 
         finite = self.scaler.unscale_and_check(self.model, self.runtime.distributed)
         grad_norm = float(global_grad_norm(self.model, self.runtime.distributed)) if finite else float("nan")
         verdict = self.guard.verdict(loss, grad_norm if finite or not self.scaler.enabled else 0.0)
-        record = {"loss": loss, "grad_norm": grad_norm, "lr": lr, "loss_scale": self.scaler.scale,
+        record = {"loss": loss, **parts, "grad_norm": grad_norm, "lr": lr, "loss_scale": self.scaler.scale,
                   **moe_step_stats(self.model.parts, cfg.model, self.runtime.device, self.runtime.distributed)}
         if verdict is None and not finite:  # fp16 overflow: not the model's fault, back off the scale
             self.scaler.update(False)

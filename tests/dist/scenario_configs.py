@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
+from runio.files import sha256_file
 from runio.layout import RunPaths
 from trainer_bridge.config import TrainConfig
 from trainer_bridge.train import TrainHooks
@@ -59,3 +62,59 @@ class SampleLog:
 
     def hooks(self, **others) -> TrainHooks:
         return TrainHooks(on_batch=self, **others)
+
+
+DOMAINS = ("alpha", "beta", "gamma")
+# Evaluation during training on make_domain_run's run directory: per-domain loss, samples, best checkpoint.
+EVAL = {"model": {"dim": 32, "n_layers": 2, "n_heads": 2, "multiple_of": 16}, "steps": 6,
+        "eval": {"interval": 2, "max_rows": 4, "domain_key": "source", "sample_tokens": 6,
+                 "sample_prompts": ["alpha document", "the"]},
+        "checkpoint": {"interval": 2, "keep_last": 1}}
+SEQ_LEN = 48
+
+
+def make_domain_run(root: Path) -> RunPaths:
+    """A run directory with docs/ (domain in meta 'source', file name in the 'source' column), a tiny BPE
+    tokenizer, and shards whose rows pack documents of several domains."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from pipelines.rundir import DOCS_SCHEMA, doc_row
+    from tokenizer.shards import write_shards
+
+    paths = RunPaths(root)
+    texts = [f"{d} document number {i} about the {d} things" for i in range(40) for d in DOMAINS]
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=200, special_tokens=["<pad>", "<s>", "</s>",
+                                                                                       "<unk>"]))
+    paths.tokenizer_dir.mkdir(parents=True)
+    tok.save(str(paths.tokenizer_json))
+    vocab = tok.get_vocab_size()
+    docs, encoded = [], {}
+    for i, text in enumerate(texts):
+        doc_id = 500 + i
+        docs.append(doc_row({"id": doc_id, "text": text, "source": "corpus.jsonl", "annotations": {},
+                             "meta": {"source": DOMAINS[i % 3]}}))
+        encoded[doc_id] = tok.encode(text).ids + [2]
+    paths.docs.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(docs, schema=DOCS_SCHEMA), paths.docs / "docs-00000-of-00001.parquet")
+    ids = sorted(encoded)
+    for split, chosen in (("train", ids[:96]), ("val", ids[96:])):
+        rows, tokens, lens, row_ids = [], [], [], []
+        for doc_id in chosen:
+            piece = encoded[doc_id][:SEQ_LEN]
+            if sum(lens) + len(piece) > SEQ_LEN:
+                row = np.zeros(SEQ_LEN, dtype=np.uint16)
+                row[:sum(lens)] = tokens
+                rows.append((row, lens, row_ids))
+                tokens, lens, row_ids = [], [], []
+            tokens, lens, row_ids = tokens + piece, lens + [len(piece)], row_ids + [doc_id]
+        row = np.zeros(SEQ_LEN, dtype=np.uint16)
+        row[:sum(lens)] = tokens
+        rows.append((row, lens, row_ids))
+        write_shards(str(paths.shards), rows, split=split, seq_len=SEQ_LEN, vocab_size=vocab, pad_id=0, bos_id=1,
+                     eos_id=2, tokenizer_sha256=sha256_file(paths.tokenizer_json),
+                     packing={"algorithm": "test", "add_bos": False, "add_eos": True}, rows_per_shard=64)
+    return paths

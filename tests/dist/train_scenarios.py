@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scenario_configs import SampleLog, base_config, run_with_shards  # noqa: E402
+from scenario_configs import EVAL, SampleLog, base_config, merge, run_with_shards  # noqa: E402
 
 from runio.layout import RunPaths  # noqa: E402
 from trainer_bridge.checkpoint import LATEST, step_dir_name  # noqa: E402
@@ -41,6 +41,9 @@ FOUR_RANK_EQUIVALENCE = {
     "pp2_dp2_interleaved": {"mesh": {"pp": 2, "dp": 2}, "batch": {"micro_batch_size": 2},
                             "pipeline": {"schedule": "interleaved_1f1b", "stages_per_rank": 2, "microbatches": 2}},
 }
+
+DISTILL = {"model": {"n_layers": 2}, "mesh": {"dp": 2}, "steps": 12, "optimizer": {"lr": 1e-2},
+           "checkpoint": {"enabled": False}}
 
 
 def rank() -> int:
@@ -122,6 +125,16 @@ def two_ranks(workdir: Path) -> None:
                                 "checkpoint": {"enabled": False}})
     # NaN on one rank at one step: the guard skips it on both ranks.
     run(workdir, "nan_fsdp2", {"mesh": {"dp": 2}}, hooks=TrainHooks(after_backward=inject_on_rank(0, {4}, math.nan)))
+    # Distillation: the single-process reference run (4 layers, 10 steps) teaches a 2-layer FSDP2 student.
+    parts: dict[str, dict] = {}
+    run(workdir, "distill_fsdp2", DISTILL | {"distill": {"teacher": str(workdir / "single"), "alpha": 0.5,
+                                                         "temperature": 2.0}},
+        hooks=TrainHooks(on_step=lambda step, record: parts.__setitem__(
+            str(step), {k: record[k] for k in ("loss", "ce_loss", "kl_loss")})))
+    (workdir / "results" / f"distill_fsdp2.parts.rank{rank()}.json").write_text(json.dumps(parts))
+    # Evaluation during training under FSDP2: per-domain validation loss, samples (weights gathered on rank 0).
+    train(base_config(merge(EVAL, {"mesh": {"dp": 2}})), RunPaths(workdir / "eval_fsdp2"))
+    dist.barrier()
 
 
 def four_ranks(workdir: Path) -> None:
