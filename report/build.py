@@ -166,6 +166,7 @@ def training_section(data: RunData) -> str:
         facts.append(("restarts", len(data.restarts)))
     body = _table(("", ""), facts, "train-facts")
     body += "".join(_chart(n, f) for n, f in figures) + "".join(_missing(n) for n in notes)
+    body += samples_body(data)
     body += alerts_body(data)
     if data.restarts:
         keys = list(data.restarts[0])
@@ -174,6 +175,26 @@ def training_section(data: RunData) -> str:
     if data.recovery:
         body += "<h3>Restarts and resumes</h3>" + _table(RECOVERY_COLUMNS, recovery_rows(data.recovery), "recovery")
     return _section("Training", body, "training")
+
+
+SAMPLE_STEPS_SHOWN = 5
+
+
+def samples_body(data: RunData) -> str:
+    """The greedy samples of the last SAMPLE_STEPS_SHOWN sampling steps, newest first (a step re-run after a
+    resume shows its last samples)."""
+    latest: dict[tuple, dict] = {}
+    for record in data.samples:
+        if isinstance(record.get("step"), int):
+            latest[(record["step"], str(record.get("prompt")))] = record
+    if not latest:
+        return ""
+    steps = sorted({step for step, _ in latest}, reverse=True)[:SAMPLE_STEPS_SHOWN]
+    rows = [(step, prompt, str(r.get("completion", "")), r.get("stop"))
+            for (step, prompt), r in sorted(latest.items(), key=lambda kv: (-kv[0][0], kv[0][1]))
+            if step in steps]
+    return ("<h3>Samples (greedy, fixed prompts; <code>train/samples.jsonl</code>)</h3>"
+            + _table(("after step", "prompt", "continuation", "stop"), rows, "samples"))
 
 
 RECOVERY_COLUMNS = ("kind", "resumed from", "last step logged before", "first step after", "train.steps",

@@ -47,6 +47,7 @@ class RunData:
     restarts: list[dict] = field(default_factory=list)
     alerts: list[dict] = field(default_factory=list)
     recovery: list[dict] = field(default_factory=list)
+    samples: list[dict] = field(default_factory=list)  # train/samples.jsonl: greedy samples at validation time
     docs: DocStats | None = None
     problems: list[str] = field(default_factory=list)  # unreadable inputs, said at the top of the report
 
@@ -234,5 +235,6 @@ def load_run(run: RunPaths | str | Path, cfg: ReportConfig | None = None) -> Run
     data.metrics, data.relogged_steps = dedupe_metrics(raw_metrics)
     data.alerts = _read_log(paths, paths.alerts_jsonl, p)
     data.recovery = _read_log(paths, paths.recovery_jsonl, p)
+    data.samples = _read_log(paths, paths.samples_jsonl, p)
     data.docs = scan_documents(paths, cfg.max_docs_scanned, p)
     return data

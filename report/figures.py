@@ -441,6 +441,10 @@ def training_figures(data: RunData) -> tuple[list[tuple[str, Any]], list[str]]:
         _base_layout(fig, title, 260, xaxis_title=x_title, yaxis_title=y_title,
                      legend={"orientation": "h", "y": 1.12, "x": 1, "xanchor": "right"})
         figures.append((name, fig))
+    domains = domain_figure(metrics, xs, x_title)
+    if domains is not None:  # right after the loss curve
+        at = next((i + 1 for i, (n, _) in enumerate(figures) if n == "loss"), len(figures))
+        figures.insert(at, ("val-domains", domains))
     skipped = [(x, r) for r, x in zip(metrics, xs)
                if _number(r.get("skipped_bad_steps")) is not None or _number(r.get("skipped_overflow_steps")) is not None]
     if skipped and any((r.get("skipped_bad_steps") or 0) + (r.get("skipped_overflow_steps") or 0) for _, r in skipped):
@@ -454,6 +458,36 @@ def training_figures(data: RunData) -> tuple[list[tuple[str, Any]], list[str]]:
     else:
         notes.append("Skipped steps: none (no NaN/Inf, spike or overflow step was skipped).")
     return figures, notes
+
+
+DOMAIN_COLORS = ("#e63946", "#2a9d8f", "#457b9d", "#f4a261", "#9b5de5", "#06d6a0", "#ef476f", "#118ab2",
+                 "#ff9f1c", "#8338ec", "#3a86ff", "#fb5607")
+
+
+def domain_figure(metrics: list[dict], xs: list[float], x_title: str):
+    """Validation loss per domain (``val_loss_by_domain`` of the validation records), one curve each; None when
+    no record has it."""
+    import plotly.graph_objects as go
+
+    curves: dict[str, list[tuple[float, float, Any]]] = {}
+    for record, x in zip(metrics, xs):
+        by_domain = record.get("val_loss_by_domain")
+        if not isinstance(by_domain, dict):
+            continue
+        for name, value in by_domain.items():
+            if (y := _number(value)) is not None:
+                curves.setdefault(str(name), []).append((x, y, record.get("step")))
+    if not curves:
+        return None
+    fig = go.Figure()
+    for i, name in enumerate(sorted(curves)):
+        points = curves[name]
+        fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], customdata=[p[2] for p in points],
+                                 name=name, mode="lines+markers",
+                                 line={"color": DOMAIN_COLORS[i % len(DOMAIN_COLORS)]},
+                                 hovertemplate="step %{customdata}<br>%{y:.4g}<extra>" + name + "</extra>"))
+    _base_layout(fig, "Validation loss per domain", 300, xaxis_title=x_title, yaxis_title="loss")
+    return fig
 
 
 def _alert_x(alert: dict, step_to_x: dict, xs: list[float]) -> float | None:

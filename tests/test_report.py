@@ -15,10 +15,13 @@ import pytest
 
 from report import build_report, load_run
 from report.figures import pipeline_edges
+from runio.files import append_jsonl
 from runio.layout import RunPaths
 from trainer_bridge.alerts import AlertMonitor, AlertsConfig
 from trainer_bridge.metrics import MetricsLog
 
+DOMAINS = ("austen", "gcide", "reviews_zh")
+SAMPLE_PROMPTS = ("The", "In the beginning")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 INSTALL_HINT = "apt-get install -y chromium chromium-driver"
@@ -107,6 +110,11 @@ def make_run(run_dir: Path, records: list[dict], *, shards: bool = True, train: 
                 record["event"] = "skipped: loss spike"
             if step % 10 == 9:
                 record["val_loss"] = loss + 0.1
+                record["val_loss_by_domain"] = {d: loss + 0.1 + k * 0.3 for k, d in enumerate(DOMAINS)}
+                for prompt in SAMPLE_PROMPTS:  # as the trainer's Sampler writes them (after step + 1 steps)
+                    append_jsonl(RunPaths(run_dir).samples_jsonl, {
+                        "step": step + 1, "prompt": prompt, "completion": f" continued after {step + 1} steps",
+                        "tokens": [5, 6, 7], "stop": "max_new_tokens"})
             log.log(record)
             alerts.observe(step, record)
         log.close()
@@ -229,8 +237,12 @@ def test_report_numbers_match_stats_and_metrics(full_run):
     totals = {r[0]: r[1:] for r in page.tables["shard-totals"][1:]}
     assert number(totals["train"][1]) == shards["totals"]["train"]["rows"]
     assert set(page.charts) == {"pipeline", "quality", "doc_chars", "doc_words", "dup_clusters", "pii", "shards",
-                                "loss", "lr", "grad_norm", "throughput", "mfu", "memory", "data_wait", "skipped",
+                                "loss", "val-domains", "lr", "grad_norm", "throughput", "mfu", "memory", "data_wait", "skipped",
                                 "alerts"}
+    # samples: the newest step first, every fixed prompt, the continuation as written
+    samples = page.tables["samples"][1:]
+    assert [(int(r[0]), r[1], r[2]) for r in samples] == [
+        (step, prompt, f" continued after {step} steps") for step in (30, 20, 10) for prompt in sorted(SAMPLE_PROMPTS)]
     pii = dict(page.tables["pii-spans"][1:])
     assert number(pii["PERSON"]) == sum(1 for i in range(60) if i % 3 != 2 and i % 5)
 
@@ -358,6 +370,12 @@ def test_every_chart_draws_in_chromium(full_run, chromium, tmp_path):
     loss = chromium.execute_script("return document.getElementById('chart-loss').data[0].y")
     metrics = [json.loads(line) for line in (full_run / "train" / "metrics.jsonl").read_text().splitlines()]
     assert loss == pytest.approx([m["loss"] for m in metrics])
+    # one validation curve per domain, drawn (checked non-empty above), with the logged values
+    curves = chromium.execute_script(
+        "return document.getElementById('chart-val-domains').data.map(t => [t.name, t.y])")
+    assert sorted(name for name, _ in curves) == sorted(DOMAINS)
+    for name, y in curves:
+        assert y == pytest.approx([m["val_loss_by_domain"][name] for m in metrics if "val_loss_by_domain" in m])
 
     # the checker must catch an empty chart: blank one chart's data and load the page again
     text = (full_run / "report.html").read_text(encoding="utf-8")
