@@ -143,3 +143,31 @@ def test_preflight_names_a_missing_teacher(tmp_path):
             _check_distill(cfg)
     (tmp_path / "train" / "checkpoints").mkdir(parents=True)
     _check_distill(SimpleNamespace(train=TrainConfig.model_validate({"distill": {"teacher": str(tmp_path)}})))
+
+
+def test_hf_teacher_loads_frozen_and_is_checked(tmp_path):
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_hf_import import hf_llama, write_tokenizer
+
+    from runio.files import sha256_file
+
+    reference = hf_llama(tmp_path / "llama", 4, 2, True, {"rope_type": "default", "rope_theta": 10000.0}, vocab=64,
+                         max_pos=32)
+    write_tokenizer(tmp_path / "llama")
+    student = ModelConfig(vocab_size=64, max_seq_len=32, dim=32, n_layers=2, n_heads=2)
+    sha = sha256_file(tmp_path / "llama" / "tokenizer.json")
+    teacher = load_teacher(DistillConfig(teacher=f"hf:{tmp_path / 'llama'}"), student, shard_tokenizer_sha256=sha,
+                           seq_len=32, device="cpu")
+    assert not teacher.training and not any(p.requires_grad for p in teacher.parameters())
+    tokens = torch.randint(3, 64, (2, 16), generator=torch.Generator().manual_seed(0))
+    positions = torch.arange(16).expand(2, 16)
+    with torch.no_grad():
+        ours = teacher(tokens, positions, torch.zeros_like(tokens))
+        theirs = reference(input_ids=tokens, position_ids=positions).logits
+    assert torch.allclose(ours, theirs, atol=1e-4)
+    with pytest.raises(TrainConfigError, match=r"train\.distill\.teacher .*tokenizer"):
+        load_teacher(DistillConfig(teacher=f"hf:{tmp_path / 'llama'}"), student, shard_tokenizer_sha256="0" * 64,
+                     seq_len=32, device="cpu")
+    with pytest.raises(TrainConfigError, match=r"train\.distill\.teacher .*max_seq_len \(32\) < the shards' seq_len"):
+        load_teacher(DistillConfig(teacher=f"hf:{tmp_path / 'llama'}"), student, shard_tokenizer_sha256=sha,
+                     seq_len=64, device="cpu")
