@@ -441,10 +441,12 @@ def training_figures(data: RunData) -> tuple[list[tuple[str, Any]], list[str]]:
         _base_layout(fig, title, 260, xaxis_title=x_title, yaxis_title=y_title,
                      legend={"orientation": "h", "y": 1.12, "x": 1, "xanchor": "right"})
         figures.append((name, fig))
-    domains = domain_figure(metrics, xs, x_title)
-    if domains is not None:  # right after the loss curve
-        at = next((i + 1 for i, (n, _) in enumerate(figures) if n == "loss"), len(figures))
-        figures.insert(at, ("val-domains", domains))
+    at = next((i + 1 for i, (n, _) in enumerate(figures) if n == "loss"), len(figures))  # right after the loss
+    for name, fig in (("val-domains", domain_figure(metrics, xs, x_title)),
+                      ("distill", distill_figure(metrics, xs, x_title))):
+        if fig is not None:
+            figures.insert(at, (name, fig))
+            at += 1
     skipped = [(x, r) for r, x in zip(metrics, xs)
                if _number(r.get("skipped_bad_steps")) is not None or _number(r.get("skipped_overflow_steps")) is not None]
     if skipped and any((r.get("skipped_bad_steps") or 0) + (r.get("skipped_overflow_steps") or 0) for _, r in skipped):
@@ -487,6 +489,28 @@ def domain_figure(metrics: list[dict], xs: list[float], x_title: str):
                                  line={"color": DOMAIN_COLORS[i % len(DOMAIN_COLORS)]},
                                  hovertemplate="step %{customdata}<br>%{y:.4g}<extra>" + name + "</extra>"))
     _base_layout(fig, "Validation loss per domain", 300, xaxis_title=x_title, yaxis_title="loss")
+    return fig
+
+
+def distill_figure(metrics: list[dict], xs: list[float], x_title: str):
+    """Distillation runs (``train.distill``): the loss's two parts, cross-entropy and KL to the teacher (T²-scaled),
+    next to their mix; None for a run without them."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for key, name, color in (("ce_loss", "cross-entropy", PALETTE["tokens"]), ("kl_loss", "KL to the teacher",
+                                                                                PALETTE["removed"]),
+                             ("loss", "loss (mix)", PALETTE["kept"])):
+        points = [(x, _number(r.get(key)), r.get("step")) for r, x in zip(metrics, xs) if "kl_loss" in r]
+        points = [p for p in points if p[1] is not None]
+        if points:
+            fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points],
+                                     customdata=[p[2] for p in points], name=name, mode="lines",
+                                     line={"color": color},
+                                     hovertemplate="step %{customdata}<br>%{y:.4g}<extra>" + name + "</extra>"))
+    if not any(t.name == "KL to the teacher" for t in fig.data):
+        return None
+    _base_layout(fig, "Distillation: the loss's parts", 260, xaxis_title=x_title, yaxis_title="loss per token")
     return fig
 
 

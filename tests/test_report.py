@@ -105,7 +105,9 @@ def make_run(run_dir: Path, records: list[dict], *, shards: bool = True, train: 
                       "step_time_s": step_time, "data_wait_s": 0.01, "data_wait_fraction": 0.01 / step_time,
                       "tokens_per_s": 256 / step_time, "mfu": 0.01 / step_time, "tokens_seen": tokens_seen,
                       "samples": 4 * (step + 1), "peak_memory_bytes": 2**27 + step * 2**20,
-                      "skipped_bad_steps": int(step >= 17), "skipped_overflow_steps": 0, "rollbacks": 0}
+                      "skipped_bad_steps": int(step >= 17), "skipped_overflow_steps": 0, "rollbacks": 0,
+                      # a distillation run's parts of the loss (train.distill, alpha 0.5)
+                      "ce_loss": loss + 0.5, "kl_loss": loss - 0.5}
             if step == 17:
                 record["event"] = "skipped: loss spike"
             if step % 10 == 9:
@@ -237,7 +239,7 @@ def test_report_numbers_match_stats_and_metrics(full_run):
     totals = {r[0]: r[1:] for r in page.tables["shard-totals"][1:]}
     assert number(totals["train"][1]) == shards["totals"]["train"]["rows"]
     assert set(page.charts) == {"pipeline", "quality", "doc_chars", "doc_words", "dup_clusters", "pii", "shards",
-                                "loss", "val-domains", "lr", "grad_norm", "throughput", "mfu", "memory", "data_wait", "skipped",
+                                "loss", "val-domains", "distill", "lr", "grad_norm", "throughput", "mfu", "memory", "data_wait", "skipped",
                                 "alerts"}
     # samples: the newest step first, every fixed prompt, the continuation as written
     samples = page.tables["samples"][1:]
@@ -376,6 +378,8 @@ def test_every_chart_draws_in_chromium(full_run, chromium, tmp_path):
     assert sorted(name for name, _ in curves) == sorted(DOMAINS)
     for name, y in curves:
         assert y == pytest.approx([m["val_loss_by_domain"][name] for m in metrics if "val_loss_by_domain" in m])
+    kl = chromium.execute_script("return document.getElementById('chart-distill').data.map(t => [t.name, t.y])")
+    assert dict(kl)["KL to the teacher"] == pytest.approx([m["kl_loss"] for m in metrics])
 
     # the checker must catch an empty chart: blank one chart's data and load the page again
     text = (full_run / "report.html").read_text(encoding="utf-8")
