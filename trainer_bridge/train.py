@@ -487,9 +487,9 @@ class Trainer:
             self.distiller.start_step()
         loss_sum = self._forward_backward(batch, loss_factor)
         # With distillation: [cross-entropy, KL, combined] sums; the combined loss is the step's loss.
-        sums = self.runtime.all_reduce(loss_sum.float().reshape(-1)) / max(1, target_tokens)
-        loss = float(sums[-1])
-        parts = {"ce_loss": float(sums[0]), "kl_loss": float(sums[1])} if self.distiller is not None else {}
+        sums = [float(v) / max(1, target_tokens) for v in self.runtime.all_reduce(loss_sum.float().reshape(-1))]
+        loss = sums[-1]
+        parts = {"ce_loss": sums[0], "kl_loss": sums[1]} if self.distiller is not None else {}
         if self.hooks.after_backward is not None:
             self.hooks.after_backward(progress.step, self.model)
 
