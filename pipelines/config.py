@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from experiments.config import SweepConfig
 from report.config import ReportConfig
+from runio.cost import CostConfig
 from runio.files import sha256_bytes
 from tokenizer.config import PackingConfig, TokenizerConfig
 from trainer_bridge.config import TrainConfig
@@ -84,6 +85,7 @@ class RunConfig(Strict):
     train: TrainConfig = TrainConfig()
     report: ReportConfig = ReportConfig()
     sweep: SweepConfig = SweepConfig()
+    cost: CostConfig = CostConfig()
 
     @field_validator("input", mode="before")
     @classmethod

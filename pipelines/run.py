@@ -41,7 +41,8 @@ from pipelines.config import ConfigError, RunConfig
 from pipelines.prepare import base_manifest, previously_processed, run_clean, run_shards, summary_table
 from pipelines.read import ID_SCHEME
 from pipelines.rundir import clear_outputs, read_manifest, remove_stale_temporaries
-from runio.files import is_uri, sha256_bytes, sha256_file, write_atomic, write_json
+from runio.cost import StageMeter, record_stage
+from runio.files import is_uri, read_json, read_jsonl, sha256_bytes, sha256_file, write_atomic, write_json
 from runio.layout import RunPaths
 
 DATA_STAGES = ("clean", "shards")
@@ -423,7 +424,8 @@ def run_stages(cfg: RunConfig, stages: tuple[str, ...], *, against: tuple[str, .
                 result = {}
             else:
                 log(f"{prefix} ...")
-                result = _run_stage(cfg, paths, stage, against, log, from_scratch=train_anew)
+                with metered(cfg, paths, stage, log):
+                    result = _run_stage(cfg, paths, stage, against, log, from_scratch=train_anew)
             manifest.update(result)
             if stage == "clean":
                 manifest["empty"] = manifest["counts"]["kept"] == 0
@@ -449,6 +451,47 @@ def _clear_skipped(stage: str, paths: RunPaths, log: Callable[[str], None]) -> N
 
         log(f"train: the previous checkpoints and training logs were moved to {set_aside(paths)}")
     clear_outputs(STAGE_OUTPUTS[stage](paths) if stage != "train" else (paths.train_config,))
+
+
+def _stage_gpus(cfg: RunConfig, stage: str) -> int:
+    """Accelerators a stage occupies (priced by ``cost.price_per_gpu_hour``): the trainer's ranks on one."""
+    if stage != "train":
+        return 0
+    from trainer_bridge.device import resolve_device_type
+
+    try:
+        return cfg.train.mesh.world_size if resolve_device_type(cfg.train.device) != "cpu" else 0
+    except RuntimeError:  # a device that is not there: the stage itself says so
+        return 0
+
+
+def _tokens_trained(paths: RunPaths) -> int | None:
+    records = read_jsonl(paths.metrics_jsonl)
+    return records[-1].get("tokens_seen") if records else None
+
+
+@contextmanager
+def metered(cfg: RunConfig, paths: RunPaths, stage: str, log: Callable[[str], None]) -> Iterator[None]:
+    """Measure ``stage`` (``runio.cost``) and add it to ``cost.json``, also when it fails or is interrupted
+    (what it used was used); push the cost gauges when a Pushgateway is configured."""
+    meter = StageMeter(cfg.cost, gpus=_stage_gpus(cfg, stage))
+    try:
+        with meter:
+            yield
+    finally:
+        if meter.result is not None:
+            documents = (read_json(paths.stats, {}) or {}).get("documents_read") if stage == "clean" else None
+            try:
+                cost = record_stage(paths.cost_json, stage, meter.result, cfg.cost,
+                                    tokens_trained=_tokens_trained(paths) if stage == "train" else None,
+                                    documents_cleaned=documents)
+            except OSError as error:
+                log(f"{stage}: cost.json not written ({error.strerror})")
+            else:
+                if cfg.output.pushgateway_url:
+                    from runio.pushgateway import push_cost
+
+                    push_cost(cost, cfg.output.pushgateway_url, run=cfg.name)
 
 
 def _skip_reason(stage: str, manifest: dict) -> str | None:

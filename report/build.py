@@ -8,7 +8,7 @@ from typing import Any, Iterable
 
 from report.config import ReportConfig
 from report.data import RunData, _number, load_run
-from report.figures import (_fmt, alerts_figure, distribution_figures, pipeline_edges, pipeline_figure, shard_figure,
+from report.figures import (_fmt, alerts_figure, cost_figure, distribution_figures, pipeline_edges, pipeline_figure, shard_figure,
                             step_seconds, training_figures)
 from runio.files import write_atomic
 from runio.layout import RunPaths
@@ -197,6 +197,55 @@ def samples_body(data: RunData) -> str:
             + _table(("after step", "prompt", "continuation", "stop"), rows, "samples"))
 
 
+COST_COLUMNS = ("stage", "runs", "wall s", "CPU s", "GPU hours", "kWh", "energy source", "money", "CO₂ g")
+
+
+def _money(entry: dict) -> Any:
+    return (entry.get("money") or {}).get("total")
+
+
+def cost_section(data: RunData) -> str:
+    """cost.json: per stage and in total, the rates per million tokens trained / documents cleaned, and the
+    projection for ``cost.project.tokens``. Estimated energy says so in its source column."""
+    cost = data.cost
+    if not cost or not cost.get("stages"):
+        return _section("Cost", _missing("No stage has been measured yet: no cost.json in this run directory."),
+                        "cost")
+    currency = cost.get("currency", "")
+    rows = [(stage, e.get("runs"), e["wall_s"], e["cpu_s"], e.get("gpu_hours"), e["kwh"], e["energy_source"],
+             _money(e), e.get("co2_g")) for stage, e in cost["stages"].items()]
+    total = cost.get("total")
+    if total:
+        rows.append(("total", total.get("runs"), total["wall_s"], total["cpu_s"], total.get("gpu_hours"),
+                     total["kwh"], total["energy_source"], _money(total), total.get("co2_g")))
+    columns = tuple(f"money ({currency})" if c == "money" else c for c in COST_COLUMNS)
+    body = _table(columns, rows, "cost-stages")
+    if any("estimate" in e["energy_source"] for e in cost["stages"].values()):
+        body += _missing(f"CPU energy marked 'estimate' is CPU seconds × {_fmt(cost.get('watts_per_core'))} W per "
+                         "core (cost.watts_per_core): RAPL was not readable on this machine.")
+    if total and total.get("money") is None:
+        body += _missing("No price configured (cost.price_per_kwh, price_per_cpu_hour, price_per_gpu_hour): no "
+                         "money computed.")
+    rates = []
+    for label, key in (("per million tokens trained (train stage)", "per_million_tokens_trained"),
+                       ("per million documents cleaned (clean stage)", "per_million_documents_cleaned")):
+        r = cost.get(key)
+        if r:
+            rates.append((label, r["wall_s"], r["cpu_s"], r["kwh"], (r.get("money") or {}).get("total"),
+                          r.get("co2_g")))
+    projection = cost.get("projection")
+    if projection:
+        rates.append((f"projection: {_fmt(projection['tokens'])} tokens", projection["wall_s"], projection["cpu_s"],
+                      projection["kwh"], (projection.get("money") or {}).get("total"), projection.get("co2_g")))
+    if rates:
+        body += "<h3>Rates and projection</h3>" + _table(
+            ("", "wall s", "CPU s", "kWh", f"money ({currency})", "CO₂ g"), rates, "cost-rates")
+    fig = cost_figure(cost)
+    if fig is not None:
+        body += _chart("cost", fig)
+    return _section("Cost", body, "cost")
+
+
 RECOVERY_COLUMNS = ("kind", "resumed from", "last step logged before", "first step after", "train.steps",
                     "last step logged at", "resumed at", "recovery seconds")
 
@@ -261,7 +310,7 @@ def render_html(data: RunData, cfg: ReportConfig | None = None) -> str:
     cfg = cfg or ReportConfig()
     name = (data.manifest or {}).get("name") or data.paths.name
     body = (header_section(data) + pipeline_section(data) + distributions_section(data, cfg) + shards_section(data)
-            + training_section(data))
+            + training_section(data) + cost_section(data))
     from report.experiments import experiment_sections  # "Sweep" and "Does cleaning pay", when the run has them
 
     body += experiment_sections(data.paths)

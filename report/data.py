@@ -48,6 +48,7 @@ class RunData:
     alerts: list[dict] = field(default_factory=list)
     recovery: list[dict] = field(default_factory=list)
     samples: list[dict] = field(default_factory=list)  # train/samples.jsonl: greedy samples at validation time
+    cost: dict | None = None  # cost.json (runio.cost)
     docs: DocStats | None = None
     problems: list[str] = field(default_factory=list)  # unreadable inputs, said at the top of the report
 
@@ -227,6 +228,7 @@ def load_run(run: RunPaths | str | Path, cfg: ReportConfig | None = None) -> Run
     p = data.problems
     data.manifest = _read_json(paths.manifest, p)
     data.stats = _read_json(paths.stats, p)
+    data.cost = _read_json(paths.cost_json, p)
     data.shards = _read_json(Path(manifest_path(paths.shards)), p)
     if data.shards is not None:
         fill_split_documents(paths, data.shards, p)

@@ -547,3 +547,18 @@ def alerts_figure(data: RunData):
             hovertemplate="%{text}<extra>" + action + "</extra>"))
     _base_layout(fig, "Alerts on the training time axis", 240, xaxis_title=x_title)
     return fig
+
+
+def cost_figure(cost: dict):
+    """kWh per stage, one bar each (the source of each stage's energy in the hover text); None without stages."""
+    import plotly.graph_objects as go
+
+    stages = cost.get("stages") or {}
+    if not stages:
+        return None
+    names = list(stages)
+    fig = go.Figure(go.Bar(x=names, y=[stages[s]["kwh"] for s in names], marker_color="#e76f51",
+                           text=[stages[s]["energy_source"] for s in names],
+                           hovertemplate="%{x}: %{y:.4g} kWh (%{text})<extra></extra>"))
+    _base_layout(fig, "Energy per stage (kWh)", xaxis_title="stage", yaxis_title="kWh")
+    return fig

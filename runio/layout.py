@@ -59,6 +59,11 @@ class RunPaths:
         return self.root / "report.html"
 
     @property
+    def cost_json(self) -> Path:
+        """Per-stage wall and CPU time, energy (with its source), money and CO₂ (``runio.cost``)."""
+        return self.root / "cost.json"
+
+    @property
     def lock(self) -> Path:
         return self.root / ".lock"
 

@@ -66,3 +66,44 @@ def push_pipeline_stats(stats: dict, url: str | None, *, run: str = "", stage: s
         log.warning("Pushgateway %s: push of %s/%s failed (%s); the counters are in stats.json", url, run, stage, error)
         return False
     return True
+
+
+def cost_registry(cost: dict):
+    """``cost.json`` as gauges: per stage wall and CPU seconds, kWh (labelled with the energy's source), money
+    and CO₂ where prices are configured."""
+    from prometheus_client import CollectorRegistry, Gauge
+
+    registry = CollectorRegistry()
+
+    def gauge(name: str, doc: str, labels: tuple[str, ...] = ("stage",)):
+        return Gauge(f"{PREFIX}_cost_{name}", doc, list(labels), registry=registry)
+
+    wall, cpu = gauge("wall_seconds", "wall time of a stage"), gauge("cpu_seconds", "CPU seconds of a stage")
+    kwh = gauge("energy_kwh", "energy of a stage (source: nvml, rapl or estimate)", ("stage", "source"))
+    money = gauge("money", "money spent by a stage, in cost.currency", ("stage", "currency"))
+    co2 = gauge("co2_grams", "CO2 emitted by a stage's energy")
+    for stage, entry in (cost.get("stages") or {}).items():
+        wall.labels(stage=stage).set(entry["wall_s"])
+        cpu.labels(stage=stage).set(entry["cpu_s"])
+        kwh.labels(stage=stage, source=entry["energy_source"]).set(entry["kwh"])
+        if entry.get("money"):
+            money.labels(stage=stage, currency=cost.get("currency", "")).set(entry["money"]["total"])
+        if entry.get("co2_g") is not None:
+            co2.labels(stage=stage).set(entry["co2_g"])
+    return registry
+
+
+def push_cost(cost: dict, url: str | None, *, run: str = "", job: str = JOB, timeout_s: float = 5.0) -> bool:
+    """Push ``cost.json``'s gauges (grouping key: run, stage "cost"); False with a warning when it fails."""
+    if not url:
+        return False
+    from prometheus_client import push_to_gateway
+
+    try:
+        push_to_gateway(url, job=job, registry=cost_registry(cost), grouping_key={"run": run or "unnamed",
+                                                                                  "stage": "cost"},
+                        timeout=timeout_s)
+    except Exception as error:
+        log.warning("Pushgateway %s: push of %s cost failed (%s); the numbers are in cost.json", url, run, error)
+        return False
+    return True

@@ -16,6 +16,7 @@ import pytest
 from report import build_report, load_run
 from report.figures import pipeline_edges
 from runio.files import append_jsonl
+from runio.cost import CostConfig, record_stage
 from runio.layout import RunPaths
 from trainer_bridge.alerts import AlertMonitor, AlertsConfig
 from trainer_bridge.metrics import MetricsLog
@@ -121,6 +122,17 @@ def make_run(run_dir: Path, records: list[dict], *, shards: bool = True, train: 
             alerts.observe(step, record)
         log.close()
         alerts.close()
+    cost_cfg = CostConfig(price_per_kwh=0.3, price_per_cpu_hour=0.05, carbon_g_per_kwh=350, currency="EUR",
+                          project={"tokens": 1e12})
+    for stage, wall, cpu in (("clean", 12.5, 30.25), ("shards", 3.25, 4.5), ("train", 4.0, 7.75)):
+        if (stage == "shards" and not shards) or (stage == "train" and not train):
+            continue
+        measured = {"wall_s": wall, "cpu_s": cpu, "gpus": 0, "runs": 1,
+                    "energy": {"cpu": {"joules": cpu * 10.0, "source": "estimate", "assumption": "10 W per core"},
+                               "gpu": {"joules": 0.0, "source": "none"}}}
+        record_stage(RunPaths(run_dir).cost_json, stage, measured, cost_cfg,
+                     documents_cleaned=stats["documents_read"] if stage == "clean" else None,
+                     tokens_trained=30 * 256 if stage == "train" else None)
     return stats
 
 
@@ -240,13 +252,40 @@ def test_report_numbers_match_stats_and_metrics(full_run):
     assert number(totals["train"][1]) == shards["totals"]["train"]["rows"]
     assert set(page.charts) == {"pipeline", "quality", "doc_chars", "doc_words", "dup_clusters", "pii", "shards",
                                 "loss", "val-domains", "distill", "lr", "grad_norm", "throughput", "mfu", "memory", "data_wait", "skipped",
-                                "alerts"}
+                                "alerts", "cost"}
     # samples: the newest step first, every fixed prompt, the continuation as written
     samples = page.tables["samples"][1:]
     assert [(int(r[0]), r[1], r[2]) for r in samples] == [
         (step, prompt, f" continued after {step} steps") for step in (30, 20, 10) for prompt in sorted(SAMPLE_PROMPTS)]
     pii = dict(page.tables["pii-spans"][1:])
     assert number(pii["PERSON"]) == sum(1 for i in range(60) if i % 3 != 2 and i % 5)
+
+
+def test_report_cost_section_matches_cost_json(full_run):
+    cost = json.loads((full_run / "cost.json").read_text())
+    page = parse(full_run / "report.html")
+    header, *rows = page.tables["cost-stages"]
+    assert header[7] == "money (EUR)"
+    shown = {row[0]: row for row in rows}
+    assert list(shown) == [*cost["stages"], "total"]
+    for stage, entry in [*cost["stages"].items(), ("total", cost["total"])]:
+        row = shown[stage]
+        assert number(row[1]) == entry["runs"]
+        for cell, value in zip((row[2], row[3], row[5], row[7], row[8]),
+                               (entry["wall_s"], entry["cpu_s"], entry["kwh"], entry["money"]["total"],
+                                entry["co2_g"])):
+            assert number(cell) == pytest.approx(value, rel=1e-3), stage
+        assert row[6] == entry["energy_source"] == "estimate"
+    rates = {row[0]: row[1:] for row in page.tables["cost-rates"][1:]}
+    per_token = rates["per million tokens trained (train stage)"]
+    assert number(per_token[2]) == pytest.approx(cost["per_million_tokens_trained"]["kwh"], rel=1e-3)
+    assert number(per_token[3]) == pytest.approx(cost["per_million_tokens_trained"]["money"]["total"], rel=1e-3)
+    projection = rates["projection: 1,000,000,000,000 tokens"]
+    assert number(projection[2]) == pytest.approx(cost["projection"]["kwh"], rel=1e-3)
+    assert number(projection[4]) == pytest.approx(cost["projection"]["co2_g"], rel=1e-3)
+    per_doc = rates["per million documents cleaned (clean stage)"]
+    assert number(per_doc[2]) == pytest.approx(cost["per_million_documents_cleaned"]["kwh"], rel=1e-3)
+    assert "cost" in page.charts
 
 
 def test_report_is_self_contained(full_run):
@@ -262,6 +301,7 @@ def test_report_degrades_stage_by_stage(tmp_path, demo_corpus):
     assert page.charts == []
     assert any("cleaning stage has not run" in m for m in page.missing)
     assert any("Training has not run" in m for m in page.missing)
+    assert any("no cost.json" in m for m in page.missing)
 
     cleaned = tmp_path / "cleaned"
     cleaned.mkdir()
