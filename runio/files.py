@@ -104,7 +104,6 @@ def read_json(path: str | os.PathLike, default: Any = None) -> Any:
 def sha256_file(path: str | os.PathLike) -> str:
     """sha256 of a file, streamed in 1 MiB chunks (never the whole file in memory); local or URI."""
     path = os.fspath(path)
-    digest = hashlib.sha256()
     if is_uri(path):
         from apache_beam.io.filesystems import FileSystems
 
@@ -112,8 +111,15 @@ def sha256_file(path: str | os.PathLike) -> str:
     else:
         opener = open(path, "rb")
     with opener as fh:
-        for chunk in iter(lambda: fh.read(CHUNK_BYTES), b""):
-            digest.update(chunk)
+        return sha256_stream(fh)
+
+
+def sha256_stream(fh: IO[bytes]) -> str:
+    """sha256 of what an open binary file (local, Beam FileSystems or fsspec) reads from here to its end, in
+    1 MiB chunks."""
+    digest = hashlib.sha256()
+    for chunk in iter(lambda: fh.read(CHUNK_BYTES), b""):
+        digest.update(chunk)
     return digest.hexdigest()
 
 

@@ -141,6 +141,10 @@ class RunPaths:
     def metrics_jsonl(self) -> Path:
         return self.train / "metrics.jsonl"
 
+    def durable_checkpoints(self, base: str) -> str:
+        """This run's checkpoints on a durable tier rooted at ``base`` (a directory or an fsspec URI)."""
+        return f"{base.rstrip('/')}/{self.name}/checkpoints"
+
     @property
     def tensorboard(self) -> Path:
         return self.train / "tensorboard"

@@ -65,6 +65,7 @@ from trainer_bridge.outcomes import TrainRefused
 LATEST = "latest"
 BEST = "best"  # names the sound checkpoint with the lowest validation loss (provenance.json "val_loss")
 PARTIAL_SUFFIX = ".partial"
+UPLOADING_SUFFIX = ".uploading-"  # a hard-linked hand-over copy for the tier uploader (trainer_bridge/tiers.py)
 DELETING_SUFFIX = ".deleting"  # an old checkpoint being pruned: renamed first, so a half-deleted one never loads
 MODEL_CONFIG_FILE = "model_config.json"  # = hf.MODEL_CONFIG_FILE (hf imports this module, not the reverse)
 PROVENANCE_FILE = "provenance.json"
@@ -295,12 +296,15 @@ class Checkpointer:
     """Saves and loads the training state through DCP; one instance per process, all ranks call every method."""
 
     def __init__(self, root: Path, cfg: CheckpointConfig, runtime: devices.Runtime,
-                 describe: Callable[[int], dict[str, dict]] | None = None):
-        """``describe(step)``: JSON files (name -> object) written into each checkpoint before its checksums."""
+                 describe: Callable[[int], dict[str, dict]] | None = None,
+                 on_promoted: Callable[[Path, int], None] | None = None):
+        """``describe(step)``: JSON files (name -> object) written into each checkpoint before its checksums;
+        ``on_promoted(path, step)``: called on rank 0 once a checkpoint is complete (the tier uploader)."""
         self.root = Path(root)
         self.cfg = cfg
         self.runtime = runtime
         self.describe = describe
+        self.on_promoted = on_promoted
         self.soundness = SoundnessCache()
         # Async saves run collectives in a background thread: on the training group they would interleave
         # with training collectives and gloo aborts (ENVIRONMENT.md). They get a group of their own.
@@ -311,7 +315,8 @@ class Checkpointer:
         self.last_blocking_seconds = 0.0
         if runtime.is_main:
             self.root.mkdir(parents=True, exist_ok=True)
-            for stale in [*self.root.glob("*" + PARTIAL_SUFFIX), *self.root.glob("*" + DELETING_SUFFIX)]:
+            for stale in [*self.root.glob("*" + PARTIAL_SUFFIX), *self.root.glob("*" + DELETING_SUFFIX),
+                          *self.root.glob("*" + UPLOADING_SUFFIX + "*")]:
                 shutil.rmtree(stale, ignore_errors=True)
         if runtime.distributed:
             dist.barrier()
@@ -375,7 +380,9 @@ class Checkpointer:
         write_atomic(self.root / LATEST, (final.name + "\n").encode())
         if val_loss is not None and math.isfinite(val_loss) and val_loss < self._best_val_loss(final):
             write_atomic(self.root / BEST, (final.name + "\n").encode())
-        prune_checkpoints(self.root, self.cfg.keep_last, self.soundness)
+        prune_checkpoints(self.root, self.cfg.fast_keep_last, self.soundness)
+        if self.on_promoted is not None:
+            self.on_promoted(final, step)
 
     def _best_val_loss(self, final: Path) -> float:
         """The validation loss of the checkpoint ``best`` names (inf without one, or when it is ``final`` itself
@@ -523,8 +530,21 @@ class CheckpointManager:
         self.events = events
         self.say = say
         self.identity = identity
-        self.checkpointer = (Checkpointer(self.root, cfg, runtime, describe=identity.files if identity else None)
+        self.paths = paths
+        self.uploader = None
+        self._upload_anyway: set[int] = set()  # steps saved before a pause or stop: copied whatever tier.every says
+        if cfg.enabled and cfg.durable_tiers and runtime.is_main:
+            from trainer_bridge.tiers import TierUploader, durable_tiers
+
+            self.uploader = TierUploader(durable_tiers(cfg, paths), say)
+        self.checkpointer = (Checkpointer(self.root, cfg, runtime, describe=identity.files if identity else None,
+                                          on_promoted=self._promoted if self.uploader is not None else None)
                              if cfg.enabled else None)
+
+    def _promoted(self, path: Path, step: int) -> None:
+        final = step in self._upload_anyway or (self.identity is not None and step >= self.identity.train_steps)
+        self._upload_anyway.discard(step)
+        self.uploader.submit(path, step, final)
 
     # -- saving -------------------------------------------------------------------------------------------
     def maybe_save(self, step: int, *, last: bool) -> None:
@@ -533,7 +553,11 @@ class CheckpointManager:
             return
         self.checkpointer.poll()
         if (step % self.cfg.interval == 0 or last) and self.state.healthy:
+            if last:
+                self._upload_anyway.add(step)
             self.save(step)
+        if self.uploader is not None:
+            self.monitor.observe_durable_tier(self.uploader.lag_seconds(), self.uploader.failures)
 
     def note_val_loss(self, step: int, loss: float) -> None:
         """The validation loss after ``step`` steps: recorded in that step's checkpoint (when one is saved) and
@@ -554,6 +578,7 @@ class CheckpointManager:
             return
         latest = latest_checkpoint(self.root)
         if latest is None or latest.name != step_dir_name(step):
+            self._upload_anyway.add(step)
             self.save(step)
         self.checkpointer.wait()
 
@@ -582,6 +607,13 @@ class CheckpointManager:
         shards."""
         if self.checkpointer is None or not self.cfg.resume:
             return None
+        if self.cfg.durable_tiers:
+            if self.runtime.is_main:
+                from trainer_bridge.tiers import restore_from_durable
+
+                restore_from_durable(self.cfg, self.paths, self.say)
+            if self.runtime.distributed:
+                dist.barrier()  # rank 0 has copied it down before anyone plans the resume
         if self.identity is None:
             path = self._newest_sound(self.root)
         else:
@@ -617,5 +649,10 @@ class CheckpointManager:
         return latest_checkpoint(self.root)
 
     def close(self) -> None:
+        """Finish a save in flight, then wait for the durable tiers to receive what was handed over (the end of
+        the run, not the loop, waits on them)."""
         if self.checkpointer is not None:
             self.checkpointer.close()
+        if self.uploader is not None:
+            self.uploader.close()
+            self.monitor.observe_durable_tier(self.uploader.lag_seconds(), self.uploader.failures)

@@ -125,12 +125,44 @@ class BatchConfig(_Strict):
     prefetch_batches: int = Field(2, ge=1, description="optimizer-step batches loaded ahead in the background")
 
 
+class CheckpointTier(_Strict):
+    """One storage tier. The first is the fast tier: the run's own ``train/checkpoints`` (local; ``path`` stays
+    unset), where every save lands. Each further tier is durable: a local directory or an fsspec URI
+    (``s3://…``, a mounted volume), to which a background thread copies complete checkpoints, verified by
+    checksum after the copy; the run's checkpoints go under ``<path>/<run name>/checkpoints``."""
+
+    path: str | None = Field(None, min_length=1, description="durable tiers: a directory or fsspec URI")
+    keep_last: int = Field(2, ge=1, description="sound checkpoints kept on this tier")
+    every: int = Field(1, ge=1, description="durable tiers: copy the checkpoints whose step is a multiple of "
+                                            "every × interval, and the final one (and one saved before a pause)")
+
+
 class CheckpointConfig(_Strict):
     enabled: bool = True
     interval: int = Field(100, ge=1, description="save every N steps (and at the end)")
-    keep_last: int = Field(3, ge=1)
+    keep_last: int = Field(3, ge=1, description="without tiers: sound checkpoints kept; with tiers: tiers[0]'s")
     async_save: bool = False
     resume: bool = True
+    tiers: list[CheckpointTier] = Field(default_factory=list, description="[] : one tier, train/checkpoints; else "
+                                                                          "the fast tier first, then durable ones")
+
+    @model_validator(mode="after")
+    def _tiers(self) -> "CheckpointConfig":
+        if self.tiers and self.tiers[0].path is not None:
+            raise ValueError("checkpoint.tiers.0.path: the fast tier is the run's own train/checkpoints; leave path "
+                             "unset (put the runs directory on the fast disk)")
+        for index, tier in enumerate(self.tiers[1:], 1):
+            if tier.path is None:
+                raise ValueError(f"checkpoint.tiers.{index}.path: a durable tier needs a directory or fsspec URI")
+        return self
+
+    @property
+    def fast_keep_last(self) -> int:
+        return self.tiers[0].keep_last if self.tiers else self.keep_last
+
+    @property
+    def durable_tiers(self) -> list[CheckpointTier]:
+        return self.tiers[1:]
 
 
 class EvalConfig(_Strict):

@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -242,13 +243,22 @@ def _check_inputs(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool
         say("shards: sizes and row counts checked against the manifest, checksums not verified "
             "(train.verify_shards: manifest)")
     identity = run_identity(resolve_model_config(train_cfg, source), paths)
+    from trainer_bridge.tiers import durable_tiers, restore_from_durable
+
     if from_scratch:
         aside = set_aside(paths)
         if aside is not None:
             say(f"--from-scratch: the previous checkpoints and training logs were moved to {aside}")
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        for tier in durable_tiers(train_cfg.checkpoint, paths):
+            moved = tier.set_aside(stamp)
+            if moved is not None:
+                say(f"--from-scratch: the durable tier's checkpoints were moved to {moved}")
         return
     checkpoint = train_cfg.checkpoint
     resumes = checkpoint.enabled and checkpoint.resume
+    if resumes:
+        restore_from_durable(checkpoint, paths, say)  # the fast tier lost or behind: before it is planned
     if resumes and plan_resume(paths.checkpoints, identity) is not None:
         return
     if train_cfg.init_from and not Path(train_cfg.init_from.removeprefix("hf:")).exists():

@@ -166,6 +166,12 @@ class TrainingMonitor:
         self._ckpt_blocking = Histogram(f"{PREFIX}_checkpoint_blocking_seconds",
                                         "time training was blocked by a checkpoint save", names,
                                         buckets=STEP_BUCKETS, registry=self.registry).labels(**labels)
+        self._durable_lag = gauge("checkpoint_durable_lag_seconds", "age of the oldest checkpoint not yet copied "
+                                  "to every durable tier (train.checkpoint.tiers)").labels(**labels)
+        self._durable_failures = Counter(f"{PREFIX}_checkpoint_durable_failures", "checkpoint copies to a durable "
+                                         "tier that failed or arrived damaged", names,
+                                         registry=self.registry).labels(**labels)
+        self._durable_failures_seen = 0
         self._ckpt_last = gauge("checkpoint_last_timestamp_seconds", "unix time of the last checkpoint").labels(**labels)
         self._last_step_time = gauge("last_step_timestamp_seconds", "unix time of the last observed step").labels(**labels)
         self._alerts = Counter(f"{PREFIX}_alerts", "alerts fired by the trainer's alert rules", names + ["rule", "action"],
@@ -251,6 +257,13 @@ class TrainingMonitor:
         self._ckpt.observe(seconds)
         self._ckpt_blocking.observe(seconds if blocking_seconds is None else blocking_seconds)
         self._ckpt_last.set(time.time())
+
+    def observe_durable_tier(self, lag_seconds: float, failures: int) -> None:
+        """The tier uploader's lag and its failures so far (a running total: the counter catches up to it)."""
+        self._durable_lag.set(lag_seconds)
+        if failures > self._durable_failures_seen:
+            self._durable_failures.inc(failures - self._durable_failures_seen)
+            self._durable_failures_seen = failures
 
     def observe_alert(self, rule: str, action: str) -> None:
         self._alerts.labels(**self._labels, rule=rule, action=action).inc()

@@ -1,0 +1,286 @@
+"""Tiered checkpoint storage: the fast tier (the run's ``train/checkpoints``, where every save lands) and durable
+tiers (a directory or any fsspec URI: a mounted volume, ``s3://…``) that a background thread fills.
+
+Copy protocol, per checkpoint and durable tier (``DurableTier.upload``): the files go into
+``step-N.partial/`` on the tier, each copy is read back and compared with the checkpoint's ``checksums.json``
+(size and sha256), and only then is the directory renamed to ``step-N`` and the tier's ``latest`` replaced; the
+tier then keeps its newest ``keep_last`` sound checkpoints. The loop never waits on it: a complete checkpoint is
+handed over as hard links (``step-N.uploading-<id>/``, instant, and immune to the fast tier pruning the original
+meanwhile), and the thread copies from there. The lag (seconds from a checkpoint's promotion on the fast tier to
+its verified arrival on every durable tier it is due on; the age of the oldest one still waiting) is a metric.
+
+Restore (``restore_from_durable``, before the fast tier is planned): when a durable tier holds a sound checkpoint
+newer than the fast tier's newest sound one (the fast disk was lost, or its copy is damaged), it is copied down,
+verified again, and becomes the fast tier's ``latest``; a damaged durable copy is skipped (said) for the next
+older one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+from runio.files import sha256_stream, write_atomic
+from runio.layout import RunPaths
+from trainer_bridge.checkpoint import (
+    CHECKSUMS,
+    DELETING_SUFFIX,
+    LATEST,
+    PARTIAL_SUFFIX,
+    STEP_DIR,
+    UPLOADING_SUFFIX,
+    checkpoint_candidates,
+    checkpoint_problem,
+    latest_checkpoint,
+)
+from trainer_bridge.config import CheckpointConfig, CheckpointTier
+
+
+
+class TierCopyError(OSError):
+    """A copy did not arrive intact (its read-back checksum differs): the tier keeps its previous checkpoints."""
+
+
+def _basename(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+class DurableTier:
+    """One durable tier's directory of this run's checkpoints, through fsspec (local paths too)."""
+
+    def __init__(self, uri: str, keep_last: int = 2, every: int = 1, interval: int = 1):
+        import fsspec
+
+        self.uri, self.keep_last, self.every, self.interval = uri, keep_last, every, interval
+        self.fs, root = fsspec.core.url_to_fs(uri)
+        self.root = root.rstrip("/") or "/"
+        self._sound: set[str] = set()  # names this process verified (copied and read back, or checked)
+
+    def _join(self, *names: str) -> str:
+        return "/".join([self.root, *names])
+
+    def due(self, step: int, final: bool) -> bool:
+        return final or step % (self.every * self.interval) == 0
+
+    def names(self) -> list[str]:
+        """Complete checkpoints on the tier (no ``.partial``), newest first."""
+        try:
+            entries = self.fs.ls(self.root, detail=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return sorted((n for n in map(_basename, entries) if STEP_DIR.fullmatch(n)), reverse=True)
+
+    def problem(self, name: str) -> str | None:
+        """Why the tier's copy of ``name`` cannot be trusted (as ``checkpoint.checkpoint_problem``), or None."""
+        if name in self._sound:
+            return None
+        try:
+            listing = json.loads(self.fs.cat_file(self._join(name, CHECKSUMS)))
+        except FileNotFoundError:
+            return f"no {CHECKSUMS}"
+        except (OSError, ValueError) as error:
+            return f"{CHECKSUMS} unreadable ({error})"
+        if ".metadata" not in listing:
+            return "no .metadata file"
+        for file, want in sorted(listing.items()):
+            problem = self._file_problem(self._join(name, file), file, want)
+            if problem is not None:
+                return problem
+        self._sound.add(name)
+        return None
+
+    def _file_problem(self, remote: str, file: str, want: dict) -> str | None:
+        try:
+            size = self.fs.size(remote)
+        except FileNotFoundError:
+            return f"{file} is missing"
+        if size != want["bytes"]:
+            return f"{file} has {size} bytes, {want['bytes']} were written"
+        with self.fs.open(remote, "rb") as fh:
+            if sha256_stream(fh) != want["sha256"]:
+                return f"{file} does not match its checksum"
+        return None
+
+    # -- upload -------------------------------------------------------------------------------------------
+    def upload(self, source: Path, name: str) -> None:
+        """Copy the complete checkpoint in ``source`` to the tier as ``name``, verified; then prune."""
+        listing = json.loads((source / CHECKSUMS).read_text(encoding="utf-8"))
+        partial, final = self._join(name + PARTIAL_SUFFIX), self._join(name)
+        if self.fs.exists(partial):
+            self.fs.rm(partial, recursive=True)
+        self.fs.makedirs(partial, exist_ok=True)
+        for file in sorted(source.iterdir()):
+            if file.is_file():
+                self.fs.put_file(str(file), f"{partial}/{file.name}")
+        for file, want in sorted(listing.items()):
+            problem = self._file_problem(f"{partial}/{file}", file, want)
+            if problem is not None:
+                self.fs.rm(partial, recursive=True)
+                raise TierCopyError(f"{self.uri}: copy of {name} is damaged ({problem}); not kept")
+        if self.fs.cat_file(f"{partial}/{CHECKSUMS}") != (source / CHECKSUMS).read_bytes():
+            self.fs.rm(partial, recursive=True)
+            raise TierCopyError(f"{self.uri}: copy of {name}/{CHECKSUMS} differs; not kept")
+        if self.fs.exists(final):  # the same step saved again (after a rollback): replace it
+            self.fs.rm(final, recursive=True)
+        self.fs.mv(partial, final, recursive=True)
+        self._sound.add(name)
+        self.fs.pipe_file(self._join(LATEST), (name + "\n").encode())
+        self.prune()
+
+    def prune(self) -> list[str]:
+        """Keep the newest ``keep_last`` sound checkpoints (a damaged one never counts, as on the fast tier)."""
+        sound, deleted = 0, []
+        for name in self.names():
+            if sound >= self.keep_last:
+                self.fs.rm(self._join(name), recursive=True)
+                self._sound.discard(name)
+                deleted.append(name)
+            elif self.problem(name) is None:
+                sound += 1
+        return deleted
+
+    # -- restore ------------------------------------------------------------------------------------------
+    def download(self, name: str, fast_root: Path) -> Path:
+        """Copy ``name`` into the fast tier (verified there too) and make it the fast tier's ``latest`` when it is
+        newer than what ``latest`` names; return its local path."""
+        fast_root.mkdir(parents=True, exist_ok=True)
+        partial = fast_root / (name + PARTIAL_SUFFIX)
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir()
+        for remote in self.fs.ls(self._join(name), detail=False):
+            self.fs.get_file(remote, str(partial / _basename(remote)))
+        problem = checkpoint_problem(partial)
+        if problem is not None:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise TierCopyError(f"{self.uri}: {name} arrived damaged ({problem})")
+        final = fast_root / name
+        if final.exists():
+            doomed = final.with_name(final.name + DELETING_SUFFIX)
+            os.replace(final, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+        os.replace(partial, final)
+        current = latest_checkpoint(fast_root)
+        if current is None or current.name <= name:
+            write_atomic(fast_root / LATEST, (name + "\n").encode())
+        return final
+
+    def set_aside(self, stamp: str) -> str | None:
+        """``--from-scratch``: move the tier's checkpoints to ``<run>/set-aside-<stamp>-checkpoints``."""
+        if not self.fs.exists(self.root):
+            return None
+        target = f"{self.root.rsplit('/', 1)[0]}/set-aside-{stamp}-checkpoints"
+        self.fs.mv(self.root, target, recursive=True)
+        return target
+
+
+def durable_tiers(cfg: CheckpointConfig, paths: RunPaths) -> list[DurableTier]:
+    return [DurableTier(paths.durable_checkpoints(t.path), t.keep_last, t.every, cfg.interval)
+            for t in cfg.durable_tiers if isinstance(t, CheckpointTier) and t.path]
+
+
+def newest_sound_local(root: Path) -> str | None:
+    for path in checkpoint_candidates(root):
+        if checkpoint_problem(path) is None:
+            return path.name
+    return None
+
+
+def restore_from_durable(cfg: CheckpointConfig, paths: RunPaths, say: Callable[[str], None]) -> Path | None:
+    """Copy down the newest sound durable checkpoint when it is newer than the fast tier's newest sound one;
+    return its fast-tier path, or None when the fast tier is as new (or there is no durable tier). One process
+    (rank 0, or the launcher before any rank starts) calls it."""
+    if not (cfg.enabled and cfg.resume):
+        return None
+    local = newest_sound_local(paths.checkpoints) or ""
+    best: tuple[DurableTier, str] | None = None
+    for tier in durable_tiers(cfg, paths):
+        for name in tier.names():
+            if name <= local or (best is not None and name <= best[1]):
+                break
+            problem = tier.problem(name)
+            if problem is None:
+                best = (tier, name)
+                break
+            say(f"durable tier {tier.uri}: checkpoint {name} is damaged ({problem}); trying an older one")
+    if best is None:
+        return None
+    tier, name = best
+    path = tier.download(name, paths.checkpoints)
+    say(f"restored {name} from the durable tier {tier.uri} (the fast tier's newest sound checkpoint: "
+        f"{local or 'none'})")
+    return path
+
+
+class TierUploader:
+    """The background thread that fills the durable tiers (rank 0 only). ``submit`` never blocks on them."""
+
+    def __init__(self, tiers: list[DurableTier], say: Callable[[str], None], clock: Callable[[], float] = time.time):
+        self.tiers, self.say, self.clock = tiers, say, clock
+        self.uploaded: list[tuple[str, str]] = []  # (tier uri, checkpoint name), in order
+        self.failures = 0
+        self.last_lag_s = 0.0
+        self._waiting: dict[str, float] = {}  # hand-over directory -> submitted at
+        self._lock = threading.Lock()
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="corpusmill-tier-uploader", daemon=True)
+        self._thread.start()
+
+    def submit(self, path: Path, step: int, final: bool) -> None:
+        due = [t for t in self.tiers if t.due(step, final)]
+        if not due:
+            return
+        staging = path.with_name(f"{path.name}{UPLOADING_SUFFIX}{uuid.uuid4().hex[:8]}")
+        staging.mkdir()
+        for file in path.iterdir():
+            if file.is_file():
+                try:
+                    os.link(file, staging / file.name)
+                except OSError:  # no hard links on this file system: a copy, still off the durable tier
+                    shutil.copy2(file, staging / file.name)
+        with self._lock:
+            self._waiting[str(staging)] = self.clock()
+        self._queue.put((staging, path.name, due))
+
+    def lag_seconds(self) -> float:
+        """Age of the oldest checkpoint not yet on every durable tier it is due on; else the last one's lag."""
+        with self._lock:
+            oldest = min(self._waiting.values(), default=None)
+        return self.clock() - oldest if oldest is not None else self.last_lag_s
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                self._queue.task_done()
+                return
+            staging, name, due = item
+            try:
+                for tier in due:
+                    try:
+                        tier.upload(staging, name)
+                        self.uploaded.append((tier.uri, name))
+                    except Exception as error:  # noqa: BLE001 - a durable tier's failure never stops training
+                        self.failures += 1
+                        self.say(f"durable tier {tier.uri}: {name} not copied ({type(error).__name__}: {error})")
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+                with self._lock:
+                    submitted = self._waiting.pop(str(staging), None)
+                if submitted is not None:
+                    self.last_lag_s = self.clock() - submitted
+                self._queue.task_done()
+
+    def drain(self) -> None:
+        """Wait until everything submitted has been copied (or failed)."""
+        self._queue.join()
+
+    def close(self) -> None:
+        self.drain()
+        self._queue.put(None)
+        self._thread.join()
