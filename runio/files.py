@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 import uuid
-from typing import IO, Any, Iterator
+from typing import IO, Any, Callable, Iterator
 
 CHUNK_BYTES = 1 << 20
 
@@ -114,13 +114,17 @@ def sha256_file(path: str | os.PathLike) -> str:
         return sha256_stream(fh)
 
 
-def sha256_stream(fh: IO[bytes]) -> str:
+def sha256_stream(fh: IO[bytes], between_chunks: Callable[[], None] | None = None) -> str:
     """sha256 of what an open binary file (local, Beam FileSystems or fsspec) reads from here to its end, in
-    1 MiB chunks."""
+    1 MiB chunks; ``between_chunks`` is called before each read (a background reader yielding to the loop)."""
     digest = hashlib.sha256()
-    for chunk in iter(lambda: fh.read(CHUNK_BYTES), b""):
+    while True:
+        if between_chunks is not None:
+            between_chunks()
+        chunk = fh.read(CHUNK_BYTES)
+        if not chunk:
+            return digest.hexdigest()
         digest.update(chunk)
-    return digest.hexdigest()
 
 
 def sha256_bytes(data: bytes) -> str:

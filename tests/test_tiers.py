@@ -94,15 +94,15 @@ def test_a_copy_damaged_in_transit_is_not_kept(tmp_path):
     source = fake_checkpoint(tmp_path / "fast", "step-00000002")
     tier = DurableTier(str(tmp_path / "durable"), keep_last=2)
     tier.upload(source, "step-00000002")
-    real_put = tier.fs.put_file
+    real_put = tier._put
 
-    def corrupting_put(local, remote, **kwargs):
-        real_put(local, remote, **kwargs)
+    def corrupting_put(local, remote):
+        real_put(local, remote)
         if remote.endswith(".distcp"):
             flip_byte(Path(remote))
 
     second = fake_checkpoint(tmp_path / "fast", "step-00000004")
-    tier.fs.put_file = corrupting_put
+    tier._put = corrupting_put
     with pytest.raises(TierCopyError, match="step-00000004.*does not match its checksum"):
         tier.upload(second, "step-00000004")
     assert tier.names() == ["step-00000002"]  # the previous one stays; no half copy is a checkpoint

@@ -345,6 +345,11 @@ class Checkpointer:
             self._promote(partial, final)
         self.last_blocking_seconds = time.perf_counter() - start
 
+    @property
+    def in_flight(self) -> bool:
+        """An async save is still being written."""
+        return self._pending is not None
+
     def poll(self) -> None:
         """Promote a finished async save; never blocks."""
         if self._pending is not None and self._pending[0].done():
@@ -541,6 +546,11 @@ class CheckpointManager:
                                           on_promoted=self._promoted if self.uploader is not None else None)
                              if cfg.enabled else None)
 
+    def _resume_uploads(self) -> None:
+        """The durable copies go on once no save to the fast tier is in flight."""
+        if self.uploader is not None and not self.checkpointer.in_flight:
+            self.uploader.resume()
+
     def _promoted(self, path: Path, step: int) -> None:
         final = step in self._upload_anyway or (self.identity is not None and step >= self.identity.train_steps)
         self._upload_anyway.discard(step)
@@ -552,6 +562,7 @@ class CheckpointManager:
         if self.checkpointer is None:
             return
         self.checkpointer.poll()
+        self._resume_uploads()
         if (step % self.cfg.interval == 0 or last) and self.state.healthy:
             if last:
                 self._upload_anyway.add(step)
@@ -567,7 +578,10 @@ class CheckpointManager:
 
     def save(self, step: int) -> None:
         started = time.perf_counter()
+        if self.uploader is not None:
+            self.uploader.pause()  # until the save is complete (an async one: see _resume_uploads)
         self.checkpointer.save(step, self.parts, self.optimizers, self.state.tensors())
+        self._resume_uploads()
         blocking = self.checkpointer.last_blocking_seconds
         self.monitor.observe_checkpoint(time.perf_counter() - started, blocking)
         self.events.append({"step": step, "event": "checkpoint", "blocking_s": blocking})
@@ -581,6 +595,7 @@ class CheckpointManager:
             self._upload_anyway.add(step)
             self.save(step)
         self.checkpointer.wait()
+        self._resume_uploads()
 
     # -- loading ------------------------------------------------------------------------------------------
     def load(self, path: Path, keep_data_position: bool = False) -> None:
@@ -644,6 +659,7 @@ class CheckpointManager:
         if self.checkpointer is None:
             return None
         self.checkpointer.wait()
+        self._resume_uploads()
         if self.runtime.distributed:
             dist.barrier()  # rank 0 has promoted it before anyone reads 'latest'
         return latest_checkpoint(self.root)
@@ -654,5 +670,6 @@ class CheckpointManager:
         if self.checkpointer is not None:
             self.checkpointer.close()
         if self.uploader is not None:
+            self.uploader.resume()
             self.uploader.close()
             self.monitor.observe_durable_tier(self.uploader.lag_seconds(), self.uploader.failures)

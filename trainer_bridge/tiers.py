@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from runio.files import sha256_stream, write_atomic
+from runio.files import CHUNK_BYTES, sha256_stream, write_atomic
 from runio.layout import RunPaths
 from trainer_bridge.checkpoint import (
     CHECKSUMS,
@@ -61,6 +61,7 @@ class DurableTier:
         self.fs, root = fsspec.core.url_to_fs(uri)
         self.root = root.rstrip("/") or "/"
         self._sound: set[str] = set()  # names this process verified (copied and read back, or checked)
+        self.gate: Callable[[], None] = lambda: None  # called between chunks: the uploader waits out a save here
 
     def _join(self, *names: str) -> str:
         return "/".join([self.root, *names])
@@ -103,7 +104,7 @@ class DurableTier:
         if size != want["bytes"]:
             return f"{file} has {size} bytes, {want['bytes']} were written"
         with self.fs.open(remote, "rb") as fh:
-            if sha256_stream(fh) != want["sha256"]:
+            if sha256_stream(fh, self.gate) != want["sha256"]:
                 return f"{file} does not match its checksum"
         return None
 
@@ -117,7 +118,7 @@ class DurableTier:
         self.fs.makedirs(partial, exist_ok=True)
         for file in sorted(source.iterdir()):
             if file.is_file():
-                self.fs.put_file(str(file), f"{partial}/{file.name}")
+                self._put(file, f"{partial}/{file.name}")
         for file, want in sorted(listing.items()):
             problem = self._file_problem(f"{partial}/{file}", file, want)
             if problem is not None:
@@ -132,6 +133,16 @@ class DurableTier:
         self._sound.add(name)
         self.fs.pipe_file(self._join(LATEST), (name + "\n").encode())
         self.prune()
+
+    def _put(self, local: Path, remote: str) -> None:
+        """Copy one file up in 1 MiB chunks, through the gate between them."""
+        with open(local, "rb") as source, self.fs.open(remote, "wb") as target:
+            while True:
+                self.gate()
+                chunk = source.read(CHUNK_BYTES)
+                if not chunk:
+                    return
+                target.write(chunk)
 
     def prune(self) -> list[str]:
         """Keep the newest ``keep_last`` sound checkpoints (a damaged one never counts, as on the fast tier)."""
@@ -218,7 +229,11 @@ def restore_from_durable(cfg: CheckpointConfig, paths: RunPaths, say: Callable[[
 
 
 class TierUploader:
-    """The background thread that fills the durable tiers (rank 0 only). ``submit`` never blocks on them."""
+    """The background thread that fills the durable tiers (rank 0 only). ``submit`` never blocks on them.
+
+    It stays out of the loop's way twice over: the thread runs at the lowest CPU priority (nice 19, a per-thread
+    value on Linux), and while a save to the fast tier is in flight (``pause``/``resume``: the blocking part and an async save's
+    background write) it pauses between 1 MiB chunks."""
 
     def __init__(self, tiers: list[DurableTier], say: Callable[[str], None], clock: Callable[[], float] = time.time):
         self.tiers, self.say, self.clock = tiers, say, clock
@@ -228,6 +243,10 @@ class TierUploader:
         self._waiting: dict[str, float] = {}  # hand-over directory -> submitted at
         self._lock = threading.Lock()
         self._queue: queue.Queue = queue.Queue()
+        self._go = threading.Event()
+        self._go.set()
+        for tier in tiers:
+            tier.gate = self._go.wait
         self._thread = threading.Thread(target=self._run, name="corpusmill-tier-uploader", daemon=True)
         self._thread.start()
 
@@ -247,6 +266,14 @@ class TierUploader:
             self._waiting[str(staging)] = self.clock()
         self._queue.put((staging, path.name, due))
 
+    def pause(self) -> None:
+        """A save to the fast tier is in flight (blocking the loop, or written in the background): the copies
+        pause between chunks until ``resume``."""
+        self._go.clear()
+
+    def resume(self) -> None:
+        self._go.set()
+
     def lag_seconds(self) -> float:
         """Age of the oldest checkpoint not yet on every durable tier it is due on; else the last one's lag."""
         with self._lock:
@@ -254,6 +281,10 @@ class TierUploader:
         return self.clock() - oldest if oldest is not None else self.last_lag_s
 
     def _run(self) -> None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except (AttributeError, OSError):  # not Linux, or not allowed: the pauses during saves still apply
+            pass
         while True:
             item = self._queue.get()
             if item is None:
