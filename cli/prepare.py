@@ -5,7 +5,8 @@ a ConfigError anywhere in the chain of causes exits 2, an AccountingError 3, a S
 train stage's own exit code 2–5 with the trainer's reason: ``train stage failed (exit N): …``), anything else 5
 with one line on stderr and the traceback in the run's ``logs/error.log``. Success (0) includes an empty
 result (no document survived: the manifest says ``"empty": true``); Ctrl-C exits 130 (``cli/main.py``).
-A successful command ends with one summary line.
+A successful command ends with one summary line. ``refresh`` started outside every ``train.schedule`` window
+waits for the next one, or (``train.schedule.outside: exit``) exits 75 (EX_TEMPFAIL) with one line.
 """
 from __future__ import annotations
 
@@ -56,7 +57,8 @@ def add_from_scratch(parser: argparse.ArgumentParser) -> None:
                              "trained on, or when no checkpoint can be resumed")
 
 
-def _run(args: argparse.Namespace, stages: tuple[str, ...], against: tuple[str, ...], resume: bool) -> int:
+def _run(args: argparse.Namespace, stages: tuple[str, ...], against: tuple[str, ...], resume: bool,
+         scheduled: bool = False) -> int:
     from pipelines.run import run_stages, summary_line
     from runio.layout import RunPaths
 
@@ -67,6 +69,14 @@ def _run(args: argparse.Namespace, stages: tuple[str, ...], against: tuple[str, 
         raise ConfigError(f"--from-scratch restarts the train stage: corpusmill {args.command} runs it only with "
                           f"--train")
     paths = RunPaths.of(cfg)
+    if scheduled:  # refresh honours train.schedule: wait for a window, or exit 75
+        from trainer_bridge.schedule import SystemClock, refresh_gate
+
+        code = refresh_gate(cfg.train.schedule, SystemClock(), lambda line: print(
+            f"corpusmill {args.command}: {line}", file=sys.stderr if cfg.train.schedule.outside == "exit"
+            else sys.stdout, flush=True))
+        if code is not None:
+            return code
     print(f"corpusmill {args.command}: run {cfg.name} → {paths}", flush=True)
     try:
         manifest = run_stages(cfg, stages, against=against, resume=resume, overwrite=args.overwrite,
@@ -182,7 +192,7 @@ def register(subparsers) -> None:
                          help="then train and report too (with train.init_from: RUN_DIR, training continues from "
                               "that run's last checkpoint on the new shards)")
     refresh.set_defaults(handler=lambda a: _run(a, ALL_STAGES if a.train else DATA_STAGES, tuple(a.against),
-                                                resume=False), accepts_beam_args=True)
+                                                resume=False, scheduled=True), accepts_beam_args=True)
 
     run = subparsers.add_parser("run", help="raw corpus to trained model and report: clean → shards → train → "
                                             "report, resuming after a crash from the last completed stage")

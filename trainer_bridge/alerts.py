@@ -310,11 +310,19 @@ class AlertMonitor:
         return mark_paused(self.paths, alert, self.clock())
 
 
-def mark_paused(run_dir: RunPaths | str | os.PathLike, alert: Alert | None = None, now: float | None = None) -> float:
+def mark_paused(run_dir: RunPaths | str | os.PathLike, alert: Alert | None = None, now: float | None = None, *,
+                reason: str | None = None, until: float | None = None, resume: str | None = None) -> float:
+    """Write ``train/PAUSED``: when, why (the alert, or ``reason``), until when (``until``, epoch seconds, for a
+    pause that ends by itself: the schedule's) and how it ends (``resume``; default: the resume command)."""
     now = time.time() if now is None else now
     paths = run_paths(run_dir)
     info = {"paused_at": now, "alert": alert.to_dict() if alert else None,
-            "resume": f"corpusmill resume {paths}  (or create {resume_signal(paths)})"}
+            "resume": resume or f"corpusmill resume {paths}  (or create {resume_signal(paths)})"}
+    if reason is not None:
+        info["reason"] = reason
+    if until is not None:
+        info["until"] = until
+        info["until_utc"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(until))
     write_json(paths.paused, info)
     return now
 

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trainer_bridge.alerts import AlertsConfig
 from trainer_bridge.monitoring import MonitoringConfig
+from trainer_bridge.schedule import ScheduleConfig
 
 
 class _Strict(BaseModel):
@@ -225,6 +226,7 @@ class TrainConfig(_Strict):
     monitoring: MonitoringConfig = MonitoringConfig()
     alerts: AlertsConfig = AlertsConfig()
     distill: DistillConfig | None = None
+    schedule: ScheduleConfig = ScheduleConfig()
     device: str = Field("auto", pattern=r"^[a-z][a-z0-9_]*$",
                         description="auto (the available accelerator, else cpu), cpu, or an accelerator type: "
                                     "cuda (also ROCm), xpu, mps, npu, ... (trainer_bridge/device.py)")

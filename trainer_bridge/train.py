@@ -12,6 +12,7 @@ Components (each owns its cadence and its files; ``Trainer.fit`` only calls them
     Sampler (validate.py)           greedy samples from fixed prompts every ``eval.sample_interval`` steps
     CheckpointManager (checkpoint)  saves every ``checkpoint.interval`` steps, resume, rollback target, init_from
     AlertCheck (alerts.py)          alert rules on rank 0, the action agreed by all ranks, pause/stop
+    ScheduleCheck (schedule.py)     outside train.schedule's windows: checkpoint, pause, resume at the next one
     RecoveryTracker (recovery.py)   recovery time after a torchrun restart (recovery.jsonl)
     TrainHooks (here)               observation and fault injection for tests and tools; no production use
 
@@ -43,6 +44,7 @@ from trainer_bridge.outcomes import TrainConfigError
 from trainer_bridge.parallelize import ModelParts, build_mesh, build_model, global_grad_norm, scale_grads, zero_grads
 from trainer_bridge.precision import DynamicLossScaler, compute_context
 from trainer_bridge.recovery import RecoveryTracker
+from trainer_bridge.schedule import Clock, ScheduleCheck, SystemClock
 from trainer_bridge.moe import step_stats as moe_step_stats
 from trainer_bridge.tensor_parallel import cross_entropy_sum
 from trainer_bridge.validate import Sampler, Validator
@@ -260,9 +262,10 @@ def run_identity(cfg: TrainConfig, paths: RunPaths) -> RunIdentity:
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, paths: RunPaths, *, hooks: TrainHooks | None = None,
-                 shards_verified: bool = False):
+                 shards_verified: bool = False, clock: Clock | None = None):
         """``shards_verified``: the launcher has already checked the shards as ``train.verify_shards`` asks (once
-        per run, not once per rank); only the reader's own checks run here."""
+        per run, not once per rank); only the reader's own checks run here. ``clock``: what the schedule windows
+        are judged by (default: the system's)."""
         self.paths = paths
         self.hooks = hooks or TrainHooks()
         self.runtime = runtime = devices.init_runtime(cfg.device, cfg.collective_timeout_s, cfg.connect_timeout_s)
@@ -304,6 +307,10 @@ class Trainer:
                                  agree=self._most_severe_on_any_rank,
                                  checkpoint=lambda: self.checkpoints.save_now(self.progress.step), say=say)
         self.recovery = RecoveryTracker(paths, is_main=runtime.is_main, say=say)
+        self.schedule = ScheduleCheck(cfg.schedule, paths, clock=clock or SystemClock(),
+                                      agree=self._most_severe_on_any_rank,
+                                      checkpoint=lambda: self.checkpoints.save_now(self.progress.step),
+                                      events=self.result.events, say=say, is_main=runtime.is_main)
 
     # -- the loop -----------------------------------------------------------------------------------------
     def fit(self) -> TrainResult:
@@ -314,6 +321,7 @@ class Trainer:
         self.monitor.start()
         self.metrics.start(loader, first_step=progress.step)
         try:
+            self.schedule.before_start(progress.step)
             while progress.step < cfg.steps:
                 step = progress.step
                 batch = next(loader)
@@ -337,8 +345,10 @@ class Trainer:
                     break
                 if self.hooks.should_stop(progress.step):
                     break
+                if progress.step < cfg.steps:
+                    self.schedule.check(progress.step)
         finally:
-            for component in (self.monitor, self.alerts, loader, self.checkpoints, self.metrics):
+            for component in (self.monitor, self.alerts, loader, self.checkpoints, self.metrics, self.schedule):
                 component.close()
         return self._finish(loader)
 
@@ -523,7 +533,7 @@ class Trainer:
 
 
 def train(cfg: TrainConfig, paths: RunPaths, *, hooks: TrainHooks | None = None,
-          shards_verified: bool = False) -> TrainResult:
+          shards_verified: bool = False, clock: Clock | None = None) -> TrainResult:
     """Train in this process (one rank of a torchrun job, or alone) on ``paths.shards``, writing under
-    ``paths.train``. The process group is left initialized."""
-    return Trainer(cfg, paths, hooks=hooks, shards_verified=shards_verified).fit()
+    ``paths.train``. The process group is left initialized. ``clock``: for the schedule windows (tests)."""
+    return Trainer(cfg, paths, hooks=hooks, shards_verified=shards_verified, clock=clock).fit()
