@@ -47,6 +47,9 @@ def test_tier_config_names_the_field():
         CheckpointConfig(tiers=[{}, {"keep_last": 3}])
     with pytest.raises(ValidationError, match="keep_last"):
         CheckpointConfig(tiers=[{}, {"path": "/d", "keep_last": 0}])
+    with pytest.raises(ValidationError, match=r"tiers\.1\.path[\s\S]*no fsspec file system for 'nosuchfs'"):
+        CheckpointConfig(tiers=[{}, {"path": "nosuchfs://bucket/x"}])
+    assert CheckpointConfig(tiers=[{}, {"path": "memory://durable"}]).durable_tiers[0].path == "memory://durable"
 
 
 def test_fast_tier_lost_or_durable_copy_damaged(shards, tmp_path, monkeypatch):
@@ -116,3 +119,28 @@ def test_a_copy_damaged_in_transit_is_not_kept(tmp_path):
     assert uploader.failures == 1 and "not copied" in said[0]
     assert not list((tmp_path / "fast").glob("*.uploading-*"))
     assert (second / CHECKSUMS).exists()  # the fast tier's own copy is untouched
+
+
+def test_a_uri_tier_through_fsspec(tmp_path):
+    """The same protocol on a non-local fsspec file system (memory://, as s3:// would be)."""
+    import fsspec
+
+    source = fake_checkpoint(tmp_path / "fast", "step-00000002")
+    newer = fake_checkpoint(tmp_path / "fast", "step-00000004")
+    uri = f"memory://tiers-{tmp_path.name}/run/checkpoints"
+    tier = DurableTier(uri, keep_last=1)
+    tier.upload(source, "step-00000002")
+    tier.upload(newer, "step-00000004")
+    assert tier.names() == ["step-00000004"]  # keep_last 1: the older one pruned
+    fresh = DurableTier(uri)  # another process: nothing verified yet
+    assert fresh.problem("step-00000004") is None
+    fs, root = fsspec.core.url_to_fs(uri)
+    blob = f"{root}/step-00000004/__0_0.distcp"
+    data = bytearray(fs.cat_file(blob))
+    data[100] ^= 1
+    fs.pipe_file(blob, bytes(data))
+    assert DurableTier(uri).problem("step-00000004") == "__0_0.distcp does not match its checksum"
+    fs.pipe_file(blob, (newer / "__0_0.distcp").read_bytes())
+    restored = DurableTier(uri).download("step-00000004", tmp_path / "lost")
+    assert (restored / "__0_0.distcp").read_bytes() == (newer / "__0_0.distcp").read_bytes()
+    assert (tmp_path / "lost" / LATEST).read_text().strip() == "step-00000004"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from trainer_bridge.alerts import AlertsConfig
 from trainer_bridge.monitoring import MonitoringConfig
@@ -136,6 +136,20 @@ class CheckpointTier(_Strict):
     keep_last: int = Field(2, ge=1, description="sound checkpoints kept on this tier")
     every: int = Field(1, ge=1, description="durable tiers: copy the checkpoints whose step is a multiple of "
                                             "every × interval, and the final one (and one saved before a pause)")
+
+    @field_validator("path")
+    @classmethod
+    def _known_protocol(cls, value: str | None) -> str | None:
+        """A URI's protocol must have an fsspec implementation here (fsspec itself comes with torch)."""
+        if value is not None and "://" in value:
+            import fsspec
+
+            protocol = value.split("://", 1)[0]
+            try:
+                fsspec.get_filesystem_class(protocol)
+            except (ValueError, ImportError) as error:
+                raise ValueError(f"{value}: no fsspec file system for {protocol!r} here ({error})") from None
+        return value
 
 
 class CheckpointConfig(_Strict):

@@ -211,18 +211,25 @@ def restore_from_durable(cfg: CheckpointConfig, paths: RunPaths, say: Callable[[
     local = newest_sound_local(paths.checkpoints) or ""
     best: tuple[DurableTier, str] | None = None
     for tier in durable_tiers(cfg, paths):
-        for name in tier.names():
-            if name <= local or (best is not None and name <= best[1]):
-                break
-            problem = tier.problem(name)
-            if problem is None:
-                best = (tier, name)
-                break
-            say(f"durable tier {tier.uri}: checkpoint {name} is damaged ({problem}); trying an older one")
+        try:
+            for name in tier.names():
+                if name <= local or (best is not None and name <= best[1]):
+                    break
+                problem = tier.problem(name)
+                if problem is None:
+                    best = (tier, name)
+                    break
+                say(f"durable tier {tier.uri}: checkpoint {name} is damaged ({problem}); trying an older one")
+        except OSError as error:  # an unreachable tier must not stop a resume the fast tier can do
+            say(f"durable tier {tier.uri}: not readable ({type(error).__name__}: {error}); not used for this resume")
     if best is None:
         return None
     tier, name = best
-    path = tier.download(name, paths.checkpoints)
+    try:
+        path = tier.download(name, paths.checkpoints)
+    except OSError as error:
+        say(f"durable tier {tier.uri}: {name} could not be restored ({error}); resuming from the fast tier")
+        return None
     say(f"restored {name} from the durable tier {tier.uri} (the fast tier's newest sound checkpoint: "
         f"{local or 'none'})")
     return path
