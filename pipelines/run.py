@@ -56,9 +56,12 @@ STAGE_KEYS = {
     "train": ("train",),
     "report": ("report",),
 }
-# Keys that change how fast a stage runs or how much it checks, never its outputs: not fingerprinted, so changing
-# one never invalidates a run (``train.verify_shards`` only decides how the trainer checks the shards it reads).
-SPEED_ONLY_KEYS = ("packing.encode_batch_docs", "packing.encode_batch_bytes", "train.verify_shards")
+# Keys that change how fast a stage runs, how much it checks, when training runs or where its checkpoints are
+# copied, never its outputs: not fingerprinted, so changing one never invalidates a run (``train.verify_shards``
+# only decides how the trainer checks the shards it reads).
+SPEED_ONLY_KEYS = ("packing.encode_batch_docs", "packing.encode_batch_bytes", "train.verify_shards",
+                   "train.schedule.windows", "train.schedule.timezone", "train.schedule.outside",
+                   "train.checkpoint.tiers")
 EMPTY_REASON = "no document survived cleaning"
 # `corpusmill train`'s exit codes for an expected failure (config, stopped by the guards, refused, not writable):
 # `run` ends with the same code and the trainer's reason in one line.
