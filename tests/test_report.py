@@ -421,6 +421,15 @@ def test_every_chart_draws_in_chromium(full_run, chromium, tmp_path):
     kl = chromium.execute_script("return document.getElementById('chart-distill').data.map(t => [t.name, t.y])")
     assert dict(kl)["KL to the teacher"] == pytest.approx([m["kl_loss"] for m in metrics])
 
+    # the cost section as the browser shows it: the kWh bars and the table's rows are cost.json's
+    cost = json.loads((full_run / "cost.json").read_text())
+    bars = chromium.execute_script("return document.getElementById('chart-cost').data[0]")
+    assert bars["x"] == list(cost["stages"]) and bars["y"] == pytest.approx([e["kwh"] for e in cost["stages"].values()])
+    shown = chromium.execute_script(
+        "return [...document.querySelectorAll('#cost-stages tbody tr')].map(r => r.innerText.split('\\t')[0])")
+    assert shown == [*cost["stages"], "total"]
+    assert chromium.execute_script("return document.getElementById('cost-stages').getBoundingClientRect().height") > 50
+
     # the checker must catch an empty chart: blank one chart's data and load the page again
     text = (full_run / "report.html").read_text(encoding="utf-8")
     data_at = re.search(r'Plotly\.newPlot\(\s*"chart-lr",\s*', text).end()
