@@ -186,3 +186,16 @@ def test_eval_per_domain_and_samples_under_fsdp2(workdir, tmp_path):
                         SamplingConfig(max_new_tokens=EVAL["eval"]["sample_tokens"], temperature=0.0), eos_ids=[2])
     assert [s["tokens"] for s in samples[-2:]] == [g.tokens for g in expected]
     assert best_checkpoint(paths.checkpoints) is not None
+
+
+def test_two_ranks_resume_from_the_durable_tier_and_pause_for_the_schedule(workdir):
+    """Issue 16 on two FSDP ranks: the fast tier deleted after step 5, resumed from the durable tier bit for bit;
+    three schedule pauses (checkpoints at steps 3, 6, 9; 23 hours each on the injected clock) change no loss."""
+    uninterrupted = load(workdir, "fsdp2", 2)[0]
+    for result in load(workdir, "tiers_resumed", 2):
+        assert result["resumed_from"] == "step-00000005"
+        assert result["losses"] == {s: uninterrupted["losses"][s] for s in map(str, range(5, 10))}
+    for result in load(workdir, "schedule_paused", 2):
+        assert result["losses"] == uninterrupted["losses"]
+        assert [e["step"] for e in result["events"] if e["event"] == "schedule pause"] == [3, 6, 9]
+        assert [e["step"] for e in result["events"] if e["event"] == "checkpoint"] == [3, 5, 6, 9, 10]

@@ -65,12 +65,13 @@ def write_result(workdir: Path, name: str, result, samples: SampleLog) -> None:
     (out / f"{name}.rank{rank()}.json").write_text(json.dumps(record, allow_nan=True))
 
 
-def run(workdir: Path, name: str, overrides: dict, hooks: TrainHooks | None = None, out_name: str | None = None):
+def run(workdir: Path, name: str, overrides: dict, hooks: TrainHooks | None = None, out_name: str | None = None,
+        clock=None):
     samples = SampleLog()
     hooks = hooks or TrainHooks()
     hooks.on_batch = samples
     paths = run_with_shards(workdir / "runs" / (out_name or name), workdir / "shards")
-    result = train(base_config(overrides), paths, hooks=hooks)
+    result = train(base_config(overrides), paths, hooks=hooks, clock=clock)
     write_result(workdir, name, result, samples)
     dist.barrier()
     return result
@@ -97,6 +98,45 @@ def copy_checkpoint(src_run: Path, step: int, dst_run: Path) -> None:
         shutil.copytree(RunPaths(src_run).checkpoints / step_dir_name(step), dst / step_dir_name(step))
         (dst / LATEST).write_text(step_dir_name(step) + "\n")
     dist.barrier()
+
+
+class StepClock:
+    """The schedule's clock on each rank: 22:00 UTC on 2026-12-01 at the start, 20 minutes per step; ``sleep``
+    jumps (the pause)."""
+
+    def __init__(self):
+        self.t = 1796162400.0  # 2026-12-01 22:00 UTC
+        self.slept: list[float] = []
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.t += seconds
+
+    def hooks(self) -> TrainHooks:
+        def on_step(step, record):
+            self.t += 20 * 60
+
+        return TrainHooks(on_step=on_step)
+
+
+def tiers_and_schedule(workdir: Path) -> None:
+    """Issue 16 on two FSDP ranks: the fast tier deleted after an interrupted run, resumed from the durable tier;
+    a one-hour window (three steps), paused with a checkpoint after steps 3, 6 and 9 and continued each next day
+    (both compared with fsdp2)."""
+    tiered = {"mesh": {"dp": 2}, "checkpoint": {"tiers": [{"keep_last": 3},
+                                                          {"path": str(workdir / "durable"), "keep_last": 3}]}}
+    run(workdir, "tiers_interrupted", tiered, hooks=TrainHooks(stop_after_step=5), out_name="tiers")
+    if rank() == 0:
+        shutil.rmtree(RunPaths(workdir / "runs" / "tiers").checkpoints)  # the fast tier is lost
+    dist.barrier()
+    run(workdir, "tiers_resumed", tiered, out_name="tiers")
+    clock = StepClock()
+    run(workdir, "schedule_paused", {"mesh": {"dp": 2}, "schedule": {"windows": ["22:00-23:00"]}},
+        hooks=clock.hooks(), clock=clock)
+    assert clock.slept == [23 * 3600] * 3, clock.slept  # three steps per window: pauses after 3, 6 and 9
 
 
 def two_ranks(workdir: Path) -> None:
@@ -135,6 +175,7 @@ def two_ranks(workdir: Path) -> None:
     # Evaluation during training under FSDP2: per-domain validation loss, samples (weights gathered on rank 0).
     train(base_config(merge(EVAL, {"mesh": {"dp": 2}})), RunPaths(workdir / "eval_fsdp2"))
     dist.barrier()
+    tiers_and_schedule(workdir)
 
 
 def four_ranks(workdir: Path) -> None:
