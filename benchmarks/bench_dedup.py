@@ -10,8 +10,9 @@ other in each repetition (A B C D A B C D ...), so that the shared machine's loa
 * ``datasketch``: datasketch 2.0 as its documentation recommends: ``MinHash(num_perm=128).update_batch`` over
   the document's shingles, ``MinHashLSH(threshold=0.8)``, candidates kept when their estimated Jaccard is
   >= 0.8, union-find; documents streamed (only the sketches are kept);
-* ``rensa``: rensa 0.5.0 (Rust, installed into this environment by the benchmark if missing, not a product
-  dependency): ``RMinHash(num_perm=128).update`` + ``RMinHashLSH(threshold=0.8, num_bands=16)``, candidates
+* ``rensa``: rensa 0.5.0 (Rust; not a product dependency: installed with ``pip install --target $RENSA_DIR``,
+  default ``/tmp/rensa_pkgs``, and put on ``sys.path`` only if that folder exists; the benchmark says so and
+  skips it when it is missing): ``RMinHash(num_perm=128).update`` + ``RMinHashLSH(threshold=0.8, num_bands=16)``, candidates
   verified with ``RMinHash.jaccard >= 0.8``, union-find; streamed the same way;
 * ``corpusmill dedup`` with its defaults (the in-memory path, which runs in one process);
 * ``corpusmill dedup --set near_dedup.mode=beam --workers 2`` (the distributed path on 2 local workers);
@@ -338,6 +339,7 @@ def run_baseline(method: str, data: str, out: str) -> None:
         def similar(a, b):
             return a.jaccard(b) >= 0.8
     elif method == "rensa":
+        _add_rensa_path()
         from rensa import RMinHash, RMinHashLSH
 
         lsh = RMinHashLSH(threshold=0.8, num_perm=128, num_bands=16)
@@ -478,12 +480,36 @@ def command(tail: list[str], data: str, out: str) -> list[str]:
     return [sys.executable, *tail[:3], data, "--out", out, *tail[3:]]
 
 
-def ensure_rensa() -> None:
+# rensa is a benchmark-only dependency, never the product's: installed outside the product environment, e.g.
+#   .venv/bin/python -m pip install --target /tmp/rensa_pkgs rensa==0.5.0
+# and found through $RENSA_DIR (default /tmp/rensa_pkgs), added to sys.path only if that folder exists.
+RENSA_DIR = os.environ.get("RENSA_DIR", "/tmp/rensa_pkgs")
+
+
+def _add_rensa_path() -> None:
+    if os.path.isdir(RENSA_DIR) and RENSA_DIR not in sys.path:
+        sys.path.append(RENSA_DIR)
+
+
+def rensa_available() -> bool:
+    _add_rensa_path()
     try:
         import rensa  # noqa: F401
     except ImportError:
-        print(f"bench_dedup: installing {RENSA} into this environment (benchmark only)", file=sys.stderr)
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", RENSA], check=True)
+        print(f"bench_dedup: rensa is MISSING (not importable, RENSA_DIR={RENSA_DIR}): the rensa rows are skipped. "
+              f"Install it outside the product environment: {sys.executable} -m pip install --target {RENSA_DIR} "
+              f"{RENSA}", file=sys.stderr)
+        return False
+    version = getattr(sys.modules["rensa"], "__version__", None)
+    if version is None:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("rensa")
+        except metadata.PackageNotFoundError:
+            version = "?"
+    print(f"bench_dedup: rensa {version} from {os.path.dirname(sys.modules['rensa'].__file__)}", file=sys.stderr)
+    return True
 
 
 # ---------------------------------------------------------------- profile (py-spy)
@@ -526,8 +552,15 @@ PROFILE_STAGES = [  # the innermost frame matching a pattern decides a sample's 
     ("Beam: graph construction", ["apply (", "_apply_internal", "to_runner_api", "from_runner_api", "expand (",
                                   "translations.py", "get_dofn_specs"]),
 ]
-_IDLE_LEAVES = ("wait (", "acquire (", "_wait_once (", "get (/root/", "_serve (", "channel_spin (", "select (",
-                "poll (", "_try_wait (", "sleep (", "_worker (/root/", "process ")
+# Leaf frames of threads that wait (py-spy counts some of them as active): locks, queues, polling, children.
+_IDLE_LEAVES = {"Condition.wait", "Event.wait", "Semaphore.acquire", "Queue.get", "wait", "_wait_once", "_try_wait",
+                "Popen.wait", "Popen._wait", "Popen._try_wait", "channel_spin", "_serve", "select", "poll", "sleep",
+                "acquire", "BaseSelector.select", "EpollSelector.select", "Thread.run",
+                "_run_channel_spin_thread.<locals>.channel_spin"}
+
+
+def _idle(frames: list[str]) -> bool:
+    return frames[-1].startswith("process ") or frames[-1].split(" (")[0] in _IDLE_LEAVES
 
 
 def _stage(frames: list[str]) -> str:
@@ -544,7 +577,7 @@ def profile_stages(raw_path: str) -> dict[str, float]:
     for line in open(raw_path, encoding="utf-8"):
         stack, _, n = line.rstrip("\n").rpartition(" ")
         frames = stack.split(";")
-        if not stack or frames[-1].startswith(_IDLE_LEAVES):
+        if not stack or _idle(frames):
             continue
         counts[_stage(frames)] += int(n)
     total = sum(counts.values()) or 1
@@ -649,7 +682,7 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="py-spy profile of corpusmill (both paths)")
     parser.add_argument("--out", default=str(OUT_DIR / "dedup.json"))
     args = parser.parse_args()
-    ensure_rensa()
+    have_rensa = rensa_available()
     sets = {}
     for name in args.sets.split(","):
         if name == "dev":
@@ -665,6 +698,8 @@ def main() -> int:
     if args.only:
         keep = set(args.only.split(","))
         chosen = [m for m in chosen if m[0] in keep]
+    if not have_rensa:
+        chosen = [m for m in chosen if m[0] != "rensa"]
     results = {"cpus": os.cpu_count(), "load_avg_start": os.getloadavg(), "sets": []}
     for name, data in sets.items():
         pairs = data.replace(".jsonl.gz", "_pairs.tsv.gz")

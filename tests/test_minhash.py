@@ -134,3 +134,116 @@ def test_simhash_bucket_keys_never_miss_a_pair_within_the_distance():
     assert len(simhash.bucket_keys(0, 6, 3)) == len(list(itertools.combinations(range(6), 3)))
     with pytest.raises(ValueError, match="max_distance"):
         simhash.bucket_keys(0, 3, 3)
+
+
+# ---------------------------------------------------------------- the vectorized shingle path, one-permutation MinHash
+
+EDGE_TEXTS = [
+    "", "a", "one two", "!!! ... ???", "Ｆｕｌｌ-width ＡＢＣ and 中文文本，mixed 混合カタカナ", "中文文本 linux 内核文档",
+    "ΟΔΟΣ ΚΑΙ ΣΟΦΙΑ Σ σ ς words", "İSTANBUL İi straße", "emoji 😀 and 𝐀𝐁𝐂 math and \U00020000 ext-B",
+    "ﬁne ﬂow … ① ㈱ words here", "cafe\u0301 combining e\u0301 marks", "한국어 텍스트 와 ᄒ\u1161 jamo",
+    "x\ny\nz w v u t s", "\u2028line sep words\u00a0nbsp", "under_score snake_case 42 3.14",
+    "\ufa6c\ufa6d 漢字 compat \uf900 and \u2f00 radicals",
+]
+
+
+def _reference_set(text, word_ngram=5, cjk_ngram=5):
+    units, by_chars = minhash.shingle_units(*minhash.tokenize(text))
+    return minhash.shingle_set(units, cjk_ngram if by_chars else word_ngram)
+
+
+def test_vectorized_shingle_sets_equal_the_reference_tokenizer():
+    import gzip
+    import json
+    from pathlib import Path
+
+    demo = Path(__file__).resolve().parents[1] / "data/demo/corpus.jsonl.gz"
+    with gzip.open(demo, "rt", encoding="utf-8") as fh:
+        texts = [json.loads(line)["text"] for line in fh][:400]
+    texts += EDGE_TEXTS
+    random.Random(4).shuffle(texts)  # mixed batches: ASCII, accented, CJK and special texts side by side
+    for word_ngram, cjk_ngram in ((5, 5), (3, 2), (1, 7)):
+        hasher = minhash.ShingleHasher(word_ngram, cjk_ngram)
+        got = hasher.shingle_sets(texts)
+        for text, shingles in zip(texts, got):
+            assert np.array_equal(shingles, _reference_set(text, word_ngram, cjk_ngram)), text[:80]
+        assert all(np.array_equal(hasher.shingle_set(t), s) for t, s in zip(texts[:30], got[:30]))  # batch == one
+
+
+def test_word_hashes_are_the_same_inside_a_text_and_alone():
+    tokens = minhash.tokenize("Augmented assignment, augmented ASSIGNMENT: one two")[0]
+    assert tokens == ["augmented", "assignment", "augmented", "assignment", "one", "two"]
+    hashes = minhash.word_hashes(tokens)
+    assert hashes[0] == hashes[2] and hashes[1] == hashes[3] and len(set(hashes.tolist())) == 4
+    assert minhash.word_hashes(["one"])[0] == hashes[4]
+
+
+def test_one_permutation_estimate_is_unbiased_and_as_tight_as_k_permutations():
+    """Over many random pairs: the one-permutation estimate's bias is near 0 and its spread no wider than that
+    of 128 independent permutations (datasketch's scheme), for long sets and for sets shorter than 128."""
+    rng = np.random.default_rng(2)
+    for size in (40, 300, 3000):
+        for overlap in (0.5, 0.9):
+            errors = {"oph": [], "affine32": []}
+            for trial in range(30):
+                universe = rng.integers(0, 2**32, 4 * size, dtype=np.uint64).astype(np.uint32)
+                k = int(size * overlap)
+                a = np.unique(universe[:size])
+                b = np.unique(np.concatenate([universe[:k], universe[size:2 * size - k]]))
+                exact = minhash.exact_jaccard(a, b)
+                for scheme in errors:
+                    hasher = minhash.make_hasher(128, trial + 1, scheme)
+                    sig = hasher.signatures([a, b])
+                    errors[scheme].append(minhash.estimated_jaccard(sig[0], sig[1]) - exact)
+            oph, k_perm = np.array(errors["oph"]), np.array(errors["affine32"])
+            assert abs(oph.mean()) < 0.03, (size, overlap, oph.mean())
+            assert np.sqrt((oph ** 2).mean()) <= 1.3 * np.sqrt((k_perm ** 2).mean()) + 0.01, (size, overlap)
+
+
+def test_one_permutation_signatures_are_deterministic_seeded_and_batch_independent():
+    rng = np.random.default_rng(3)
+    sets = [np.unique(rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)) for n in (1, 5, 127, 900)]
+    hasher = minhash.OnePermutationHasher(128, seed=1)
+    batch = hasher.signatures(sets)
+    assert all(np.array_equal(hasher.signature(s), row) for s, row in zip(sets, batch))
+    assert np.array_equal(minhash.OnePermutationHasher(128, seed=1).signatures(sets), batch)
+    assert not np.array_equal(minhash.OnePermutationHasher(128, seed=2).signatures(sets), batch)
+    assert len(set(batch[0].tolist())) == 1  # one shingle: every bin densified from the only one
+    # identical sets agree everywhere, sets sharing nothing (almost) nowhere, however short
+    assert minhash.estimated_jaccard(hasher.signature(sets[1]), hasher.signature(sets[1].copy())) == 1.0
+    other = (sets[1].astype(np.uint64) + 1).astype(np.uint32)
+    assert minhash.estimated_jaccard(hasher.signature(sets[1]), hasher.signature(other)) < 0.1
+
+
+def test_datasketch_compatible_mode_gives_datasketchs_signature_end_to_end():
+    from transforms.near_dedup.core import NearDedupConfig, SketchBuilder
+
+    cfg = NearDedupConfig(scheme="affine32", shingle_hash="sha1", seed=5, num_perm=64)
+    sketch = SketchBuilder(cfg).sketch({"id": 1, "text": TEXT + " Ｆｕｌｌ width and more words here"})
+    reference = MinHash(num_perm=64, seed=5)
+    tokens, _ = minhash.tokenize(TEXT + " Ｆｕｌｌ width and more words here")
+    reference.update_batch([s.encode("utf-8") for s in _shingles_py(tokens, 5)])
+    assert np.array_equal(sketch.signature, reference.hashvalues)
+
+
+def test_band_key_matrix_packs_band_index_and_hash():
+    rng = np.random.default_rng(5)
+    sigs = rng.integers(0, 2**32, (50, 128), dtype=np.uint64).astype(np.uint32)
+    sigs[1] = sigs[0]
+    sigs[2, :9] = sigs[0, :9]  # agrees with document 0 on band 0 only
+    keys = minhash.band_key_matrix(sigs, 14, 9)
+    assert keys.dtype == np.int64 and keys.shape == (50, 14)
+    assert np.array_equal(keys[0], keys[1]) and keys[0, 0] == keys[2, 0] and not (keys[0, 1:] == keys[2, 1:]).any()
+    assert ((keys.view(np.uint64) >> np.uint64(64 - minhash.BAND_BITS)) == np.arange(14, dtype=np.uint64)).all()
+    assert minhash.band_keys(sigs[3], 14, 9) == keys[3].tolist()
+    assert len(np.unique(keys[3:, 5])) == 47  # different bands' contents: different keys
+
+
+def test_exact_jaccard_of_sorted_sets_equals_set_arithmetic():
+    rng = random.Random(6)
+    for _ in range(50):
+        a = sorted(rng.sample(range(1000), rng.randint(0, 80)))
+        b = sorted(rng.sample(range(1000), rng.randint(0, 80)))
+        expected = len(set(a) & set(b)) / len(set(a) | set(b)) if a and b else 0.0
+        got = minhash.exact_jaccard(np.array(a, dtype=np.uint32), np.array(b, dtype=np.uint32))
+        assert got == pytest.approx(expected)

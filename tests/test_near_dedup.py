@@ -15,7 +15,8 @@ import pytest
 
 from transforms.near_dedup import minhash
 from transforms.near_dedup.core import (
-    Decision, NearDedupConfig, SketchBuilder, dedup_in_memory, resolve_component, star_edges,
+    Decision, NearDedupConfig, SimilarityCache, SketchBuilder, component_labels, connected_components,
+    dedup_in_memory, resolve_component, star_edge_arrays, star_edges, verify_edge_arrays,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,6 +128,62 @@ def test_bucket_edges_are_a_linear_star_even_for_a_hot_bucket():
     mixed = [((0, 0.0, 7), 7, True), ((0, 0.0, 9), 9, True), ((1, 0.0, 3), 3, False), ((1, 0.0, 5), 5, False)]
     assert sorted(star_edges(mixed)) == [(7, 3), (7, 5), (9, 3)]
     assert list(star_edges([((0, 0.0, 1), 1, True), ((0, 0.0, 2), 2, True)])) == []
+
+
+def test_vectorized_star_edges_equal_the_per_bucket_stars():
+    rng = np.random.default_rng(7)
+    for trial in range(20):
+        n, bands = int(rng.integers(2, 60)), int(rng.integers(1, 6))
+        keys = rng.integers(0, int(rng.integers(2, 12)), (n, bands))  # few distinct keys: many shared buckets
+        old = rng.random(n) < (0.3 if trial % 2 else 0.0)
+        order = sorted(range(n), key=lambda i: (not old[i], i))  # rank order: old documents first
+        keys, old = keys[order], old[order]
+        a, b = star_edge_arrays(keys, old)
+        expected = set()
+        for band in range(bands):
+            for key in np.unique(keys[:, band]):
+                members = [((0 if old[i] else 1, 0.0, i), i, bool(old[i])) for i in np.flatnonzero(keys[:, band] == key)]
+                expected |= {tuple(sorted(e)) for e in star_edges(members)}
+        assert {tuple(sorted(e)) for e in zip(a.tolist(), b.tolist())} == expected
+        assert len(a) == len(set(zip(a.tolist(), b.tolist())))  # distinct
+
+
+def test_array_components_equal_union_find():
+    rng = random.Random(8)
+    for _ in range(20):
+        n = rng.randint(2, 300)
+        edges = [(rng.randrange(n), rng.randrange(n)) for _ in range(rng.randint(0, 2 * n))]
+        labels = component_labels(n, np.array([e[0] for e in edges], dtype=np.int64),
+                                  np.array([e[1] for e in edges], dtype=np.int64))
+        reference = connected_components(edges)
+        assert all(labels[node] == root for node, root in reference.items())
+        assert all(labels[i] == i for i in range(n) if i not in reference)
+
+
+@pytest.mark.parametrize("scheme", ["oph", "affine32"])
+def test_estimates_settle_only_clear_edges_and_never_change_a_decision(scheme):
+    cfg = NearDedupConfig(scheme=scheme, lsh_threshold=0.5)  # many candidates far from the threshold
+    texts, _ = family_corpus(n_originals=30, copies=3, seed=9)
+    ordered = sorted(sketches_of(as_docs(texts), cfg), key=lambda s: s.rank)
+    signatures = np.stack([s.signature for s in ordered])
+    from transforms.near_dedup.core import bucket_key_matrix
+
+    a, b = star_edge_arrays(bucket_key_matrix(signatures, cfg), np.zeros(len(ordered), dtype=bool))
+    cache = SimilarityCache(cfg)
+    kept = verify_edge_arrays(ordered, signatures, a, b, cfg, cache)
+    exact = np.array([minhash.exact_jaccard(ordered[i].shingles, ordered[j].shingles) >= cfg.threshold
+                      for i, j in zip(a, b)])
+    assert np.array_equal(kept, exact)
+    assert 0 < cache.computed < len(a)  # the exact Jaccard was needed for some edges only
+
+
+def test_duplicate_ids_are_refused_on_the_in_memory_path():
+    from transforms.near_dedup.beam import _resolve_all
+
+    cfg = NearDedupConfig()
+    sketch = sketches_of(as_docs(["some words that make a few shingles here"]), cfg)[0]
+    with pytest.raises(ValueError, match="occurs more than once"):
+        list(_resolve_all((0, [sketch.to_wire(), sketch.to_wire()]), cfg, False))
 
 
 def _chain_family(rng: random.Random) -> list[str]:

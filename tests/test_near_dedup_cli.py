@@ -49,3 +49,18 @@ def test_dedup_command_reports_bad_settings_by_name(tmp_path, capsys):
     assert code == 2 and "missing.jsonl" in capsys.readouterr().err
     code = main(["dedup", str(tmp_path / "in.jsonl.gz"), "--out", str(tmp_path / "o.jsonl"), "--set", "quality.x=1"])
     assert code == 2 and "near_dedup.KEY" in capsys.readouterr().err
+
+
+def test_the_in_memory_path_runs_in_this_process_and_the_beam_path_on_workers():
+    from argparse import Namespace
+
+    from cli.dedup import _local_runner
+    from transforms.near_dedup import NearDedup, NearDedupConfig
+
+    args = Namespace(runner="direct", workers=None)
+    assert _local_runner(NearDedup(NearDedupConfig(), input_bytes=10_000), args) == ("inprocess", 1)
+    assert _local_runner(NearDedup(NearDedupConfig(mode="beam"), input_bytes=10_000), args) == ("direct", None)
+    big = NearDedup(NearDedupConfig(memory_max_input_bytes=100), input_bytes=10_000)  # auto → beam
+    assert _local_runner(big, args) == ("direct", None)
+    assert _local_runner(NearDedup(NearDedupConfig(), input_bytes=10), Namespace(runner="direct", workers=2)) == (
+        "direct", 2)  # an explicit --workers is kept

@@ -39,9 +39,9 @@ class _SketchFn(StepFn):
     Documents are buffered and sketched ``SKETCH_BATCH`` at a time (flushed when full and at the end of each
     bundle); every document keeps its own window and timestamp."""
 
-    def __init__(self, cfg: NearDedupConfig, bands: bool = False, batch_size: int = SKETCH_BATCH):
+    def __init__(self, cfg: NearDedupConfig, bands: bool = False, docs: bool = True, batch_size: int = SKETCH_BATCH):
         super().__init__(STEP_NAME)
-        self._cfg, self._bands, self._batch_size = cfg, bands, batch_size
+        self._cfg, self._bands, self._docs, self._batch_size = cfg, bands, docs, batch_size
         self._no_tokens = Metrics.counter(STEP_NAME, "docs_without_tokens")
         self._buffer: list = []
 
@@ -83,20 +83,21 @@ class _SketchFn(StepFn):
                     for key in keys[row]:
                         yield beam.pvalue.TaggedOutput(BANDS, WindowedValue((key, member), timestamp, windows))
                 row += 1
-            yield WindowedValue((int(doc["id"]), doc), timestamp, windows)
+            if self._docs:
+                yield WindowedValue((int(doc["id"]), doc), timestamp, windows)
 
 
 class Sketch(beam.PTransform):
-    """Documents → ``.docs`` ``(id, doc)``, ``.sketches`` ``(id, sketch tuple)`` (none for a tokenless
-    document) and, with ``bands=True``, ``.bands`` ``(bucket key, (rank, id, False))``."""
+    """Documents → ``.sketches`` ``(id, sketch tuple)`` (none for a tokenless document), with ``docs=True``
+    ``.docs`` ``(id, doc)`` and with ``bands=True`` ``.bands`` ``(bucket key, (rank, id, False))``."""
 
-    def __init__(self, cfg: NearDedupConfig, bands: bool = False):
+    def __init__(self, cfg: NearDedupConfig, bands: bool = False, docs: bool = True):
         super().__init__()
-        self.cfg, self.bands = cfg, bands
+        self.cfg, self.bands, self.docs = cfg, bands, docs
 
     def expand(self, docs):
-        return docs | "Sketch" >> beam.ParDo(_SketchFn(self.cfg, self.bands)).with_outputs(SKETCHES, BANDS,
-                                                                                             main=DOCS)
+        return docs | "Sketch" >> beam.ParDo(_SketchFn(self.cfg, self.bands, self.docs)).with_outputs(
+            SKETCHES, BANDS, main=DOCS)
 
 
 def _join_old(element, cfg: NearDedupConfig):
@@ -166,22 +167,30 @@ def _probe_from_center(element):
 
 
 def _verify_probes(element, cfg: NearDedupConfig, counter):
+    """At the second end: verify each probe; emit the verified edges, and on ``verified_sketches`` the sketches
+    of both ends (the components are resolved from these, so only near-duplicates' sketches travel further)."""
     doc_id, groups = element
     sketches = list(groups["sketch"])
     if not sketches:
         return
     member = SketchData.from_wire(sketches[0])
+    verified = False
     for wire in groups["probes"]:
         center = SketchData.from_wire(wire)
         if verify_edge(center, member, cfg):
+            verified = True
             yield center.id, doc_id
+            yield beam.pvalue.TaggedOutput("verified_sketches", (center.id, wire))
         else:
             counter.inc()
+    if verified:
+        yield beam.pvalue.TaggedOutput("verified_sketches", (doc_id, sketches[0]))
 
 
 class VerifiedEdges(beam.PTransform):
-    """``{"sketches", "edges"}`` → the distinct candidate edges whose two documents are similar enough (two
-    joins: the first end's sketch travels to the second end; estimates settle the clear cases)."""
+    """``{"sketches", "edges"}`` → ``.edges``: the distinct candidate edges whose two documents are similar
+    enough, and ``.sketches``: the sketches of their ends (repeated ids are harmless). Two joins: the first end's
+    sketch travels to the second end; estimates settle the clear cases."""
 
     def __init__(self, cfg: NearDedupConfig):
         super().__init__()
@@ -195,11 +204,13 @@ class VerifiedEdges(beam.PTransform):
             | "JoinCenters" >> beam.CoGroupByKey()
             | "ProbeFromCenter" >> timed(STEP_NAME, _probe_from_center)
         )
-        return (
+        verified = (
             {"sketch": sketches, "probes": probes}
             | "JoinMembers" >> beam.CoGroupByKey()
-            | "VerifyEdges" >> timed(STEP_NAME, _verify_probes, self.cfg, rejected)
+            | "VerifyEdges" >> timed(STEP_NAME, _verify_probes, self.cfg, rejected).with_outputs(
+                "verified_sketches", main="edges")
         )
+        return verified
 
 
 def _both_directions(edge):
@@ -355,8 +366,9 @@ class DistributedDecisions(beam.PTransform):
         sketches = inputs["sketches"]
         edges = inputs["bands"] | "CandidateEdges" >> CandidateEdges()
         verified = {"sketches": sketches, "edges": edges} | "VerifiedEdges" >> VerifiedEdges(self.cfg)
-        labels = verified | "ConnectedComponents" >> ConnectedComponents(self.cfg.cc_max_rounds)
-        return {"sketches": sketches, "labels": labels} | "VerifiedStars" >> VerifiedStars(self.cfg)
+        labels = verified.edges | "ConnectedComponents" >> ConnectedComponents(self.cfg.cc_max_rounds)
+        return ({"sketches": verified.verified_sketches, "labels": labels}
+                | "VerifiedStars" >> VerifiedStars(self.cfg))
 
 
 # ---------------------------------------------------------------- the in-memory path
@@ -407,16 +419,16 @@ class DedupInMemory(beam.PTransform):
 
 
 class _DecideWithSideInputFn(StepFn):
-    """``(id, doc)`` and every decision as a side input (the in-memory path: they fit one worker anyway) →
-    ``(doc, reason)``: the documents need no shuffle."""
+    """A document and every decision as a side input (the in-memory path: they fit one worker anyway) →
+    ``(doc, reason)``. The documents are read again from the step's input: they are neither re-keyed nor
+    shuffled."""
 
     def __init__(self):
         super().__init__(STEP_NAME)
 
-    def process(self, element, decisions):
+    def process(self, doc, decisions):
         started = time.perf_counter()
-        doc_id, doc = element
-        reason = decide(doc, decisions.get(doc_id))
+        reason = decide(doc, decisions.get(int(doc["id"])))
         self.busy(time.perf_counter() - started)
         yield doc, reason
 
@@ -485,15 +497,14 @@ class NearDedupDecide(beam.PTransform):
         # Band keys are needed by the distributed path only (the in-memory path keys its signature matrix);
         # without earlier runs' indexes they are emitted by the sketching step itself.
         emit_bands = self.path != "memory" and not self.against_dirs
-        sketched = docs | "Sketch" >> Sketch(cfg, bands=emit_bands)
+        sketched = docs | "Sketch" >> Sketch(cfg, bands=emit_bands, docs=self.path != "memory")
         if self.against_dirs:
             sketches, bands = sketched[SKETCHES] | "SketchesAndBands" >> SketchesAndBands(cfg, self.against_dirs)
         else:
             sketches, bands = sketched[SKETCHES], sketched[BANDS]
         if self.path == "memory":  # the documents take the decisions as a side input: no shuffle of documents
             resolved = sketches | "DedupInMemory" >> DedupInMemory(cfg, with_index=bool(self.index_out_dir))
-            decided = sketched[DOCS] | "Decide" >> beam.ParDo(_DecideWithSideInputFn(),
-                                                               beam.pvalue.AsDict(resolved.decisions))
+            decided = docs | "Decide" >> beam.ParDo(_DecideWithSideInputFn(), beam.pvalue.AsDict(resolved.decisions))
             index = resolved
         else:
             if self.path == "beam":

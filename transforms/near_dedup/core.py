@@ -96,7 +96,7 @@ class NearDedupConfig(BaseModel):
         200_000_000, ge=0, description="auto, when the caller passes the input size: the in-memory path up to this "
                                        "many input bytes (files as stored, plus earlier runs' index files), decided "
                                        "when the graph is built, which spares the run-time routing")
-    cc_max_rounds: int = Field(2, ge=0, le=64, description="large-star/small-star rounds of the Beam path; the "
+    cc_max_rounds: int = Field(1, ge=0, le=64, description="large-star/small-star rounds of the Beam path; the "
                                                            "few edges still crossing labels afterwards are merged "
                                                            "on one worker (exact components for any value)")
 
@@ -397,14 +397,16 @@ class _ComponentSimilarity:
     similarity is computed up front (estimates are cheap).
     """
 
-    def __init__(self, ordered: Sequence[Sketch], cfg: NearDedupConfig, cache: Optional[SimilarityCache] = None):
+    def __init__(self, ordered: Sequence[Sketch], cfg: NearDedupConfig, cache: Optional[SimilarityCache] = None,
+                 signatures: Optional[np.ndarray] = None):
         self.ordered, self.cfg = ordered, cfg
         self.cache = cache or SimilarityCache(cfg)
         self.floor = similarity_floor(cfg) - 1e-12
         n = len(ordered)
         self.lazy = _estimates_decide(cfg)
         if self.lazy:
-            signatures = np.stack([s.signature for s in ordered])
+            if signatures is None:
+                signatures = np.stack([s.signature for s in ordered])
             estimates = np.stack([(signatures == signatures[i]).mean(axis=1) for i in range(n)])
             sizes = np.array([len(s.shingles) for s in ordered])
             reliable = _reliable(sizes[:, None], sizes[None, :], cfg)
@@ -452,8 +454,8 @@ def _resolve_pair(ordered: Sequence[Sketch], cfg: NearDedupConfig, cache: Simila
     return sorted([removed, Decision(first.id, first.id, 1.0, False, 2)])
 
 
-def resolve_component(members: Sequence[Sketch], cfg: NearDedupConfig,
-                      cache: Optional[SimilarityCache] = None) -> list[Decision]:
+def resolve_component(members: Sequence[Sketch], cfg: NearDedupConfig, cache: Optional[SimilarityCache] = None,
+                      signatures: Optional[np.ndarray] = None) -> list[Decision]:
     """Star resolution of one connected component: decisions for its new documents.
 
     Documents of earlier runs are kept first; a new document similar enough to one of them is removed for the
@@ -463,15 +465,18 @@ def resolve_component(members: Sequence[Sketch], cfg: NearDedupConfig,
     ones; ties: rank order); ``"rank"`` chooses
     the first in rank order (the smallest id, or the highest quality). Either way every removed document meets
     the threshold against the document kept for it (exactly, with ``verify="exact"``). Components above
-    ``degree_max_component`` use the linear-memory rank rule.
+    ``degree_max_component`` use the linear-memory rank rule. ``signatures``: the members' signature rows when
+    the members are given in rank order already (spares stacking them again).
     """
     cache = cache or SimilarityCache(cfg)
     ordered = sorted(members, key=lambda s: s.rank)
+    if signatures is not None and any(a is not b for a, b in zip(ordered, members)):
+        signatures = None
     if len(ordered) == 2:
         return _resolve_pair(ordered, cfg, cache)
     if len(ordered) > cfg.degree_max_component:
         return _resolve_incremental(ordered, cfg, cache)
-    sims = _ComponentSimilarity(ordered, cfg, cache)
+    sims = _ComponentSimilarity(ordered, cfg, cache, signatures)
     old = np.array([s.old for s in ordered])
     unassigned = ~old
     decisions: list[Decision] = []
@@ -605,7 +610,8 @@ def dedup_in_memory(sketches: Iterable[Sketch], cfg: NearDedupConfig) -> list[De
     bounds = np.flatnonzero(np.diff(labels[nodes])) + 1
     decisions: list[Decision] = []
     for component in np.split(nodes, bounds) if len(nodes) else []:
-        decisions.extend(resolve_component([ordered[i] for i in component.tolist()], cfg, cache))
+        decisions.extend(resolve_component([ordered[i] for i in component.tolist()], cfg, cache,
+                                           signatures[component]))
     return sorted(decisions)
 
 

@@ -101,6 +101,7 @@ def shingle_units(tokens: list[str], n_cjk: int) -> tuple[list[str], bool]:
 # ---------------------------------------------------------------- code-point classes
 
 _WORD, _CJK = 1, 2
+_NOT_SIMPLE = 4
 _ASCII_LOWER = np.frombuffer(bytes(ord(chr(i).lower()) for i in range(256)), dtype=np.uint8).copy()
 _ASCII_WORD = np.array([i < 128 and (chr(i).isalnum() or chr(i) == "_") for i in range(256)])
 _BMP_CLASSES: Optional[np.ndarray] = None
@@ -144,10 +145,102 @@ def _classes(cp: np.ndarray) -> np.ndarray:
     return classes
 
 
-def _normalized(text: str) -> str:
-    if not unicodedata.is_normalized("NFKC", text):  # most text already is; the check costs a quarter
-        text = unicodedata.normalize("NFKC", text)
-    return text
+class _NfkcTable:
+    """NFKC character by character, for texts where that equals NFKC of the whole text: no character that
+    combines with its neighbours (a non-zero combining class, the second element of a canonical composition,
+    Hangul vowel and trailing jamo) in the text or in any character's NFKC form. ``length[c]`` is the length of
+    NFKC(c), 0 for a character that needs the whole-text algorithm; ``flat[start[c]:start[c] + length[c]]`` its
+    code points. Built once per process (about 30 ms)."""
+
+    def __init__(self):
+        seconds = set(range(0x1161, 0x1176)) | set(range(0x11A8, 0x11C3))
+        for cp in range(0x10000):
+            decomposition = unicodedata.decomposition(chr(cp))
+            if decomposition and not decomposition.startswith("<"):
+                parts = decomposition.split()
+                if len(parts) == 2:
+                    seconds.add(int(parts[1], 16))
+        chars = [chr(cp) if not 0xD800 <= cp < 0xE000 else "a" for cp in range(0x10000)]
+        # U+10FFFF between characters: a starter nothing composes with, so this is NFKC of each one on its own
+        forms = unicodedata.normalize("NFKC", "\U0010FFFF".join(chars)).split("\U0010FFFF")
+        assert len(forms) == 0x10000
+        interacting = np.zeros(0x110000, dtype=bool)
+        interacting[list(seconds)] = True
+        interacting[[cp for cp in range(0x10000) if unicodedata.combining(chars[cp])]] = True
+        interacting[0x10000:] = True  # a form outside the BMP (some compatibility ideographs): whole-text path
+        interacting[0xD800:0xE000] = True
+        lengths = np.fromiter(map(len, forms), dtype=np.int64, count=0x10000)
+        flat = _code_points("".join(forms)).astype(np.uint32)
+        starts = np.cumsum(lengths) - lengths
+        bad = interacting[:0x10000] | (lengths == 0)
+        bad_parts = interacting[flat]
+        bad |= np.add.reduceat(bad_parts, np.minimum(starts, len(flat) - 1)) > 0
+        self.length = np.where(bad, 0, lengths).astype(np.int8)
+        self.start = starts
+        self.flat = flat
+        self._composed: Optional[tuple[np.ndarray, np.ndarray]] = None
+        self.single = np.where(self.length == 1, self.flat[np.minimum(self.start, len(flat) - 1)],
+                               np.arange(0x10000, dtype=np.uint32)).astype(np.uint32)
+
+    def composed(self) -> tuple[np.ndarray, np.ndarray]:
+        """For the common case, one gather each: lower(NFKC(c)) and its class, with ``_NOT_SIMPLE`` set where
+        NFKC(c) is not one character or lower-casing it needs Python."""
+        if self._composed is None:
+            classes = _bmp_classes()
+            low = _BMP_LOWER[self.single]
+            simple = (self.length == 1) & (low != _SPECIAL)
+            low = np.where(simple, low, 0).astype(np.uint32)
+            self._composed = low, np.where(simple, classes[low], _NOT_SIMPLE).astype(np.uint8)
+        return self._composed
+
+    def apply(self, cp: np.ndarray) -> Optional[np.ndarray]:
+        """NFKC of a code-point array by the table, or None when a character needs the whole-text algorithm."""
+        if not len(cp):
+            return cp
+        if int(cp.max()) >= 0x10000:
+            return None
+        lengths = self.length[cp]
+        if lengths.min() <= 0:
+            return None
+        if lengths.max() == 1:
+            return self.single[cp]
+        lengths = lengths.astype(np.int64)
+        offsets = np.cumsum(lengths) - lengths
+        inside = np.arange(int(lengths.sum())) - np.repeat(offsets, lengths)
+        return self.flat[np.repeat(self.start[cp], lengths) + inside]
+
+
+def _nfkc_table() -> _NfkcTable:
+    global _NFKC
+    if _NFKC is None:
+        _NFKC = _NfkcTable()
+    return _NFKC
+
+
+_NFKC: Optional[_NfkcTable] = None
+
+
+def _nfkc_code_points(text: str) -> np.ndarray:
+    """Code points of NFKC(text): by table when every character allows it, else by ``unicodedata``."""
+    cp = _code_points(text)
+    normalized = _nfkc_table().apply(cp)
+    if normalized is not None:
+        return normalized
+    if not unicodedata.is_normalized("NFKC", text):
+        cp = _code_points(unicodedata.normalize("NFKC", text))
+    return cp
+
+
+def _text_of(cp: np.ndarray) -> str:
+    return cp.astype("<u4").tobytes().decode("utf-32-le", "surrogatepass")
+
+
+def _sorted_unique(values: np.ndarray) -> np.ndarray:
+    """np.unique for 1-d integer arrays, by sort (numpy's hash-based unique is slower on small arrays)."""
+    values = np.sort(values)
+    if len(values) > 1:
+        values = values[np.concatenate(([True], values[1:] != values[:-1]))]
+    return values
 
 
 def _lower_code_points(cp: np.ndarray) -> Optional[np.ndarray]:
@@ -249,12 +342,12 @@ def shingle_hashes(tokens: Sequence[str], ngram: int) -> np.ndarray:
     if not tokens:
         return np.empty(0, dtype=np.uint64)
     n = min(ngram, len(tokens))
-    return np.unique(_combine(word_hashes(tokens), n, len(tokens) - n + 1))
+    return _sorted_unique(_combine(word_hashes(tokens), n, len(tokens) - n + 1))
 
 
 def shingle_set(tokens: Sequence[str], ngram: int) -> np.ndarray:
     """The shingle set a document is compared by: sorted unique top 32 bits of ``shingle_hashes``."""
-    return np.unique((shingle_hashes(tokens, ngram) >> _U64(32)).astype(np.uint32))
+    return _sorted_unique((shingle_hashes(tokens, ngram) >> _U64(32)).astype(np.uint32))
 
 
 def shingle_hashes_sha1(tokens: Sequence[str], ngram: int) -> np.ndarray:
@@ -265,7 +358,7 @@ def shingle_hashes_sha1(tokens: Sequence[str], ngram: int) -> np.ndarray:
     digests = b"".join(
         hashlib.sha1(" ".join(tokens[i:i + n]).encode("utf-8")).digest()[:4] for i in range(len(tokens) - n + 1)
     )
-    return np.unique(np.frombuffer(digests, dtype="<u4").astype(np.uint32))
+    return _sorted_unique(np.frombuffer(digests, dtype="<u4").astype(np.uint32))
 
 
 def to_hash32(shingles: np.ndarray, shingle_hash: str = "fast") -> np.ndarray:
@@ -279,10 +372,12 @@ class ShingleHasher:
     """Text → shingle set (sorted unique uint32), many texts at a time.
 
     The same result as ``shingle_set(shingle_units(*tokenize(text))[0], n)``, computed on code-point arrays:
-    ASCII texts are lower-cased and classified with 256-entry tables, other texts are NFKC-normalized and
-    lower-cased by Python, then classified with a table of the Basic Multilingual Plane; token boundaries are
-    the edges of word-character runs; word hashes come from prefix sums over the batch; n-grams are combined
-    over the whole batch at once and one sort makes every document's set unique.
+    ASCII texts are lower-cased and classified with 256-entry tables; other texts are NFKC-normalized (by a
+    per-character table where that is exact, else by ``unicodedata``), lower-cased and classified with tables of
+    the Basic Multilingual Plane. The texts of a batch are joined by one separator each; token boundaries are the
+    edges of word-character runs (CJK characters one token each; a mostly-CJK text one token per word
+    character); word hashes come from prefix sums over the batch; n-grams are combined over the batch at once
+    (never across two texts) and one sort by (text, hash) makes every text's set unique.
     """
 
     def __init__(self, word_ngram: int = 5, cjk_ngram: int = 5):
@@ -293,64 +388,108 @@ class ShingleHasher:
 
     def shingle_sets(self, texts: Sequence[str]) -> list[np.ndarray]:
         out: list[Optional[np.ndarray]] = [None] * len(texts)
-        ascii_idx, other_idx, other_texts = [], [], []
+        ascii_idx, other_idx = [], []
         for i, text in enumerate(texts):
-            if text.isascii():
-                ascii_idx.append(i)
-            else:
-                other_idx.append(i)
-                other_texts.append(_normalized(text))
+            (ascii_idx if text.isascii() else other_idx).append(i)
         for chunk in _chunks(ascii_idx, [len(texts[i]) for i in ascii_idx]):
-            joined = "\n".join(texts[i] for i in chunk).encode("ascii")
-            raw = np.frombuffer(joined, dtype=np.uint8)
-            self._word_batch(chunk, _ASCII_LOWER[raw], _ASCII_WORD[raw], [len(texts[i]) for i in chunk], out)
-        normalized = dict(zip(other_idx, other_texts))
-        for chunk in _chunks(other_idx, [len(t) for t in other_texts]):
-            cp = _lower_code_points(_code_points("\n".join(normalized[i] for i in chunk)))
-            if cp is None:  # some text needs Python's lower-casing: lower-case each text on its own
-                for i in chunk:
-                    lowered = _lower_code_points(_code_points(normalized[i]))
-                    if lowered is None:
-                        normalized[i] = normalized[i].lower()
-                cp = _lower_code_points(_code_points("\n".join(normalized[i] for i in chunk)))
-            classes = _classes(cp)
-            if not (classes & _CJK).any():
-                self._word_batch(chunk, cp, (classes & _WORD).astype(bool), [len(normalized[i]) for i in chunk], out)
+            raw = np.frombuffer("\n".join(texts[i] for i in chunk).encode("ascii"), dtype=np.uint8)
+            word = _ASCII_WORD[raw]
+            starts, ends = _runs(word)
+            self._spans_batch(chunk, _ASCII_LOWER[raw], starts, ends, [len(texts[i]) for i in chunk], None, out)
+        for chunk in _chunks(other_idx, [len(texts[i]) for i in other_idx]):
+            cp, lengths, classes = self._lowered_chunk([texts[i] for i in chunk])
+            cjk = (classes & _CJK).astype(bool)
+            word = (classes & _WORD).astype(bool)
+            if not cjk.any():
+                starts, ends = _runs(word)
+                self._spans_batch(chunk, cp, starts, ends, lengths, None, out)
                 continue
-            lengths = np.array([len(normalized[i]) + 1 for i in chunk])
-            doc_starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-            cjk_docs = np.add.reduceat((classes & _CJK).astype(bool), doc_starts) > 0
-            plain = [i for i, has_cjk in zip(chunk, cjk_docs) if not has_cjk]
-            if plain:
-                cp_plain = _lower_code_points(_code_points("\n".join(normalized[i] for i in plain)))
-                self._word_batch(plain, cp_plain, (_classes(cp_plain) & _WORD).astype(bool),
-                                 [len(normalized[i]) for i in plain], out)
-            for i, has_cjk in zip(chunk, cjk_docs):
-                if has_cjk:
-                    out[i] = self._cjk_text(_lower_code_points(_code_points(normalized[i])))
+            plain = word & ~cjk
+            run_starts, run_ends = _runs(plain)
+            singles = np.flatnonzero(cjk)
+            doc_starts = _doc_starts(lengths)
+            n_runs = np.bincount(np.searchsorted(doc_starts, run_starts, side="right") - 1, minlength=len(chunk))
+            n_cjk = np.bincount(np.searchsorted(doc_starts, singles, side="right") - 1, minlength=len(chunk))
+            by_chars = 2 * n_cjk > n_runs + n_cjk  # mostly CJK: every word character is a unit
+            units = np.flatnonzero(plain | cjk)
+            unit_by_chars = by_chars[np.searchsorted(doc_starts, units, side="right") - 1]
+            run_by_chars = by_chars[np.searchsorted(doc_starts, run_starts, side="right") - 1]
+            single_by_chars = by_chars[np.searchsorted(doc_starts, singles, side="right") - 1]
+            starts = np.concatenate((run_starts[~run_by_chars], singles[~single_by_chars], units[unit_by_chars]))
+            ends = np.concatenate((run_ends[~run_by_chars], singles[~single_by_chars] + 1, units[unit_by_chars] + 1))
+            order = np.argsort(starts, kind="stable")
+            self._spans_batch(chunk, cp, starts[order], ends[order], lengths, by_chars, out)
         return out  # type: ignore[return-value]
 
     def shingle_set(self, text: str) -> np.ndarray:
         return self.shingle_sets([text])[0]
 
-    def _word_batch(self, chunk: list[int], cp: np.ndarray, word: np.ndarray, lengths: list[int], out: list) -> None:
-        """Texts without CJK characters, joined by one separator each: tokens are the runs of word characters;
-        n-grams never cross from one text into the next."""
-        doc_starts = np.concatenate(([0], np.cumsum(np.asarray(lengths, dtype=np.int64) + 1)[:-1]))
-        starts, ends = _runs(word)
+    @classmethod
+    def _lowered_chunk(cls, texts: list[str]) -> tuple[np.ndarray, list[int], np.ndarray]:
+        """NFKC + lower case of texts joined by one separator each, their lengths and character classes: one
+        gather per table for all of them; a text holding a character that is not that simple (an NFKC form of
+        several characters, a combining mark, a character outside the BMP, final sigma ...) on its own."""
+        low, classes_of = _nfkc_table().composed()
+        raw = _code_points("\n".join(texts))
+        sizes = np.array([len(t) for t in texts], dtype=np.int64)
+        astral = bool(len(raw)) and int(raw.max()) > 0xFFFF
+        index = np.minimum(raw, 0xFFFF) if astral else raw
+        classes = classes_of[index]
+        special = classes & _NOT_SIMPLE
+        if astral:
+            special[raw > 0xFFFF] = _NOT_SIMPLE
+        positions = np.flatnonzero(special)
+        if not len(positions):
+            return low[index], sizes.tolist(), classes
+        starts = _doc_starts(sizes)
+        special_docs = set((np.searchsorted(starts, positions, side="right") - 1).tolist())
+        lowered = low[index]
+        separator_cp, separator_class = np.array([10], dtype=np.uint32), np.array([0], dtype=np.uint8)
+        cps, class_parts, lengths = [], [], []
+        for k, text in enumerate(texts):
+            if k in special_docs:
+                piece = cls._lowered(text)
+                cps.append(piece)
+                class_parts.append(_classes(piece))
+            else:
+                lo, hi = starts[k], starts[k] + sizes[k]
+                cps.append(lowered[lo:hi])
+                class_parts.append(classes[lo:hi])
+            lengths.append(len(cps[-1]))
+            cps.append(separator_cp)
+            class_parts.append(separator_class)
+        return np.concatenate(cps), lengths, np.concatenate(class_parts)
+
+    @staticmethod
+    def _lowered(text: str) -> np.ndarray:
+        cp = _nfkc_code_points(text)
+        lowered = _lower_code_points(cp)
+        if lowered is None:  # a character that needs Python's lower-casing (final sigma, İ, astral letters)
+            lowered = _lower_code_points(_code_points(_text_of(cp).lower()))
+        return lowered
+
+    def _spans_batch(self, chunk: list[int], cp: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                     lengths: list[int], by_chars: Optional[np.ndarray], out: list) -> None:
+        """Shingle sets of the texts of a batch (joined by one separator each) from their token spans;
+        ``by_chars`` marks the texts shingled by characters (``cjk_ngram``), the others use ``word_ngram``."""
+        doc_starts = _doc_starts(lengths)
         words = _span_hashes(cp, starts, ends)
         token_doc = np.searchsorted(doc_starts, starts, side="right") - 1
         counts = np.bincount(token_doc, minlength=len(chunk))
-        n = self.word_ngram
+        ngram_of_doc = np.full(len(chunk), self.word_ngram)
+        if by_chars is not None:
+            ngram_of_doc[by_chars] = self.cjk_ngram
         parts_doc, parts_val = [], []
-        if len(words) >= n:
+        for n in np.unique(ngram_of_doc).tolist():
+            if len(words) < n:
+                continue
             combined = _combine(words, n, len(words) - n + 1)
             first_doc = token_doc[:len(combined)]
-            valid = first_doc == token_doc[n - 1:]
+            valid = (first_doc == token_doc[n - 1:]) & (ngram_of_doc[first_doc] == n)
             parts_doc.append(first_doc[valid])
             parts_val.append(combined[valid] >> _U64(32))
         token_start = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        for k in np.flatnonzero((counts > 0) & (counts < n)).tolist():  # texts shorter than n: one shingle
+        for k in np.flatnonzero((counts > 0) & (counts < ngram_of_doc)).tolist():  # shorter than n: one shingle
             first, count = int(token_start[k]), int(counts[k])
             parts_doc.append(np.array([k]))
             parts_val.append(_combine(words[first:first + count], count, 1) >> _U64(32))
@@ -358,32 +497,16 @@ class ShingleHasher:
             for i in chunk:
                 out[i] = np.empty(0, dtype=np.uint32)
             return
-        keys = (np.concatenate(parts_doc).astype(np.uint64) << _U64(32)) | np.concatenate(parts_val)
-        keys.sort()
-        if len(keys) > 1:
-            keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
+        keys = _sorted_unique((np.concatenate(parts_doc).astype(np.uint64) << _U64(32)) | np.concatenate(parts_val))
         bounds = np.searchsorted(keys >> _U64(32), np.arange(len(chunk) + 1, dtype=np.uint64))
         values = (keys & _MASK32).astype(np.uint32)
         for k, i in enumerate(chunk):
             out[i] = values[bounds[k]:bounds[k + 1]]
 
-    def _cjk_text(self, cp: np.ndarray) -> np.ndarray:
-        """One text holding CJK characters (lower-cased code points): each CJK character is a token, other word
-        runs are tokens; a mostly CJK text is shingled over all its word characters."""
-        classes = _classes(cp)
-        cjk = (classes & _CJK).astype(bool)
-        plain_word = ((classes & _WORD) > 0) & ~cjk
-        run_starts, run_ends = _runs(plain_word)
-        singles = np.flatnonzero(cjk)
-        if 2 * len(singles) > len(run_starts) + len(singles):
-            starts = np.flatnonzero(plain_word | cjk)
-            ends, ngram = starts + 1, self.cjk_ngram
-        else:
-            starts = np.concatenate((run_starts, singles))
-            ends = np.concatenate((run_ends, singles + 1))
-            order = np.argsort(starts, kind="stable")
-            starts, ends, ngram = starts[order], ends[order], self.word_ngram
-        return _doc_shingles(cp, starts, ends, ngram)
+
+def _doc_starts(lengths: list[int]) -> np.ndarray:
+    """Where each text starts in the joined batch (each is followed by one separator)."""
+    return np.concatenate(([0], np.cumsum(np.asarray(lengths, dtype=np.int64) + 1)[:-1]))
 
 
 def _chunks(indices: list[int], sizes: list[int]) -> list[list[int]]:
@@ -398,14 +521,6 @@ def _chunks(indices: list[int], sizes: list[int]) -> list[list[int]]:
     if current:
         chunks.append(current)
     return chunks
-
-
-def _doc_shingles(cp: np.ndarray, starts: np.ndarray, ends: np.ndarray, ngram: int) -> np.ndarray:
-    if not len(starts):
-        return np.empty(0, dtype=np.uint32)
-    words = _span_hashes(cp.astype(np.uint64, copy=False), starts, ends)
-    n = min(ngram, len(words))
-    return np.unique((_combine(words, n, len(words) - n + 1) >> _U64(32)).astype(np.uint32))
 
 
 # ---------------------------------------------------------------- signatures
@@ -560,21 +675,22 @@ def exact_jaccard(shingles_a: np.ndarray, shingles_b: np.ndarray) -> float:
     return inter / (len(shingles_a) + len(shingles_b) - inter)
 
 
-def _integrate(f, lo: float, hi: float, steps: int = 200) -> float:
-    xs = np.linspace(lo, hi, steps + 1)
-    return float(np.trapezoid(f(xs), xs))
-
-
 def lsh_params(threshold: float, num_perm: int, fp_weight: float = 0.5, fn_weight: float = 0.5) -> tuple[int, int]:
-    """(bands, rows) minimizing the weighted false positive / false negative areas (datasketch's rule)."""
+    """(bands, rows) minimizing the weighted false positive / false negative areas (datasketch's rule; the areas
+    by the trapezoidal rule on 200 intervals, every (bands, rows) at once)."""
+    lo = np.linspace(0.0, threshold, 201)
+    hi = np.linspace(threshold, 1.0, 201)
     best, best_error = (1, 1), float("inf")
-    for bands in range(1, num_perm + 1):
-        for rows in range(1, num_perm // bands + 1):
-            fp = _integrate(lambda s: 1 - (1 - s ** rows) ** bands, 0.0, threshold)
-            fn = _integrate(lambda s: (1 - s ** rows) ** bands, threshold, 1.0)
-            error = fp * fp_weight + fn * fn_weight
-            if error < best_error:
-                best, best_error = (bands, rows), error
+    bands = np.arange(1, num_perm + 1)[:, None]
+    for rows in range(1, num_perm + 1):
+        b = bands[: num_perm // rows]
+        fp = np.trapezoid(1 - (1 - lo ** rows) ** b, lo, axis=1)
+        fn = np.trapezoid((1 - hi ** rows) ** b, hi, axis=1)
+        error = fp * fp_weight + fn * fn_weight
+        i = int(np.argmin(error))
+        # datasketch scans bands outermost and keeps the first strict minimum: prefer fewer bands on ties
+        if error[i] < best_error or (error[i] == best_error and i + 1 < best[0]):
+            best, best_error = (i + 1, rows), float(error[i])
     return best
 
 
