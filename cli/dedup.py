@@ -68,6 +68,59 @@ def _local_runner(dedup, args) -> tuple[str, int | None]:
     return args.runner, args.workers
 
 
+def _runs_without_beam(dedup, args) -> bool:
+    """The in-memory path on the local runner, without earlier runs' indexes or an index to write: the pure core
+    runs in this process on a stream of records (no Beam graph, bundles or side inputs; only the sketches are
+    kept). ``--runner inprocess`` (or any other runner, or ``--workers``) runs the same decisions on Beam."""
+    return (args.runner == "direct" and args.workers is None and dedup.cfg.enabled and dedup.path() == "memory"
+            and not args.index_out and not args.against and not args.beam_args)
+
+
+def _dedup_without_beam(cfg, input_cfg, files, out_path: str, id_field: str) -> tuple[int, int, int]:
+    """Read, sketch in batches, ``dedup_in_memory``, write one line per document in input order. Returns
+    (documents, kept, quarantined)."""
+    from pipelines.read import Quarantined, iter_records
+    from runio.files import atomic_output
+    from transforms.near_dedup.beam import SKETCH_BATCH
+    from transforms.near_dedup.core import SketchBuilder, check_unique_ids, dedup_in_memory
+
+    builder = SketchBuilder(cfg)
+    internal_ids: list[int] = []
+    reported: dict[int, object] = {}
+    sketches, batch = [], []
+    quarantined = 0
+
+    def flush():
+        sketches.extend(s for s in builder.sketch_batch(batch) if s is not None)
+        batch.clear()
+
+    for _, _, item in iter_records(input_cfg, files):
+        if isinstance(item, Quarantined):
+            quarantined += 1
+            continue
+        internal_ids.append(item["id"])
+        reported[item["id"]] = _report_id(item, id_field)
+        batch.append(item)
+        if len(batch) >= SKETCH_BATCH:
+            flush()
+    if batch:
+        flush()
+    check_unique_ids(internal_ids)
+    removed_for = {d.id: d.cluster for d in dedup_in_memory(sketches, cfg) if d.removed}
+    n_kept = 0
+    with atomic_output(out_path, "w") as out:
+        for doc_id in internal_ids:
+            user_id = reported[doc_id]
+            cluster = removed_for.get(doc_id)
+            if cluster is None:
+                n_kept += 1
+                out.write(json.dumps({"id": user_id, "cluster": user_id, "kept": True}, ensure_ascii=False) + "\n")
+            else:
+                out.write(json.dumps({"id": user_id, "cluster": reported[cluster], "kept": False},
+                                     ensure_ascii=False) + "\n")
+    return len(internal_ids), n_kept, quarantined
+
+
 def _run(args) -> int:
     import apache_beam as beam
     from apache_beam.metrics.metric import MetricsFilter
@@ -94,6 +147,13 @@ def _run(args) -> int:
                               input_bytes=sum(f.bytes for f in files))
         except (FileNotFoundError, ValueError) as err:
             raise ConfigError(str(err)) from None
+        if _runs_without_beam(dedup, args):
+            n_docs, n_kept, quarantined = _dedup_without_beam(cfg, input_cfg, files, args.out, id_field)
+            elapsed = time.perf_counter() - started
+            print(f"corpusmill dedup: {n_docs} documents, {n_kept} kept, {n_docs - n_kept} removed as near-duplicates, "
+                  f"{quarantined} quarantined; {elapsed:.1f} s ({n_docs / max(elapsed, 1e-9):.0f} docs/s, in-memory "
+                  f"path in this process) → {args.out}", file=sys.stderr)
+            return 0
         pipeline = make_pipeline(*_local_runner(dedup, args), args.beam_args)
         read = pipeline | "Read" >> ReadCorpus(input_cfg, files)
         result = read["docs"] | "NearDedup" >> dedup

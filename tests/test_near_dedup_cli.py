@@ -64,3 +64,43 @@ def test_the_in_memory_path_runs_in_this_process_and_the_beam_path_on_workers():
     assert _local_runner(big, args) == ("direct", None)
     assert _local_runner(NearDedup(NearDedupConfig(), input_bytes=10), Namespace(runner="direct", workers=2)) == (
         "direct", 2)  # an explicit --workers is kept
+
+
+def test_the_local_in_memory_path_runs_without_beam_and_gives_the_beam_clusters(tmp_path, capsys):
+    from argparse import Namespace
+
+    from cli.dedup import _runs_without_beam
+    from transforms.near_dedup import NearDedup, NearDedupConfig
+
+    records = _write_input(tmp_path / "in.jsonl.gz")
+    rows = {}
+    for name, extra in (("local", []), ("beam", ["--runner", "inprocess"])):
+        out = tmp_path / f"{name}.jsonl"
+        assert main(["dedup", str(tmp_path / "in.jsonl.gz"), "--out", str(out), *extra]) == 0
+        err = capsys.readouterr().err
+        assert "1 quarantined" in err and ("in this process" in err) == (name == "local")
+        rows[name] = sorted(out.read_text(encoding="utf-8").splitlines())
+    assert rows["local"] == rows["beam"] and len(rows["local"]) == len(records)
+    assert sum('"kept": false' in line for line in rows["local"]) == 2
+    small = NearDedup(NearDedupConfig(), input_bytes=10_000)
+    plain = dict(runner="direct", workers=None, index_out=None, against=[], beam_args=[])
+    assert _runs_without_beam(small, Namespace(**plain))
+    for change in ({"runner": "inprocess"}, {"workers": 2}, {"index_out": "x"}, {"against": ["y"]},
+                   {"beam_args": ["--direct_num_workers=2"]}):
+        assert not _runs_without_beam(small, Namespace(**{**plain, **change}))
+    assert not _runs_without_beam(NearDedup(NearDedupConfig(mode="beam"), input_bytes=10_000), Namespace(**plain))
+
+
+def test_the_local_path_refuses_duplicate_ids(tmp_path, capsys):
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps({"id": f"d{i}", "text": f"some words here number {i} and more"}) + "\n"
+                            for i in range(3)), encoding="utf-8")
+    from transforms.near_dedup.core import check_unique_ids
+
+    check_unique_ids([1, 2, 3])
+    import pytest
+
+    with pytest.raises(ValueError, match="occurs more than once"):
+        check_unique_ids([1, 2, 1])
+    assert main(["dedup", str(path), "--out", str(tmp_path / "o.jsonl")]) == 0
+    assert len((tmp_path / "o.jsonl").read_text().splitlines()) == 3

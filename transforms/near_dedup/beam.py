@@ -19,7 +19,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.beam_step import Route, StepFn, timed
 from transforms.near_dedup.core import (STEP_NAME, NearDedupConfig, SketchBuilder, bucket_key_matrix, bucket_keys,
-                                        connected_components, decide, dedup_in_memory, resolve_component,
+                                        check_unique_ids, connected_components, decide, dedup_in_memory, resolve_component,
                                         star_edges, verify_edge)
 from transforms.near_dedup.index import ReadIndex, WriteIndex, check_index_params, index_bytes, sketch_row
 from transforms.near_dedup.minhash import Sketch as SketchData
@@ -387,11 +387,7 @@ def _index_rows(sketches, cfg: NearDedupConfig):
 def _resolve_all(element, cfg: NearDedupConfig, with_index: bool):
     _, wires = element
     sketches = [SketchData.from_wire(w) for w in wires]
-    new_ids = [s.id for s in sketches if not s.old]
-    if len(set(new_ids)) != len(new_ids):
-        seen: set = set()
-        duplicate = next(i for i in new_ids if i in seen or seen.add(i))
-        raise ValueError(f"near_dedup: document id {duplicate} occurs more than once; ids must be unique")
+    check_unique_ids([s.id for s in sketches if not s.old])
     decisions = dedup_in_memory(sketches, cfg)
     for decision in decisions:
         yield decision.id, decision

@@ -589,6 +589,14 @@ def drop_superseded_old(sketches: Iterable[Sketch]) -> list[Sketch]:
     return [s for s in sketches if not (s.old and s.id in new_ids)]
 
 
+def check_unique_ids(ids: Sequence[int]) -> None:
+    """The in-memory path's check that no new document id occurs twice (ValueError naming one that does)."""
+    if len(set(ids)) != len(ids):
+        seen: set = set()
+        duplicate = next(i for i in ids if i in seen or seen.add(i))
+        raise ValueError(f"near_dedup: document id {duplicate} occurs more than once; ids must be unique")
+
+
 def dedup_in_memory(sketches: Iterable[Sketch], cfg: NearDedupConfig) -> list[Decision]:
     """The whole algorithm on one machine, vectorized: bucket keys of all signatures at once, star edges by a
     sort per band, estimates of all candidate edges at once, exact Jaccards only where they are ambiguous,
