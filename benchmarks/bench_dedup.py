@@ -14,7 +14,9 @@ other in each repetition (A B C D A B C D ...), so that the shared machine's loa
   default ``/tmp/rensa_pkgs``, and put on ``sys.path`` only if that folder exists; the benchmark says so and
   skips it when it is missing): ``RMinHash(num_perm=128).update`` + ``RMinHashLSH(threshold=0.8, num_bands=16)``, candidates
   verified with ``RMinHash.jaccard >= 0.8``, union-find; streamed the same way;
-* ``corpusmill dedup`` with its defaults (the in-memory path, which runs in one process);
+* ``corpusmill dedup`` with its defaults (the in-memory path: on the local runner it runs the pure core in this
+  process on the record stream and never imports Beam);
+* ``corpusmill dedup --runner inprocess``: the same in-memory decisions as a Beam pipeline in one process;
 * ``corpusmill dedup --set near_dedup.mode=beam --workers 2`` (the distributed path on 2 local workers);
 * with ``--variants`` also: corpusmill with datasketch-compatible signatures (``scheme=affine32,
   shingle_hash=sha1``), rank-order stars, SimHash, ``verify=estimated``.
@@ -459,7 +461,9 @@ def methods(variants: bool) -> list[tuple[str, str, list[str]]]:
     out = [
         ("datasketch", "datasketch 2.0, MinHash.update_batch + MinHashLSH(0.8), est. J >= 0.8", ["baseline", "datasketch"]),
         ("rensa", "rensa 0.5.0 (Rust), RMinHash + RMinHashLSH(0.8, 16 bands), verified J >= 0.8", ["baseline", "rensa"]),
-        ("memory", "corpusmill dedup (defaults: in-memory path)", cli),
+        ("memory", "corpusmill dedup (defaults: in-memory path, in this process, no Beam)", cli),
+        ("memory_beam", "corpusmill dedup, the same in-memory path on Beam's in-process runner (--runner inprocess)",
+         cli + ["--runner", "inprocess"]),
         ("beam", "corpusmill dedup, Beam path, 2 workers (mode=beam --workers 2)",
          cli + ["--set", "near_dedup.mode=beam", "--workers", "2"]),
     ]

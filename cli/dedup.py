@@ -68,11 +68,14 @@ def _local_runner(dedup, args) -> tuple[str, int | None]:
     return args.runner, args.workers
 
 
-def _runs_without_beam(dedup, args) -> bool:
+def _runs_without_beam(cfg, input_bytes: int, args) -> bool:
     """The in-memory path on the local runner, without earlier runs' indexes or an index to write: the pure core
-    runs in this process on a stream of records (no Beam graph, bundles or side inputs; only the sketches are
-    kept). ``--runner inprocess`` (or any other runner, or ``--workers``) runs the same decisions on Beam."""
-    return (args.runner == "direct" and args.workers is None and dedup.cfg.enabled and dedup.path() == "memory"
+    runs in this process on a stream of records (Beam is not even imported; only the sketches are kept).
+    ``--runner inprocess`` (or any other runner, ``--workers`` or Beam options) runs the same decisions on Beam."""
+    from transforms.near_dedup.core import chosen_path
+
+    return (args.runner == "direct" and args.workers is None and cfg.enabled
+            and chosen_path(cfg, input_bytes) == "memory"
             and not args.index_out and not args.against and not args.beam_args)
 
 
@@ -81,8 +84,7 @@ def _dedup_without_beam(cfg, input_cfg, files, out_path: str, id_field: str) -> 
     (documents, kept, quarantined)."""
     from pipelines.read import Quarantined, iter_records
     from runio.files import atomic_output
-    from transforms.near_dedup.beam import SKETCH_BATCH
-    from transforms.near_dedup.core import SketchBuilder, check_unique_ids, dedup_in_memory
+    from transforms.near_dedup.core import SKETCH_BATCH, SketchBuilder, check_unique_ids, dedup_in_memory
 
     builder = SketchBuilder(cfg)
     internal_ids: list[int] = []
@@ -122,15 +124,9 @@ def _dedup_without_beam(cfg, input_cfg, files, out_path: str, id_field: str) -> 
 
 
 def _run(args) -> int:
-    import apache_beam as beam
-    from apache_beam.metrics.metric import MetricsFilter
-
-    from pipelines.beam_options import make_pipeline
-    from pipelines.config import ConfigError, InputConfig, load_section
-    from pipelines.read import ReadCorpus, resolve_inputs
-    from runio.files import atomic_output
-    from transforms.base import step_annotations
-    from transforms.near_dedup import NearDedup, NearDedupConfig
+    from pipelines.config_base import ConfigError, InputConfig, load_section
+    from pipelines.read import resolve_inputs
+    from transforms.near_dedup.core import NearDedupConfig
 
     cfg = load_section(args.config, SECTION, NearDedupConfig, args.overrides, aliases=("dedup",))
     input_cfg = InputConfig(paths=args.input, text_field=args.text_field, id_field=args.id_field)
@@ -138,22 +134,33 @@ def _run(args) -> int:
     files = resolve_inputs(input_cfg.paths, log=lambda line: print(f"corpusmill dedup: {line}", file=sys.stderr))
     out_dir = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(out_dir, exist_ok=True)
-    work = tempfile.mkdtemp(prefix=".dedup-", dir=out_dir)
     id_field = args.id_field
     started = time.perf_counter()
+    input_bytes = sum(f.bytes for f in files)
+    if _runs_without_beam(cfg, input_bytes, args):
+        n_docs, n_kept, quarantined = _dedup_without_beam(cfg, input_cfg, files, args.out, id_field)
+        elapsed = time.perf_counter() - started
+        print(f"corpusmill dedup: {n_docs} documents, {n_kept} kept, {n_docs - n_kept} removed as near-duplicates, "
+              f"{quarantined} quarantined; {elapsed:.1f} s ({n_docs / max(elapsed, 1e-9):.0f} docs/s, in-memory "
+              f"path in this process) → {args.out}", file=sys.stderr)
+        return 0
+
+    import apache_beam as beam
+    from apache_beam.metrics.metric import MetricsFilter
+
+    from pipelines.beam_options import make_pipeline
+    from pipelines.read import ReadCorpus
+    from runio.files import atomic_output
+    from transforms.base import step_annotations
+    from transforms.near_dedup import NearDedup
+
+    work = tempfile.mkdtemp(prefix=".dedup-", dir=out_dir)
     try:
         try:
             dedup = NearDedup(cfg, index_out_dir=args.index_out, against_dirs=args.against,
-                              input_bytes=sum(f.bytes for f in files))
+                              input_bytes=input_bytes)
         except (FileNotFoundError, ValueError) as err:
             raise ConfigError(str(err)) from None
-        if _runs_without_beam(dedup, args):
-            n_docs, n_kept, quarantined = _dedup_without_beam(cfg, input_cfg, files, args.out, id_field)
-            elapsed = time.perf_counter() - started
-            print(f"corpusmill dedup: {n_docs} documents, {n_kept} kept, {n_docs - n_kept} removed as near-duplicates, "
-                  f"{quarantined} quarantined; {elapsed:.1f} s ({n_docs / max(elapsed, 1e-9):.0f} docs/s, in-memory "
-                  f"path in this process) → {args.out}", file=sys.stderr)
-            return 0
         pipeline = make_pipeline(*_local_runner(dedup, args), args.beam_args)
         read = pipeline | "Read" >> ReadCorpus(input_cfg, files)
         result = read["docs"] | "NearDedup" >> dedup

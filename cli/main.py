@@ -26,6 +26,9 @@ COMMAND_MODULES = (
     "cli.hf",
     "cli.sweep",
 )
+# Commands parsed with their own module alone (a light path of theirs then imports neither Beam nor the other
+# commands' modules; every other command, and `corpusmill --help`, registers them all).
+SINGLE_MODULE_COMMANDS = {"dedup": "cli.dedup"}
 EXIT_FAILED, EXIT_INTERRUPTED = 5, 130
 VERBOSE_FLAGS = ("-v", "--verbose")
 # Errors of the file system a command writes to: said in one line, exit 5 (never a traceback).
@@ -54,14 +57,14 @@ def quiet_libraries(verbose: bool = False) -> None:
         warnings.filterwarnings("ignore", category=FutureWarning)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(modules: tuple[str, ...] = COMMAND_MODULES) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="corpusmill", description="Raw text corpora to a trained language "
                                      "model: Beam cleaning, Arrow shards, a PyTorch trainer.")
     parser.add_argument("--version", action="version", version=f"corpusmill {version()}")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="show Beam's and the libraries' INFO/WARNING log lines (hidden by default)")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module_name in COMMAND_MODULES:
+    for module_name in modules:
         importlib.import_module(module_name).register(subparsers)
     return parser
 
@@ -81,13 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     raw = list(sys.argv[1:] if argv is None else argv)
     verbose = any(a in VERBOSE_FLAGS for a in raw)
     quiet_libraries(verbose)
-    parser = build_parser()
+    command = next((a for a in raw if not a.startswith("-")), None)
+    parser = build_parser((SINGLE_MODULE_COMMANDS[command],) if command in SINGLE_MODULE_COMMANDS else COMMAND_MODULES)
     # -v may stand anywhere (`corpusmill run cfg.yaml -v`), also after a sub-subcommand
     args, unknown = parser.parse_known_args(["-v"] * verbose + [a for a in raw if a not in VERBOSE_FLAGS])
     if unknown and not getattr(args, "accepts_beam_args", False):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.beam_args = unknown
-    from pipelines.config import ConfigError
+    from pipelines.config_base import ConfigError
     from transforms.base import StepConfigError
 
     try:

@@ -13,6 +13,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from experiments.config import SweepConfig
+from pipelines.config_base import (M, ConfigError, InputConfig, Strict, _format_error, _parse_value,  # noqa: F401
+                                   apply_overrides, load_section, param_overrides, read_config_file)
 from report.config import ReportConfig
 from runio.cost import CostConfig
 from runio.files import sha256_bytes
@@ -25,24 +27,6 @@ from transforms.near_dedup import NearDedupConfig
 from transforms.normalize import NormalizeConfig
 from transforms.pii import PiiConfig
 from transforms.quality import QualityConfig
-
-M = TypeVar("M", bound=BaseModel)
-
-
-class ConfigError(ValueError):
-    """A configuration problem, phrased for the person who wrote the file."""
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class InputConfig(Strict):
-    paths: list[str] = Field(min_length=1, description="files, folders or globs; local paths or any Beam FileSystems URI")
-    format: Literal["auto", "jsonl", "parquet", "text"] = "auto"
-    text_field: str = "text"
-    id_field: str | None = Field(None, description="input field reported as the document's id by analysis commands")
-    max_doc_bytes: int = Field(8_000_000, gt=0, description="larger documents are quarantined, never loaded whole")
 
 
 class OutputConfig(Strict):
@@ -109,44 +93,6 @@ class RunConfig(Strict):
         return sha256_bytes(json.dumps(data, sort_keys=True).encode())[:16]
 
 
-def _parse_value(text: str) -> Any:
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-
-
-def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"--set expects section.key=value, got {item!r}")
-        dotted, raw = item.split("=", 1)
-        keys = [k for k in dotted.strip().split(".") if k]
-        if not keys:
-            raise ConfigError(f"--set expects section.key=value, got {item!r}")
-        node = data
-        for key in keys[:-1]:
-            child = node.setdefault(key, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"--set {dotted}: {key!r} is not a section")
-            node = child
-        node[keys[-1]] = _parse_value(raw)
-    return data
-
-
-def _format_error(err: ValidationError, prefix: str = "") -> str:
-    lines = []
-    for e in err.errors():
-        field = ".".join([*([prefix] if prefix else []), *(str(p) for p in e["loc"])]) or "(top level)"
-        msg = e["msg"]
-        if e["type"] == "extra_forbidden":
-            msg = "unknown key (check the spelling against the config reference in README.md)"
-        elif e["type"] == "literal_error":
-            msg = f"must be one of {e.get('ctx', {}).get('expected', '')}, got {e.get('input')!r}"
-        lines.append(f"  {field}: {msg}")
-    return "invalid configuration:\n" + "\n".join(lines)
-
-
 def validate_config(data: dict) -> RunConfig:
     try:
         return RunConfig.model_validate(data)
@@ -154,61 +100,7 @@ def validate_config(data: dict) -> RunConfig:
         raise ConfigError(_format_error(err)) from None
 
 
-def read_config_file(path: str | Path) -> dict:
-    """The sections of a run config YAML file, not yet validated."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path} is not valid YAML: {err}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of sections")
-    return data
-
-
 def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
     return validate_config(apply_overrides(read_config_file(path), list(overrides or [])))
 
 
-def param_overrides(section: str, pairs: list[str], option: str = "--param") -> list[str]:
-    """A command's ``--param KEY=VALUE`` pairs (keys relative to ``section``) as ``section.KEY=VALUE``."""
-    for pair in pairs:
-        if "=" not in pair:
-            raise ConfigError(f"{option} {pair!r}: expected KEY=VALUE")
-    return [f"{section}.{pair.strip()}" for pair in pairs]
-
-
-def load_section(config_path: str | Path | None, section: str, model_cls: type[M], overrides: list[str] = (),
-                 *, values: dict[str, Any] | None = None, aliases: tuple[str, ...] = ()) -> M:
-    """One section of a run config, validated, for a command that needs only that section.
-
-    ``config_path`` is a run config YAML whose ``section`` is read, or ``None`` for the section's defaults;
-    ``section`` may be dotted (``quality.train``). ``overrides`` are ``--set`` items ``section.key=value``
-    (``alias.key=value`` too, for each of ``aliases``); an item for another section is an error. ``values``
-    are settings already typed (a choice flag, a secret from the environment), applied last. Every problem is
-    a ConfigError in ``load_config``'s format, naming the field: ``invalid configuration:\n  section.key: …``.
-    """
-    node: Any = read_config_file(config_path) if config_path is not None else {}
-    for key in section.split("."):
-        node = node.get(key) if isinstance(node, dict) else None
-    if node is not None and not isinstance(node, dict):
-        raise ConfigError(f"invalid configuration:\n  {section}: must be a mapping of settings, got {node!r}")
-    data = dict(node or {})
-    relative = []
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"--set expects section.key=value, got {item!r}")
-        item = item.strip()
-        prefix = next((p for p in (section, *aliases) if item.startswith(p + ".")), None)
-        if prefix is None:
-            also = f" (or {' or '.join(a + '.KEY=VALUE' for a in aliases)})" if aliases else ""
-            raise ConfigError(f"--set {item!r}: only {section}.KEY=VALUE{also} applies here")
-        relative.append(item[len(prefix) + 1:])
-    data = apply_overrides(data, relative)
-    data.update(values or {})
-    try:
-        return model_cls.model_validate(data)
-    except ValidationError as err:
-        raise ConfigError(_format_error(err, prefix=section)) from None

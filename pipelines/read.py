@@ -32,14 +32,39 @@ import zlib
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics import Metrics
-
-from pipelines.config import ConfigError, InputConfig
+from pipelines.config_base import ConfigError, InputConfig
 from runio.files import is_uri, sha256_file
-from transforms.progress import ProgressFile
+
+
+def _filesystems():
+    """Beam's FileSystems, imported on first use: local files are matched, sized and opened without Beam (so a
+    command reading local files in this process never imports it); globs, folders and URIs go through Beam."""
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems
+
+
+def _size_of(path: str) -> int:
+    if not is_uri(path):
+        return os.path.getsize(path)
+    return _filesystems().match([path])[0].metadata_list[0].size_in_bytes
+
+
+def _open_bytes(path: str):
+    if not is_uri(path):
+        return open(path, "rb")
+    from apache_beam.io.filesystem import CompressionTypes
+
+    return _filesystems().open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def __getattr__(name: str):
+    """``ReadCorpus`` (and its DoFn) live in ``pipelines.read_beam``, imported on first use."""
+    if name in ("ReadCorpus", "_ReadFileFn"):
+        from pipelines import read_beam
+
+        return getattr(read_beam, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".deflate", ".xz")
@@ -95,7 +120,7 @@ class InputFile:
     @classmethod
     def of(cls, path: str, name: str | None = None) -> "InputFile":
         """An input file on its own (its name is its base name); reads the file once to hash it."""
-        size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+        size = _size_of(path)
         return cls(path, name or _basename(path), sha256_file(path), size)
 
 
@@ -126,11 +151,13 @@ def _match_entry(index: int, path: str) -> list[tuple[str, str]]:
     """(file, name) for every file one configured entry names: a glob, a folder (recursively) or a file."""
     if _GLOB_CHARS & set(path):
         patterns, base = [path], _glob_base(path)
+    elif not is_uri(path) and os.path.isfile(path):  # one local file: no match needed
+        return [(path, _basename(path))]
     else:
         patterns, base = [path.rstrip("/") + "/**", path], None
     for pattern in patterns:
         try:
-            result = FileSystems.match([pattern])[0]
+            result = _filesystems().match([pattern])[0]
         except Exception:  # Beam raises BeamIOError for a missing local path
             continue
         found = [m.path for m in result.metadata_list if not m.path.endswith("/")]
@@ -179,7 +206,7 @@ def resolve_inputs(paths: Sequence[str], log=None) -> list[InputFile]:
     files: list[InputFile] = []
     seen: dict[str, InputFile] = {}
     for file, name in _matched(paths):
-        size = FileSystems.match([file])[0].metadata_list[0].size_in_bytes
+        size = _size_of(file)
         item = InputFile(file, name, sha256_file(file), size)
         if item.key in seen:
             if log is not None:
@@ -492,7 +519,7 @@ def read_file_indexed(path: str, cfg: InputConfig,
                                                           ".parquet or .txt)", None, key)
         return
     try:
-        fh = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+        fh = _open_bytes(path)
     except Exception as err:  # the filesystem layer raises per-backend error types
         yield 0, Quarantined(name, 0, "unreadable_file", f"cannot open: {type(err).__name__}", None, key)
         return
@@ -550,57 +577,3 @@ class _Prepended:
                 self._head[:size], self._head[size:])
             return out
         return self._rest.read(size)
-
-
-class _ReadFileFn(beam.DoFn):
-    def __init__(self, cfg: InputConfig, progress_dir: str | None = None):
-        self.cfg = cfg
-        self.progress_dir = progress_dir
-        self._progress = None
-        self._docs = Metrics.counter("read", "documents")
-        self._quarantined = Metrics.counter("read", "quarantined")
-        self._bytes = Metrics.counter("read", "text_bytes")
-
-    def setup(self):
-        self._progress = ProgressFile(self.progress_dir, "read")
-
-    def finish_bundle(self):
-        self._progress.flush()
-
-    def process(self, source: InputFile):
-        for item in read_file(source.path, self.cfg, source):
-            self._progress.add(1)
-            if isinstance(item, Quarantined):
-                self._quarantined.inc()
-                yield beam.pvalue.TaggedOutput("quarantined", item.as_record())
-            else:
-                self._docs.inc()
-                self._bytes.inc(len(item["text"].encode("utf-8")))
-                yield item
-
-
-class ReadCorpus(beam.PTransform):
-    """Resolve the configured paths, then read each file into documents; unreadable input is quarantined.
-
-    ``files``: the inputs to read (``InputFile`` from ``resolve_inputs``, or plain paths, each named by its base
-    name); default: every file of ``cfg.paths``. Returns ``{"docs": PCollection[Doc], "quarantined":
-    PCollection[dict]}``.
-    """
-
-    def __init__(self, cfg: InputConfig, files: Sequence[InputFile | str] | None = None,
-                 progress_dir: str | None = None):
-        super().__init__()
-        self.cfg = cfg
-        self.files = resolve_inputs(cfg.paths) if files is None else _as_input_files(files)
-        self.progress_dir = progress_dir
-
-    def expand(self, pbegin):
-        outputs = (
-            pbegin
-            | "ListFiles" >> beam.Create(self.files)
-            | "SpreadFiles" >> beam.Reshuffle()
-            | "ReadFiles" >> beam.ParDo(_ReadFileFn(self.cfg, self.progress_dir)).with_outputs("quarantined", main="docs")
-        )
-        # One file is read by one worker; spreading its documents lets every worker clean a share of them.
-        docs = outputs.docs | "SpreadDocuments" >> beam.Reshuffle()
-        return {"docs": docs, "quarantined": outputs.quarantined}

@@ -82,13 +82,34 @@ def test_the_local_in_memory_path_runs_without_beam_and_gives_the_beam_clusters(
         rows[name] = sorted(out.read_text(encoding="utf-8").splitlines())
     assert rows["local"] == rows["beam"] and len(rows["local"]) == len(records)
     assert sum('"kept": false' in line for line in rows["local"]) == 2
-    small = NearDedup(NearDedupConfig(), input_bytes=10_000)
     plain = dict(runner="direct", workers=None, index_out=None, against=[], beam_args=[])
-    assert _runs_without_beam(small, Namespace(**plain))
+    assert _runs_without_beam(NearDedupConfig(), 10_000, Namespace(**plain))
     for change in ({"runner": "inprocess"}, {"workers": 2}, {"index_out": "x"}, {"against": ["y"]},
                    {"beam_args": ["--direct_num_workers=2"]}):
-        assert not _runs_without_beam(small, Namespace(**{**plain, **change}))
-    assert not _runs_without_beam(NearDedup(NearDedupConfig(mode="beam"), input_bytes=10_000), Namespace(**plain))
+        assert not _runs_without_beam(NearDedupConfig(), 10_000, Namespace(**{**plain, **change}))
+    for cfg, size in ((NearDedupConfig(mode="beam"), 10_000), (NearDedupConfig(memory_max_input_bytes=100), 10_000),
+                      (NearDedupConfig(enabled=False), 10)):
+        assert not _runs_without_beam(cfg, size, Namespace(**plain))
+    from transforms.near_dedup.core import chosen_path
+
+    for cfg, size in ((NearDedupConfig(mode="beam"), 10), (NearDedupConfig(mode="memory"), 10**12),
+                      (NearDedupConfig(memory_max_input_bytes=100), 10_000), (NearDedupConfig(), 10_000)):
+        assert chosen_path(cfg, size) == NearDedup(cfg, input_bytes=size).path()
+
+
+def test_the_local_path_imports_no_beam(tmp_path):
+    import subprocess
+    import sys
+
+    _write_input(tmp_path / "in.jsonl.gz")
+    code = ("import sys; from cli.main import main; "
+            f"rc = main(['dedup', {str(tmp_path / 'in.jsonl.gz')!r}, '--out', {str(tmp_path / 'o.jsonl')!r}]); "
+            "print('BEAM' if 'apache_beam' in sys.modules else 'NOBEAM'); sys.exit(rc)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("NOBEAM")
+    assert len((tmp_path / "o.jsonl").read_text().splitlines()) == 10
 
 
 def test_the_local_path_refuses_duplicate_ids(tmp_path, capsys):

@@ -18,8 +18,8 @@ from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.beam_step import Route, StepFn, timed
-from transforms.near_dedup.core import (STEP_NAME, NearDedupConfig, SketchBuilder, bucket_key_matrix, bucket_keys,
-                                        check_unique_ids, connected_components, decide, dedup_in_memory, resolve_component,
+from transforms.near_dedup.core import (SKETCH_BATCH, STEP_NAME, NearDedupConfig, SketchBuilder, bucket_key_matrix, bucket_keys,
+                                        check_unique_ids, chosen_path, connected_components, decide, dedup_in_memory, resolve_component,
                                         star_edges, verify_edge)
 from transforms.near_dedup.index import ReadIndex, WriteIndex, check_index_params, index_bytes, sketch_row
 from transforms.near_dedup.minhash import Sketch as SketchData
@@ -27,7 +27,6 @@ from transforms.near_dedup.minhash import Sketch as SketchData
 SKETCHES, DOCS, BANDS = "sketches", "docs", "bands"
 # Documents sketched together (numpy over the batch): large enough to amortize the per-call overhead, small
 # enough that the buffered documents stay a few MB per worker.
-SKETCH_BATCH = 256
 
 
 # ---------------------------------------------------------------- sketches and band keys
@@ -563,8 +562,7 @@ class NearDedup(beam.PTransform):
         """memory | beam | auto (decided at run time from the number of sketches)."""
         if self.cfg.mode != "auto" or self.input_bytes is None:
             return self.cfg.mode
-        total = self.input_bytes + index_bytes(self.against_dirs)
-        return "memory" if total <= self.cfg.memory_max_input_bytes else "beam"
+        return chosen_path(self.cfg, self.input_bytes, index_bytes(self.against_dirs))
 
     def expand(self, docs):
         if not self.cfg.enabled:  # switched off: every document passes untouched

@@ -36,6 +36,7 @@ from transforms.base import Doc, annotate, step_annotations
 from transforms.near_dedup.minhash import Sketch
 
 STEP_NAME = "near_dedup"
+SKETCH_BATCH = 256  # documents sketched together (one batch of numpy work)
 REASON = "near_duplicate"
 INDEX_FORMAT_VERSION = 2  # 2: 32-bit shingle sets, integer band keys, one-permutation signatures
 # The MinHash estimate decides without an exact Jaccard when it is this far from the threshold: with 128
@@ -587,6 +588,14 @@ def drop_superseded_old(sketches: Iterable[Sketch]) -> list[Sketch]:
     sketches = list(sketches)
     new_ids = {s.id for s in sketches if not s.old}
     return [s for s in sketches if not (s.old and s.id in new_ids)]
+
+
+def chosen_path(cfg: NearDedupConfig, input_bytes: Optional[int], index_bytes: int = 0) -> str:
+    """memory | beam | auto (decided at run time from the number of sketches): ``mode``, or for ``auto`` with a
+    known input size, memory up to ``memory_max_input_bytes`` (input plus earlier runs' index files)."""
+    if cfg.mode != "auto" or input_bytes is None:
+        return cfg.mode
+    return "memory" if input_bytes + index_bytes <= cfg.memory_max_input_bytes else "beam"
 
 
 def check_unique_ids(ids: Sequence[int]) -> None:

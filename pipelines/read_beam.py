@@ -1,0 +1,65 @@
+"""``ReadCorpus``: ``pipelines.read``'s parsing run in Beam (one file per worker, documents spread after)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from pipelines.config_base import InputConfig
+from pipelines.read import InputFile, Quarantined, _as_input_files, read_file, resolve_inputs
+from transforms.progress import ProgressFile
+
+
+class _ReadFileFn(beam.DoFn):
+    def __init__(self, cfg: InputConfig, progress_dir: str | None = None):
+        self.cfg = cfg
+        self.progress_dir = progress_dir
+        self._progress = None
+        self._docs = Metrics.counter("read", "documents")
+        self._quarantined = Metrics.counter("read", "quarantined")
+        self._bytes = Metrics.counter("read", "text_bytes")
+
+    def setup(self):
+        self._progress = ProgressFile(self.progress_dir, "read")
+
+    def finish_bundle(self):
+        self._progress.flush()
+
+    def process(self, source: InputFile):
+        for item in read_file(source.path, self.cfg, source):
+            self._progress.add(1)
+            if isinstance(item, Quarantined):
+                self._quarantined.inc()
+                yield beam.pvalue.TaggedOutput("quarantined", item.as_record())
+            else:
+                self._docs.inc()
+                self._bytes.inc(len(item["text"].encode("utf-8")))
+                yield item
+
+
+class ReadCorpus(beam.PTransform):
+    """Resolve the configured paths, then read each file into documents; unreadable input is quarantined.
+
+    ``files``: the inputs to read (``InputFile`` from ``resolve_inputs``, or plain paths, each named by its base
+    name); default: every file of ``cfg.paths``. Returns ``{"docs": PCollection[Doc], "quarantined":
+    PCollection[dict]}``.
+    """
+
+    def __init__(self, cfg: InputConfig, files: Sequence[InputFile | str] | None = None,
+                 progress_dir: str | None = None):
+        super().__init__()
+        self.cfg = cfg
+        self.files = resolve_inputs(cfg.paths) if files is None else _as_input_files(files)
+        self.progress_dir = progress_dir
+
+    def expand(self, pbegin):
+        outputs = (
+            pbegin
+            | "ListFiles" >> beam.Create(self.files)
+            | "SpreadFiles" >> beam.Reshuffle()
+            | "ReadFiles" >> beam.ParDo(_ReadFileFn(self.cfg, self.progress_dir)).with_outputs("quarantined", main="docs")
+        )
+        # One file is read by one worker; spreading its documents lets every worker clean a share of them.
+        docs = outputs.docs | "SpreadDocuments" >> beam.Reshuffle()
+        return {"docs": docs, "quarantined": outputs.quarantined}
