@@ -247,3 +247,23 @@ def test_exact_jaccard_of_sorted_sets_equals_set_arithmetic():
         expected = len(set(a) & set(b)) / len(set(a) | set(b)) if a and b else 0.0
         got = minhash.exact_jaccard(np.array(a, dtype=np.uint32), np.array(b, dtype=np.uint32))
         assert got == pytest.approx(expected)
+
+
+def test_vectorized_shingle_sets_equal_the_reference_on_random_unicode():
+    """Random texts over mixed scripts (combining marks, Hangul jamo and syllables, Greek sigma, dotted İ,
+    compatibility ideographs, ligatures, full-width forms, astral letters and emoji): the table-driven NFKC +
+    lower case of whole batches gives the reference tokenizer's shingles."""
+    rng = random.Random(18)
+    pools = [range(0x20, 0x7F), range(0xA0, 0x250), range(0x300, 0x370), range(0x370, 0x400), range(0x1100, 0x1200),
+             range(0xAC00, 0xAC40), range(0x3040, 0x3100), range(0x4E00, 0x4E40), range(0xF900, 0xF920),
+             range(0xFB00, 0xFB10), range(0xFF00, 0xFF60), range(0x2000, 0x2100), range(0x1D400, 0x1D420),
+             range(0x1F600, 0x1F610), [0x3A3, 0x130, 0x20, 0x20, 0xA]]
+    texts = []
+    for _ in range(400):
+        chosen = rng.sample(pools, rng.randint(1, 4))
+        texts.append("".join(chr(rng.choice(rng.choice(chosen))) if rng.random() > 0.25 else " "
+                             for _ in range(rng.randint(0, 120))))
+    for word_ngram, cjk_ngram in ((5, 5), (2, 3)):
+        got = minhash.ShingleHasher(word_ngram, cjk_ngram).shingle_sets(texts)
+        for text, shingles in zip(texts, got):
+            assert np.array_equal(shingles, _reference_set(text, word_ngram, cjk_ngram)), repr(text[:60])
