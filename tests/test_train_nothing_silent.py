@@ -335,13 +335,19 @@ def test_sigint_single_process_keeps_the_last_checkpoint_and_resumes(tmp_path):
 def test_an_interrupt_during_a_save_waits_for_its_end():
     from trainer_bridge.checkpoint import interrupts_deferred
 
+    # as in `corpusmill train` (an earlier test in this session, or a library it started, may have left a handler
+    # of its own on SIGINT: the deferral applies only where SIGINT raises KeyboardInterrupt)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     finished = False
-    with pytest.raises(KeyboardInterrupt):
-        with interrupts_deferred():
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.2)  # the signal is handled meanwhile: recorded, not raised
-            finished = True
-    assert finished and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with interrupts_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.2)  # the signal is handled meanwhile: recorded, not raised
+                finished = True
+        assert finished and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def listening_sockets(pids: set[int]) -> list[tuple[str, int, int]]:
