@@ -24,6 +24,7 @@ sys.path.insert(0, str(REPO / "tests" / "dist"))
 
 from scenario_configs import run_with_shards  # noqa: E402
 
+from runio.layout import RunPaths  # noqa: E402
 from trainer_bridge.config import TrainConfig  # noqa: E402
 from trainer_bridge.synthetic import write_synthetic_shards  # noqa: E402
 from trainer_bridge.train import train  # noqa: E402
@@ -53,7 +54,7 @@ def main() -> None:
     out: dict = {"rounds": args.rounds, "steps": args.steps, "interval": args.interval, "model": MODEL}
     with tempfile.TemporaryDirectory(prefix="bench-tiers-") as work:
         work = Path(work)
-        shards = work / "shards"
+        shards = RunPaths(work / "synthetic").shards  # a shard set of its own, outside the runs
         write_synthetic_shards(shards)
         for async_save in (False, True):
             samples: dict[str, list[float]] = {"one_tier": [], "two_tiers": []}
