@@ -77,6 +77,7 @@ def pipeline_section(data: RunData) -> str:
         if stage not in steps_shown:
             rows.append((f"stage: {stage}", None, None, None, stage_seconds))
     body += "<h3>Steps</h3>" + _table(("step", "in", "kept", "removed", "seconds"), rows, "pipeline-steps")
+    body += language_mix_body(data.stats.get("languages") or {})
     q = data.stats.get("quarantined") or {}
     if q.get("total"):
         body += "<h3>Quarantined input</h3>" + _table(("kind", "records"), sorted((q.get("by_kind") or {}).items()),
@@ -87,6 +88,25 @@ def pipeline_section(data: RunData) -> str:
                          "Tokenizing and packing have not run: no shards/manifest.json, so the graph ends at the "
                          "kept documents.")
     return _section("Pipeline", body, "pipeline")
+
+
+def language_mix_body(mix: dict) -> str:
+    """stats.json's language mix: documents (and word units) of each language entering every step, and kept;
+    then each language's quality scoring (scored, skipped and why)."""
+    steps, kept = mix.get("steps") or [], mix.get("kept") or {}
+    langs = list((steps[0]["docs"] if steps else {}) or kept.get("docs") or {})
+    if not langs:
+        return ""
+    header = ("language", *(f"into {row['step']}" for row in steps), "kept", "kept word units")
+    rows = [(lang, *((row.get("docs") or {}).get(lang, 0) for row in steps), (kept.get("docs") or {}).get(lang, 0),
+             (kept.get("tokens") or {}).get(lang, 0)) for lang in langs]
+    body = "<h3>Languages at every step (documents)</h3>" + _table(header, rows, "language-mix")
+    quality = mix.get("quality") or {}
+    if quality:
+        body += _table(("language", "quality-scored", "skipped (reason: documents)"),
+                       ((lang, q.get("scored"), ", ".join(f"{k}: {v}" for k, v in (q.get("skipped") or {}).items())
+                         or "none") for lang, q in quality.items()), "language-quality")
+    return body
 
 
 def distributions_section(data: RunData, cfg: ReportConfig) -> str:

@@ -226,6 +226,15 @@ def test_report_numbers_match_stats_and_metrics(full_run):
             assert number(edges[(row["step"], f"{row['step']}: {reason}")][0]) == count
     last_step = stats["steps"][-1]["step"]
     assert number(edges[(last_step, "kept documents")][0]) == stats["kept"]
+    # the language mix at every step (issue 15): the table's numbers are stats.json's
+    mix = stats["languages"]
+    table = page.tables["language-mix"]
+    assert table[0][1:-2] == [f"into {row['step']}" for row in mix["steps"]]
+    for cells in table[1:]:
+        lang = cells[0]
+        assert [number(c) for c in cells[1:-2]] == [row["docs"].get(lang, 0) for row in mix["steps"]]
+        assert number(cells[-2]) == mix["kept"]["docs"].get(lang, 0)
+    assert sum(number(cells[-2]) for cells in table[1:]) == stats["kept"]
     for split in ("train", "val"):
         docs, tokens = edges[("kept documents", f"{split} shards")]
         assert number(docs) == len({i for e in shards["splits"][split] for i in shard_doc_ids(full_run / "shards" / e["file"])})
