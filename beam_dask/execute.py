@@ -275,6 +275,15 @@ def _make_slot_receiver(slot, part_index: int):
 
 
 def _root_elements(root: tuple, key_coder) -> list:
+    """A stage's input as fresh objects. A partition stays in a worker's memory as Python objects, and the
+    project's steps (like many DoFns) change the documents they are given; without a copy, a stage recomputed
+    after a lost worker, or a second consumer of the same partition, would read what a later stage wrote into
+    them (seen: near-dedup sketches recomputed from PII-masked text). The copy is what Beam's other runners get
+    from encoding every element between stages."""
+    return pickle.loads(pickle.dumps(_root_values(root, key_coder), protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _root_values(root: tuple, key_coder) -> list:
     kind = root[0]
     if kind == "impulse":
         return [GlobalWindows.windowed_value(b"")]

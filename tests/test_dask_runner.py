@@ -565,3 +565,24 @@ def test_a_refresh_with_nothing_new_on_dask_exits_0_with_a_complete_manifest(das
         assert manifest["counts"]["read"] == read and manifest["counts"]["kept"] == 0 and manifest["counts"]["balanced"]
     out = capsys.readouterr().out
     assert "reading 0 new" in out and out.count("done: empty result") == 2
+
+
+def _mark_in_place(doc: dict) -> dict:
+    doc["text"] = "changed by a later stage"  # a DoFn that changes its input (the project's steps annotate so)
+    return doc
+
+
+def test_a_stage_changing_its_input_never_changes_another_stages_view_of_it(tmp_path, dask_cluster):
+    """One partition, two consuming stages: the first changes its elements in place, the second runs after it
+    (a side input orders them). The second must read the elements as produced, as on the FnApiRunner."""
+
+    def build(p, out):
+        docs = (p | beam.Create([{"id": i, "text": f"doc {i}"} for i in range(40)])
+                | "Spread" >> beam.Reshuffle() | "Fresh" >> beam.Map(dict))
+        changed = docs | "ChangeInPlace" >> beam.Map(_mark_in_place)
+        done = changed | "CountChanged" >> beam.combiners.Count.Globally()
+        later = docs | "ReadAfter" >> beam.Map(lambda d, n: (d["text"], n), n=beam.pvalue.AsSingleton(done))
+        capture(later, out, "later")
+
+    ref, got = compare(tmp_path, build, dask_cluster)[:2]
+    assert all(text.startswith("doc ") for text, _ in got["later"]), got["later"][:3]
