@@ -574,7 +574,7 @@ def _mark_in_place(doc: dict) -> dict:
 
 def test_a_stage_changing_its_input_never_changes_another_stages_view_of_it(tmp_path, dask_cluster):
     """One partition, two consuming stages: the first changes its elements in place, the second runs after it
-    (a side input orders them). The second must read the elements as produced, as on the FnApiRunner."""
+    (a side input orders them). The second must read the elements as the producing stage emitted them."""
 
     def build(p, out):
         docs = (p | beam.Create([{"id": i, "text": f"doc {i}"} for i in range(40)])
@@ -584,5 +584,8 @@ def test_a_stage_changing_its_input_never_changes_another_stages_view_of_it(tmp_
         later = docs | "ReadAfter" >> beam.Map(lambda d, n: (d["text"], n), n=beam.pvalue.AsSingleton(done))
         capture(later, out, "later")
 
-    ref, got = compare(tmp_path, build, dask_cluster)[:2]
-    assert all(text.startswith("doc ") for text, _ in got["later"]), got["later"][:3]
+    # (not compared with the FnApiRunner: Beam leaves a DoFn that changes its input undefined, and there the two
+    # branches may share objects inside one fused stage, in either order)
+    run_on("dask", build, tmp_path, dask_cluster.client)
+    later = captured(tmp_path)["later"]
+    assert sorted(later) == sorted((f"doc {i}", 40) for i in range(40)), later[:3]
