@@ -1065,6 +1065,30 @@ _GERMAN_DETERMINERS = frozenset("""der die das den dem des ein eine einer einem 
 jedes kein keine keiner keinem keinen diese dieser diesem diesen dieses jene jener alle""".split())
 _STREET_BEFORE_TITLE = re.compile(r"\d+[A-Za-z]?(?:[ \t]+[A-Z][A-Za-z'\-]*)+[ \t]*$")  # "12 Oak Dr Springfield"
 _TITLE_TOKEN = re.compile(rf"^{_TITLE_RE}$")
+# Forms of address that put a lone given name in the vocative ("Hello Sarah,", "Hi Tom", "Liebe Anna,", "Thanks,
+# David!", "Cheers,\nKatie", "Viele Grüße\nMarkus"): greetings, thanks and sign-offs, English and German. The word
+# after them is a name only when the given-name lexicon knows it and it stands alone (punctuation, a line end or
+# the text's end after it, or "for"/"on"/"für"/"zum": "Thank you Jennifer for ...").
+_ADDRESS_PHRASES = (
+    "hello", "hi", "hey", "hiya", "dear", "dearest", "good morning", "good afternoon", "good evening", "morning",
+    "thanks", "thank you", "many thanks", "thanks again", "cheers", "sorry", "welcome", "welcome back",
+    "congratulations", "congrats", "bye", "goodbye", "see you", "happy birthday", "best", "best regards",
+    "best wishes", "kind regards", "warm regards", "regards", "sincerely", "yours", "yours sincerely",
+    "yours truly", "love", "take care", "all the best",
+    "hallo", "liebe", "lieber", "liebes", "servus", "moin", "grüß dich", "grüezi", "guten morgen", "guten tag",
+    "guten abend", "danke", "danke schön", "dankeschön", "vielen dank", "herzlich willkommen", "willkommen",
+    "bis morgen", "bis bald", "bis später", "bis dann", "tschüss", "ciao", "herzlichen glückwunsch", "viele grüße",
+    "liebe grüße", "beste grüße", "herzliche grüße", "schöne grüße", "freundliche grüße",
+    "mit freundlichen grüßen", "gruß", "grüße", "lg", "vg", "mfg",
+)
+_ADDRESSED_NAME = re.compile(
+    r"(?<![0-9A-Za-zÀ-ÿ])(?i:" + "|".join(sorted((re.escape(p).replace(r"\ ", r"[ \t]+") for p in _ADDRESS_PHRASES),
+                                                 key=len, reverse=True)) + r")"
+    rf"[,!]?(?:[ \t]+|[ \t]*\n[ \t]*)(?P<value>{_NAME_WORD})"
+    r"(?=[ \t]*(?:[,!.?:;)\n]|$)|[ \t]+(?:for|on|für|zum|zur)[ \t])"
+)
+# Greeting and thanking words are never the first word of a name ("Hi", "Hey" are rare given names too).
+_ADDRESS_WORDS = frozenset(w for p in _ADDRESS_PHRASES for w in p.split())
 _NAME_TOKEN = re.compile(rf"^{_NAME_WORD}$")
 _TOKEN = re.compile(r"\S+")
 _LOWER_WORD = re.compile(r"[a-zäöüß]+")
@@ -1150,7 +1174,8 @@ class PersonNameRecognizer(EntityRecognizer):
 
     @staticmethod
     def quick_check(text: str) -> bool:
-        return _CAPS_RUN.search(text) is not None or _NAME_CUE.search(text) is not None
+        return (_CAPS_RUN.search(text) is not None or _NAME_CUE.search(text) is not None
+                or _ADDRESSED_NAME.search(text) is not None)
 
     def cued_names(self, text: str) -> Iterator[tuple[int, int, float]]:
         """Names the text itself announces, decided without the lexicon or NER: after a cue phrase
@@ -1168,6 +1193,15 @@ class PersonNameRecognizer(EntityRecognizer):
             if span is not None:
                 seen.add(span)
                 yield span[0], span[1], 0.85
+        english = None
+        for m in _ADDRESSED_NAME.finditer(text):
+            if english is None:
+                english = self.is_english(text)
+            word = m.group("value")
+            if self.given_name_strength(word, english) == 2 and not self.looks_like_street(text, *m.span("value")):
+                span = m.span("value")
+                seen.add(span)
+                yield span[0], span[1], 0.8
         for m in _TITLED_SURNAME.finditer(text):
             title = m.group("title").rstrip(".")
             before = text[max(0, m.start() - 40):m.start()]
@@ -1199,7 +1233,7 @@ class PersonNameRecognizer(EntityRecognizer):
         German-speaking country); 1: only extremely rare ("General", "Houston", "Malay" are in the lexicon too);
         0: unknown or a function/calendar word ("In", "Will", "Mon"). Looks up the word, the first part of a
         double name, and both without diacritics."""
-        if word.lower() in self.function_words or word.lower() in _CALENDAR_WORDS:
+        if word.lower() in self.function_words or word.lower() in _CALENDAR_WORDS or word.lower() in _ADDRESS_WORDS:
             return 0
         overall = german = 0
         for w in (word, word.split("-")[0], _fold(word), _fold(word.split("-")[0])):
@@ -1223,6 +1257,13 @@ class PersonNameRecognizer(EntityRecognizer):
                     i += 1
                     continue
                 titled = i > 0 and bool(_TITLE_TOKEN.match(toks[i - 1][2]))
+                strength = self.given_name_strength(word, english)
+                if strength == 0 and not titled and (not self.ner_confirms_untitled or (
+                        i + 1 < len(toks) and self.given_name_strength(toks[i + 1][2], english) == 2)):
+                    # a capitalised word the lexicon does not know ("Dear", "Contact", "Yesterday", "Fragen Sie")
+                    # decides nothing here: the name, if any, starts at a later word
+                    i += 1
+                    continue
                 j, names, end = i + 1, 0, None
                 while j < len(toks) and names < 2 and not _TITLE_TOKEN.match(toks[j][2]):
                     if _NAME_TOKEN.match(toks[j][2]):
@@ -1236,7 +1277,7 @@ class PersonNameRecognizer(EntityRecognizer):
                     i += 1
                     continue
                 if not self.looks_like_street(text, toks[i][0], end):
-                    yield toks[i][0], end, self.given_name_strength(word, english), titled
+                    yield toks[i][0], end, strength, titled
                 i = j
 
     def is_english(self, text: str) -> bool:
@@ -1345,11 +1386,152 @@ class ChinesePersonNameRecognizer(_RegexRecognizer):
         return 0.8
 
 
+# Where a Chinese name can be: a family name followed by one or two Han characters. Only the clauses holding one
+# are segmented.
+_CN_CANDIDATE = re.compile(rf"{_CN_SURNAME}[\u4e00-\u9fff]")
+_CN_CLAUSE_END = re.compile(r"[。！？；!?;\n]")
+_CN_NAME_TAGS = ("nr", "nrfg", "nrt")
+# Last characters of place and institution names jieba also tags nr ("王府井", "张家界", "黄山路").
+_CN_PLACE_ENDS = frozenset("井界路街巷村镇乡县市省区州岛港湾寺庙宫园楼桥站厂店院馆府营堡屯坝岭")
+# jieba's dictionary tags many ordinary words nr ("陈述" 763, "文明" 6584, "高峰" 1556, "陈列" 665): a dictionary
+# word this frequent is a word, not a private person's name (names the HMM finds have no entry at all).
+_CN_NAME_MAX_DICT_FREQ = 500
+# ... and those that end like a plant, a colour or a food ("杨树", "朱红色", "胡萝卜", "维生素") are things.
+_CN_THING_ENDS = frozenset("树林花草果菜茶色素卜瓜豆")
+# What jieba tags the given name it splits off a lone family name: "梁" + "志强" (nrfg), "邓" + "建国" (ns),
+# "杜" + "鹏飞" (nz), "金" + "海燕" (nr).
+_CN_GIVEN_TAGS = ("nr", "nrfg", "nrt", "ns", "nz")
+
+
+@functools.lru_cache(maxsize=1)
+def _jieba_posseg():
+    """jieba's POS tagger (MIT; ships its dictionary), loaded once per process; None when jieba is absent."""
+    try:
+        import logging
+
+        import jieba
+        import jieba.posseg as pseg
+    except ImportError:
+        return None
+    jieba.setLogLevel(logging.WARNING)
+    pseg.lcut("初始化")  # loads the dictionary now, not inside the first document
+    return pseg
+
+
+class ChineseSegmentedNameRecognizer(EntityRecognizer):
+    """Chinese full names with no cue word ("昨天张伟去了北京开会。", "王芳和李娜是同事。"), from jieba's POS
+    tagger (tag ``nr``/``nrfg``/``nrt``), run only on the clauses that hold a candidate (a common family name
+    followed by a Han character). A tagged word counts when it is a family name + one or two characters
+    (a compound family name + one or two), does not end like a place ("王府井", "张家界") and is not a frequent
+    dictionary word that jieba also tags nr ("陈述", "文明", "高峰"). A compound family name that jieba splits from
+    its given name ("欧阳" + "娜娜") is joined back."""
+
+    ENTITY = "PERSON"
+
+    def __init__(self):
+        super().__init__(supported_entities=[self.ENTITY], name=type(self).__name__, supported_language=LANGUAGE)
+
+    def load(self) -> None:
+        pass
+
+    @staticmethod
+    def quick_check(text: str) -> bool:
+        return _CN_CANDIDATE.search(text) is not None
+
+    @staticmethod
+    def clauses(text: str) -> list[tuple[int, int]]:
+        """The clauses of ``text`` that hold a candidate (what the segmenter reads), merged when adjacent."""
+        out: list[tuple[int, int]] = []
+        for m in _CN_CANDIDATE.finditer(text):
+            if out and m.start() < out[-1][1]:
+                continue
+            cut = _CN_CLAUSE_END.search(text, m.end())
+            lo = max(text.rfind(c, 0, m.start()) for c in "。！？；!?;\n") + 1
+            hi = cut.end() if cut else len(text)
+            if out and lo <= out[-1][1]:
+                out[-1] = (out[-1][0], hi)
+            else:
+                out.append((lo, hi))
+        return out
+
+    @staticmethod
+    def is_name(word: str, flag: str = "nr") -> bool:
+        """A family name + one or two Han characters, not a place or a thing, and either tagged as a name
+        (``nr``/``nrfg``/``nrt``) and not a frequent dictionary word, or an out-of-dictionary word the HMM
+        tagged ``ns`` ("郑华", "余海": jieba knows no place by that name either)."""
+        if len(word) < 2 or len(word) > 4 or word[-1] in _CN_PLACE_ENDS or word[-1] in _CN_THING_ENDS:
+            return False
+        if word[:2] in _CN_SURNAMES_2:
+            given = word[2:]
+        elif word[0] in _CN_SURNAMES_1:
+            given = word[1:]
+        else:
+            return False
+        if not 1 <= len(given) <= 2 or not all("\u4e00" <= c <= "\u9fff" for c in given):
+            return False
+        import jieba
+
+        freq = jieba.dt.FREQ.get(word)
+        if flag == "ns":
+            return not freq
+        return flag in _CN_NAME_TAGS and (freq or 0) < _CN_NAME_MAX_DICT_FREQ
+
+    def find(self, text: str) -> Iterator[tuple[int, int]]:
+        pseg = _jieba_posseg()
+        if pseg is None:
+            return
+        import jieba
+
+        freq = jieba.dt.FREQ
+        for lo, hi in self.clauses(text):
+            toks, pos = [], lo
+            for tok in pseg.cut(text[lo:hi]):
+                toks.append((pos, tok.word, tok.flag))
+                pos += len(tok.word)
+            names: set[int] = set()  # indices of tokens taken as names (for "王芳和李娜")
+            k = 0
+            while k < len(toks):
+                start, w, flag = toks[k]
+                nxt = toks[k + 1] if k + 1 < len(toks) else None
+                if (nxt is not None and nxt[2] in _CN_GIVEN_TAGS and len(nxt[1]) <= 2
+                        and (w in _CN_SURNAMES_2 or (w in _CN_SURNAMES_1 and flag == "nr"))
+                        and self.is_name(w + nxt[1], "nr") and not freq.get(w + nxt[1])):
+                    names.update((k, k + 1))  # "欧阳" + "娜娜", "梁" + "志强"
+                    yield start, nxt[0] + len(nxt[1])
+                    k += 2
+                    continue
+                if (flag in _CN_NAME_TAGS + ("ns",) and self.is_name(w, flag)
+                        and (not freq.get(w) or self._subject_position(toks, k, names))):
+                    names.add(k)
+                    yield start, start + len(w)
+                k += 1
+
+    @staticmethod
+    def _subject_position(toks, k: int, names: set[int]) -> bool:
+        """A dictionary word tagged nr counts only where a person stands: at the clause start, after a time word
+        or a preposition, or after 和/与/跟/及/、 that follows a name; and before a verb, preposition, adverb,
+        conjunction, 的 or punctuation. jieba's dictionary tags ordinary words nr too ("陈旧", "华丽", "毛巾",
+        "张开"), which stand elsewhere ("比较陈旧", "没有华丽的", "张开手")."""
+        prev = toks[k - 1] if k > 0 else None
+        nxt = toks[k + 1] if k + 1 < len(toks) else None
+        prev_ok = (prev is None or prev[2] in ("x", "t", "p")
+                   or (prev[1] in ("和", "与", "跟", "及", "、") and k - 2 in names))
+        next_ok = nxt is None or nxt[2][:1] in ("v", "p", "d", "c", "x") or nxt[1] == "的"
+        return prev_ok and next_ok
+
+    def analyze(self, text, entities, nlp_artifacts=None):
+        if entities and self.ENTITY not in entities:
+            return []
+        if not self.quick_check(text):
+            return []
+        return [RecognizerResult(self.ENTITY, s, e, 0.75) for s, e in self.find(text)]
+
+
 def default_recognizers(given_names: dict[str, int] | None = None) -> list[EntityRecognizer]:
     """Every corpusmill recognizer, one instance each."""
     return [
         EmailAddressRecognizer(), WebUrlRecognizer(), IpAddressRecognizer(), PaymentCardRecognizer(), IbanCodeRecognizer(),
         UsSocialSecurityRecognizer(), UkNationalInsuranceRecognizer(), CnResidentIdRecognizer(), CnMobileRecognizer(), PhoneNumberRecognizer(),
-        DateOfBirthRecognizer(), StreetAddressRecognizer(), ChinesePersonNameRecognizer(),
+        DateOfBirthRecognizer(), StreetAddressRecognizer(), ChinesePersonNameRecognizer(), ChineseSegmentedNameRecognizer(),
         PersonNameRecognizer(load_given_names() if given_names is None else given_names),
     ]

@@ -248,6 +248,7 @@ class PiiEngine:
             if isinstance(rec, R.PersonNameRecognizer):
                 rec.ner_confirms_untitled = cfg.ner_confirms_untitled
         self._person = next(r for r in recognizers if isinstance(r, R.PersonNameRecognizer))
+        self._cn_person_quick_check = R.ChineseSegmentedNameRecognizer.quick_check
         if "PERSON" in self.entities and not self._person.given_names:
             log.warning("PII: the given-name lexicon is NOT INSTALLED (pip install gender-guesser==0.4.0); PERSON "
                         "is found only %s", "for titled names, by NER" if self._nlp is not None else
@@ -292,7 +293,8 @@ class PiiEngine:
     def may_hold_pii(self, text: str) -> bool:
         # bare domains ("microsoft.com") hold none of the structured markers: with URL on, any dot may start one
         return (bool(_MAY_HOLD_STRUCTURED.search(text)) or ("URL" in self.entities and "." in text)
-                or ("PERSON" in self.entities and self._person.quick_check(text)))
+                or ("PERSON" in self.entities and (self._person.quick_check(text)
+                                                   or self._cn_person_quick_check(text))))
 
     def analyze(self, texts: Sequence[str]) -> list[list[PiiSpan]]:
         """Spans per text (offsets into the text as given), overlaps resolved."""

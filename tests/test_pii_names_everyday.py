@@ -1,0 +1,170 @@
+"""Issue 15, item 5: person names where people write them (greetings, sign-offs, sentence starts, imperatives,
+titles + surname, Chinese names without a cue word), with negatives in the same positions.
+
+One test group per cause:
+1. a capitalised word the lexicon does not know before the name ("Dear", "Contact", "Yesterday", "Fragen Sie")
+   used to start the candidate and defeat the given-name rule: the name now starts at its given name;
+2. a lone given name in the vocative (after a greeting, thanks or a sign-off) was never taken: it now is, when
+   the given-name lexicon knows it and it stands alone;
+3. titles + surname (Herr/Frau/Mr/Mrs/Ms/Dr/Prof) keep the title outside the span;
+4. Chinese names needed a cue word: jieba's POS tagger (``nr``) now decides, only in the clauses holding a
+   candidate (a common family name + a Han character), with dictionary words jieba also tags ``nr`` ("陈旧",
+   "华丽") taken only where a person stands, and places/things ("王府井", "杨树") never.
+The sentences are written for these tests, not drawn from any evaluation set.
+"""
+from pathlib import Path
+
+import pytest
+
+from transforms.pii import recognizers as R
+from transforms.pii.step import PiiConfig, PiiEngine
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    eng = PiiEngine(PiiConfig(ner="off", entities=["PERSON"]))
+    if not eng._person.given_names:
+        pytest.skip("gender-guesser (given-name lexicon) not installed")
+    return eng
+
+
+def names(engine, text):
+    return [text[s.start:s.end] for s in engine.analyze([text])[0] if s.entity_type == "PERSON"]
+
+
+# 1. a capitalised non-name word before the name -------------------------------------------------------------
+@pytest.mark.parametrize("text,expected", [
+    ("Dear John Smith, thank you for your letter.", ["John Smith"]),
+    ("Contact John Smith at the front desk.", ["John Smith"]),
+    ("Yesterday John Smith went to the bank.", ["John Smith"]),
+    ("Email Laura Bennett before Friday.", ["Laura Bennett"]),
+    ("Unfortunately Helen Carter cannot attend.", ["Helen Carter"]),
+    ("Later Jessica Price joined the call.", ["Jessica Price"]),
+    ("Hello Richard Green, welcome to the team.", ["Richard Green"]),
+    ("Hi Tom Baker, welcome aboard.", ["Tom Baker"]),
+    ("Fragen Sie Birgit Neumann nach dem Schlüssel.", ["Birgit Neumann"]),
+    ("Kontaktieren Sie Heike Braun bei Fragen.", ["Heike Braun"]),
+    ("Gestern hat Michael Weber angerufen.", ["Michael Weber"]),
+])
+def test_capitalised_word_before_the_name(engine, text, expected):
+    assert names(engine, text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "Dear Sir or Madam, thank you for your letter.",
+    "Contact Support for help.",
+    "Yesterday Apple announced a new phone.",
+    "Email Technical Support before Friday.",
+    "Today Microsoft released an update.",
+    "Gestern hat Siemens neue Zahlen veröffentlicht.",
+    "Kontaktieren Sie Support bei Fragen.",
+])
+def test_capitalised_word_before_a_non_name(engine, text):
+    assert names(engine, text) == []
+
+
+# 2. a lone given name in the vocative ------------------------------------------------------------------------
+@pytest.mark.parametrize("text,expected", [
+    ("Hello Sarah, please call me back.", ["Sarah"]),
+    ("Hi Tom, are you coming tonight?", ["Tom"]),
+    ("Dear Emily,\nI hope this finds you well.", ["Emily"]),
+    ("Thanks, David! That fixed it.", ["David"]),
+    ("Thank you Jennifer for the quick reply.", ["Jennifer"]),
+    ("Best regards,\nAndrew", ["Andrew"]),
+    ("Cheers,\nKatie", ["Katie"]),
+    ("Liebe Anna, danke für die Einladung.", ["Anna"]),
+    ("Lieber Thomas,\nwie geht es dir?", ["Thomas"]),
+    ("Hallo Jens, kannst du mich zurückrufen?", ["Jens"]),
+    ("Viele Grüße\nMarkus", ["Markus"]),
+    ("Herzlich willkommen, Nina!", ["Nina"]),
+])
+def test_lone_given_name_after_a_greeting_or_sign_off(engine, text, expected):
+    assert names(engine, text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "Hello World, this is my first program.",
+    "Hello Kitty is a popular brand.",       # a given name, but not standing alone
+    "Hi everyone, the meeting moved to 3pm.",
+    "Dear Customer, your order has shipped.",
+    "Thanks, Team! That fixed it.",
+    "Best regards,\nCustomer Service",
+    "Beste Grüße,\nDas Team",
+    "Hallo zusammen, kann jemand zurückrufen?",
+    "Danke, Berlin! Das war ein tolles Konzert.",
+    "Dear Will,",                            # a function word
+])
+def test_greeting_before_a_non_name(engine, text):
+    assert names(engine, text) == []
+
+
+# 3. titles + surname -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text,expected", [
+    ("Herr Müller und Frau Schmidt kommen morgen.", ["Müller", "Schmidt"]),
+    ("Sehr geehrter Herr Becker, vielen Dank.", ["Becker"]),
+    ("Guten Tag Herr Meyer, Ihr Paket ist da.", ["Meyer"]),
+    ("Dear Mr. Fletcher, your order has shipped.", ["Fletcher"]),
+    ("Mrs Patel asked for a refund.", ["Patel"]),
+    ("Prof. Hartley gave the opening talk.", ["Hartley"]),
+])
+def test_title_and_surname(engine, text, expected):
+    assert names(engine, text) == expected
+
+
+@pytest.mark.parametrize("text", ["Sehr geehrte Damen und Herren,", "Der Herr kommt morgen wieder.",
+                                  "Die Frau am Empfang war freundlich."])
+def test_title_words_that_name_nobody(engine, text):
+    assert names(engine, text) == []
+
+
+# 4. Chinese names without a cue word -------------------------------------------------------------------------
+@pytest.mark.parametrize("text,expected", [
+    ("昨天张伟去了北京开会。", ["张伟"]),
+    ("王芳和李娜是同事。", ["王芳", "李娜"]),     # 李娜 is a dictionary word: taken after 和 + a name
+    ("会议由郑华主持。", ["郑华"]),              # tagged ns by the HMM, in no dictionary
+    ("梁志强的车停在门口。", ["梁志强"]),         # "梁" + "志强" joined
+    ("你好，金海燕！", ["金海燕"]),
+    ("周末我跟孙丽去看电影。", ["孙丽"]),
+    ("姚明来自上海。", ["姚明"]),                # a dictionary name where a person stands
+])
+def test_chinese_name_without_cue(engine, text, expected):
+    assert names(engine, text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "昨天公司去了北京开会。",
+    "我们在王府井吃了烤鸭。",
+    "张家界的风景很美。",
+    "酒店比较陈旧，房间很小。",   # 陈旧: jieba's dictionary tags it nr
+    "没有华丽的词语。",
+    "他张开手说话。",
+    "杨树长得很高。",
+    "胡萝卜富含维生素。",
+    "明天和平路上有活动。",
+])
+def test_chinese_negatives_starting_with_a_family_name_character(engine, text):
+    assert names(engine, text) == []
+
+
+def test_chinese_segmentation_reads_only_candidate_clauses():
+    rec = R.ChineseSegmentedNameRecognizer
+    text = "今天天气不错。昨天张伟去了北京开会。我们都很忙！"
+    (lo, hi), = rec.clauses(text)
+    assert text[lo:hi] == "昨天张伟去了北京开会。"
+    assert not rec.quick_check("今天天气不错。我们都很忙！")
+
+
+def test_chinese_document_without_digits_is_not_skipped(engine):
+    before = engine.stats["docs_skipped"]
+    assert names(engine, "王芳和李娜是同事。") == ["王芳", "李娜"]
+    assert engine.stats["docs_skipped"] == before
+
+
+def test_jieba_is_a_pinned_product_dependency():
+    import tomllib
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert "jieba==0.42.1" in deps
+    assert "jieba==0.42.1" in (REPO / "constraints.txt").read_text().split()
