@@ -168,3 +168,34 @@ def test_jieba_is_a_pinned_product_dependency():
     deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     assert "jieba==0.42.1" in deps
     assert "jieba==0.42.1" in (REPO / "constraints.txt").read_text().split()
+
+
+# 2b. a vocative opening a request, and "Professor" as a form of address -------------------------------------
+@pytest.mark.parametrize("text,expected", [
+    ("Sarah, please call me back.", ["Sarah"]),
+    ("Thanks. Tom, can you send the slides?", ["Tom"]),
+    ("Anna, kannst du mich zurückrufen?", ["Anna"]),
+    ("Dear Professor Quinn, thank you for the feedback.", ["Quinn"]),
+])
+def test_vocative_request_and_professor(engine, text, expected):
+    assert names(engine, text) == expected
+
+
+@pytest.mark.parametrize("text", ["Support, please call me back.", "London, please welcome our guests.",
+                                  "Dear Professor, thank you."])
+def test_vocative_request_with_a_non_name(engine, text):
+    assert names(engine, text) == []
+
+
+# 4b. Chinese: object position, a family name jieba read as a word of its own, "的" after a dictionary word --
+@pytest.mark.parametrize("text,expected", [
+    ("我昨天见到了王建军。", ["王建军"]),   # a dictionary nr word after 了 at the clause's end
+    ("高玉兰昨天退休了。", ["高玉兰"]),     # "高" (a) + "玉兰" (nr) joined where a person stands
+])
+def test_chinese_name_positions(engine, text, expected):
+    assert names(engine, text) == expected
+
+
+@pytest.mark.parametrize("text", ["张贴的通知已经撤下了。", "质量很高。", "高兴地告诉大家。"])
+def test_chinese_dictionary_words_before_de(engine, text):
+    assert names(engine, text) == []

@@ -1041,7 +1041,7 @@ _CAPS_RUN = re.compile(
 # Forms of address that take a surname alone ("Mr. Mayers", "Frau Schmidt", "Prof. Dr. Müller"): after one of
 # these, a capitalised word is a person. Nobility and clerical titles (Sir, Lady, Lord, Rev, ...) are left to the
 # lexicon and NER: they usually precede a given name, and "Lord"/"Lady" are common nouns ("the Lord God").
-_COURTESY_TITLES = ("Mr", "Mrs", "Ms", "Miss", "Mx", "Dr", "Prof", "Herr", "Frau")
+_COURTESY_TITLES = ("Mr", "Mrs", "Ms", "Miss", "Mx", "Dr", "Prof", "Professor", "Professorin", "Herr", "Frau")
 _COURTESY_TITLE_RE = r"(?:" + "|".join(sorted(_COURTESY_TITLES, key=len, reverse=True)) + r")\.?"
 _TITLED_SURNAME = re.compile(
     rf"(?<![0-9A-Za-zÀ-ÿ\-.])(?P<title>{_COURTESY_TITLE_RE})(?:[ \t]+{_TITLE_RE})*[ \t]+"
@@ -1086,6 +1086,13 @@ _ADDRESSED_NAME = re.compile(
                                                  key=len, reverse=True)) + r")"
     rf"[,!]?(?:[ \t]+|[ \t]*\n[ \t]*)(?P<value>{_NAME_WORD})"
     r"(?=[ \t]*(?:[,!.?:;)\n]|$)|[ \t]+(?:for|on|für|zum|zur)[ \t])"
+)
+# A lone given name opening a sentence, then a comma and a request or question ("Sarah, please call me back.",
+# "Tom, can you ...", "Anna, kannst du ..."): the vocative without a greeting.
+_VOCATIVE_REQUEST = re.compile(
+    rf"(?:^|(?<=[.!?\n])[ \t]*|(?<=[.!?])[ \t]+)(?P<value>{_NAME_WORD}),[ \t]+(?="
+    r"(?:please|can|could|would|will|do|did|are|have|thanks|thank|let|bitte|kannst|könntest|kannst|hast|bist"
+    r"|danke|lass|komm|ruf)\b)"
 )
 # Greeting and thanking words are never the first word of a name ("Hi", "Hey" are rare given names too).
 _ADDRESS_WORDS = frozenset(w for p in _ADDRESS_PHRASES for w in p.split())
@@ -1175,7 +1182,7 @@ class PersonNameRecognizer(EntityRecognizer):
     @staticmethod
     def quick_check(text: str) -> bool:
         return (_CAPS_RUN.search(text) is not None or _NAME_CUE.search(text) is not None
-                or _ADDRESSED_NAME.search(text) is not None)
+                or _ADDRESSED_NAME.search(text) is not None or _VOCATIVE_REQUEST.search(text) is not None)
 
     def cued_names(self, text: str) -> Iterator[tuple[int, int, float]]:
         """Names the text itself announces, decided without the lexicon or NER: after a cue phrase
@@ -1194,7 +1201,7 @@ class PersonNameRecognizer(EntityRecognizer):
                 seen.add(span)
                 yield span[0], span[1], 0.85
         english = None
-        for m in _ADDRESSED_NAME.finditer(text):
+        for m in (*_ADDRESSED_NAME.finditer(text), *_VOCATIVE_REQUEST.finditer(text)):
             if english is None:
                 english = self.is_english(text)
             word = m.group("value")
@@ -1494,7 +1501,11 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
                 start, w, flag = toks[k]
                 nxt = toks[k + 1] if k + 1 < len(toks) else None
                 if (nxt is not None and nxt[2] in _CN_GIVEN_TAGS and len(nxt[1]) <= 2
-                        and (w in _CN_SURNAMES_2 or (w in _CN_SURNAMES_1 and flag == "nr"))
+                        and (w in _CN_SURNAMES_2 or (w in _CN_SURNAMES_1 and flag == "nr")
+                             # "高" (a) + "玉兰" (nr): a family-name character jieba read as a word of its own,
+                             # before a two-character name, where a person stands
+                             or (w in _CN_SURNAMES_1 and nxt[2] in _CN_NAME_TAGS and len(nxt[1]) == 2
+                                 and self._subject_position(toks, k, names, k + 1)))
                         and self.is_name(w + nxt[1], "nr") and not freq.get(w + nxt[1])):
                     names.update((k, k + 1))  # "欧阳" + "娜娜", "梁" + "志强"
                     yield start, nxt[0] + len(nxt[1])
@@ -1507,17 +1518,20 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
                 k += 1
 
     @staticmethod
-    def _subject_position(toks, k: int, names: set[int]) -> bool:
+    def _subject_position(toks, k: int, names: set[int], last: Optional[int] = None) -> bool:
         """A dictionary word tagged nr counts only where a person stands: at the clause start, after a time word
         or a preposition, or after 和/与/跟/及/、 that follows a name; and before a verb, preposition, adverb,
-        conjunction, 的 or punctuation. jieba's dictionary tags ordinary words nr too ("陈旧", "华丽", "毛巾",
-        "张开"), which stand elsewhere ("比较陈旧", "没有华丽的", "张开手")."""
+        conjunction or punctuation; or after 了/着/过 at the clause's end. jieba's dictionary tags ordinary words nr
+        too ("陈旧", "华丽", "毛巾", "张开", "张贴"), which stand elsewhere ("比较陈旧", "没有华丽的", "张开手",
+        "张贴的")."""
         prev = toks[k - 1] if k > 0 else None
-        nxt = toks[k + 1] if k + 1 < len(toks) else None
+        last = k if last is None else last  # the word runs from token k to token last
+        nxt = toks[last + 1] if last + 1 < len(toks) else None
         prev_ok = (prev is None or prev[2] in ("x", "t", "p")
                    or (prev[1] in ("和", "与", "跟", "及", "、") and k - 2 in names))
-        next_ok = nxt is None or nxt[2][:1] in ("v", "p", "d", "c", "x") or nxt[1] == "的"
-        return prev_ok and next_ok
+        next_ok = nxt is None or nxt[2][:1] in ("v", "p", "d", "c", "x", "t")
+        # or the object of a finished action at the clause's end ("交给了王建军。")
+        return (prev_ok and next_ok) or (prev is not None and prev[2] == "ul" and (nxt is None or nxt[2] == "x"))
 
     def analyze(self, text, entities, nlp_artifacts=None):
         if entities and self.ENTITY not in entities:
