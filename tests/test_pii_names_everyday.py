@@ -199,3 +199,15 @@ def test_chinese_name_positions(engine, text, expected):
 @pytest.mark.parametrize("text", ["张贴的通知已经撤下了。", "质量很高。", "高兴地告诉大家。"])
 def test_chinese_dictionary_words_before_de(engine, text):
     assert names(engine, text) == []
+
+
+# 1b. the skip is for sentence starts: inside an English sentence a title-cased run is a proper noun --------
+@pytest.mark.parametrize("text,expected", [
+    ("Copyright 2004 Cluster File Systems, Inc.", []),
+    ("This is a Deficit Round Robin Scheduler for networks.", []),
+    ("You can update a Cloud Run Job from the console.", []),
+    ("A speech by Premier Peter Beattie was broadcast.", ["Peter Beattie"]),   # an office before the name
+    ("Am Montag hat der Kunde Peter Braun angerufen.", ["Peter Braun"]),        # German capitalises nouns
+])
+def test_unknown_word_inside_a_sentence(engine, text, expected):
+    assert names(engine, text) == expected

@@ -1057,7 +1057,7 @@ _NAME_CUE = re.compile(
     rf"[ \t]+(?:{_TITLE_RE}[ \t]+)?(?P<value>{_NAME_WORD}(?:[ \t]+{_NAME_WORD}){{0,2}})(?![0-9A-Za-zÀ-ÿ])"
 )
 # Offices and roles used as a form of address ("Mr. President", "Frau Ministerin"): not names.
-_ROLE_WORDS = frozenset("""president speaker chairman chairwoman chair chairperson secretary mayor ambassador
+_ROLE_WORDS = frozenset("""president premier speaker chairman chairwoman chair chairperson secretary mayor ambassador
 justice governor minister senator commissioner director deputy chief vice prime officer professor doctor
 präsident präsidentin bürgermeister bürgermeisterin ministerin direktor direktorin kollege kollegin nachbar
 nachbarin doktor""".split())
@@ -1099,6 +1099,13 @@ _ADDRESS_WORDS = frozenset(w for p in _ADDRESS_PHRASES for w in p.split())
 _NAME_TOKEN = re.compile(rf"^{_NAME_WORD}$")
 _TOKEN = re.compile(r"\S+")
 _LOWER_WORD = re.compile(r"[a-zäöüß]+")
+
+
+def _sentence_initial(text: str, start: int) -> bool:
+    """Nothing but a sentence end, a line break, a colon, an opening quote or bracket or a list bullet before
+    ``start`` (spaces and tabs aside)."""
+    before = text[:start].rstrip(" \t")
+    return not before or before[-1] in ".!?:;\n\"'(„“”«»—–-*•>"
 
 
 def _function_words() -> frozenset[str]:
@@ -1254,8 +1261,10 @@ class PersonNameRecognizer(EntityRecognizer):
         """(start, end, given-name strength, preceded by a title) for every name-shaped stretch of text: a
         capitalised word that is not a function word, followed by one or two more (an initial allowed)."""
         english = self.is_english(text)
+        german = not english and self.is_german(text)
         for run in _CAPS_RUN.finditer(text):
             toks = [(t.start() + run.start(), t.end() + run.start(), t.group()) for t in _TOKEN.finditer(run.group())]
+            lead_ok = german or _sentence_initial(text, run.start())
             i = 0
             while i < len(toks) - 1:
                 word = toks[i][2]
@@ -1266,9 +1275,13 @@ class PersonNameRecognizer(EntityRecognizer):
                 titled = i > 0 and bool(_TITLE_TOKEN.match(toks[i - 1][2]))
                 strength = self.given_name_strength(word, english)
                 if strength == 0 and not titled and (not self.ner_confirms_untitled or (
-                        i + 1 < len(toks) and self.given_name_strength(toks[i + 1][2], english) == 2)):
+                        i + 1 < len(toks) and self.given_name_strength(toks[i + 1][2], english) == 2)) and (
+                        lead_ok or word.lower() in _ROLE_WORDS):
                     # a capitalised word the lexicon does not know ("Dear", "Contact", "Yesterday", "Fragen Sie")
-                    # decides nothing here: the name, if any, starts at a later word
+                    # decides nothing here: the name, if any, starts at a later word. Only at a sentence start
+                    # (or in German, which capitalises every noun, or after an office: "Premier Peter Beattie"):
+                    # inside an English sentence such a run is a title-cased proper noun ("Cluster File
+                    # Systems", "Round Robin Scheduler", "Cloud Run Job")
                     i += 1
                     continue
                 j, names, end = i + 1, 0, None
@@ -1293,6 +1306,13 @@ class PersonNameRecognizer(EntityRecognizer):
         en = sum(w in self._english_only for w in words)
         de = sum(w in self._german_only for w in words)
         return en >= 2 and en > de
+
+    def is_german(self, text: str) -> bool:
+        """More German-only than English-only function words, and at least two."""
+        words = _LOWER_WORD.findall(text.lower())
+        en = sum(w in self._english_only for w in words)
+        de = sum(w in self._german_only for w in words)
+        return de >= 2 and de > en
 
     def ner_windows(self, text: str, max_side: int = 120) -> list[tuple[int, int]]:
         """Where NER can change the decision: around untitled candidates whose given name is extremely rare, and
