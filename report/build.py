@@ -180,6 +180,11 @@ def training_section(data: RunData) -> str:
              ("mean MFU", _mean(r.get("mfu") for r in data.metrics)),
              ("skipped steps", (last.get("skipped_bad_steps") or 0) + (last.get("skipped_overflow_steps") or 0)),
              ("rollbacks", last.get("rollbacks")), ("alerts", len(data.alerts))]
+    moe_records = [r for r in data.metrics if "moe_dropped_fraction" in r]
+    if moe_records:  # an MoE model: what capacity dropping and the auxiliary losses did
+        facts += [("MoE dropped-token share (mean)", _mean(r.get("moe_dropped_fraction") for r in moe_records)),
+                  ("MoE dropped tokens (all steps)", sum(r.get("moe_dropped_tokens") or 0 for r in moe_records)),
+                  ("MoE auxiliary loss (last)", _number(moe_records[-1].get("moe_aux_loss")))]
     if data.relogged_steps:
         facts.append(("steps re-logged after a resume", data.relogged_steps))
     if data.restarts:

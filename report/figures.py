@@ -447,6 +447,9 @@ def training_figures(data: RunData) -> tuple[list[tuple[str, Any]], list[str]]:
         if fig is not None:
             figures.insert(at, (name, fig))
             at += 1
+    moe = expert_load_figure(metrics)
+    if moe is not None:
+        figures.append(("expert-load", moe))
     skipped = [(x, r) for r, x in zip(metrics, xs)
                if _number(r.get("skipped_bad_steps")) is not None or _number(r.get("skipped_overflow_steps")) is not None]
     if skipped and any((r.get("skipped_bad_steps") or 0) + (r.get("skipped_overflow_steps") or 0) for _, r in skipped):
@@ -562,3 +565,44 @@ def cost_figure(cost: dict):
                            hovertemplate="%{x}: %{y:.4g} kWh (%{text})<extra></extra>"))
     _base_layout(fig, "Energy per stage (kWh)", xaxis_title="stage", yaxis_title="kWh")
     return fig
+
+
+def expert_load_figure(metrics: list[dict]):
+    """MoE runs: tokens routed to each expert of each MoE layer over the whole run (``moe_expert_load`` of every
+    step, summed), as a heat map of each layer's shares: a balanced router gives 1 / n_experts everywhere, a
+    collapsed one a hot column. None for a dense model."""
+    import plotly.graph_objects as go
+
+    totals = expert_load_totals(metrics)
+    if not totals:
+        return None
+    layers = sorted(totals, key=int)
+    n_experts = max(len(totals[layer]) for layer in layers)
+    shares = []
+    for layer in layers:
+        row = totals[layer] + [0] * (n_experts - len(totals[layer]))
+        routed = sum(row)
+        shares.append([v / routed if routed else 0.0 for v in row])
+    fig = go.Figure(go.Heatmap(
+        z=shares, x=[f"expert {e}" for e in range(n_experts)], y=[f"layer {layer}" for layer in layers],
+        customdata=[[totals[layer][e] if e < len(totals[layer]) else 0 for e in range(n_experts)] for layer in layers],
+        colorscale="YlOrRd", zmin=0.0, colorbar={"title": "share"},
+        hovertemplate="%{y}, %{x}<br>%{z:.1%} of the layer's tokens (%{customdata:,})<extra></extra>"))
+    _base_layout(fig, f"MoE expert load (share of each layer's routed tokens; balanced = {1 / n_experts:.1%})",
+                 max(200, 60 + 40 * len(layers)), xaxis_title="expert", yaxis_title="MoE layer")
+    return fig
+
+
+def expert_load_totals(metrics: list[dict]) -> dict[str, list[int]]:
+    """layer -> tokens routed to each expert, summed over every logged step (before capacity dropping)."""
+    totals: dict[str, list[int]] = {}
+    for record in metrics:
+        for layer, loads in (record.get("moe_expert_load") or {}).items():
+            if not isinstance(loads, list):
+                continue
+            row = totals.setdefault(str(layer), [])
+            row.extend([0] * (len(loads) - len(row)))
+            for e, v in enumerate(loads):
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    row[e] += int(v)
+    return totals

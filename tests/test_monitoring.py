@@ -81,6 +81,14 @@ def test_endpoint_serves_training_and_hardware_metrics(monitor):
     assert hardware["rss_bytes"] > 0
     has_gpu = monitor._gpu is not None and monitor._gpu.available
     assert any(n == "corpusmill_gpu_temperature_celsius" for n, _ in s) == has_gpu
+    # an MoE step: dropped share, auxiliary loss, and the tokens routed to each expert of each MoE layer
+    monitor.observe_step({"step": 3, "moe_dropped_fraction": 0.125, "moe_aux_loss": 0.0625,
+                          "moe_expert_load": {"1": [10, 20, 30, 40], "3": [25, 25, 25, 25]}})
+    s = scrape(monitor.port)
+    assert value(s, "corpusmill_moe_dropped_ratio", **labels) == 0.125
+    assert value(s, "corpusmill_moe_aux_loss", **labels) == 0.0625
+    assert value(s, "corpusmill_moe_expert_tokens", **labels, layer="1", expert="3") == 40
+    assert value(s, "corpusmill_moe_expert_tokens", **labels, layer="3", expert="0") == 25
     # a NaN loss (null in metrics.jsonl) shows as NaN, which the alert rule `x != x` catches
     monitor.observe_step({"step": 3, "loss": None})
     loss = value(scrape(monitor.port), "corpusmill_train_loss", **labels)

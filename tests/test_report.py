@@ -108,7 +108,11 @@ def make_run(run_dir: Path, records: list[dict], *, shards: bool = True, train: 
                       "samples": 4 * (step + 1), "peak_memory_bytes": 2**27 + step * 2**20,
                       "skipped_bad_steps": int(step >= 17), "skipped_overflow_steps": 0, "rollbacks": 0,
                       # a distillation run's parts of the loss (train.distill, alpha 0.5)
-                      "ce_loss": loss + 0.5, "kl_loss": loss - 0.5}
+                      "ce_loss": loss + 0.5, "kl_loss": loss - 0.5,
+                      # an MoE model's routing (4 experts in layers 1 and 3): layer 3's expert 0 grows hot
+                      "moe_expert_load": {"1": [64, 64, 64, 64], "3": [64 + 4 * step, 64, 64, max(0, 64 - 4 * step)]},
+                      "moe_dropped_tokens": step % 3, "moe_dropped_fraction": (step % 3) / 512,
+                      "moe_aux_loss": 0.01 + 0.001 * step}
             if step == 17:
                 record["event"] = "skipped: loss spike"
             if step % 10 == 9:
@@ -253,6 +257,10 @@ def test_report_numbers_match_stats_and_metrics(full_run):
     assert number(facts["tokens trained"]) == metrics[-1]["tokens_seen"]
     assert number(facts["mean tokens/s"]) == pytest.approx(np.mean([m["tokens_per_s"] for m in metrics]), rel=1e-3)
     assert number(facts["skipped steps"]) == 1
+    assert number(facts["MoE dropped tokens (all steps)"]) == sum(m["moe_dropped_tokens"] for m in metrics)
+    assert number(facts["MoE dropped-token share (mean)"]) == pytest.approx(
+        np.mean([m["moe_dropped_fraction"] for m in metrics]), rel=1e-3)
+    assert number(facts["MoE auxiliary loss (last)"]) == pytest.approx(metrics[-1]["moe_aux_loss"], rel=1e-3)
 
     alerts = [json.loads(line) for line in (full_run / "train" / "alerts.jsonl").read_text().splitlines()]
     assert {a["rule"] for a in alerts} >= {"loss_spike", "throughput_drop"}
@@ -261,7 +269,7 @@ def test_report_numbers_match_stats_and_metrics(full_run):
     assert number(totals["train"][1]) == shards["totals"]["train"]["rows"]
     assert set(page.charts) == {"pipeline", "quality", "doc_chars", "doc_words", "dup_clusters", "pii", "shards",
                                 "loss", "val-domains", "distill", "lr", "grad_norm", "throughput", "mfu", "memory", "data_wait", "skipped",
-                                "alerts", "cost"}
+                                "expert-load", "alerts", "cost"}
     # samples: the newest step first, every fixed prompt, the continuation as written
     samples = page.tables["samples"][1:]
     assert [(int(r[0]), r[1], r[2]) for r in samples] == [
@@ -356,7 +364,7 @@ for (const box of document.querySelectorAll('div.chart')) {
   const gd = box.querySelector('.js-plotly-plot');
   const marks = gd ? gd.querySelectorAll(
       'g.trace path.js-line, g.trace path.point, g.points path, g.sankey-link path, path.sankey-link, ' +
-      'g.sankey-node rect, rect.node-rect') : [];
+      'g.sankey-node rect, rect.node-rect, g.hm image') : [];  // g.hm image: a heat map's cells
   let drawn = 0;
   for (const m of marks) { const b = m.getBBox(); if (b.width * b.height > 0 || (m.getAttribute('d') || '').length > 8) drawn++; }
   out[box.dataset.chart] = {drawn: drawn, traces: gd && gd.data ? gd.data.length : 0};
@@ -429,6 +437,13 @@ def test_every_chart_draws_in_chromium(full_run, chromium, tmp_path):
         assert y == pytest.approx([m["val_loss_by_domain"][name] for m in metrics if "val_loss_by_domain" in m])
     kl = chromium.execute_script("return document.getElementById('chart-distill').data.map(t => [t.name, t.y])")
     assert dict(kl)["KL to the teacher"] == pytest.approx([m["kl_loss"] for m in metrics])
+    # the expert-load heat map: each layer's share of the tokens routed to each expert, summed over the run
+    heat = chromium.execute_script("return document.getElementById('chart-expert-load').data[0]")
+    assert heat["y"] == ["layer 1", "layer 3"]
+    for row, layer in zip(heat["z"], ("1", "3")):
+        loads = np.sum([m["moe_expert_load"][layer] for m in metrics], axis=0)
+        assert row == pytest.approx(list(loads / loads.sum()))
+    assert heat["z"][0] == pytest.approx([0.25] * 4) and heat["z"][1][0] > 0.4 > 0.1 > heat["z"][1][3]
 
     # the cost section as the browser shows it: the kWh bars and the table's rows are cost.json's
     cost = json.loads((full_run / "cost.json").read_text())

@@ -122,6 +122,9 @@ STEP_GAUGES = {
     "skipped_overflow_steps": ("skipped_overflow_steps", "fp16 overflow steps skipped so far"),
     "rollbacks": ("rollbacks", "rollbacks to an earlier checkpoint so far"),
     "tokens_seen": ("tokens_seen", "real tokens trained on so far"),
+    "moe_dropped_fraction": ("moe_dropped_ratio", "MoE: share of the last step's expert assignments dropped at "
+                             "capacity (0..1)"),
+    "moe_aux_loss": ("moe_aux_loss", "MoE: weighted auxiliary losses (load balancing + router z) of the last step"),
 }
 STEP_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
@@ -174,6 +177,8 @@ class TrainingMonitor:
         self._durable_failures_seen = 0
         self._ckpt_last = gauge("checkpoint_last_timestamp_seconds", "unix time of the last checkpoint").labels(**labels)
         self._last_step_time = gauge("last_step_timestamp_seconds", "unix time of the last observed step").labels(**labels)
+        self._expert_tokens = gauge("moe_expert_tokens", "MoE: tokens routed to an expert in the last step (before "
+                                    "capacity dropping)", ("layer", "expert"))
         self._alerts = Counter(f"{PREFIX}_alerts", "alerts fired by the trainer's alert rules", names + ["rule", "action"],
                                registry=self.registry)
         self._cpu = gauge("host_cpu_percent", "host CPU utilization, all cores (0..100)")
@@ -248,6 +253,10 @@ class TrainingMonitor:
         step_time = _finite(metrics.get("step_time_s"))
         if step_time is not None:
             self._step_seconds.observe(step_time)
+        for layer, loads in (metrics.get("moe_expert_load") or {}).items():
+            for expert, tokens in enumerate(loads if isinstance(loads, list) else []):
+                if _finite(tokens) is not None:
+                    self._expert_tokens.labels(**self._labels, layer=str(layer), expert=str(expert)).set(tokens)
         wait = _finite(metrics.get("data_wait_s"))
         if wait is not None:
             self._data_wait.observe(wait)
