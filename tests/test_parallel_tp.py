@@ -1,11 +1,15 @@
 """Tensor + sequence parallel bars (issue 12; CPU, gloo): two torchrun launches (2 and 4 processes) run every
 scenario of tests/dist/tp_scenarios.py; a single-process run in this process is the reference.
 
-- TP=2 and dp×tp = 2×2 (FSDP2 over TP on a 2-D mesh), fp32, 10 steps, clipping active on every step and
+- TP=2, dp×tp = 2×2 (FSDP2 over TP on a 2-D mesh) and pp×tp = 2×2 (pipeline stages, each tensor-parallel
+  over its tp pair, on the 3-D mesh pp × dp × tp; 1F1B), fp32, 10 steps, clipping active on every step and
   accumulation on: |Δloss| and |Δgrad-norm| ≤ 1e-5 at every step, validation loss too;
+- under pp×tp the stage boundary carries the sequence-parallel local shard (rows × seq/tp × dim) and the last
+  stage's logits stay vocabulary-sharded;
 - the global gradient norm under TP equals the single-process norm, while the pre-issue-12 computation (sum of
   ``.to_local()`` squares) measured on the same gradients does not;
-- a TP=2 checkpoint resumes on dp=2 and on one process with the same sample ids (DCP reshards).
+- a TP=2 checkpoint resumes on dp=2 and on one process, a pp×tp checkpoint on one process, with the same
+  sample ids (DCP reshards).
 """
 from __future__ import annotations
 
@@ -67,7 +71,10 @@ def max_diff(curve: dict, expected: dict, steps) -> float:
     return max(abs(curve[str(s)] - expected[str(s)]) for s in steps)
 
 
-@pytest.mark.parametrize("name,ranks", [("tp2", 2), ("dp2_tp2", 4)])
+SCENARIOS = [("tp2", 2), ("dp2_tp2", 4), ("pp2_tp2", 4)]
+
+
+@pytest.mark.parametrize("name,ranks", SCENARIOS)
 def test_tp_equivalence_with_one_process(workdir, name, ranks):
     ref = reference(workdir)
     for result in load(workdir, name, ranks):
@@ -78,7 +85,7 @@ def test_tp_equivalence_with_one_process(workdir, name, ranks):
         assert min(result["grad_norms"].values()) > base_config().optimizer.clip_grad_norm
 
 
-@pytest.mark.parametrize("name,ranks", [("tp2", 2), ("dp2_tp2", 4)])
+@pytest.mark.parametrize("name,ranks", SCENARIOS)
 def test_old_local_norm_sum_is_wrong_under_tp(workdir, name, ranks):
     """The same gradients, normed the pre-issue-12 way, miss the single-process norm by far more than 1e-5."""
     ref = reference(workdir)
@@ -96,9 +103,22 @@ def test_tp_checkpoint_resumes_on_dp2(workdir):
     assert union == {s: sorted(ids) for s, ids in ref["sample_ids"].items() if int(s) >= 5}
 
 
-def test_tp_checkpoint_resumes_on_one_process(workdir):
+def test_pp_tp_stage_boundary_is_the_sequence_shard(workdir):
+    """pp rank i, tp rank j sends to pp rank i + 1, tp rank j the local Shard(1) piece of the residual stream."""
+    io = [r["part_io"] for r in load(workdir, "pp2_tp2", 4)]
+    assert [r["stages"] for r in io] == [[0], [0], [1], [1]]
+    rows, seq = io[0]["in"]  # token ids of one pipeline micro-batch
+    dim = base_config().model.dim
+    for first, last in ((io[0], io[2]), (io[1], io[3])):
+        assert first["out"] == last["in"] == [rows, seq // 2, dim]
+        assert not first["out_dtensor"] and not last["in_dtensor"]
+        assert last["out_dtensor"] and last["out"][:2] == [rows, seq]  # logits: vocabulary-sharded DTensor
+
+
+@pytest.mark.parametrize("name", ["tp2_to_one", "pp2_tp2_to_one"])
+def test_tp_checkpoint_resumes_on_one_process(workdir, name):
     samples = SampleLog()
-    result = train(base_config(), run_with_shards(workdir / "tp2_to_one", workdir / "shards"), hooks=samples.hooks())
+    result = train(base_config(), run_with_shards(workdir / name, workdir / "shards"), hooks=samples.hooks())
     ref = reference(workdir)
     assert result.resumed_from == "step-00000005"
     assert max_diff({str(k): v for k, v in result.losses.items()}, ref["losses"], range(5, 10)) <= TOLERANCE
@@ -109,7 +129,6 @@ def test_tp_checkpoint_resumes_on_one_process(workdir):
 def test_tp_config_checks():
     with pytest.raises(ValueError, match="mesh.tp"):
         TrainConfig.model_validate({"model": {"dim": 64, "n_heads": 4, "n_kv_heads": 2}, "mesh": {"tp": 4}})
-    with pytest.raises(ValueError, match="not supported yet"):
-        TrainConfig.model_validate({"model": {"dim": 64, "n_heads": 4}, "mesh": {"tp": 2, "pp": 2},
-                                    "batch": {"micro_batch_size": 4}})
+    assert TrainConfig.model_validate({"model": {"dim": 64, "n_heads": 4}, "mesh": {"tp": 2, "pp": 2},
+                                       "batch": {"micro_batch_size": 4}}).mesh.world_size == 4
     assert TrainConfig.model_validate({"mesh": {"tp": 2, "dp": 2}, "batch": {"global_batch_size": 8}}).mesh.world_size == 4

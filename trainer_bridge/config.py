@@ -297,8 +297,6 @@ class TrainConfig(_Strict):
             if self.model.n_heads % tp or kv % tp:
                 raise ValueError(f"mesh.tp ({tp}) must divide model.n_heads ({self.model.n_heads}) and "
                                  f"model.n_kv_heads ({kv})")
-            if self.mesh.pp > 1:
-                raise ValueError("mesh.tp > 1 together with mesh.pp > 1 is not supported yet (use tp with dp)")
         if self.mesh.pp > 1:
             if self.batch.micro_batch_size % self.pipeline.microbatches:
                 raise ValueError(

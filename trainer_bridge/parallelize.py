@@ -53,6 +53,12 @@ class ModelParts:
     def has_last_stage(self) -> bool:
         return self.num_stages - 1 in self.stage_ids
 
+    @property
+    def reports_loss(self) -> bool:
+        """Whether this rank's pipeline losses count in the global sum: every tp rank of the last stage
+        computes the same loss, tp rank 0 reports it."""
+        return self.tp == 1 or self.mesh["tp"].get_local_rank() == 0
+
     def parameters(self):
         for part in self.parts:
             yield from part.parameters()

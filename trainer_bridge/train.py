@@ -473,8 +473,8 @@ class Trainer:
             return self.distiller.step_sums(self.runtime.device)
         if model.schedule is not None:
             # The schedule reports each micro-batch's loss as returned by loss_fn (× factor); only the last
-            # stage has them.
-            if not pipeline_losses:
+            # stage has them, and under tensor parallelism every tp rank of it: tp rank 0 alone counts them.
+            if not pipeline_losses or not model.reports_loss:
                 return torch.zeros((), device=self.runtime.device)
             return torch.stack([l.detach().float() for l in pipeline_losses]).sum() / loss_factor
         return torch.stack(self.loss_fn.sums).sum()

@@ -160,7 +160,8 @@ class Validator:
                         domain = self.domain_tokens[b].to(device).flatten()[counted]
                         domain_sums.index_add_(0, domain, per_token.double())
                         domain_counts.index_add_(0, domain, torch.ones_like(domain))
-        sums = pipeline_losses if model.schedule is not None else loss_fn.sums
+        # Pipeline: the schedule's losses, on the last stage, counted by tp rank 0 alone under tensor parallelism.
+        sums = (pipeline_losses if model.reports_loss else []) if model.schedule is not None else loss_fn.sums
         loss_sum = torch.stack([l.float() for l in sums]).sum() if sums else torch.zeros(())
         totals = torch.tensor([float(loss_sum), 0.0], dtype=torch.float64, device=self.runtime.device)
         counted = torch.tensor([tokens], dtype=torch.int64, device=self.runtime.device)

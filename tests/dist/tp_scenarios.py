@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scenario_configs import SampleLog, base_config, run_with_shards  # noqa: E402
@@ -24,7 +25,10 @@ from trainer_bridge.parallelize import local_squared_norm_sum  # noqa: E402
 from trainer_bridge.train import TrainHooks, train  # noqa: E402
 
 TWO_RANK = {"tp2": {"mesh": {"tp": 2}}}
-FOUR_RANK = {"dp2_tp2": {"mesh": {"dp": 2, "tp": 2}}}
+FOUR_RANK = {"dp2_tp2": {"mesh": {"dp": 2, "tp": 2}},
+             # pp × tp = 2 × 2 (3-D mesh pp × dp × tp with dp = 1): each stage tensor-parallel over its tp pair.
+             "pp2_tp2": {"mesh": {"pp": 2, "tp": 2}, "batch": {"micro_batch_size": 4},
+                         "pipeline": {"schedule": "1f1b"}}}
 
 
 def old_norm_hook(store: dict):
@@ -35,9 +39,30 @@ def old_norm_hook(store: dict):
     return hook
 
 
+def stage_shapes_hook(store: dict):
+    """After step 0, watch what each model part receives and returns (a pipeline stage's boundary tensors):
+    shapes of the local tensors and whether they are DTensors, recorded at step 1."""
+    def record(module, args, kwargs, output):
+        if "in" not in store:
+            store.update({"in": list(args[0].shape), "in_dtensor": isinstance(args[0], DTensor),
+                          "out": list(output.shape if not isinstance(output, DTensor) else output.to_local().shape),
+                          "out_dtensor": isinstance(output, DTensor)})
+
+    def hook(step, model):
+        if step == 0:
+            store["stages"] = model.stage_ids
+            model.parts[0].register_forward_hook(record, with_kwargs=True)
+    return hook
+
+
 def run(workdir: Path, name: str, overrides: dict, out_name: str | None = None, **hook_args) -> None:
-    samples, old_norms = SampleLog(), {}
-    hooks = TrainHooks(on_batch=samples, after_backward=old_norm_hook(old_norms), **hook_args)
+    samples, old_norms, shapes = SampleLog(), {}, {}
+    norm_hook, shapes_hook = old_norm_hook(old_norms), stage_shapes_hook(shapes)
+
+    def after_backward(step, model):
+        norm_hook(step, model)
+        shapes_hook(step, model)
+    hooks = TrainHooks(on_batch=samples, after_backward=after_backward, **hook_args)
     paths = run_with_shards(workdir / "runs" / (out_name or name), workdir / "shards")
     result = train(base_config(overrides), paths, hooks=hooks)
     out = workdir / "results"
@@ -47,7 +72,7 @@ def run(workdir: Path, name: str, overrides: dict, out_name: str | None = None, 
         "grad_norms": {str(k): v for k, v in result.grad_norms.items()},
         "val_losses": {str(k): v for k, v in result.val_losses.items()},
         "old_grad_norms": old_norms, "sample_ids": {str(k): v for k, v in samples.sample_ids.items()},
-        "resumed_from": result.resumed_from}))
+        "resumed_from": result.resumed_from, "part_io": shapes}))
     dist.barrier()
 
 
@@ -60,9 +85,14 @@ def two_ranks(workdir: Path) -> None:
     run(workdir, "tp2_to_dp2", {"mesh": {"dp": 2}})
 
 
-def four_ranks(workdir: Path) -> None:
+def four_ranks(workdir: Path, only: list[str] | None = None) -> None:
     for name, overrides in FOUR_RANK.items():
+        if only and name not in only:
+            continue
         run(workdir, name, overrides)
+    # A pp × tp checkpoint (step 5) resumed on one process (pytest side): DCP gathers stages and tp shards.
+    if not only or "pp2_tp2" in only:
+        copy_checkpoint(workdir / "runs" / "pp2_tp2", 5, workdir / "pp2_tp2_to_one")
 
 
 if __name__ == "__main__":
@@ -71,5 +101,5 @@ if __name__ == "__main__":
     from trainer_bridge.device import init_runtime, shutdown
 
     runtime = init_runtime("cpu")
-    {"two": two_ranks, "four": four_ranks}[group](workdir)
+    {"two": two_ranks, "four": four_ranks}[group](workdir, *([sys.argv[3:]] if len(sys.argv) > 3 else []))
     shutdown(runtime)
