@@ -2,8 +2,9 @@
 scenario of tests/dist/tp_scenarios.py; a single-process run in this process is the reference.
 
 - TP=2, dp×tp = 2×2 (FSDP2 over TP on a 2-D mesh) and pp×tp = 2×2 (pipeline stages, each tensor-parallel
-  over its tp pair, on the 3-D mesh pp × dp × tp; 1F1B), fp32, 10 steps, clipping active on every step and
-  accumulation on: |Δloss| and |Δgrad-norm| ≤ 1e-5 at every step, validation loss too;
+  over its tp pair, on the 3-D mesh pp × dp × tp; 1F1B, and interleaved 1F1B with 2 stages per rank), fp32,
+  10 steps, clipping active on every step and accumulation on: |Δloss| and |Δgrad-norm| ≤ 1e-5 at every
+  step, validation loss too;
 - under pp×tp the stage boundary carries the sequence-parallel local shard (rows × seq/tp × dim) and the last
   stage's logits stay vocabulary-sharded;
 - the global gradient norm under TP equals the single-process norm, while the pre-issue-12 computation (sum of
@@ -71,7 +72,7 @@ def max_diff(curve: dict, expected: dict, steps) -> float:
     return max(abs(curve[str(s)] - expected[str(s)]) for s in steps)
 
 
-SCENARIOS = [("tp2", 2), ("dp2_tp2", 4), ("pp2_tp2", 4)]
+SCENARIOS = [("tp2", 2), ("dp2_tp2", 4), ("pp2_tp2", 4), ("pp2_tp2_interleaved", 4)]
 
 
 @pytest.mark.parametrize("name,ranks", SCENARIOS)

@@ -28,7 +28,9 @@ TWO_RANK = {"tp2": {"mesh": {"tp": 2}}}
 FOUR_RANK = {"dp2_tp2": {"mesh": {"dp": 2, "tp": 2}},
              # pp × tp = 2 × 2 (3-D mesh pp × dp × tp with dp = 1): each stage tensor-parallel over its tp pair.
              "pp2_tp2": {"mesh": {"pp": 2, "tp": 2}, "batch": {"micro_batch_size": 4},
-                         "pipeline": {"schedule": "1f1b"}}}
+                         "pipeline": {"schedule": "1f1b"}},
+             "pp2_tp2_interleaved": {"mesh": {"pp": 2, "tp": 2}, "batch": {"micro_batch_size": 4},
+                                     "pipeline": {"schedule": "interleaved_1f1b", "stages_per_rank": 2}}}
 
 
 def old_norm_hook(store: dict):
