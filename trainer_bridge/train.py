@@ -404,7 +404,8 @@ class Trainer:
     def _describe(self) -> None:
         cfg, metrics = self.cfg, self.metrics
         self._say(f"{metrics.flops.non_embedding_params / 1e6:.2f}M non-embedding parameters, mesh pp={cfg.mesh.pp} "
-                  f"dp={cfg.mesh.dp}, {cfg.precision.dtype}, {cfg.grad_accum_steps} accumulation step(s), "
+                  f"dp={cfg.mesh.dp} tp={cfg.mesh.tp}, {cfg.precision.dtype}, {cfg.grad_accum_steps} accumulation "
+                  f"step(s), "
                   f"peak {metrics.peak_flops / 1e12:.3g} TFLOP/s per device ({metrics.peak_source})")
 
     def _finish(self, loader: StepBatches) -> TrainResult:
