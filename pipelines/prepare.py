@@ -121,7 +121,8 @@ def collect_stats(run: RunPaths | Path, steps: list[str], counters: dict[tuple[s
             problems.append(f"step {step}: its counter says {counted} removed, removed/ holds {removed}")
         step_rows.append({"step": step, "in": flowing, "kept": flowing - removed, "removed": removed,
                           "removed_by_reason": dict(sorted(removed_by[step].items())),
-                          "busy_seconds": round(counters.get((step, "busy_ms"), 0) / 1000, 2)})
+                          "busy_seconds": round(counters.get((step, "busy_ms"), 0) / 1000, 2),
+                          "cpu_seconds": round(counters.get((step, "cpu_ms"), 0) / 1000, 2)})
         flowing -= removed
     unknown = set(removed_by) - set(steps)
     if unknown:

@@ -56,8 +56,8 @@ def dedup_rows(run: Path) -> dict[str, list]:
 def counts(stats: dict) -> dict:
     """stats.json without its timings (busy_ms / busy_seconds / cleaning_seconds depend on the machine)."""
     return {
-        "counters": {k: v for k, v in stats["counters"].items() if not k.endswith("/busy_ms")},
-        "steps": [{k: v for k, v in row.items() if k != "busy_seconds"} for row in stats["steps"]],
+        "counters": {k: v for k, v in stats["counters"].items() if not k.endswith(("/busy_ms", "/cpu_ms"))},
+        "steps": [{k: v for k, v in row.items() if k not in ("busy_seconds", "cpu_seconds")} for row in stats["steps"]],
         **{k: stats[k] for k in ("documents_read", "text_bytes_read", "quarantined", "kept", "accounting")},
     }
 

@@ -64,11 +64,12 @@ class _SketchFn(StepFn):
         if not batch:
             return
         started = time.perf_counter()
+        cpu_started = time.thread_time()
         sketches = self._builder.sketch_batch([doc for doc, _, _ in batch])
         present = [s for s in sketches if s is not None]
         keys = (bucket_key_matrix([s.signature for s in present], self._cfg).tolist()
                 if self._bands and present else [])
-        self.busy(time.perf_counter() - started)
+        self.busy(time.perf_counter() - started, time.thread_time() - cpu_started)
         if len(present) < len(batch):
             self._no_tokens.inc(len(batch) - len(present))
         row = 0
@@ -423,8 +424,9 @@ class _DecideWithSideInputFn(StepFn):
 
     def process(self, doc, decisions):
         started = time.perf_counter()
+        cpu_started = time.thread_time()
         reason = decide(doc, decisions.get(int(doc["id"])))
-        self.busy(time.perf_counter() - started)
+        self.busy(time.perf_counter() - started, time.thread_time() - cpu_started)
         yield doc, reason
 
 
@@ -444,8 +446,9 @@ class _DecideFn(StepFn):
         if not docs:  # an old run's document: nothing to emit
             return []
         started = time.perf_counter()
+        cpu_started = time.thread_time()
         out = list(self._decide(docs, groups))
-        self.busy(time.perf_counter() - started)
+        self.busy(time.perf_counter() - started, time.thread_time() - cpu_started)
         return out
 
     def _decide(self, docs, groups):
