@@ -53,7 +53,28 @@ def test_the_routing_tail_counts_marks_times_and_reports_progress(tmp_path):
     counters = _counters(result, "toy")
     assert counters["kept"] == 6 and counters["removed"] == 6
     assert counters["busy_ms"] >= 12 * 3
+    assert counters.get("cpu_ms", 0) < counters["busy_ms"]  # sleeping is wall time, not CPU time
     assert read_progress(tmp_path) == {"toy": 12}
+
+
+def _busy_decision(doc):
+    deadline = time.thread_time() + 0.005  # CPU work: it must show in cpu_ms
+    while time.thread_time() < deadline:
+        pass
+    yield doc, None
+
+
+def test_a_step_counts_its_cpu_time():
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+    from transforms.beam_step import timed
+
+    pipeline = beam.Pipeline(runner=FnApiRunner())
+    _ = pipeline | beam.Create([{"id": i} for i in range(10)]) | timed("burn", _busy_decision)
+    result = pipeline.run()
+    result.wait_until_finish()
+    counters = _counters(result, "burn")
+    assert counters["cpu_ms"] >= 10 * 5 - 2 and counters["busy_ms"] >= counters["cpu_ms"] - 2
 
 
 # ---------------------------------------------------------------- checks when the graph is built
