@@ -105,18 +105,22 @@ class Attention(nn.Module):
         k = apply_rope(self.wk(x).view(batch, seq, self.n_kv_heads, self.head_dim), cos, sin)
         v = self.wv(x).view(batch, seq, self.n_kv_heads, self.head_dim)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, S, D]
+        out = self.attend(q, k, v, mask, use_flex)
+        return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
+
+    def attend(self, q, k, v, mask, use_flex: bool) -> torch.Tensor:
+        """The attention core: q [B, H, S, D], k/v [B, H_kv, S, D] → [B, H, S, D]. Context parallelism
+        replaces it per module (context_parallel.apply_cp) with a version that sees the other ranks' keys."""
         if use_flex:
             # Run flex outside autocast with one dtype for q, k, v: its compiled backward under autocast is
             # fragile (pytorch/pytorch#176025); the projections above already ran in the compute dtype.
             with torch.autocast(device_type=q.device.type, enabled=False):
                 q, k = q.to(v.dtype), k.to(v.dtype)
-                out = _compiled_flex_attention()(q, k, v, block_mask=mask, enable_gqa=self.n_kv_heads != self.n_heads)
-        else:
-            repeats = self.n_heads // self.n_kv_heads
-            if repeats > 1:
-                k, v = k.repeat_interleave(repeats, dim=1), v.repeat_interleave(repeats, dim=1)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
+                return _compiled_flex_attention()(q, k, v, block_mask=mask, enable_gqa=self.n_kv_heads != self.n_heads)
+        repeats = self.n_heads // self.n_kv_heads
+        if repeats > 1:
+            k, v = k.repeat_interleave(repeats, dim=1), v.repeat_interleave(repeats, dim=1)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
     def forward_with_cache(self, x, cos, sin, mask, cache: "KVCache", layer: int):
         """Inference: append this call's keys/values to ``cache`` and attend over all cached ones.
@@ -199,12 +203,17 @@ class Transformer(nn.Module):
         h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
         angles = position_ids.unsqueeze(-1).float() * self.rope_inv_freq
         cos, sin = angles.cos(), angles.sin()
-        mask = document_causal_mask(segment_ids, self.use_flex_attention)
+        mask = self.attention_mask(segment_ids)
         for layer in self.layers.values():
             h = layer(h, cos, sin, mask, self.use_flex_attention)
         if self.norm is not None:
             h = self.norm(h)
         return self.output(h) if self.output is not None else h
+
+    def attention_mask(self, segment_ids: torch.Tensor):
+        """What every block's attention core receives as its mask (opaque to the blocks): the document-causal
+        mask of this row. Context parallelism replaces it with the mask of a sequence shard against all keys."""
+        return document_causal_mask(segment_ids, self.use_flex_attention)
 
     # -- inference with a key/value cache (generation; the training path above does not use it) -----------
     def new_cache(self, batch: int, capacity: int | None = None) -> "KVCache":
