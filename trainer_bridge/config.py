@@ -63,16 +63,22 @@ class ModelConfig(_Strict):
 
 class MeshConfig(_Strict):
     """Device mesh ``pp × dp × tp``: pipeline stages × data-parallel (FSDP2) ranks × tensor-parallel ranks
-    (tensor + sequence parallel, innermost: neighbouring ranks); pp·dp·tp processes in all."""
+    (tensor + sequence parallel, innermost: neighbouring ranks); pp·dp·tp processes in all. Or, with context
+    parallelism, ``dp × cp`` (cp innermost; FSDP2 over the flattened dp·cp ranks); dp·cp processes."""
 
     pp: int = Field(1, ge=1)
     dp: int = Field(1, ge=1)
     tp: int = Field(1, ge=1, description="tensor + sequence parallel degree (divides heads, kv heads, FFN, vocab)")
     ep: int = Field(1, ge=1, description="expert parallel degree; reuses the dp ranks: 1 or mesh.dp")
+    cp: int = Field(1, ge=1, description="context parallel degree: each row's sequence split across cp ranks "
+                                         "(head-tail causal balance; seq_len divisible by 2·cp); dp × cp mesh")
+    cp_mode: Literal["ring", "allgather"] = Field("ring", description="context parallel attention: ring passes "
+                                                                      "K/V blocks between neighbours; allgather "
+                                                                      "gathers every rank's K/V (more memory)")
 
     @property
     def world_size(self) -> int:
-        return self.pp * self.dp * self.tp
+        return self.pp * self.dp * self.tp * self.cp
 
 
 class PipelineConfig(_Strict):
@@ -287,6 +293,15 @@ class TrainConfig(_Strict):
                                  f"(got {self.model.n_experts})")
             if self.mesh.tp > 1 or self.mesh.pp > 1:
                 raise ValueError("mesh.ep > 1 together with mesh.tp or mesh.pp > 1 is not supported yet")
+        if self.mesh.cp > 1:
+            others = {name: getattr(self.mesh, name) for name in ("pp", "tp", "ep") if getattr(self.mesh, name) > 1}
+            if others:
+                named = ", ".join(f"mesh.{k} ({v})" for k, v in others.items())
+                raise ValueError(f"mesh.cp > 1 together with {named} is not supported yet (use cp with dp)")
+            if self.model.n_experts:
+                raise ValueError("mesh.cp > 1 with an MoE model (model.n_experts > 0) is not supported yet")
+            if self.distill is not None:
+                raise ValueError(f"distill: not supported with mesh.cp ({self.mesh.cp}) > 1")
         if self.distill is not None and (self.mesh.pp > 1 or self.mesh.tp > 1):
             raise ValueError(f"distill: supported with data parallelism (FSDP2) only, not mesh.pp "
                              f"({self.mesh.pp}) or mesh.tp ({self.mesh.tp}) > 1")

@@ -29,8 +29,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-# Scores of one query tile against one key block: at most this many elements (fp32: 64 MiB).
-TILE_ELEMENTS = 1 << 24
+# Queries and keys per tile of the kernel. Scores exist for one tile pair at a time (a few MiB: the allocator
+# reuses them, where 64 MiB temporaries were mapped and zeroed by the kernel on every call), and a pair in
+# which no query may see any key (another document, or later keys) is skipped: in packed rows most are.
+TILE = 512
 
 
 def head_tail_indices(seq_len: int, cp: int, rank: int, device=None) -> torch.Tensor:
@@ -68,60 +70,59 @@ class ShardMask:
 
 
 def _allowed(q_seg, q_idx, k_seg, k_idx) -> torch.Tensor:
-    """[B, 1, 1, Tq, Sk] bool: same document and key not after query (broadcasts over kv heads and groups)."""
+    """[B, 1, 1, Tq, Tk] bool: same document and key not after query (broadcasts over kv heads and groups)."""
     same = q_seg[:, :, None] == k_seg[:, None, :]
     causal = q_idx[:, None] >= k_idx[None, :]
     return (same & causal)[:, None, None]
 
 
-def _tile_rows(batch: int, heads: int, keys: int, queries: int) -> int:
-    return max(1, min(queries, TILE_ELEMENTS // max(1, batch * heads * keys)))
+def _tile_pairs(queries: int, keys: int, q_seg, q_idx, k_seg, k_idx):
+    """(query slice, key slice, allowed mask) for every tile pair with at least one allowed entry."""
+    for q_start in range(0, queries, TILE):
+        q_tile = slice(q_start, q_start + TILE)
+        q_seg_tile, q_idx_tile = q_seg[:, q_tile], q_idx[q_tile]
+        for k_start in range(0, keys, TILE):
+            k_tile = slice(k_start, k_start + TILE)
+            if int(k_idx[k_tile].min()) > int(q_idx_tile.max()):
+                continue  # every key after every query: causality alone rules the pair out
+            allowed = _allowed(q_seg_tile, q_idx_tile, k_seg[:, k_tile], k_idx[k_tile])
+            if bool(allowed.any()):
+                yield q_tile, k_tile, allowed
 
 
 @torch.no_grad()
 def block_forward(q, k, v, q_seg, q_idx, k_seg, k_idx, scale, out, lse) -> None:
     """Fold the attention of queries q [B, Hkv, G, Sq, D] over one key block k/v [B, Hkv, 1, Sk, D] into the
     running ``out`` [B, Hkv, G, Sq, D] (normalized) and ``lse`` [B, Hkv, G, Sq] (log-sum-exp), in place."""
-    batch, kv_heads, groups, queries, _ = q.shape
-    rows = _tile_rows(batch, kv_heads * groups, k.shape[-2], queries)
-    for start in range(0, queries, rows):
-        tile = slice(start, start + rows)
-        allowed = _allowed(q_seg[:, tile], q_idx[tile], k_seg, k_idx)
-        if not bool(allowed.any()):
-            continue  # the whole tile is before this block (causality) or in other documents
-        scores = (q[..., tile, :] @ k.transpose(-1, -2)) * scale
+    for q_tile, k_tile, allowed in _tile_pairs(q.shape[-2], k.shape[-2], q_seg, q_idx, k_seg, k_idx):
+        scores = (q[..., q_tile, :] @ k[..., k_tile, :].transpose(-1, -2)) * scale
         scores = scores.masked_fill(~allowed, float("-inf"))
-        block_lse = torch.logsumexp(scores, dim=-1)
+        tile_lse = torch.logsumexp(scores, dim=-1)
         # A query row with no allowed key here has lse −inf: its probabilities are 0, not exp(−inf + inf) = NaN.
-        probs = torch.where(allowed, torch.exp(scores - block_lse.unsqueeze(-1)), 0.0)
-        block_out = probs @ v
-        old_lse = lse[..., tile]
-        new_lse = torch.logaddexp(old_lse, block_lse)
+        probs = torch.where(allowed, torch.exp(scores - tile_lse.unsqueeze(-1)), 0.0)
+        tile_out = probs @ v[..., k_tile, :]
+        old_lse = lse[..., q_tile]
+        new_lse = torch.logaddexp(old_lse, tile_lse)
         finite = torch.where(torch.isinf(new_lse), 0.0, new_lse)  # both −inf: keep 0 weights, not NaN
-        out[..., tile, :] = (out[..., tile, :] * torch.exp(old_lse - finite).unsqueeze(-1)
-                             + block_out * torch.exp(block_lse - finite).unsqueeze(-1))
-        lse[..., tile] = new_lse
+        out[..., q_tile, :] = (out[..., q_tile, :] * torch.exp(old_lse - finite).unsqueeze(-1)
+                               + tile_out * torch.exp(tile_lse - finite).unsqueeze(-1))
+        lse[..., q_tile] = new_lse
 
 
 @torch.no_grad()
 def block_backward(q, k, v, out_grad, delta, lse, q_seg, q_idx, k_seg, k_idx, scale, dq, dk, dv) -> None:
     """Gradients through one key block given the final ``lse`` and ``delta`` = rowsum(dout · out): adds into
     dq [B, Hkv, G, Sq, D] and dk/dv [B, Hkv, 1, Sk, D] (summed over the query groups sharing a kv head)."""
-    batch, kv_heads, groups, queries, _ = q.shape
-    rows = _tile_rows(batch, kv_heads * groups, k.shape[-2], queries)
-    for start in range(0, queries, rows):
-        tile = slice(start, start + rows)
-        allowed = _allowed(q_seg[:, tile], q_idx[tile], k_seg, k_idx)
-        if not bool(allowed.any()):
-            continue
-        q_tile, dout_tile = q[..., tile, :], out_grad[..., tile, :]
-        scores = (q_tile @ k.transpose(-1, -2)) * scale
-        probs = torch.where(allowed, torch.exp(scores - lse[..., tile].unsqueeze(-1)), 0.0)
-        dv += (probs.transpose(-1, -2) @ dout_tile).sum(2, keepdim=True)
-        dprobs = dout_tile @ v.transpose(-1, -2)
-        dscores = probs * (dprobs - delta[..., tile].unsqueeze(-1)) * scale
-        dq[..., tile, :] += dscores @ k
-        dk += (dscores.transpose(-1, -2) @ q_tile).sum(2, keepdim=True)
+    for q_tile, k_tile, allowed in _tile_pairs(q.shape[-2], k.shape[-2], q_seg, q_idx, k_seg, k_idx):
+        q_part, dout_part = q[..., q_tile, :], out_grad[..., q_tile, :]
+        k_part, v_part = k[..., k_tile, :], v[..., k_tile, :]
+        scores = (q_part @ k_part.transpose(-1, -2)) * scale
+        probs = torch.where(allowed, torch.exp(scores - lse[..., q_tile].unsqueeze(-1)), 0.0)
+        dv[..., k_tile, :] += (probs.transpose(-1, -2) @ dout_part).sum(2, keepdim=True)
+        dprobs = dout_part @ v_part.transpose(-1, -2)
+        dscores = probs * (dprobs - delta[..., q_tile].unsqueeze(-1)) * scale
+        dq[..., q_tile, :] += dscores @ k_part
+        dk[..., k_tile, :] += (dscores.transpose(-1, -2) @ q_part).sum(2, keepdim=True)
 
 
 def gather_ranks(tensor: torch.Tensor, group) -> torch.Tensor:

@@ -41,6 +41,8 @@ class ModelParts:
     pp_rank: int = 0
     dp_rank: int = 0
     tp: int = 1
+    cp: int = 1
+    cp_rank: int = 0
     mesh: DeviceMesh | None = None
     loss_fn: object | None = None
     extra: dict = field(default_factory=dict)
@@ -59,18 +61,33 @@ class ModelParts:
         computes the same loss, tp rank 0 reports it."""
         return self.tp == 1 or self.mesh["tp"].get_local_rank() == 0
 
+    def local_batch(self, batch):
+        """The part of a (device) batch this rank computes: its context-parallel shard of every row, or all."""
+        if self.cp == 1:
+            return batch
+        from trainer_bridge.context_parallel import shard_batch
+
+        return shard_batch(batch, self.cp, self.cp_rank)
+
     def parameters(self):
         for part in self.parts:
             yield from part.parameters()
 
 
 def build_mesh(cfg: TrainConfig, runtime: devices.Runtime) -> DeviceMesh | None:
-    """``pp × dp`` (2-D) or, with tensor parallelism, ``pp × dp × tp`` (3-D, tp innermost)."""
+    """``pp × dp`` (2-D) or, with tensor parallelism, ``pp × dp × tp`` (3-D, tp innermost), or with context
+    parallelism ``pp × dp × cp`` (pp 1, cp innermost) plus ``dp_cp``, the dp and cp ranks flattened: FSDP
+    shards over it, since the cp ranks of a row hold the same parameters and must sum their gradients."""
     if cfg.mesh.world_size != runtime.world_size:
-        raise ValueError(f"mesh.pp × mesh.dp × mesh.tp = {cfg.mesh.world_size} but {runtime.world_size} processes "
-                         "were started: launch as many processes as the mesh has ranks")
+        raise ValueError(f"mesh.pp × mesh.dp × mesh.tp × mesh.cp = {cfg.mesh.world_size} but {runtime.world_size} "
+                         "processes were started: launch as many processes as the mesh has ranks")
     if runtime.world_size == 1:
         return None
+    if cfg.mesh.cp > 1:
+        mesh = init_device_mesh(runtime.device.type, (cfg.mesh.pp, cfg.mesh.dp, cfg.mesh.cp),
+                                mesh_dim_names=("pp", "dp", "cp"))
+        mesh["dp", "cp"]._flatten(mesh_dim_name="dp_cp")
+        return mesh
     if cfg.mesh.tp > 1:
         return init_device_mesh(runtime.device.type, (cfg.mesh.pp, cfg.mesh.dp, cfg.mesh.tp),
                                 mesh_dim_names=("pp", "dp", "tp"))
@@ -193,7 +210,8 @@ def build_model(cfg: TrainConfig, runtime: devices.Runtime, mesh: DeviceMesh | N
         parts = [split_stage(whole, s, n_stages) for s in stage_ids]
     else:
         n_stages, stage_ids, parts = 1, [0], [whole]
-    tp = cfg.mesh.tp
+    tp, cp = cfg.mesh.tp, cfg.mesh.cp
+    cp_rank = mesh["cp"].get_local_rank() if cp > 1 else 0
     for part in parts:
         if tp > 1:
             from trainer_bridge.tensor_parallel import apply_tp, check_tp_compatible
@@ -201,9 +219,13 @@ def build_model(cfg: TrainConfig, runtime: devices.Runtime, mesh: DeviceMesh | N
             check_tp_compatible(part, tp)
             apply_tp(part, mesh["tp"])
         expert_params = apply_ep(part, mesh["dp"], dp) if cfg.mesh.ep > 1 else set()
+        if cp > 1:
+            from trainer_bridge.context_parallel import apply_cp
+
+            apply_cp(part, mesh["cp"].get_group(), cfg.mesh.cp_mode)
         apply_activation_checkpointing(part, cfg.activation_checkpointing.mode, cfg.activation_checkpointing.every_n)
-        if dp > 1:
-            apply_fsdp(part, mesh["dp"], cfg.precision.dtype, expert_params)
+        if dp * cp > 1:
+            apply_fsdp(part, mesh["dp_cp"] if cp > 1 else mesh["dp"], cfg.precision.dtype, expert_params)
         _connect_aux_losses(part, loss_fn)
         materialize(part, runtime.device, cfg.seed)
         if cfg.mesh.ep > 1:
@@ -212,8 +234,8 @@ def build_model(cfg: TrainConfig, runtime: devices.Runtime, mesh: DeviceMesh | N
         for part in parts:
             for block in part.layers.values():
                 block.compile()
-    model = ModelParts(parts=parts, stage_ids=stage_ids, num_stages=n_stages, uses_fsdp=dp > 1,
-                       pp_rank=pp_rank, dp_rank=dp_rank, tp=tp, mesh=mesh, loss_fn=loss_fn)
+    model = ModelParts(parts=parts, stage_ids=stage_ids, num_stages=n_stages, uses_fsdp=dp * cp > 1,
+                       pp_rank=pp_rank, dp_rank=dp_rank, tp=tp, cp=cp, cp_rank=cp_rank, mesh=mesh, loss_fn=loss_fn)
     if pp > 1:
         model.schedule = _build_schedule(cfg, runtime, mesh, parts, stage_ids, n_stages, loss_fn)
     return model

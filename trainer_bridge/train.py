@@ -278,6 +278,9 @@ class Trainer:
             self._say("shards: sizes and row counts checked against the manifest, checksums not verified "
                       "(train.verify_shards: manifest)")
         self.cfg = cfg = resolve_model_config(cfg, self.train_source)
+        if cfg.mesh.cp > 1 and self.train_source.seq_len % (2 * cfg.mesh.cp):
+            raise TrainConfigError(f"train.mesh.cp = {cfg.mesh.cp}: the shards' seq_len ({self.train_source.seq_len}) "
+                                   f"must be divisible by 2 × mesh.cp (each row is cut into 2·cp chunks)")
         self.identity = run_identity(cfg, paths)
         self.mesh = build_mesh(cfg, runtime)
         self.dp_group = self.mesh["dp"].get_group() if self.mesh is not None else None
@@ -403,9 +406,10 @@ class Trainer:
 
     def _describe(self) -> None:
         cfg, metrics = self.cfg, self.metrics
+        context = f" cp={cfg.mesh.cp} ({cfg.mesh.cp_mode})" if cfg.mesh.cp > 1 else ""
         self._say(f"{metrics.flops.non_embedding_params / 1e6:.2f}M non-embedding parameters, mesh pp={cfg.mesh.pp} "
-                  f"dp={cfg.mesh.dp} tp={cfg.mesh.tp}, {cfg.precision.dtype}, {cfg.grad_accum_steps} accumulation "
-                  f"step(s), "
+                  f"dp={cfg.mesh.dp} tp={cfg.mesh.tp}{context}, {cfg.precision.dtype}, {cfg.grad_accum_steps} "
+                  f"accumulation step(s), "
                   f"peak {metrics.peak_flops / 1e12:.3g} TFLOP/s per device ({metrics.peak_source})")
 
     def _finish(self, loader: StepBatches) -> TrainResult:
@@ -452,7 +456,7 @@ class Trainer:
         model = self.model
         last = len(batch.micro_batches) - 1
         for i, mb in enumerate(batch.micro_batches):
-            mb = mb.to(self.runtime.device)
+            mb = model.local_batch(mb.to(self.runtime.device))
             if model.schedule is not None:
                 args = (mb.input_ids,) if model.has_first_stage else ()
                 losses: list[torch.Tensor] = []
@@ -492,8 +496,9 @@ class Trainer:
                               sum(b.sum_squared_segment_lengths for b in batch.micro_batches)],
                              dtype=torch.int64, device=self.runtime.device)
         target_tokens, real_tokens, sum_sq = (int(v) for v in self.runtime.all_reduce(local, self.dp_group))
-        # FSDP averages gradients over dp ranks; multiplying by dp turns that average into the global sum.
-        loss_factor = self.scaler.scale * cfg.mesh.dp / max(1, target_tokens)
+        # FSDP averages gradients over its dp (× cp) ranks; multiplying by that count turns the average into the
+        # global sum (the cp ranks of a row each hold a part of its token loss).
+        loss_factor = self.scaler.scale * cfg.mesh.dp * cfg.mesh.cp / max(1, target_tokens)
         if self.distiller is not None:
             self.distiller.start_step()
         loss_sum = self._forward_backward(batch, loss_factor)

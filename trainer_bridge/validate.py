@@ -92,7 +92,7 @@ class Validator:
         if not self.batches:
             say(f"the 'val' split has {len(source)} row(s): too few for {cfg.mesh.dp} data-parallel rank(s) and "
                 "the pipeline's micro-batches; validation is off")
-        elif cfg.eval.max_domains > 0 and cfg.mesh.pp == 1 and cfg.mesh.tp == 1:
+        elif cfg.eval.max_domains > 0 and cfg.mesh.pp == 1 and cfg.mesh.tp == 1 and cfg.mesh.cp == 1:
             self._setup_domains(source, paths, cfg, say)
 
     def _setup_domains(self, source, paths: RunPaths, cfg: TrainConfig, say) -> None:
@@ -140,7 +140,7 @@ class Validator:
         domain_sums = torch.zeros(len(self.domains), dtype=torch.float64, device=device)
         domain_counts = torch.zeros(len(self.domains), dtype=torch.int64, device=device)
         for b, mb in enumerate(self.batches):
-            mb = mb.to(self.runtime.device)
+            mb = model.local_batch(mb.to(self.runtime.device))
             tokens += mb.target_tokens
             with self.context:
                 if model.schedule is not None:
