@@ -125,12 +125,17 @@ def block_backward(q, k, v, out_grad, delta, lse, q_seg, q_idx, k_seg, k_idx, sc
         dk[..., k_tile, :] += (dscores.transpose(-1, -2) @ q_part).sum(2, keepdim=True)
 
 
+# torch 2.13 names the flat collectives *_single (the *_tensor names are deprecated); older torch has only those.
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
 def gather_ranks(tensor: torch.Tensor, group) -> torch.Tensor:
     """[cp, *tensor.shape]: every rank's ``tensor``, rank order (gloo wants the output flat along dim 0)."""
     tensor = tensor.contiguous()
     size = dist.get_world_size(group)
     flat = torch.empty((size * tensor.shape[0], *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
-    dist.all_gather_into_tensor(flat, tensor, group=group)
+    _all_gather_single(flat, tensor, group=group)
     return flat.unflatten(0, (size, tensor.shape[0]))
 
 
@@ -238,7 +243,7 @@ class AllGatherAttention(torch.autograd.Function):
         per_rank = dkv_all.unflatten(-2, (size, local)).movedim(-3, 0).contiguous()
         dkv = torch.empty_like(per_rank[0])
         # gloo takes the flat form: the input is the rank pieces concatenated along dim 0.
-        dist.reduce_scatter_tensor(dkv.flatten(0, 1), per_rank.flatten(0, 2), group=ctx.group)
+        _reduce_scatter_single(dkv.flatten(0, 1), per_rank.flatten(0, 2), group=ctx.group)
         return dq, dkv[0], dkv[1], None, None, None
 
 

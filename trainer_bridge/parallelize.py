@@ -76,18 +76,15 @@ class ModelParts:
 
 def build_mesh(cfg: TrainConfig, runtime: devices.Runtime) -> DeviceMesh | None:
     """``pp × dp`` (2-D) or, with tensor parallelism, ``pp × dp × tp`` (3-D, tp innermost), or with context
-    parallelism ``pp × dp × cp`` (pp 1, cp innermost) plus ``dp_cp``, the dp and cp ranks flattened: FSDP
-    shards over it, since the cp ranks of a row hold the same parameters and must sum their gradients."""
+    parallelism ``pp × dp × cp`` (pp 1, cp innermost; build_model flattens dp and cp for FSDP)."""
     if cfg.mesh.world_size != runtime.world_size:
         raise ValueError(f"mesh.pp × mesh.dp × mesh.tp × mesh.cp = {cfg.mesh.world_size} but {runtime.world_size} "
                          "processes were started: launch as many processes as the mesh has ranks")
     if runtime.world_size == 1:
         return None
     if cfg.mesh.cp > 1:
-        mesh = init_device_mesh(runtime.device.type, (cfg.mesh.pp, cfg.mesh.dp, cfg.mesh.cp),
+        return init_device_mesh(runtime.device.type, (cfg.mesh.pp, cfg.mesh.dp, cfg.mesh.cp),
                                 mesh_dim_names=("pp", "dp", "cp"))
-        mesh["dp", "cp"]._flatten(mesh_dim_name="dp_cp")
-        return mesh
     if cfg.mesh.tp > 1:
         return init_device_mesh(runtime.device.type, (cfg.mesh.pp, cfg.mesh.dp, cfg.mesh.tp),
                                 mesh_dim_names=("pp", "dp", "tp"))
@@ -212,6 +209,9 @@ def build_model(cfg: TrainConfig, runtime: devices.Runtime, mesh: DeviceMesh | N
         n_stages, stage_ids, parts = 1, [0], [whole]
     tp, cp = cfg.mesh.tp, cfg.mesh.cp
     cp_rank = mesh["cp"].get_local_rank() if cp > 1 else 0
+    # FSDP shards over the dp and cp ranks flattened: the cp ranks of a row hold the same parameters and their
+    # gradients must be summed (kept here: slicing a flattened dim from the root mesh is deprecated).
+    fsdp_mesh = mesh["dp", "cp"]._flatten(mesh_dim_name="dp_cp") if cp > 1 else (mesh["dp"] if dp > 1 else None)
     for part in parts:
         if tp > 1:
             from trainer_bridge.tensor_parallel import apply_tp, check_tp_compatible
@@ -225,7 +225,7 @@ def build_model(cfg: TrainConfig, runtime: devices.Runtime, mesh: DeviceMesh | N
             apply_cp(part, mesh["cp"].get_group(), cfg.mesh.cp_mode)
         apply_activation_checkpointing(part, cfg.activation_checkpointing.mode, cfg.activation_checkpointing.every_n)
         if dp * cp > 1:
-            apply_fsdp(part, mesh["dp_cp"] if cp > 1 else mesh["dp"], cfg.precision.dtype, expert_params)
+            apply_fsdp(part, fsdp_mesh, cfg.precision.dtype, expert_params)
         _connect_aux_losses(part, loss_fn)
         materialize(part, runtime.device, cfg.seed)
         if cfg.mesh.ep > 1:
