@@ -13,8 +13,9 @@ applied from outside to the unmodified model (torchtitan's lesson), hand-written
   reduce-scatter of their gradients); ``ring`` passes K/V blocks around the cp ranks with
   ``batch_isend_irecv`` while the current block is computed, merges the partial outputs by log-sum-exp, and
   in backward sends the key/value gradients along with the blocks back to their owners. Both run the same
-  query-tiled kernel (flash-attention arithmetic in plain torch, fp32 inside): scores exist only for one tile
-  of queries at a time, so a 32k-token row fits where a dense [S, S] mask and score matrix would not.
+  query/key-tiled kernel (flash-attention arithmetic in plain torch, fp32 inside): scores exist only for one
+  tile pair at a time and pairs the mask rules out are skipped, so a 32k-token row fits where a dense [S, S]
+  mask and score matrix would not.
 - **Loss and gradients**: each rank sums its own tokens' loss; FSDP shards over the flattened dp×cp mesh and
   averages over dp·cp ranks, so the loss factor carries dp·cp (train.py) and the gradient of every
   replicated parameter is the single-process one. The global norm adds disjoint FSDP shards, as before.
