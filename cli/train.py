@@ -24,12 +24,20 @@ def register(subparsers) -> None:
                             "train/set-aside-<time>/ (nothing is deleted); needed when checkpoints exist but none "
                             "is sound or none fits the current model and shards")
     group = train.add_argument_group("torchrun pass-through (multi-node)")
-    group.add_argument("--nnodes", default="1", help="nodes, or MIN:MAX for elastic jobs (default 1)")
+    group.add_argument("--nnodes", default="1",
+                       help="nodes, or MIN:MAX for an elastic job (needs train.mesh.dp: auto; a lost node's "
+                            "survivors resume from the latest checkpoint on fewer ranks; default 1)")
     group.add_argument("--node-rank", type=int, help="this node's rank (static rendezvous)")
     group.add_argument("--rdzv-backend", help="rendezvous backend, e.g. c10d")
     group.add_argument("--rdzv-endpoint", help="HOST:PORT of the rendezvous")
     group.add_argument("--rdzv-id", help="job id shared by all nodes")
-    group.add_argument("--max-restarts", type=int, default=0, help="worker group restarts on failure (default 0)")
+    group.add_argument("--rdzv-conf", metavar="KEY=VALUE,...",
+                       help="torchrun's c10d rendezvous settings over corpusmill's (elastic jobs: "
+                            "last_call_timeout=2,keep_alive_interval=1,keep_alive_max_attempt=3), e.g. "
+                            "join_timeout=900,last_call_timeout=10")
+    group.add_argument("--max-restarts", type=int, default=None,
+                       help="worker group restarts on failure (default 0; 3 for an elastic --nnodes MIN:MAX job, "
+                            "where the loss of a node is one)")
     group.add_argument("--nproc-per-node", type=int, help="processes on this node (default: mesh size / nnodes)")
     train.set_defaults(handler=_handle)
 
@@ -45,7 +53,9 @@ def _handle(args: argparse.Namespace) -> int:
         return 2
     rendezvous = Rendezvous(nnodes=args.nnodes, node_rank=args.node_rank, rdzv_backend=args.rdzv_backend,
                             rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id,
-                            max_restarts=args.max_restarts, nproc_per_node=args.nproc_per_node)
+                            max_restarts=(args.max_restarts if args.max_restarts is not None
+                                          else 3 if ":" in args.nnodes else 0),
+                            nproc_per_node=args.nproc_per_node, rdzv_conf=args.rdzv_conf)
     print(f"corpusmill train: run {cfg.name} → {RunPaths.of(cfg).train}", flush=True)
     try:
         return run_training(cfg, rendezvous, from_scratch=args.from_scratch)

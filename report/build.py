@@ -284,7 +284,8 @@ def _utc(seconds: Any) -> str | None:
 
 def recovery_rows(records: list[dict]) -> list[tuple]:
     """train/recovery.jsonl for people: the kind of each resume (a restart after a failure, a resume after an
-    interruption, a deliberate extension of train.steps), readable times instead of epoch seconds. Lines of
+    interruption, a deliberate extension of train.steps, an elastic job's worker group re-formed on another world
+    size: "elastic: world 2 → 1", with its recovery seconds), readable times instead of epoch seconds. Lines of
     older versions (no ``kind``: written only after torchrun restarts) read as restarts after a failure."""
     rows = []
     for r in records:

@@ -418,10 +418,13 @@ class RunIdentity:
     model: dict
     shards: dict | None
     train_steps: int
+    world_size: int | None = None  # recorded in provenance.json (an elastic resume names the change), not matched
 
     def files(self, step: int) -> dict[str, dict]:
         """The JSON files written into the checkpoint of ``step``."""
         provenance = {"step": step, "train_steps": self.train_steps, "saved_at": time.time()}
+        if self.world_size is not None:
+            provenance["world_size"] = self.world_size
         if self.shards is not None:
             provenance["shards"] = self.shards
         return {MODEL_CONFIG_FILE: self.model, PROVENANCE_FILE: provenance}

@@ -67,7 +67,10 @@ class MeshConfig(_Strict):
     parallelism, ``dp × cp`` (cp innermost; FSDP2 over the flattened dp·cp ranks); dp·cp processes."""
 
     pp: int = Field(1, ge=1)
-    dp: int = Field(1, ge=1)
+    dp: int | Literal["auto"] = Field(1, description="data-parallel (FSDP2) ranks, or 'auto': the started "
+                                                     "processes / (pp·tp), resolved at every (re)start: what an "
+                                                     "elastic job (--nnodes MIN:MAX) needs; the global batch, and "
+                                                     "with it the data order, does not depend on it")
     tp: int = Field(1, ge=1, description="tensor + sequence parallel degree (divides heads, kv heads, FFN, vocab)")
     ep: int = Field(1, ge=1, description="expert parallel degree; reuses the dp ranks: 1 or mesh.dp")
     cp: int = Field(1, ge=1, description="context parallel degree: each row's sequence split across cp ranks "
@@ -76,9 +79,21 @@ class MeshConfig(_Strict):
                                                                       "K/V blocks between neighbours; allgather "
                                                                       "gathers every rank's K/V (more memory)")
 
+    @field_validator("dp")
+    @classmethod
+    def _positive(cls, value):
+        if value != "auto" and value < 1:
+            raise ValueError("mesh.dp must be >= 1 or 'auto'")
+        return value
+
+    @property
+    def auto_dp(self) -> bool:
+        return self.dp == "auto"
+
     @property
     def world_size(self) -> int:
-        return self.pp * self.dp * self.tp * self.cp
+        """pp·dp·tp·cp processes; with dp 'auto', those of one data-parallel replica (pp·tp·cp)."""
+        return self.pp * (1 if self.auto_dp else self.dp) * self.tp * self.cp
 
 
 class PipelineConfig(_Strict):
@@ -274,10 +289,37 @@ class TrainConfig(_Strict):
 
     @property
     def grad_accum_steps(self) -> int:
+        if self.mesh.auto_dp:
+            raise ValueError("mesh.dp is 'auto': resolve it first (TrainConfig.for_world_size)")
         return self.batch.global_batch_size // (self.batch.micro_batch_size * self.mesh.dp)
+
+    def for_world_size(self, world_size: int) -> "TrainConfig":
+        """This config with ``mesh.dp: auto`` resolved for ``world_size`` processes (dp = world / (pp·tp·cp)), all
+        cross-field rules checked again; a config with a fixed dp comes back as it is. Raises
+        ``outcomes.TrainConfigError`` when the world size does not fit."""
+        if not self.mesh.auto_dp:
+            return self
+        from trainer_bridge.outcomes import TrainConfigError
+
+        replica = self.mesh.pp * self.mesh.tp * self.mesh.cp
+        if world_size % replica:
+            raise TrainConfigError(f"train.mesh.dp auto: {world_size} processes are not a multiple of mesh.pp × "
+                                   f"mesh.tp × mesh.cp ({self.mesh.pp} × {self.mesh.tp} × {self.mesh.cp})")
+        data = self.model_dump(mode="json")
+        data["mesh"]["dp"] = world_size // replica
+        if self.mesh.ep > 1:
+            data["mesh"]["ep"] = data["mesh"]["dp"]  # ep reuses the dp ranks
+        try:
+            return TrainConfig.model_validate(data)
+        except ValueError as error:
+            first = error.errors()[0] if hasattr(error, "errors") else {"msg": str(error)}
+            raise TrainConfigError(f"train.mesh.dp auto with {world_size} processes (dp {data['mesh']['dp']}): "
+                                   f"{first['msg'].removeprefix('Value error, ')}") from None
 
     @model_validator(mode="after")
     def _consistent(self) -> "TrainConfig":
+        if self.mesh.auto_dp:
+            return self  # checked when resolved (for_world_size), at every start
         rows_per_pass = self.batch.micro_batch_size * self.mesh.dp
         if self.batch.global_batch_size % rows_per_pass:
             raise ValueError(

@@ -138,7 +138,17 @@ def incarnation() -> str:
     publishes each rank's listening address under a fixed key and reads its peers' keys, so without a
     namespace of its own a restarted rank that is faster than its peer reads the address of the dead
     process and fails with ``connectFullMesh ... Connection refused``."""
-    return f"restart{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}-world{os.environ.get('WORLD_SIZE', '1')}"
+    world = os.environ.get('WORLD_SIZE', '1')
+    if os.environ.get(MULTI_NODE_ENV) == "1":
+        # Nodes count their restarts apart (a node that restarts after a peer's failure, or joins, has another
+        # count than the one whose workers failed): the round's master address, chosen anew by every
+        # rendezvous and the same on every node, names the start instead.
+        return f"round-{os.environ.get('MASTER_ADDR', '')}-{os.environ.get('MASTER_PORT', '')}-world{world}"
+    return f"restart{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}-world{world}"
+
+
+# Set by ``corpusmill train`` for a multi-node job (``--nnodes`` other than 1, or a rendezvous endpoint).
+MULTI_NODE_ENV = "CORPUSMILL_MULTI_NODE"
 
 
 # HOST:PORT of the job's store, set by ``corpusmill train`` (trainer_bridge.launch), which hosts it bound to one

@@ -79,10 +79,21 @@ class Rendezvous:
     rdzv_id: str | None = None
     max_restarts: int = 0
     nproc_per_node: int | None = None
+    rdzv_conf: str | None = None  # KEY=VALUE,... for torchrun's --rdzv-conf (c10d timeouts), over the defaults
 
     @property
     def multi_node(self) -> bool:
         return self.nnodes != "1" or self.rdzv_endpoint is not None
+
+    @property
+    def elastic(self) -> bool:
+        """``--nnodes MIN:MAX``: the job goes on with between MIN and MAX nodes."""
+        return ":" in self.nnodes
+
+    @property
+    def node_range(self) -> tuple[int, int]:
+        low, _, high = self.nnodes.partition(":")
+        return int(low), int(high or low)
 
     @property
     def uses_corpusmill_store(self) -> bool:
@@ -142,14 +153,41 @@ def host_store(rdzv: Rendezvous) -> HostedStore | None:
     except OSError as error:
         if error.errno in (errno.EADDRNOTAVAIL, errno.EINVAL):
             return None  # not an address of this machine
+        if error.errno == errno.EADDRINUSE:
+            # Another launcher of this job on this machine hosts it (several nodes' agents on one host, as in
+            # the tests); anything else listening there fails the rendezvous with torchrun's own message.
+            print(f"{PREFIX}the store at {rdzv.rdzv_endpoint} is hosted by another process on this machine; "
+                  "joining it", flush=True)
+            return None
         raise
+
+
+# torchrun's c10d rendezvous for an elastic job: a lost node is noticed within keep_alive_interval ×
+# keep_alive_max_attempt seconds, and a rendezvous that has MIN nodes closes after last_call_timeout (torch's
+# defaults, 5 × 3 and 30 s, made the survivor of a lost node wait 49 s; these about 7 s: ENVIRONMENT.md).
+# ``--rdzv-conf`` overrides any of them (join_timeout, close_timeout, heartbeat, ...).
+ELASTIC_RDZV_CONF = {"last_call_timeout": "2", "keep_alive_interval": "1", "keep_alive_max_attempt": "3"}
+
+
+def rdzv_conf(rdzv: Rendezvous) -> str:
+    """The ``--rdzv-conf`` value for a job on the launcher's store: is_host=false (torchrun only connects),
+    the elastic defaults for ``--nnodes MIN:MAX``, then the user's ``--rdzv-conf`` pairs."""
+    conf = {"is_host": "false", **(ELASTIC_RDZV_CONF if rdzv.elastic else {})}
+    for pair in filter(None, (rdzv.rdzv_conf or "").split(",")):
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--rdzv-conf {rdzv.rdzv_conf!r}: expected KEY=VALUE[,KEY=VALUE...]")
+        if key.strip() == "is_host":
+            raise ValueError("--rdzv-conf is_host: the launcher hosts the store; torchrun must not")
+        conf[key.strip()] = value.strip()
+    return ",".join(f"{k}={v}" for k, v in conf.items())
 
 
 def torchrun_command(config_file: Path, run_dir: Path, world_size: int, rdzv: Rendezvous,
                      store_endpoint: str | None = None, *, shards_verified: bool = False) -> list[str]:
     """The torchrun command line. ``store_endpoint``: the job's store hosted by corpusmill (required for a
     single node: torchrun then only connects to it and opens no listening socket of its own)."""
-    nnodes_max = int(rdzv.nnodes.split(":")[-1])
+    nnodes_max = rdzv.node_range[1]
     nproc = rdzv.nproc_per_node or max(1, world_size // nnodes_max)
     command = [sys.executable, "-m", "trainer_bridge.torchrun", f"--nnodes={rdzv.nnodes}",
                f"--nproc-per-node={nproc}", f"--max-restarts={rdzv.max_restarts}"]
@@ -159,7 +197,7 @@ def torchrun_command(config_file: Path, run_dir: Path, world_size: int, rdzv: Re
         command += ["--rdzv-backend=c10d", f"--rdzv-endpoint={store_endpoint}",
                     # every node of a job must name the same id: torchrun's default 'none' unless one is given
                     f"--rdzv-id={rdzv.rdzv_id or ('none' if rdzv.multi_node else uuid.uuid4().hex)}",
-                    "--rdzv-conf=is_host=false"]
+                    f"--rdzv-conf={rdzv_conf(rdzv)}"]
         if not rdzv.multi_node:
             command.append(f"--local-addr={LOOPBACK}")
         if rdzv.node_rank is not None:
@@ -169,6 +207,8 @@ def torchrun_command(config_file: Path, run_dir: Path, world_size: int, rdzv: Re
                             ("--rdzv-endpoint", rdzv.rdzv_endpoint), ("--rdzv-id", rdzv.rdzv_id)):
             if value is not None:
                 command.append(f"{flag}={value}")
+        if rdzv.rdzv_conf:
+            command.append(f"--rdzv-conf={rdzv.rdzv_conf}")
     return command + ["-m", "trainer_bridge.launch", *(["--shards-verified"] if shards_verified else []),
                       "--train-config", str(config_file), "--run-dir", str(run_dir)]
 
@@ -188,6 +228,14 @@ def torchrun_env(rdzv: Rendezvous, store_endpoint: str | None, outcome_dir: str)
 
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"  # the agent opens no store of its own for the workers
         env[STORE_ENDPOINT_ENV] = store_endpoint
+    if rdzv.multi_node:
+        from trainer_bridge.device import MULTI_NODE_ENV
+
+        env[MULTI_NODE_ENV] = "1"
+    if rdzv.elastic:
+        from trainer_bridge.recovery import ELASTIC_ENV
+
+        env[ELASTIC_ENV] = "1"
     if not rdzv.multi_node:
         loopback = loopback_interface()
         if loopback is not None:
@@ -303,6 +351,7 @@ def run_training(cfg, rendezvous: Rendezvous | None = None, *, from_scratch: boo
     paths = RunPaths(cfg.run_dir)
     train_cfg: TrainConfig = cfg.train
     try:
+        check_world_sizes(train_cfg, rdzv)
         preflight(train_cfg, paths, from_scratch=from_scratch)
     except Exception as error:  # noqa: BLE001 - expected failures end in one line, the rest keeps its traceback
         found = outcome_of(error)
@@ -310,10 +359,43 @@ def run_training(cfg, rendezvous: Rendezvous | None = None, *, from_scratch: boo
             raise
         outcome(found[1])
         return found[0]
-    world = train_cfg.mesh.world_size
+    world = planned_world_size(train_cfg, rdzv)
     if world == 1 and not rdzv.multi_node and rdzv.max_restarts == 0:
         return train_in_process(train_cfg, paths, shards_verified=True, outcome=outcome)
     return _run_torchrun(train_cfg, paths, rdzv, world, outcome)
+
+
+def planned_world_size(train_cfg: TrainConfig, rdzv: Rendezvous) -> int:
+    """The processes of the whole job at its largest: the mesh's; with ``mesh.dp: auto``, --nproc-per-node (by
+    default pp·tp: one data-parallel replica per node) on each of the MAX nodes."""
+    if not train_cfg.mesh.auto_dp:
+        return train_cfg.mesh.world_size
+    return (rdzv.nproc_per_node or train_cfg.mesh.world_size) * rdzv.node_range[1]
+
+
+def check_world_sizes(train_cfg: TrainConfig, rdzv: Rendezvous) -> None:
+    """An elastic job (``--nnodes MIN:MAX``) needs ``mesh.dp: auto``, and every world size it may shrink or
+    grow to must fit the mesh and the batch: refused here, before anything starts (``TrainConfigError``)."""
+    from trainer_bridge.outcomes import TrainConfigError
+
+    try:
+        low, high = rdzv.node_range
+    except ValueError:
+        raise TrainConfigError(f"--nnodes {rdzv.nnodes!r}: expected N or MIN:MAX") from None
+    if not 1 <= low <= high:
+        raise TrainConfigError(f"--nnodes {rdzv.nnodes!r}: expected 1 <= MIN <= MAX")
+    if rdzv.elastic and not train_cfg.mesh.auto_dp:
+        raise TrainConfigError(f"train.mesh.dp: --nnodes {rdzv.nnodes} (elastic) needs mesh.dp: auto (data-parallel "
+                               f"ranks = the processes of each restart / (pp × tp)), not a fixed {train_cfg.mesh.dp}")
+    if rdzv.rdzv_conf is not None:
+        try:
+            rdzv_conf(rdzv)
+        except ValueError as error:
+            raise TrainConfigError(str(error)) from None
+    if train_cfg.mesh.auto_dp:
+        per_node = rdzv.nproc_per_node or train_cfg.mesh.world_size
+        for nodes in range(low, high + 1):
+            train_cfg.for_world_size(per_node * nodes)
 
 
 def _run_torchrun(train_cfg: TrainConfig, paths: RunPaths, rdzv: Rendezvous, world: int,
@@ -414,6 +496,35 @@ class TorchrunJob:
                 signal.signal(sig, handler)
 
 
+# A directory: every rank appends the sample ids of each step it completes to ``samples-<pid>.jsonl`` there
+# (step, rank, world size, ids). For tests and audits of a run's data ("every sample exactly once" across
+# restarts and elastic world-size changes); unset in normal runs.
+SAMPLE_LOG_ENV = "CORPUSMILL_TRAIN_SAMPLE_LOG"
+
+
+def sample_log_hooks():
+    """``TrainHooks`` writing the ``SAMPLE_LOG_ENV`` log, or None when it is not set."""
+    directory = os.environ.get(SAMPLE_LOG_ENV)
+    if not directory:
+        return None
+    import json
+
+    from trainer_bridge.train import TrainHooks
+
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    log = Path(directory) / f"samples-{os.getpid()}.jsonl"
+    pending: dict[int, list[int]] = {}
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+    def on_step(step: int, _record: dict) -> None:
+        line = {"step": step, "rank": rank, "world": world, "pid": os.getpid(), "time": time.time(),
+                "sample_ids": pending.pop(step, [])}
+        with log.open("a") as out:
+            out.write(json.dumps(line) + "\n")
+
+    return TrainHooks(on_batch=lambda step, ids: pending.__setitem__(step, list(ids)), on_step=on_step)
+
+
 def train_in_process(train_cfg: TrainConfig, paths: RunPaths, *, shards_verified: bool = False,
                      outcome: Callable[[str], None] = say_outcome) -> int:
     """Train in this process. Alone, an expected failure is said in one line (to ``outcome``); as a torchrun
@@ -423,7 +534,7 @@ def train_in_process(train_cfg: TrainConfig, paths: RunPaths, *, shards_verified
 
     runtime = init_runtime(train_cfg.device, train_cfg.collective_timeout_s, train_cfg.connect_timeout_s)
     try:
-        result = train(train_cfg, paths, shards_verified=shards_verified)
+        result = train(train_cfg, paths, shards_verified=shards_verified, hooks=sample_log_hooks())
     except KeyboardInterrupt:
         print(interrupted_line(paths, EXIT_INTERRUPTED), file=sys.stderr, flush=True)
         raise TrainInterrupted(EXIT_INTERRUPTED) from None

@@ -10,6 +10,11 @@ metrics log). Its ``kind`` tells three cases apart:
                                    ``train.steps`` (a crash, Ctrl-C, a killed job, a damaged newer checkpoint)
     resume extending train.steps   a new ``corpusmill train`` continues a run that had completed, with a larger
                                    ``train.steps``: deliberate, nothing failed (no recovery time)
+    elastic: world 2 → 1           an elastic job (``--nnodes MIN:MAX``) formed its worker group again with
+                                   another number of processes than the checkpoint's (a node lost, or one that
+                                   came back at the next rendezvous), ``world_before``/``world_after``;
+                                   ``recovery_seconds`` as for a restart: from the last step logged before to
+                                   the first step completed on the new world size
 
 Times are written as epoch seconds (``last_record_time``, ``resumed_at``) for tools and as UTC text
 (``last_record_utc``, ``resumed_utc``) for people; the report shows the text.
@@ -26,6 +31,14 @@ from runio.layout import RunPaths
 RESTART_AFTER_FAILURE = "restart after a failure"
 RESUME_AFTER_INTERRUPTION = "resume after an interruption"
 RESUME_EXTENDING_STEPS = "resume extending train.steps"
+ELASTIC_PREFIX = "elastic: world"
+# Set by the launcher for an elastic job (``--nnodes MIN:MAX``): a resume on another world size is a re-formed
+# worker group, not a new command.
+ELASTIC_ENV = "CORPUSMILL_ELASTIC"
+
+
+def elastic_kind(world_before: int, world_after: int) -> str:
+    return f"{ELASTIC_PREFIX} {world_before} → {world_after}"
 
 
 def utc_text(seconds: float | None) -> str | None:
@@ -34,7 +47,11 @@ def utc_text(seconds: float | None) -> str | None:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
 
 
-def resume_kind(checkpoint_step: int, provenance: dict | None, train_steps_now: int, restart_count: int) -> str:
+def resume_kind(checkpoint_step: int, provenance: dict | None, train_steps_now: int, restart_count: int,
+                world_size: int | None = None, elastic: bool = False) -> str:
+    world_before = (provenance or {}).get("world_size")
+    if elastic and world_size is not None and world_before is not None and world_before != world_size:
+        return elastic_kind(int(world_before), world_size)
     if restart_count > 0:
         return RESTART_AFTER_FAILURE
     steps_before = (provenance or {}).get("train_steps")
@@ -56,13 +73,16 @@ class RecoveryTracker:
         if not self.is_main:
             return
         restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
-        kind = resume_kind(checkpoint_step, provenance, train_steps_now, restart_count)
+        world_size = int(os.environ.get("WORLD_SIZE", "1") or 1)
+        elastic = os.environ.get(ELASTIC_ENV) == "1"
+        kind = resume_kind(checkpoint_step, provenance, train_steps_now, restart_count, world_size, elastic)
         last = self._last_logged()
         self._pending = {"kind": kind, "resumed_from": checkpoint_name, "checkpoint_step": checkpoint_step,
                          "last_logged_step": last[0] if last else None,
                          "last_record_time": last[1] if last else None,
                          "train_steps_before": (provenance or {}).get("train_steps"),
-                         "train_steps_now": train_steps_now, "restart_count": restart_count}
+                         "train_steps_now": train_steps_now, "restart_count": restart_count,
+                         "world_before": (provenance or {}).get("world_size"), "world_after": world_size}
 
     def _last_logged(self) -> tuple[int, float] | None:
         last = None
@@ -78,9 +98,12 @@ class RecoveryTracker:
         now = time.time()
         entry.update(first_step_after=step, resumed_at=now, resumed_utc=utc_text(now),
                      last_record_utc=utc_text(entry["last_record_time"]))
-        if entry["kind"] == RESTART_AFTER_FAILURE and entry["last_record_time"] is not None:
+        elastic = entry["kind"].startswith(ELASTIC_PREFIX)
+        if (entry["kind"] == RESTART_AFTER_FAILURE or elastic) and entry["last_record_time"] is not None:
             entry["recovery_seconds"] = round(now - entry["last_record_time"], 3)
         append_jsonl(self.paths.recovery_jsonl, entry)
         if "recovery_seconds" in entry:
-            self.say(f"recovered from a restart in {entry['recovery_seconds']:.1f} s "
+            what = (f"an elastic restart (world {entry['world_before']} → {entry['world_after']})" if elastic
+                    else "a restart")
+            self.say(f"recovered from {what} in {entry['recovery_seconds']:.1f} s "
                      f"(last step logged before it: {entry['last_logged_step']})")

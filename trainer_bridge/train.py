@@ -254,10 +254,11 @@ def expected_tokenizer_sha256(paths: RunPaths) -> str | None:
     return sha256_file(paths.tokenizer_json) if paths.tokenizer_json.is_file() else None
 
 
-def run_identity(cfg: TrainConfig, paths: RunPaths) -> RunIdentity:
-    """What this run's checkpoints record and a resume must match (``cfg``: with the model config resolved)."""
+def run_identity(cfg: TrainConfig, paths: RunPaths, world_size: int | None = None) -> RunIdentity:
+    """What this run's checkpoints record and a resume must match (``cfg``: with the model config resolved);
+    ``world_size``: the processes that save (recorded, not matched: a resume may use another world size)."""
     return RunIdentity(model=cfg.model.model_dump(mode="json"), shards=shards_identity(paths.shards),
-                       train_steps=cfg.steps)
+                       train_steps=cfg.steps, world_size=world_size)
 
 
 class Trainer:
@@ -269,6 +270,7 @@ class Trainer:
         self.paths = paths
         self.hooks = hooks or TrainHooks()
         self.runtime = runtime = devices.init_runtime(cfg.device, cfg.collective_timeout_s, cfg.connect_timeout_s)
+        cfg = cfg.for_world_size(runtime.world_size)  # mesh.dp auto: the processes of this (re)start
         torch.manual_seed(cfg.seed)
 
         tokenizer_sha256 = expected_tokenizer_sha256(paths)
@@ -281,7 +283,7 @@ class Trainer:
         if cfg.mesh.cp > 1 and self.train_source.seq_len % (2 * cfg.mesh.cp):
             raise TrainConfigError(f"train.mesh.cp = {cfg.mesh.cp}: the shards' seq_len ({self.train_source.seq_len}) "
                                    f"must be divisible by 2 × mesh.cp (each row is cut into 2·cp chunks)")
-        self.identity = run_identity(cfg, paths)
+        self.identity = run_identity(cfg, paths, world_size=runtime.world_size)
         self.mesh = build_mesh(cfg, runtime)
         self.dp_group = self.mesh["dp"].get_group() if self.mesh is not None else None
         self.loss_fn = TokenSumLoss()
