@@ -60,6 +60,27 @@ def resume_kind(checkpoint_step: int, provenance: dict | None, train_steps_now: 
     return RESUME_AFTER_INTERRUPTION
 
 
+def _process_started_at() -> float | None:
+    """When this process started (epoch seconds), or None when psutil cannot tell."""
+    try:
+        import psutil
+
+        return float(psutil.Process().create_time())
+    except Exception:  # noqa: BLE001 - a breakdown is optional
+        return None
+
+
+def _process_cpu_seconds() -> float | None:
+    """CPU seconds this process has used (user + system, all its threads), or None when psutil cannot tell."""
+    try:
+        import psutil
+
+        times = psutil.Process().cpu_times()
+        return float(times.user + times.system)
+    except Exception:  # noqa: BLE001
+        return None
+
+
 class RecoveryTracker:
     """The training loop's restart component: ``resumed(...)`` after a resume from a checkpoint, ``observe(step)``
     after every step (it writes once, at the first step after the resume)."""
@@ -101,6 +122,16 @@ class RecoveryTracker:
         elastic = entry["kind"].startswith(ELASTIC_PREFIX)
         if (entry["kind"] == RESTART_AFTER_FAILURE or elastic) and entry["last_record_time"] is not None:
             entry["recovery_seconds"] = round(now - entry["last_record_time"], 3)
+            started = _process_started_at()
+            if started is not None and started >= entry["last_record_time"]:
+                # The two parts: noticing the failure and re-forming the group (torchrun), then this worker's
+                # start (imports, process group, model, checkpoint load) and its first step.
+                entry["worker_started_at"] = round(started, 3)
+                entry["until_worker_start_seconds"] = round(started - entry["last_record_time"], 3)
+                entry["worker_start_to_step_seconds"] = round(now - started, 3)
+                cpu = _process_cpu_seconds()
+                if cpu is not None:  # what that part cost this process (wall ≫ cpu: a machine shared with others)
+                    entry["worker_start_to_step_cpu_seconds"] = round(cpu, 3)
         append_jsonl(self.paths.recovery_jsonl, entry)
         if "recovery_seconds" in entry:
             what = (f"an elastic restart (world {entry['world_before']} → {entry['world_after']})" if elastic
