@@ -7,6 +7,7 @@
    text, equal budgets and seed.
 
 Usage: .venv/bin/python benchmarks/bench_sweep.py [--trials 12] [--steps 16] [--eval-interval 4] [--skip-ablate]
+       [--samplers tpe,random]
 Everything is written under --work (default /tmp/bench_sweep); the figures are printed as JSON and Markdown.
 """
 from __future__ import annotations
@@ -57,6 +58,9 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=Path("/tmp/bench_sweep"))
     parser.add_argument("--skip-ablate", action="store_true")
     parser.add_argument("--skip-sweep", action="store_true")
+    parser.add_argument("--samplers", default="tpe,random",
+                        help="comma-separated; a sampler's study resumes, so two processes may run one each and a "
+                             "last run with both prints the side-by-side table without training again")
     args = parser.parse_args()
 
     from experiments.sweep import ensure_shards, run_sweep
@@ -72,7 +76,7 @@ def main() -> int:
         out["prepare_seconds"] = round(time.time() - started, 1)
         base = RunPaths.of(base_cfg)
         sweeps = {}
-        for sampler in ("tpe", "random"):
+        for sampler in args.samplers.split(","):
             data = config_data(work, f"sweep-{sampler}", args)
             data["sweep"]["sampler"] = sampler
             cfg = validate_config(data)
@@ -87,7 +91,7 @@ def main() -> int:
                       if t["state"] == "COMPLETE"]
             sweeps[sampler] = {"values": values, "best": min(values), "best_params": summary["best"]["params"],
                                "seconds": round(time.time() - started, 1)}
-        overall = min(s["best"] for s in sweeps.values())
+        overall = min(s["best"] for s in sweeps.values())  # of the samplers run here
         for s in sweeps.values():
             s["trials_to_1pct_own_best"] = trials_to_within(s["values"], s["best"])
             s["trials_to_1pct_overall_best"] = trials_to_within(s["values"], overall)
