@@ -144,3 +144,39 @@ def test_a_uri_tier_through_fsspec(tmp_path):
     restored = DurableTier(uri).download("step-00000004", tmp_path / "lost")
     assert (restored / "__0_0.distcp").read_bytes() == (newer / "__0_0.distcp").read_bytes()
     assert (tmp_path / "lost" / LATEST).read_text().strip() == "step-00000004"
+
+
+def test_a_lagging_uploader_copies_only_the_newest(tmp_path):
+    """Checkpoints handed over while the uploader cannot run (the loop checkpointing) are coalesced: once it may,
+    it copies only the newest one due, drops the older hand-overs, and the lag counts from the oldest."""
+    now = [100.0]
+    tier = DurableTier(str(tmp_path / "durable"), keep_last=5)
+    uploader = TierUploader([tier], print, clock=lambda: now[0])
+    uploader.pause()
+    for index, step in enumerate((2, 4, 6)):
+        now[0] = 100.0 + index
+        uploader.submit(fake_checkpoint(tmp_path / "fast", f"step-{step:08d}"), step, final=False)
+    now[0] = 110.0
+    assert uploader.lag_seconds() == 10.0
+    uploader.resume()
+    uploader.close()
+    assert uploader.uploaded == [(tier.uri, "step-00000006")]
+    assert uploader.skipped == [(tier.uri, "step-00000002"), (tier.uri, "step-00000004")]
+    assert tier.names() == ["step-00000006"] and tier.problem("step-00000006") is None
+    assert not list((tmp_path / "fast").glob("*.uploading-*"))  # the dropped hand-overs are gone too
+    assert uploader.last_lag_s == 10.0  # from the oldest checkpoint the copy stood in for
+
+
+def test_coalescing_is_per_tier(tmp_path):
+    """A tier copying every second checkpoint gets the newest one due on it, not the newest of all."""
+    every_one = DurableTier(str(tmp_path / "a"), keep_last=5, every=1, interval=2)
+    every_two = DurableTier(str(tmp_path / "b"), keep_last=5, every=2, interval=2)
+    uploader = TierUploader([every_one, every_two], print)
+    uploader.pause()
+    for step in (2, 4, 6):
+        uploader.submit(fake_checkpoint(tmp_path / "fast", f"step-{step:08d}"), step, final=False)
+    uploader.resume()
+    uploader.close()
+    assert every_one.names() == ["step-00000006"]
+    assert every_two.names() == ["step-00000004"]
+    assert not list((tmp_path / "fast").glob("*.uploading-*"))

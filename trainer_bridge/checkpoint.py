@@ -313,6 +313,7 @@ class Checkpointer:
         self._pending = None  # (future, partial_path, step)
         self.val_losses: dict[int, float] = {}  # step -> validation loss, for provenance.json and ``best``
         self.last_blocking_seconds = 0.0
+        self.promotions = 0  # async saves promoted so far (each by ``wait``, on the loop's thread)
         if runtime.is_main:
             self.root.mkdir(parents=True, exist_ok=True)
             for stale in [*self.root.glob("*" + PARTIAL_SUFFIX), *self.root.glob("*" + DELETING_SUFFIX),
@@ -360,6 +361,7 @@ class Checkpointer:
             return
         future, partial, step = self._pending
         self._pending = None
+        self.promotions += 1
         with interrupts_deferred():
             future.result()
             self._promote(partial, self.root / step_dir_name(step))
@@ -540,6 +542,7 @@ class CheckpointManager:
         self.identity = identity
         self.paths = paths
         self.uploader = None
+        self._loop_seconds_carried = 0.0  # promotions at steps without a save, for the next event's loop_s
         self._upload_anyway: set[int] = set()  # steps saved before a pause or stop: copied whatever tier.every says
         if cfg.enabled and cfg.durable_tiers and runtime.is_main:
             from trainer_bridge.tiers import TierUploader, durable_tiers
@@ -548,6 +551,10 @@ class CheckpointManager:
         self.checkpointer = (Checkpointer(self.root, cfg, runtime, describe=identity.files if identity else None,
                                           on_promoted=self._promoted if self.uploader is not None else None)
                              if cfg.enabled else None)
+
+    def _pause_uploads(self) -> None:
+        if self.uploader is not None:
+            self.uploader.pause()
 
     def _resume_uploads(self) -> None:
         """The durable copies go on once no save to the fast tier is in flight."""
@@ -564,12 +571,16 @@ class CheckpointManager:
         """After step ``step`` (the number of completed steps): promote a finished async save; save when due."""
         if self.checkpointer is None:
             return
+        started, promotions = time.perf_counter(), self.checkpointer.promotions
+        self._pause_uploads()  # a promotion (hashing the new checkpoint) and a save never run beside a copy
         self.checkpointer.poll()
-        self._resume_uploads()
         if (step % self.cfg.interval == 0 or last) and self.state.healthy:
             if last:
                 self._upload_anyway.add(step)
-            self.save(step)
+            self.save(step, loop_started=started)
+        elif self.checkpointer.promotions != promotions:  # an async save promoted: loop time of the next event
+            self._loop_seconds_carried += time.perf_counter() - started
+        self._resume_uploads()
         if self.uploader is not None:
             self.monitor.observe_durable_tier(self.uploader.lag_seconds(), self.uploader.failures)
 
@@ -579,21 +590,27 @@ class CheckpointManager:
         if self.checkpointer is not None:
             self.checkpointer.val_losses[step] = loss
 
-    def save(self, step: int) -> None:
+    def save(self, step: int, loop_started: float | None = None) -> None:
+        """The event's ``blocking_s`` is the save call's own blocking part; ``loop_s`` all the loop's wall time for
+        checkpoints since the previous event: this call from ``loop_started`` (the previous async save's promotion
+        and the wait for it included) and a promotion of the previous save at a step without a save."""
         started = time.perf_counter()
-        if self.uploader is not None:
-            self.uploader.pause()  # until the save is complete (an async one: see _resume_uploads)
+        self._pause_uploads()  # until the save is complete (an async one: see _resume_uploads)
         self.checkpointer.save(step, self.parts, self.optimizers, self.state.tensors())
         self._resume_uploads()
         blocking = self.checkpointer.last_blocking_seconds
-        self.monitor.observe_checkpoint(time.perf_counter() - started, blocking)
-        self.events.append({"step": step, "event": "checkpoint", "blocking_s": blocking})
+        now = time.perf_counter()
+        self.monitor.observe_checkpoint(now - started, blocking)
+        loop = now - (started if loop_started is None else loop_started) + self._loop_seconds_carried
+        self._loop_seconds_carried = 0.0
+        self.events.append({"step": step, "event": "checkpoint", "blocking_s": blocking, "loop_s": round(loop, 6)})
 
     def save_now(self, step: int) -> None:
         """Before pausing or stopping for an alert: a checkpoint of this step, unless one was just taken."""
         if self.checkpointer is None:
             return
         latest = latest_checkpoint(self.root)
+        self._pause_uploads()
         if latest is None or latest.name != step_dir_name(step):
             self._upload_anyway.add(step)
             self.save(step)
@@ -661,6 +678,7 @@ class CheckpointManager:
         """The newest complete checkpoint to roll back to (an async save in flight may be it); None without."""
         if self.checkpointer is None:
             return None
+        self._pause_uploads()
         self.checkpointer.wait()
         self._resume_uploads()
         if self.runtime.distributed:

@@ -156,7 +156,8 @@ class CheckpointTier(_Strict):
     path: str | None = Field(None, min_length=1, description="durable tiers: a directory or fsspec URI")
     keep_last: int = Field(2, ge=1, description="sound checkpoints kept on this tier")
     every: int = Field(1, ge=1, description="durable tiers: copy the checkpoints whose step is a multiple of "
-                                            "every × interval, and the final one (and one saved before a pause)")
+                                            "every × interval, and the final one (and one saved before a pause); "
+                                            "an uploader behind by more checkpoints copies only the newest due")
 
     @field_validator("path")
     @classmethod

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import shutil
 import threading
 import time
@@ -113,6 +112,7 @@ class DurableTier:
         """Copy the complete checkpoint in ``source`` to the tier as ``name``, verified; then prune."""
         listing = json.loads((source / CHECKSUMS).read_text(encoding="utf-8"))
         partial, final = self._join(name + PARTIAL_SUFFIX), self._join(name)
+        self.gate()
         if self.fs.exists(partial):
             self.fs.rm(partial, recursive=True)
         self.fs.makedirs(partial, exist_ok=True)
@@ -127,6 +127,7 @@ class DurableTier:
         if self.fs.cat_file(f"{partial}/{CHECKSUMS}") != (source / CHECKSUMS).read_bytes():
             self.fs.rm(partial, recursive=True)
             raise TierCopyError(f"{self.uri}: copy of {name}/{CHECKSUMS} differs; not kept")
+        self.gate()
         if self.fs.exists(final):  # the same step saved again (after a rollback): replace it
             self.fs.rm(final, recursive=True)
         self.fs.mv(partial, final, recursive=True)
@@ -149,6 +150,7 @@ class DurableTier:
         sound, deleted = 0, []
         for name in self.names():
             if sound >= self.keep_last:
+                self.gate()
                 self.fs.rm(self._join(name), recursive=True)
                 self._sound.discard(name)
                 deleted.append(name)
@@ -238,18 +240,25 @@ def restore_from_durable(cfg: CheckpointConfig, paths: RunPaths, say: Callable[[
 class TierUploader:
     """The background thread that fills the durable tiers (rank 0 only). ``submit`` never blocks on them.
 
-    It stays out of the loop's way twice over: the thread runs at the lowest CPU priority (nice 19, a per-thread
-    value on Linux), and while a save to the fast tier is in flight (``pause``/``resume``: the blocking part and an async save's
-    background write) it pauses between 1 MiB chunks."""
+    It stays out of the loop's way three times over: the thread runs at the lowest CPU priority (nice 19, a
+    per-thread value on Linux); while the loop does checkpoint work (``pause``/``resume``: promoting a finished
+    async save, the blocking part of a save, and an async save's background write) it waits, between 1 MiB
+    chunks and before every other file system operation of a copy; and it coalesces: when it falls behind (more
+    than one checkpoint waiting for a tier when it takes up work), it copies only the newest one due on that tier
+    and drops the older hand-overs (``skipped``), instead of a queue whose writeback would compete with the
+    next saves. The lag of a coalesced copy counts from the oldest checkpoint it stood in for."""
 
     def __init__(self, tiers: list[DurableTier], say: Callable[[str], None], clock: Callable[[], float] = time.time):
         self.tiers, self.say, self.clock = tiers, say, clock
         self.uploaded: list[tuple[str, str]] = []  # (tier uri, checkpoint name), in order
+        self.skipped: list[tuple[str, str]] = []  # (tier uri, checkpoint name) superseded before its copy began
         self.failures = 0
         self.last_lag_s = 0.0
-        self._waiting: dict[str, float] = {}  # hand-over directory -> submitted at
-        self._lock = threading.Lock()
-        self._queue: queue.Queue = queue.Queue()
+        self._waiting: dict[str, float] = {}  # hand-over directory -> submitted at (of the oldest it stands for)
+        self._lock = threading.Condition()
+        self._pending: list[tuple[Path, str, list[DurableTier]]] = []  # submitted, not yet taken up
+        self._busy = False
+        self._closing = False
         self._go = threading.Event()
         self._go.set()
         for tier in tiers:
@@ -271,21 +280,56 @@ class TierUploader:
                     shutil.copy2(file, staging / file.name)
         with self._lock:
             self._waiting[str(staging)] = self.clock()
-        self._queue.put((staging, path.name, due))
+            self._pending.append((staging, path.name, due))
+            self._lock.notify_all()
 
     def pause(self) -> None:
-        """A save to the fast tier is in flight (blocking the loop, or written in the background): the copies
-        pause between chunks until ``resume``."""
+        """The loop is doing checkpoint work (a promotion, a save, an async save's background write): the copies
+        pause, between chunks and before each file system operation, until ``resume``."""
         self._go.clear()
 
     def resume(self) -> None:
         self._go.set()
 
     def lag_seconds(self) -> float:
-        """Age of the oldest checkpoint not yet on every durable tier it is due on; else the last one's lag."""
+        """Age of the oldest checkpoint not yet on every durable tier it is due on (a skipped one counts until
+        the newer copy that stands for it has arrived); else the last one's lag."""
         with self._lock:
             oldest = min(self._waiting.values(), default=None)
         return self.clock() - oldest if oldest is not None else self.last_lag_s
+
+    def _take(self) -> list[tuple[Path, str, list[DurableTier]]] | None:
+        """Everything submitted so far, coalesced: each tier gets only the newest checkpoint due on it. Returns
+        (staging, name, tiers) to copy, oldest first; None once closing with nothing left."""
+        with self._lock:
+            while not self._pending and not self._closing:
+                self._lock.wait()
+        self._go.wait()  # not even start while the loop is checkpointing (what arrives meanwhile joins the batch)
+        with self._lock:
+            if not self._pending:
+                return None
+            batch, self._pending = self._pending, []
+            self._busy = True
+            newest: dict[int, int] = {}  # id(tier) -> index in the batch of the newest item due on it
+            for index, (_, _, due) in enumerate(batch):
+                for tier in due:
+                    newest[id(tier)] = index
+            work, dropped = [], []
+            for index, (staging, name, due) in enumerate(batch):
+                keep = [t for t in due if newest[id(t)] == index]
+                for tier in due:
+                    if newest[id(tier)] != index:  # superseded: the newer copy's lag counts from this one
+                        self.skipped.append((tier.uri, name))
+                        stand_in = str(batch[newest[id(tier)]][0])
+                        self._waiting[stand_in] = min(self._waiting[stand_in], self._waiting[str(staging)])
+                if keep:
+                    work.append((staging, name, keep))
+                else:
+                    dropped.append(staging)
+                    self._waiting.pop(str(staging), None)
+        for staging in dropped:
+            shutil.rmtree(staging, ignore_errors=True)
+        return work
 
     def _run(self) -> None:
         try:
@@ -293,32 +337,40 @@ class TierUploader:
         except (AttributeError, OSError):  # not Linux, or not allowed: the pauses during saves still apply
             pass
         while True:
-            item = self._queue.get()
-            if item is None:
-                self._queue.task_done()
+            work = self._take()
+            if work is None:
                 return
-            staging, name, due = item
             try:
-                for tier in due:
+                for staging, name, due in work:
                     try:
-                        tier.upload(staging, name)
-                        self.uploaded.append((tier.uri, name))
-                    except Exception as error:  # noqa: BLE001 - a durable tier's failure never stops training
-                        self.failures += 1
-                        self.say(f"durable tier {tier.uri}: {name} not copied ({type(error).__name__}: {error})")
+                        for tier in due:
+                            try:
+                                tier.upload(staging, name)
+                                self.uploaded.append((tier.uri, name))
+                            except Exception as error:  # noqa: BLE001 - a durable tier's failure never stops training
+                                self.failures += 1
+                                self.say(f"durable tier {tier.uri}: {name} not copied ({type(error).__name__}: "
+                                         f"{error})")
+                    finally:
+                        shutil.rmtree(staging, ignore_errors=True)
+                        with self._lock:
+                            submitted = self._waiting.pop(str(staging), None)
+                        if submitted is not None:
+                            self.last_lag_s = self.clock() - submitted
             finally:
-                shutil.rmtree(staging, ignore_errors=True)
                 with self._lock:
-                    submitted = self._waiting.pop(str(staging), None)
-                if submitted is not None:
-                    self.last_lag_s = self.clock() - submitted
-                self._queue.task_done()
+                    self._busy = False
+                    self._lock.notify_all()
 
     def drain(self) -> None:
-        """Wait until everything submitted has been copied (or failed)."""
-        self._queue.join()
+        """Wait until everything submitted has been copied (or failed, or was superseded)."""
+        with self._lock:
+            while self._pending or self._busy:
+                self._lock.wait()
 
     def close(self) -> None:
         self.drain()
-        self._queue.put(None)
+        with self._lock:
+            self._closing = True
+            self._lock.notify_all()
         self._thread.join()
