@@ -31,7 +31,11 @@ def tiered(durable: Path, steps: int = 6):
     return base_config({"model": {"n_layers": 2}, "steps": steps, "eval": {"interval": 0},
                         "batch": {"global_batch_size": 4, "micro_batch_size": 2},
                         "checkpoint": {"interval": 2, "tiers": [{"keep_last": 1},
-                                                                {"path": str(durable), "keep_last": 3}]}})
+                                                                # every due copy, however far behind the
+                                                                # uploader is on a loaded machine: the
+                                                                # tests below name the steps they expect
+                                                                {"path": str(durable), "keep_last": 3,
+                                                                 "coalesce": False}]}})
 
 
 def flip_byte(path: Path) -> None:
@@ -151,7 +155,8 @@ def test_a_lagging_uploader_copies_only_the_newest(tmp_path):
     it copies only the newest one due, drops the older hand-overs, and the lag counts from the oldest."""
     now = [100.0]
     tier = DurableTier(str(tmp_path / "durable"), keep_last=5)
-    uploader = TierUploader([tier], print, clock=lambda: now[0])
+    said = []
+    uploader = TierUploader([tier], said.append, clock=lambda: now[0])
     uploader.pause()
     for index, step in enumerate((2, 4, 6)):
         now[0] = 100.0 + index
@@ -165,6 +170,22 @@ def test_a_lagging_uploader_copies_only_the_newest(tmp_path):
     assert tier.names() == ["step-00000006"] and tier.problem("step-00000006") is None
     assert not list((tmp_path / "fast").glob("*.uploading-*"))  # the dropped hand-overs are gone too
     assert uploader.last_lag_s == 10.0  # from the oldest checkpoint the copy stood in for
+    # each checkpoint not copied is said, with the one copied in its place
+    assert [line for line in said if "not copied" in line] == [
+        f"durable tier {tier.uri}: step-0000000{s} not copied, step-00000006 is copied in its place (the uploader "
+        "was behind; coalesce: false copies each)" for s in (2, 4)]
+
+
+def test_a_tier_without_coalescing_gets_every_due_checkpoint_in_order(tmp_path):
+    tier = DurableTier(str(tmp_path / "durable"), keep_last=5, coalesce=False)
+    uploader = TierUploader([tier], print)
+    uploader.pause()
+    for step in (2, 4, 6):
+        uploader.submit(fake_checkpoint(tmp_path / "fast", f"step-{step:08d}"), step, final=False)
+    uploader.resume()
+    uploader.close()
+    assert uploader.uploaded == [(tier.uri, f"step-0000000{s}") for s in (2, 4, 6)] and uploader.skipped == []
+    assert sorted(tier.names()) == ["step-00000002", "step-00000004", "step-00000006"]
 
 
 def test_coalescing_is_per_tier(tmp_path):

@@ -157,7 +157,11 @@ class CheckpointTier(_Strict):
     keep_last: int = Field(2, ge=1, description="sound checkpoints kept on this tier")
     every: int = Field(1, ge=1, description="durable tiers: copy the checkpoints whose step is a multiple of "
                                             "every × interval, and the final one (and one saved before a pause); "
-                                            "an uploader behind by more checkpoints copies only the newest due")
+                                            "an uploader behind by more checkpoints copies only the newest due "
+                                            "(unless coalesce is false)")
+    coalesce: bool = Field(True, description="durable tiers: when the uploader has fallen behind, copy only the "
+                                             "newest checkpoint due (false: every due checkpoint, in order, however "
+                                             "far behind; for a tier that must hold each one)")
 
     @field_validator("path")
     @classmethod

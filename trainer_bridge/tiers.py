@@ -53,10 +53,11 @@ def _basename(path: str) -> str:
 class DurableTier:
     """One durable tier's directory of this run's checkpoints, through fsspec (local paths too)."""
 
-    def __init__(self, uri: str, keep_last: int = 2, every: int = 1, interval: int = 1):
+    def __init__(self, uri: str, keep_last: int = 2, every: int = 1, interval: int = 1, *, coalesce: bool = True):
         import fsspec
 
         self.uri, self.keep_last, self.every, self.interval = uri, keep_last, every, interval
+        self.coalesce = coalesce  # when the uploader is behind: only the newest due (True) or every one (False)
         self.fs, root = fsspec.core.url_to_fs(uri)
         self.root = root.rstrip("/") or "/"
         self._sound: set[str] = set()  # names this process verified (copied and read back, or checked)
@@ -193,7 +194,7 @@ class DurableTier:
 
 
 def durable_tiers(cfg: CheckpointConfig, paths: RunPaths) -> list[DurableTier]:
-    return [DurableTier(paths.durable_checkpoints(t.path), t.keep_last, t.every, cfg.interval)
+    return [DurableTier(paths.durable_checkpoints(t.path), t.keep_last, t.every, cfg.interval, coalesce=t.coalesce)
             for t in cfg.durable_tiers if isinstance(t, CheckpointTier) and t.path]
 
 
@@ -314,12 +315,14 @@ class TierUploader:
             for index, (_, _, due) in enumerate(batch):
                 for tier in due:
                     newest[id(tier)] = index
-            work, dropped = [], []
+            work, dropped, said = [], [], []
             for index, (staging, name, due) in enumerate(batch):
-                keep = [t for t in due if newest[id(t)] == index]
+                keep = [t for t in due if not t.coalesce or newest[id(t)] == index]
                 for tier in due:
-                    if newest[id(tier)] != index:  # superseded: the newer copy's lag counts from this one
+                    if tier.coalesce and newest[id(tier)] != index:  # superseded: the newer copy's lag counts from this one
                         self.skipped.append((tier.uri, name))
+                        said.append(f"durable tier {tier.uri}: {name} not copied, {batch[newest[id(tier)]][1]} is "
+                                    f"copied in its place (the uploader was behind; coalesce: false copies each)")
                         stand_in = str(batch[newest[id(tier)]][0])
                         self._waiting[stand_in] = min(self._waiting[stand_in], self._waiting[str(staging)])
                 if keep:
@@ -327,6 +330,8 @@ class TierUploader:
                 else:
                     dropped.append(staging)
                     self._waiting.pop(str(staging), None)
+        for line in said:
+            self.say(line)
         for staging in dropped:
             shutil.rmtree(staging, ignore_errors=True)
         return work
