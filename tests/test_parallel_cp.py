@@ -12,8 +12,6 @@ tests/dist/cp_scenarios.py; single-process runs in this process are the referenc
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,7 +22,7 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "dist"))
 from cp_scenarios import LONG_SEQ_LEN, long_config  # noqa: E402
-from scenario_configs import SampleLog, base_config, run_with_shards  # noqa: E402
+from scenario_configs import SampleLog, base_config, launch_scenarios, run_with_shards  # noqa: E402
 
 from trainer_bridge.config import TrainConfig  # noqa: E402
 from trainer_bridge.context_parallel import block_backward, block_forward, head_tail_indices  # noqa: E402
@@ -37,12 +35,7 @@ STEPS = range(10)
 
 
 def launch(workdir: Path, processes: int, group: str) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
-               str(REPO / "tests" / "dist" / "cp_scenarios.py"), str(workdir), group]
-    done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=1200)
-    (workdir / f"{group}.log").write_text(done.stdout + done.stderr)
-    assert done.returncode == 0, f"torchrun {group} failed:\n{(done.stdout + done.stderr)[-6000:]}"
+    launch_scenarios("cp_scenarios.py", workdir, processes, group)
 
 
 def curves(result, samples: SampleLog) -> dict:

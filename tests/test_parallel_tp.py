@@ -15,8 +15,6 @@ scenario of tests/dist/tp_scenarios.py; a single-process run in this process is 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,7 +22,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "dist"))
-from scenario_configs import SampleLog, base_config, run_with_shards  # noqa: E402
+from scenario_configs import SampleLog, base_config, launch_scenarios, run_with_shards  # noqa: E402
 
 from trainer_bridge.config import TrainConfig  # noqa: E402
 from trainer_bridge.synthetic import write_synthetic_shards  # noqa: E402
@@ -35,12 +33,7 @@ STEPS = range(10)
 
 
 def launch(workdir: Path, processes: int, group: str) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
-               str(REPO / "tests" / "dist" / "tp_scenarios.py"), str(workdir), group]
-    done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=1200)
-    (workdir / f"{group}.log").write_text(done.stdout + done.stderr)
-    assert done.returncode == 0, f"torchrun {group} failed:\n{(done.stdout + done.stderr)[-6000:]}"
+    launch_scenarios("tp_scenarios.py", workdir, processes, group)
 
 
 @pytest.fixture(scope="module")

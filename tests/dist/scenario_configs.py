@@ -2,6 +2,9 @@
 test-side helpers around it (a run directory over shared shards, the sample recorder hook)."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -118,3 +121,15 @@ def make_domain_run(root: Path) -> RunPaths:
                      eos_id=2, tokenizer_sha256=sha256_file(paths.tokenizer_json),
                      packing={"algorithm": "test", "add_bos": False, "add_eos": True}, rows_per_shard=64)
     return paths
+
+
+def launch_scenarios(script: str, workdir: Path, processes: int, group: str) -> None:
+    """One torchrun launch of ``tests/dist/<script>`` running its scenario group on ``processes`` CPU ranks; the
+    output is kept in ``<workdir>/<group>.log`` and its tail shown when the launch fails."""
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo)}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
+               str(repo / "tests" / "dist" / script), str(workdir), group]
+    done = subprocess.run(command, env=env, cwd=repo, capture_output=True, text=True, timeout=1200)
+    (workdir / f"{group}.log").write_text(done.stdout + done.stderr)
+    assert done.returncode == 0, f"torchrun {group} failed:\n{(done.stdout + done.stderr)[-6000:]}"
