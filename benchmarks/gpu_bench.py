@@ -5,9 +5,12 @@ and MFU. One command, a few minutes on one H200 (budget: under 8 minutes, compil
     PYTHONPATH=. python benchmarks/gpu_bench.py --attention sdpa --steps 20
     PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/gpu_bench.py --tp 2      # tensor + sequence parallel
     PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/gpu_bench.py --experts 8 --ep 2   # MoE, expert parallel
+    PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/gpu_bench.py --cp 2 --seq-len 16384 --micro-batch 1 \
+        --global-batch 2                                                   # context parallel, long rows
 
-``--tp``/``--ep`` need as many processes (GPUs) as their product; ``--ep`` shards the experts over the dp ranks
-(dp = ep). ``--cp`` (context parallel) is refused until trainer_bridge implements mesh.cp (issue 12).
+``--tp``/``--ep``/``--cp`` need as many processes (GPUs) as their product; ``--ep`` shards the experts over the
+dp ranks (dp = ep); ``--cp`` splits every row's sequence over cp ranks (``--cp-mode ring|allgather``; dense
+models only, as mesh.cp); tokens/s counts each row's tokens once, not once per cp rank that holds a part of it.
 
 The whole trainer runs (shards through ShardReader, prefetching loader, guards, metrics); checkpoints and
 validation are off so that only training steps are timed. Throughput and MFU are the medians over the steps
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -25,6 +29,7 @@ import time
 from pathlib import Path
 
 import torch
+from pydantic import ValidationError
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -53,15 +58,13 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="also write the summary JSON here")
     parser.add_argument("--tp", type=int, default=1, help="tensor + sequence parallel degree (mesh.tp)")
     parser.add_argument("--ep", type=int, default=1, help="expert parallel degree over dp ranks (mesh.ep = mesh.dp)")
-    parser.add_argument("--cp", type=int, default=1, help="context parallel degree (not implemented yet)")
+    parser.add_argument("--cp", type=int, default=1, help="context parallel degree (mesh.cp): rows split over cp ranks")
+    parser.add_argument("--cp-mode", choices=["ring", "allgather"], default="ring", help="mesh.cp_mode")
     parser.add_argument("--experts", type=int, default=0, help="MoE: experts per MoE layer (0: dense)")
     parser.add_argument("--top-k", type=int, default=2)
     parser.add_argument("--smoke", action="store_true",
                         help="check this script on CPU with a tiny fp32 model (no meaningful figure)")
     args = parser.parse_args()
-    if args.cp != 1:
-        print("gpu_bench: --cp > 1 is not implemented in trainer_bridge yet (mesh.cp, issue 12)", file=sys.stderr)
-        return 2
     if args.smoke:
         args.steps, args.warmup, args.seq_len, args.micro_batch, args.global_batch = 4, 1, 256, 2, 4
         args.attention = "sdpa"
@@ -74,17 +77,11 @@ def main() -> int:
         return measure(args, Path(tmp), started)
 
 
-def measure(args: argparse.Namespace, work: Path, started: float) -> int:
-    rows_needed = args.global_batch * (args.steps + 2)
-    # Documents of 64..3000 tokens (cut at seq_len), greedily packed: realistic document structure.
-    run = RunPaths(work / "gpu_bench")
-    write_synthetic_shards(run.shards, seq_len=args.seq_len, vocab_size=32000,
-                           train_docs=rows_needed * 3, val_docs=8, min_doc_len=64, max_doc_len=3000, fill=0.97,
-                           rows_per_shard=512)
-    cfg = TrainConfig.model_validate({
+def train_config(args: argparse.Namespace) -> TrainConfig:
+    return TrainConfig.model_validate({
         "model": {**(MODEL_SMOKE if args.smoke else MODEL_1B),
                   **({"n_experts": args.experts, "top_k": args.top_k} if args.experts else {})},
-        "mesh": {"tp": args.tp, "dp": args.ep, "ep": args.ep},
+        "mesh": {"tp": args.tp, "dp": args.ep, "ep": args.ep, "cp": args.cp, "cp_mode": args.cp_mode},
         "precision": {"dtype": "fp32" if args.smoke else "bf16"},
         "batch": {"global_batch_size": args.global_batch, "micro_batch_size": args.micro_batch},
         "optimizer": {"lr": 3e-4, "warmup_steps": 10},
@@ -94,6 +91,20 @@ def measure(args: argparse.Namespace, work: Path, started: float) -> int:
         "attention": args.attention, "compile": args.compile, "steps": args.steps,
         "device": "cpu" if args.smoke else "auto",
     })
+
+
+def measure(args: argparse.Namespace, work: Path, started: float) -> int:
+    try:
+        cfg = train_config(args)
+    except ValidationError as error:  # e.g. --cp with --ep: one line naming the field, no traceback
+        print(f"gpu_bench: {error.errors()[0]['msg']}", file=sys.stderr)
+        return 2
+    rows_needed = args.global_batch * (args.steps + 2)
+    # Documents of 64..3000 tokens (cut at seq_len), greedily packed: realistic document structure.
+    run = RunPaths(work / "gpu_bench")
+    write_synthetic_shards(run.shards, seq_len=args.seq_len, vocab_size=32000,
+                           train_docs=rows_needed * 3, val_docs=8, min_doc_len=64, max_doc_len=3000, fill=0.97,
+                           rows_per_shard=512)
     params = count_parameters(cfg.model.model_copy(update={"vocab_size": 32000, "max_seq_len": args.seq_len}))
     from trainer_bridge import device as devices
 
@@ -129,8 +140,10 @@ def measure(args: argparse.Namespace, work: Path, started: float) -> int:
         "loss_first": records[0]["loss"], "loss_last": records[-1]["loss"],
         "timed_steps": len(timed), "wall_s": time.perf_counter() - started,
         "attention": args.attention, "compile": args.compile, "tp": args.tp, "ep": args.ep,
-        "experts": args.experts,
+        "cp": args.cp, "cp_mode": args.cp_mode if args.cp > 1 else None, "experts": args.experts,
     }
+    if os.environ.get("RANK", "0") != "0":  # every rank measured the same steps; rank 0 reports them
+        return 0
     print("gpu_bench: " + json.dumps(summary))
     print(f"gpu_bench: {summary['tokens_per_s']:,.0f} tokens/s, MFU {summary['mfu'] * 100:.1f}%, "
           f"step {summary['step_time_s'] * 1e3:.0f} ms, data wait {summary['data_wait_fraction'] * 100:.2f}%, "
