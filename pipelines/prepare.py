@@ -24,7 +24,7 @@ from pipelines.config import ConfigError, RunConfig
 from pipelines.progress import ProgressPrinter
 from pipelines.read import InputFile, ReadCorpus, resolve_inputs
 from pipelines.rundir import (DOCS_SCHEMA, REMOVED_SCHEMA, WriteSorted, clear_outputs, count_parquet_rows,
-                              doc_row, jsonl_bytes, parquet_bytes, read_manifest, removed_row)
+                              doc_row, jsonl_writer, parquet_writer, read_manifest, removed_row)
 from pipelines.steps import CleanDocuments, StepContext, check_steps, enabled_steps
 from runio.files import write_json
 from runio.layout import RunPaths
@@ -70,15 +70,15 @@ def build_cleaning_graph(p: beam.Pipeline, cfg: RunConfig, files: list[InputFile
     (cleaned["kept"]
      | "DocRows" >> beam.Map(doc_row)
      | "WriteDocs" >> WriteSorted(str(paths.docs), paths.docs.name, ".parquet",
-                                  lambda rows: parquet_bytes(rows, DOCS_SCHEMA),
+                                  parquet_writer(DOCS_SCHEMA),
                                   lambda r: len(r["text"]) + len(r["annotations"]) + 64, target))
     (cleaned["removed"]
      | "RemovedRows" >> beam.Map(removed_row)
      | "WriteRemoved" >> WriteSorted(str(paths.removed), paths.removed.name, ".parquet",
-                                     lambda rows: parquet_bytes(rows, REMOVED_SCHEMA),
+                                     parquet_writer(REMOVED_SCHEMA),
                                      lambda r: len(r["annotations"]) + 96, target))
     (read["quarantined"]
-     | "WriteQuarantine" >> WriteSorted(str(paths.quarantine), paths.quarantine.name, ".jsonl", jsonl_bytes,
+     | "WriteQuarantine" >> WriteSorted(str(paths.quarantine), paths.quarantine.name, ".jsonl", jsonl_writer,
                                         lambda r: 256, target, sort_key=lambda r: (r["source"], r["position"])))
 
 

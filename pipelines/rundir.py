@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
-from runio.files import json_text, read_json, write_atomic
+from runio.files import atomic_stream, json_text, read_json, write_atomic
 from runio.layout import RunPaths
 
 DOCS_SCHEMA = pa.schema([("id", pa.int64()), ("text", pa.string()), ("source", pa.string()),
@@ -46,28 +46,53 @@ def join(*parts: str) -> str:
     return FileSystems.join(*parts) if "://" in parts[0] else os.path.join(*parts)
 
 
+ROW_GROUP_ROWS = 4096
+
+
+def _write_parquet_stream(sink, rows: list[dict], schema: pa.Schema) -> None:
+    """``rows`` as Parquet (zstd, statistics, row groups of ``ROW_GROUP_ROWS``), built one row group at a time."""
+    with pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=True) as writer:
+        for start in range(0, len(rows), ROW_GROUP_ROWS):
+            writer.write_table(pa.Table.from_pylist(rows[start:start + ROW_GROUP_ROWS], schema=schema),
+                               row_group_size=ROW_GROUP_ROWS)
+
+
 def parquet_bytes(rows: list[dict], schema: pa.Schema) -> bytes:
-    table = pa.Table.from_pylist(rows, schema=schema)
     sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd", row_group_size=4096, write_statistics=True)
+    _write_parquet_stream(sink, rows, schema)
     return sink.getvalue()
+
+
+def parquet_writer(schema: pa.Schema) -> Callable[[str, list[dict]], None]:
+    """A ``WriteSorted`` writer: the part streamed into its file one row group at a time, so a worker holds the
+    part's rows and one row group's table, not also a table of the whole part and the file's bytes (a part
+    near the target size cost about four times that size in memory: peak RSS grew with the corpus)."""
+    def write(path: str, rows: list[dict]) -> None:
+        with atomic_stream(path) as fh:
+            _write_parquet_stream(fh, rows, schema)
+    return write
 
 
 def jsonl_bytes(rows: list[dict]) -> bytes:
     return "".join(_json(r) + "\n" for r in rows).encode("utf-8")
 
 
+def jsonl_writer(path: str, rows: list[dict]) -> None:
+    """A ``WriteSorted`` writer for JSON lines (small files: the quarantine)."""
+    write_atomic(path, jsonl_bytes(rows))
+
+
 class _WritePartFn(beam.DoFn):
-    def __init__(self, directory: str, prefix: str, suffix: str, encode: Callable[[list[dict]], bytes],
+    def __init__(self, directory: str, prefix: str, suffix: str, write: Callable[[str, list[dict]], None],
                  sort_key: Callable[[dict], Any]):
         self.directory, self.prefix, self.suffix = directory, prefix, suffix
-        self.encode, self.sort_key = encode, sort_key
+        self.write, self.sort_key = write, sort_key
 
     def process(self, element):
         (part, parts), rows = element
         rows = sorted(rows, key=self.sort_key)
         name = f"{self.prefix}-{part:05d}-of-{parts:05d}{self.suffix}"
-        write_atomic(join(self.directory, name), self.encode(rows))
+        self.write(join(self.directory, name), rows)
         yield name, len(rows)
 
 
@@ -78,10 +103,10 @@ class WriteSorted(beam.PTransform):
     target size whatever the corpus size, and the layout does not depend on the number of workers.
     """
 
-    def __init__(self, directory: str, prefix: str, suffix: str, encode: Callable[[list[dict]], bytes],
+    def __init__(self, directory: str, prefix: str, suffix: str, write: Callable[[str, list[dict]], None],
                  size_of: Callable[[dict], int], target_bytes: int, sort_key: Callable[[dict], Any] = None):
         super().__init__()
-        self.directory, self.prefix, self.suffix, self.encode = directory, prefix, suffix, encode
+        self.directory, self.prefix, self.suffix, self.write = directory, prefix, suffix, write
         self.size_of, self.target_bytes = size_of, target_bytes
         self.sort_key = sort_key or (lambda r: r["id"])
 
@@ -93,7 +118,7 @@ class WriteSorted(beam.PTransform):
             rows
             | "KeyByPart" >> beam.Map(lambda r, n: ((r["id"] % n, n), r), n=beam.pvalue.AsSingleton(parts))
             | "GroupParts" >> beam.GroupByKey()
-            | "WriteParts" >> beam.ParDo(_WritePartFn(self.directory, self.prefix, self.suffix, self.encode,
+            | "WriteParts" >> beam.ParDo(_WritePartFn(self.directory, self.prefix, self.suffix, self.write,
                                                        self.sort_key))
         )
 

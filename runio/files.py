@@ -63,6 +63,31 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
         raise
 
 
+@contextlib.contextmanager
+def atomic_stream(path: str | os.PathLike) -> Iterator[IO[bytes]]:
+    """A binary stream that becomes ``path`` (local or FileSystems URI) only when the block ends without an
+    error: ``atomic_output`` for a local path, a temporary sibling renamed into place for a URI. For writers
+    that stream a large file rather than building its bytes in memory first."""
+    path = os.fspath(path)
+    if not is_uri(path):
+        with atomic_output(path) as fh:
+            yield fh
+        return
+    from apache_beam.io.filesystems import FileSystems
+
+    tmp = tmp_sibling(path)
+    try:
+        with FileSystems.create(tmp) as fh:
+            yield fh
+    except BaseException:
+        with contextlib.suppress(Exception):
+            FileSystems.delete([tmp])
+        raise
+    if FileSystems.exists(path):
+        FileSystems.delete([path])
+    FileSystems.rename([tmp], [path])
+
+
 def write_atomic(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary sibling and a rename (local or FileSystems URI)."""
     path = os.fspath(path)

@@ -105,7 +105,7 @@ class ReadIndex(beam.PTransform):
         return old_sketches, old_bands
 
 
-INDEX_FILE_BYTES = 128 << 20  # about this much per index file (sketches: ~1.5 kB per kept document)
+INDEX_FILE_BYTES = 32 << 20  # about this much per index file (sketches: ~1.5–7 kB per kept document); a writer holds one file's rows
 
 
 class WriteIndex(beam.PTransform):
@@ -121,16 +121,16 @@ class WriteIndex(beam.PTransform):
 
         # The run's sorted writer (as docs/): files by id % parts, each sorted, the part count from the data, so
         # dedup/ is byte-identical on any runner and number of workers (Beam's WriteToParquet is not).
-        from pipelines.rundir import WriteSorted, parquet_bytes
+        from pipelines.rundir import WriteSorted, parquet_writer
 
         out = self.out_dir
         sketch_schema = pa.schema([("id", pa.int64()), ("signature", pa.binary()), ("shingles", pa.binary())])
         band_schema = pa.schema([("key", pa.int64()), ("id", pa.int64())])
         rows["sketches"] | "WriteIndexSketches" >> WriteSorted(
-            out, SKETCH_FILES, ".parquet", lambda part: parquet_bytes(part, sketch_schema),
+            out, SKETCH_FILES, ".parquet", parquet_writer(sketch_schema),
             lambda r: len(r["signature"]) + len(r["shingles"]) + 16, INDEX_FILE_BYTES)
         rows["bands"] | "WriteIndexBands" >> WriteSorted(
-            out, BAND_FILES, ".parquet", lambda part: parquet_bytes(part, band_schema), lambda r: 16,
+            out, BAND_FILES, ".parquet", parquet_writer(band_schema), lambda r: 16,
             INDEX_FILE_BYTES, sort_key=lambda r: (r["id"], r["key"]))
         return (rows["sketches"].pipeline
                 | "IndexParams" >> beam.Create([json.dumps(self.cfg.index_params(), sort_keys=True)])
