@@ -14,7 +14,8 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that
 
 from transforms.quality import synth_zh
-from transforms.quality.features import SPACE_TOKEN, CharClasses, OrderFeatures, tokenize
+from transforms.quality.features import (SPACE_TOKEN, CharClasses, OrderFeatures, bracket_imbalance, line_end_share,
+                                         tokenize)
 from transforms.quality.model import QualityModel, fasttext_inputs, sidecar_paths
 from transforms.quality.step import (DEFAULT_ZH_TRAIN_DATA, QualityConfig, QualityFilter, QualityScorer,
                                      QualityStep, ensure_default_model, resolve_train_data, zh_train_defaults)
@@ -98,7 +99,45 @@ def test_default_chinese_model_meets_its_held_out_bar(zh_model):
     # the order-aware second stage is what catches shuffled words and Markov babble
     assert by["word_salad"]["accuracy"] > by["word_salad"]["fasttext_only_accuracy"]
     model = QualityModel.load(zh_model)
-    assert model.tokenizer == "cjk" and len(model.order.names) == len(OrderFeatures.COHESION) + 3 + 5 + 3 * 4
+    assert model.tokenizer == "cjk" and model.order.feature_version == OrderFeatures.CJK_FEATURE_VERSION
+    extra = len(OrderFeatures.BIGRAM_COHESION) + len(OrderFeatures.BIGRAM_COHESION_V2)
+    assert len(model.order.names) == len(OrderFeatures.COHESION) + extra + 5 + 3 * 4
+
+
+def test_topic_drift_line_ends_and_straight_quotes():
+    # line ends: prose paragraphs end like sentences, a table of contents does not (the cut last line is not read)
+    assert line_end_share("第一段。\n第二段！\n第三") == 1.0
+    assert line_end_share("9.13. 硬件识别工具列表\n9.14. 硬件配置工具列表\n9.15. 声音") == 0.0
+    assert line_end_share("只有一行") == 1.0
+    # straight quotes count as brackets for cjk feature version 2: one stray '"' is unpaired
+    assert bracket_imbalance('他说"好"。') == bracket_imbalance("他说好。") == 0.0
+    assert bracket_imbalance('他说"好。', ascii_quotes=True) > 0.0 == bracket_imbalance('他说"好"。', ascii_quotes=True)
+    # topic drift: a second half that repeats the first half's bigrams overlaps it, one on another topic does not
+    features = OrderFeatures.fit([PROSE] * 3, num_frequent=20, order=3, bits=14, max_tokens=64, tokenizer="cjk")
+    assert features.feature_version == OrderFeatures.CJK_FEATURE_VERSION and "odd_quotes" in features.names
+    column = features.names.index("half_overlap")
+    steady = "软件包管理器安装软件包。" * 4
+    drifting = "软件包管理器安装软件包。" * 2 + "江泽民同志强调指出务实。" * 2
+    x = features.transform([steady, drifting, '软件"包'])
+    assert x[0, column] == 1.0 and x[1, column] < 0.5
+    assert (x[:, features.names.index("odd_quotes")] == 0).all()  # folded into bracket_imbalance
+
+
+def test_chinese_models_of_feature_version_1_still_load_and_score_as_before():
+    features = OrderFeatures.fit([PROSE] * 3, num_frequent=20, order=3, bits=14, max_tokens=64, tokenizer="cjk")
+    arrays = features.to_arrays()
+    meta = json.loads(bytes(arrays["order_meta"]).decode("utf-8"))
+    assert meta["feature_version"] == 2
+    del meta["feature_version"]  # what a model written before feature version 2 holds
+    arrays["order_meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    old = OrderFeatures.from_arrays(arrays)
+    assert old.feature_version == 1 and "half_overlap" not in old.names
+    x = old.transform(['软件"包管理器', PROSE])
+    assert x.shape == (2, len(old.names)) and x[0, old.names.index("odd_quotes")] == 1.0
+    meta["feature_version"] = 9
+    arrays["order_meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    with pytest.raises(ValueError, match="version 9"):
+        OrderFeatures.from_arrays(arrays)
 
 
 def test_routing_by_language_with_the_cjk_share_fallback():

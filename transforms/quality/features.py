@@ -332,6 +332,31 @@ class _RowTable(dict):
         return -1
 
 
+def _half_overlap(doc_of: np.ndarray, keys: np.ndarray, second: np.ndarray, num_docs: int) -> np.ndarray:
+    """Per document, the share of its second-half items whose key occurs in its first half (0 when the second
+    half has none, like the other bigram features): a passage keeps to its topic, a Markov chain over many
+    documents drifts away from it. ``np.isin`` on (document, key) codes: one sort, no per-document loop."""
+    mixed = (keys.astype(np.uint64) * _MIX_MULT) >> np.uint64(17)
+    combined = (doc_of.astype(np.uint64) << np.uint64(47)) | mixed
+    in_first = np.isin(combined[second], combined[~second])
+    later = doc_of[second]
+    total = np.bincount(later, minlength=num_docs).astype(np.float64)
+    hits = np.bincount(later, weights=in_first.astype(np.float64), minlength=num_docs)
+    return hits / np.maximum(total, 1)
+
+
+_LINE_ENDS = tuple("。！？；：…”’」』）.!?;:)")
+
+
+def line_end_share(head: str) -> float:
+    """The share of the non-empty lines of ``head`` that end like a sentence: prose paragraphs do, tables of
+    contents, lists and code lines do not (1 for a single unfinished line: a cut head is not a list)."""
+    lines = [line for line in map(str.strip, head.split("\n")) if line]
+    if len(lines) < 2:
+        return 1.0
+    return sum(line.endswith(_LINE_ENDS) for line in lines[:-1]) / (len(lines) - 1)
+
+
 def _earlier_occurrences(doc_of: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """For each item, in input order: how many earlier items of the same document carry the same key."""
     # one stable sort of a combined key (document in the high bits, 47 bits of the key below) groups equal
@@ -352,15 +377,20 @@ def _earlier_occurrences(doc_of: np.ndarray, keys: np.ndarray) -> np.ndarray:
 _BRACKET_PAIRS = (("（", "）"), ("(", ")"), ("“", "”"), ("《", "》"), ("「", "」"), ("【", "】"), ("‘", "’"))
 
 
-def bracket_imbalance(text: str) -> float:
+def bracket_imbalance(text: str, ascii_quotes: bool = False) -> float:
     """Unpaired brackets and quotes per pair used (0 when every one is closed): edited text closes what it opens,
-    shuffled words and Markov chains do not. Counted over the head that the order features read."""
+    shuffled words and Markov chains do not. Counted over the head that the order features read. With
+    ``ascii_quotes`` the straight quote ``"`` counts too (an odd number of them leaves one unpaired)."""
     head = text[:2048]
     opened = unpaired = 0
     for left, right in _BRACKET_PAIRS:
         a, b = head.count(left), head.count(right)
         opened += max(a, b)
         unpaired += abs(a - b)
+    if ascii_quotes:
+        straight = head.count('"')
+        opened += (straight + 1) // 2
+        unpaired += straight % 2
     return unpaired / (opened + 1)
 
 
@@ -371,13 +401,35 @@ class OrderFeatures:
                 "pronoun_entropy", "odd_quotes")
     # tokenizer "cjk" only: cohesion over character bigrams (see the module docstring)
     BIGRAM_COHESION = ("bigram_repeat", "bigram_cache_gain", "bracket_imbalance")
+    # Version of the cjk features. 1: straight-quote parity is its own 0/1 column (odd_quotes), as for English.
+    # 2: it is part of bracket_imbalance and odd_quotes is 0. In Chinese text the straight quote is rare (prose
+    # quotes with “”), so odd_quotes is 1 for a handful of training documents; the second stage multiplies every
+    # feature by every other, and the products with such a rare 0/1 column are fitted on those few documents:
+    # they swung Markov babble with one stray '"' to a confident "prose". A share of unpaired marks among all
+    # the brackets and quotes used is graded and seen in every document. Models without the field are version 1.
+    CJK_FEATURE_VERSION = 2
+    # cjk version 2 adds two columns. Topic drift: the share of the second half's letter bigrams (most Chinese
+    # words are two characters) that the first half used. A word-bigram Markov chain over many documents keeps
+    # each word pair real, so the n-gram gains see little, but it changes topic every few words and its second
+    # half shares few words with its first; a passage keeps to its topic (bigram_repeat counts repeats anywhere,
+    # mostly near ones: function-word pairs). Line ends: the share of lines that end like a sentence; tables of
+    # contents and lists, whose lines repeat words as much as prose does, end their lines with none.
+    BIGRAM_COHESION_V2 = ("half_overlap", "line_end_share")
 
     def __init__(self, classes: WordClasses, lm: HashedNgramLM, words: Sequence[str], word_counts: np.ndarray,
-                 max_tokens: int, tokenizer: str = "whitespace"):
+                 max_tokens: int, tokenizer: str = "whitespace", feature_version: int = 1):
         if tokenizer not in TOKENIZERS:
             raise ValueError(f"tokenizer must be one of {TOKENIZERS}, got {tokenizer!r}")
         self.classes, self.lm, self.max_tokens, self.tokenizer = classes, lm, max_tokens, tokenizer
         self.extra = self.BIGRAM_COHESION if tokenizer == "cjk" else ()
+        if tokenizer == "cjk" and feature_version >= 2:
+            self.extra = self.extra + self.BIGRAM_COHESION_V2
+        if feature_version not in (1, self.CJK_FEATURE_VERSION) or (feature_version != 1 and tokenizer != "cjk"):
+            raise ValueError(f"order features version {feature_version} with tokenizer {tokenizer!r}: this code "
+                             f"reads 1, and {self.CJK_FEATURE_VERSION} for cjk")
+        self.feature_version = feature_version
+        # version 2 (cjk): straight quotes are counted by bracket_imbalance, not by the odd_quotes column
+        self.quotes_in_brackets = feature_version >= 2
         self.words = list(words)
         self.word_ids = {w: i + 1 for i, w in enumerate(self.words)}  # 0: out of vocabulary
         self.word_counts = np.asarray(word_counts, dtype=np.float64)
@@ -413,7 +465,7 @@ class OrderFeatures:
         counts = Counter(core.lower() for toks in token_lists for core in map(_core, toks) if core)
         words = counts.most_common(max_words)
         return cls(classes, lm, [w for w, _ in words], np.array([c for _, c in words], dtype=np.float64), max_tokens,
-                   tokenizer)
+                   tokenizer, cls.CJK_FEATURE_VERSION if tokenizer == "cjk" else 1)
 
     @property
     def names(self) -> list[str]:
@@ -488,7 +540,8 @@ class OrderFeatures:
             token_lists = [toks[: self.max_tokens] for toks in token_lists]
         lengths = np.array([len(toks) for toks in token_lists], dtype=np.int64)
         out[:, 0] = np.log1p(lengths)
-        out[:, 6] = [t.count('"') % 2 for t in texts]
+        if not self.quotes_in_brackets:
+            out[:, 6] = [t.count('"') % 2 for t in texts]
         present = lengths > 0
         if not present.any():
             return out
@@ -529,7 +582,9 @@ class OrderFeatures:
 
         col = len(self.COHESION)
         if self.extra:
-            out[:, col + 2] = [bracket_imbalance(t) for t in texts]
+            out[:, col + 2] = [bracket_imbalance(t, self.quotes_in_brackets) for t in texts]
+            if self.feature_version >= 2:
+                out[:, col + 4] = [line_end_share(t[: self.max_tokens * 2]) for t in texts]
             self._bigram_cohesion(out[:, col:col + len(self.extra)], docs, doc_of, starts, lengths, word_ids,
                                   word_keys, alpha)
             col += len(self.extra)
@@ -550,7 +605,8 @@ class OrderFeatures:
                          lengths: np.ndarray, word_ids: np.ndarray, word_keys: np.ndarray, alpha: np.ndarray) -> None:
         """Character-bigram cohesion (tokenizer ``cjk``), into ``out[docs]``: the share of letter bigrams that
         repeat an earlier bigram of the same document, and the mean gain of a cache model over bigrams (how much
-        better a bigram is predicted by its earlier uses in the document than by the static character model)."""
+        better a bigram is predicted by its earlier uses in the document than by the static character model); from
+        feature version 2 on also the share of the second half's letter bigrams that occur in the first half."""
         n = len(word_keys)
         if n < 2:
             return
@@ -574,6 +630,9 @@ class OrderFeatures:
         has = counted > 0
         out[docs[has], 0] = seen[has] / counted[has]
         out[docs[has], 1] = gains[has] / counted[has]
+        if out.shape[1] > 3:  # feature version 2: topic drift between the halves of the head
+            in_second_half = 2 * (idx - starts[doc_of[idx]]) >= lengths[doc_of[idx]]
+            out[docs, 3] = _half_overlap(doc_of[idx], keys[idx], in_second_half, len(docs))
 
     # Serialisation: flat numpy arrays plus a JSON string stored as bytes, loadable with allow_pickle=False.
     def to_arrays(self, prefix: str = "order_") -> dict[str, np.ndarray]:
@@ -581,6 +640,8 @@ class OrderFeatures:
                 "max_tokens": self.max_tokens, "classes": self.classes.to_json(), "words": self.words}
         if self.tokenizer != "whitespace":  # absent: whitespace (models written before tokenizers existed)
             meta["tokenizer"] = self.tokenizer
+        if self.feature_version != 1:  # absent: 1 (every English model, Chinese ones written before version 2)
+            meta["feature_version"] = self.feature_version
         arrays = {prefix + "meta": np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8),
                   prefix + "word_counts": self.word_counts}
         arrays.update({prefix + "lm_" + k: v for k, v in self.lm.tables.items()})
@@ -595,4 +656,4 @@ class OrderFeatures:
         tokenizer = meta.get("tokenizer", "whitespace")
         classes = (CharClasses if tokenizer == "cjk" else WordClasses).from_json(meta["classes"])
         return cls(classes, lm, meta["words"], np.asarray(arrays[prefix + "word_counts"]), meta["max_tokens"],
-                   tokenizer)
+                   tokenizer, meta.get("feature_version", 1))

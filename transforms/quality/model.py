@@ -27,7 +27,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from runio.files import atomic_output, atomic_path, write_json
 from transforms.quality.features import OrderFeatures, char_stream
 
-MODEL_FORMAT_VERSION = 1
+# 2: the order features carry a feature version (Chinese models from feature version 2 on write format 2, so that
+# code that reads only format 1 refuses them instead of computing the columns they were not fitted on); 1 still loads
+MODEL_FORMAT_VERSION = 2
+READABLE_FORMAT_VERSIONS = (1, 2)
 DEFAULT_MAX_CHARS = 20_000  # characters of a document fastText reads
 # at most, with character tokens: a bag of character bigrams is saturated long before, and the cost is per character
 CJK_FASTTEXT_CHARS = 2_000
@@ -257,6 +260,12 @@ class QualityModel:
         norm when > 0): a much smaller .ftz."""
         self.fasttext.quantize(qnorm=True, retrain=False, cutoff=cutoff)
 
+    @property
+    def format_version(self) -> int:
+        """The oldest format that describes this model: 1 unless its order features need a newer one, so that
+        English models stay readable by code that knows only format 1."""
+        return MODEL_FORMAT_VERSION if self.order.feature_version != 1 else 1
+
     def save(self, model_path: str, card: dict[str, Any] | None = None) -> None:
         """Write the fastText model to ``model_path`` and the sidecars next to it (each via a temp file)."""
         order_path, card_path = sidecar_paths(model_path)
@@ -265,7 +274,7 @@ class QualityModel:
         arrays = self.order.to_arrays()
         arrays.update(self.stacker.to_arrays("stack_"))
         arrays["positive_label"] = np.frombuffer(self.positive.encode("utf-8"), dtype=np.uint8)
-        arrays["format_version"] = np.array([MODEL_FORMAT_VERSION])
+        arrays["format_version"] = np.array([self.format_version])
         with atomic_output(order_path) as fh:
             np.savez_compressed(fh, **arrays)
         if card is not None:
@@ -280,8 +289,9 @@ class QualityModel:
                                         f"train`, which writes {model_path} and {order_path})")
         with np.load(order_path, allow_pickle=False) as arrays:
             version = int(arrays["format_version"][0])
-            if version != MODEL_FORMAT_VERSION:
-                raise ValueError(f"{order_path}: model format {version}, this code reads {MODEL_FORMAT_VERSION}")
+            if version not in READABLE_FORMAT_VERSIONS:
+                raise ValueError(f"{order_path}: model format {version}, this code reads "
+                                 f"{', '.join(map(str, READABLE_FORMAT_VERSIONS))}")
             order = OrderFeatures.from_arrays(arrays)
             stacker = SecondStage.from_arrays(arrays, "stack_")
             positive = bytes(arrays["positive_label"]).decode("utf-8")
@@ -491,7 +501,7 @@ def train_quality_model(records: Sequence[dict], cfg: QualityTrainConfig, log=pr
     log(f"quality train: final model fitted on {len(train_idx)} records ({time.time() - started:.1f}s)")
 
     card = {
-        "format_version": MODEL_FORMAT_VERSION,
+        "format_version": model.format_version,
         "kind": "corpusmill quality model: fastText + class n-gram order features + logistic stacker",
         "positive_label": cfg.positive_label,
         "params": cfg.model_dump(),
