@@ -132,7 +132,15 @@ class WriteIndex(beam.PTransform):
         rows["bands"] | "WriteIndexBands" >> WriteSorted(
             out, BAND_FILES, ".parquet", parquet_writer(band_schema), lambda r: 16,
             INDEX_FILE_BYTES, sort_key=lambda r: (r["id"], r["key"]))
+        # Through a temporary sibling and a rename, as every other file of the run (Beam's WriteToText leaves
+        # its beam-temp-* folder behind when a worker is killed while writing, and a retry writes another).
         return (rows["sketches"].pipeline
                 | "IndexParams" >> beam.Create([json.dumps(self.cfg.index_params(), sort_keys=True)])
-                | "WriteIndexParams" >> beam.io.WriteToText(FileSystems.join(out, PARAMS_FILE),
-                                                            shard_name_template=""))
+                | "WriteIndexParams" >> beam.Map(_write_params, FileSystems.join(out, PARAMS_FILE)))
+
+
+def _write_params(text: str, path: str) -> str:
+    from runio.files import write_atomic
+
+    write_atomic(path, (text + "\n").encode("utf-8"))
+    return path
