@@ -14,6 +14,7 @@ import atexit
 import logging
 import threading
 
+import dask
 import distributed
 
 _shared: "LocalDaskCluster | None" = None
@@ -27,15 +28,29 @@ def connect(address: str, timeout: float | str | None = "30s") -> distributed.Cl
     return distributed.Client(address, timeout=timeout, set_as_default=False)
 
 
+def memory_settings(memory_limit: str | int | None) -> dict:
+    """Dask's worker memory thresholds for a LocalCluster with an explicit ``memory_limit``: task results (the
+    shuffle data a worker holds) spill to disk beyond 60% of the limit (Dask's ``target``) and when the process
+    passes 70% (``spill``); ``pause`` and ``terminate`` are off, because a worker's own models (spaCy,
+    fastText, the quality models: about 1 GB) are memory Dask cannot spill: pausing would stall the run, and
+    a terminated worker's tasks would be retried into the same limit until the run failed. With no explicit
+    limit, Dask's defaults."""
+    if memory_limit is None:
+        return {}
+    return {"distributed.worker.memory.target": 0.6, "distributed.worker.memory.spill": 0.7,
+            "distributed.worker.memory.pause": False, "distributed.worker.memory.terminate": False}
+
+
 class LocalDaskCluster:
     """A LocalCluster of worker processes (1 thread each by default) on this machine, and a client of it."""
 
-    def __init__(self, workers: int = 2, threads_per_worker: int = 1, memory_limit: str | int = "auto",
+    def __init__(self, workers: int = 2, threads_per_worker: int = 1, memory_limit: str | int | None = None,
                  silence_logs: int = logging.WARNING):
-        self.workers = workers
-        self.cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=threads_per_worker,
-                                                processes=True, host="127.0.0.1", dashboard_address=None,
-                                                memory_limit=memory_limit, silence_logs=silence_logs)
+        self.workers, self.memory_limit = workers, memory_limit
+        with dask.config.set(memory_settings(memory_limit)):  # the nannies hand this config to their workers
+            self.cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=threads_per_worker,
+                                                    processes=True, host="127.0.0.1", dashboard_address=None,
+                                                    memory_limit=memory_limit or "auto", silence_logs=silence_logs)
         self.client = distributed.Client(self.cluster, set_as_default=False)
 
     @property
@@ -64,15 +79,17 @@ class LocalDaskCluster:
         self.close()
 
 
-def shared_local_cluster(workers: int | None = None) -> LocalDaskCluster:
-    """The process-wide LocalCluster (``workers`` processes; 2 when not given), started on first use."""
+def shared_local_cluster(workers: int | None = None, memory_limit: str | int | None = None) -> LocalDaskCluster:
+    """The process-wide LocalCluster (``workers`` processes, 2 when not given; each limited to
+    ``memory_limit``), started on first use; restarted when asked for other workers or another limit."""
     global _shared
     with _shared_lock:
-        if _shared is not None and workers is not None and workers != _shared.workers:
+        if _shared is not None and ((workers is not None and workers != _shared.workers)
+                                    or memory_limit != _shared.memory_limit):
             _shared.close()
             _shared = None
         if _shared is None:
-            _shared = LocalDaskCluster(workers or 2)
+            _shared = LocalDaskCluster(workers or 2, memory_limit=memory_limit)
             atexit.register(shutdown_shared_cluster)
         return _shared
 

@@ -11,7 +11,8 @@ time the key reached memory); the client sums those. ``attempted`` equals ``comm
 attempts that died with a worker are not observable here, and are not counted.
 
 Options (``DaskRunnerOptions``): ``--dask_address HOST:PORT`` (default: a LocalCluster started in this
-process), ``--dask_workers N`` (its worker processes), ``--dask_partitions N`` (partitions of every shuffle's
+process), ``--dask_workers N`` (its worker processes), ``--dask_worker_memory 2.5GiB`` (each one's memory limit:
+its shuffle data spills to disk beyond 60-70% of it), ``--dask_partitions N`` (partitions of every shuffle's
 output; default 2 per worker thread, between 2 and 32).
 """
 from __future__ import annotations
@@ -39,6 +40,9 @@ class DaskRunnerOptions(PipelineOptions):
                                  "LocalCluster started by this process")
         parser.add_argument("--dask_workers", type=int, default=None,
                             help="worker processes of the LocalCluster started when no address is given")
+        parser.add_argument("--dask_worker_memory", default=None,
+                            help="memory limit of each LocalCluster worker (e.g. 2.5GiB): shuffle data beyond "
+                                 "60-70%% of it spills to disk; default: Dask's (machine memory / workers)")
         parser.add_argument("--dask_partitions", type=int, default=None,
                             help="partitions of every shuffle's output (default: 2 per worker thread, 2..32)")
 
@@ -200,8 +204,9 @@ class DaskRunner(PipelineRunner):
     """
 
     def __init__(self, address: str | None = None, client: distributed.Client | None = None,
-                 workers: int | None = None, partitions: int | None = None):
+                 workers: int | None = None, partitions: int | None = None, memory_limit: str | None = None):
         self.address, self.client, self.workers, self.partitions = address, client, workers, partitions
+        self.memory_limit = memory_limit
         self.last_result: DaskPipelineResult | None = None
 
     def _client(self, opts: DaskRunnerOptions) -> tuple[distributed.Client, bool]:
@@ -210,7 +215,8 @@ class DaskRunner(PipelineRunner):
         address = self.address or opts.dask_address
         if address:
             return cluster.connect(address), True
-        return cluster.shared_local_cluster(self.workers or opts.dask_workers).client, False
+        return cluster.shared_local_cluster(self.workers or opts.dask_workers,
+                                            self.memory_limit or opts.dask_worker_memory).client, False
 
     def run_pipeline(self, pipeline, options: PipelineOptions) -> DaskPipelineResult:
         opts = options.view_as(DaskRunnerOptions)

@@ -43,12 +43,22 @@ class RunnerConfig(Strict):
                                                         "address: the LocalCluster's worker processes)")
     dask_address: str | None = Field(None, description="with name: dask, the scheduler (tcp://host:8786); null: "
                                                        "a LocalCluster on this machine")
+    worker_memory: str | None = Field(
+        None, pattern=r"^\s*\d+(\.\d+)?\s*([KMGT]i?B)?\s*$",
+        description="with name: dask and no address, each LocalCluster worker's memory limit (e.g. 2.5GiB): beyond "
+                    "60-70% of it the worker spills the shuffle data it holds to disk, so its memory is bounded "
+                    "by the limit, not by the corpus. null: Dask's default (the machine's memory / workers, which "
+                    "on a large machine never spills). Workers of a cluster started elsewhere take "
+                    "`dask worker --memory-limit`")
     options: list[str] = Field(default_factory=list, description="extra Beam pipeline options, passed through")
 
     @model_validator(mode="after")
     def _address_needs_dask(self):
         if self.dask_address and self.name != "dask":
             raise ValueError(f"dask_address is set but name is {self.name!r}: set runner.name to dask")
+        if self.worker_memory and (self.name != "dask" or self.dask_address):
+            raise ValueError("worker_memory applies to the LocalCluster of runner.name: dask without a dask_address "
+                             "(workers of a running cluster take `dask worker --memory-limit`)")
         return self
 
 

@@ -275,7 +275,8 @@ def run_clean(cfg: RunConfig, against: tuple[str, ...] = (), log: Callable[[str]
     steps = enabled_steps(cfg)
     clear_outputs((paths.progress,))
     ctx = StepContext(paths, earlier, input_bytes=sum(i["bytes"] for i in new_inputs))
-    pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options, cfg.runner.dask_address)
+    pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options, cfg.runner.dask_address,
+                             worker_memory=cfg.runner.worker_memory)
     build_cleaning_graph(pipeline, cfg, new_files, ctx)
     with ProgressPrinter(paths.progress, steps, log):
         result = pipeline.run()
@@ -296,7 +297,8 @@ def run_shards(cfg: RunConfig, log: Callable[[str], None] = print) -> dict:
     from tokenizer.build import build_shards
 
     clear_outputs((RunPaths.of(cfg).shards,))
-    pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options, cfg.runner.dask_address)
+    pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options, cfg.runner.dask_address,
+                             worker_memory=cfg.runner.worker_memory)
     return build_shards(str(RunPaths.of(cfg)), cfg.tokenizer, cfg.packing, pipeline)
 
 

@@ -589,3 +589,37 @@ def test_a_stage_changing_its_input_never_changes_another_stages_view_of_it(tmp_
     run_on("dask", build, tmp_path, dask_cluster.client)
     later = captured(tmp_path)["later"]
     assert sorted(later) == sorted((f"doc {i}", 40) for i in range(40)), later[:3]
+
+
+def test_worker_memory_reaches_the_local_cluster_and_its_data_spills_to_disk(tmp_path):
+    """`runner.worker_memory` (refused by name where it cannot apply) becomes each LocalCluster worker's
+    memory limit, with spilling on and pause/terminate off; task results beyond the limit's target share go to
+    disk instead of staying in the worker's memory."""
+    import numpy as np
+
+    from beam_dask.cluster import LocalDaskCluster
+    from pipelines.config import ConfigError, load_config
+
+    config = tmp_path / "c.yaml"
+    config.write_text(f"name: d\ninput: {{paths: [{tmp_path / 'in.jsonl'}]}}\n", encoding="utf-8")
+    assert load_config(config, ["runner.name=dask", "runner.worker_memory=2.5GiB"]).runner.worker_memory == "2.5GiB"
+    with pytest.raises(ConfigError, match="runner: .*worker_memory applies to the LocalCluster"):
+        load_config(config, ["runner.worker_memory=2GiB"])
+    with pytest.raises(ConfigError, match="runner.worker_memory"):
+        load_config(config, ["runner.name=dask", "runner.worker_memory=lots"])
+
+    def settings(dask_worker):
+        import dask
+        return (dask_worker.memory_manager.memory_limit, dask.config.get("distributed.worker.memory.pause"),
+                dask.config.get("distributed.worker.memory.terminate"))
+
+    def spilled(dask_worker):
+        return len(dask_worker.data.slow) if hasattr(dask_worker.data, "slow") else -1
+
+    with LocalDaskCluster(1, memory_limit="600MiB") as local:
+        assert list(local.client.run(settings).values()) == [(600 * 2 ** 20, False, False)]
+        blocks = [local.client.submit(np.full, 5 * 2 ** 20, i, dtype=np.float64, pure=False) for i in range(12)]
+        firsts = local.client.submit(lambda arrays: [float(a[0]) for a in arrays], blocks)
+        assert firsts.result(timeout=120) == [float(i) for i in range(12)]  # read back, from memory or disk
+        # 12 × 40 MiB = 480 MiB of results against a 360 MiB target
+        assert list(local.client.run(spilled).values())[0] > 0
