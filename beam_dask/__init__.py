@@ -23,11 +23,12 @@ __all__ = ["DaskRunner", "DaskRunnerOptions", "DaskPipelineResult", "DaskMetrics
 
 
 def make_dask_pipeline(address: str | None = None, workers: int | None = None, extra_args: Sequence[str] = (),
-                       partitions: int | None = None, client=None, memory_limit: str | None = None) -> beam.Pipeline:
+                       partitions: int | None = None, client=None, memory_limit: str | None = None,
+                       input_bytes: int = 0) -> beam.Pipeline:
     """A pipeline on the Dask runner: on the scheduler at ``address``, or (``None``) on the process-wide
     LocalCluster of ``workers`` processes (one thread each, each limited to ``memory_limit``), started on first
     use."""
     options = PipelineOptions(list(extra_args) + ["--default_sdk_harness_log_level=WARNING"])
     return beam.Pipeline(runner=DaskRunner(address=address, client=client, workers=workers, partitions=partitions,
-                                           memory_limit=memory_limit),
+                                           memory_limit=memory_limit, input_bytes=input_bytes),
                          options=options)

@@ -13,10 +13,12 @@ attempts that died with a worker are not observable here, and are not counted.
 Options (``DaskRunnerOptions``): ``--dask_address HOST:PORT`` (default: a LocalCluster started in this
 process), ``--dask_workers N`` (its worker processes), ``--dask_worker_memory 2.5GiB`` (each one's memory limit:
 its shuffle data spills to disk beyond 60-70% of it), ``--dask_partitions N`` (partitions of every shuffle's
-output; default 2 per worker thread, between 2 and 32).
+output; default 2 per worker thread, between 2 and 32, or one per 8 MB of input when the pipeline's input size
+is given, ``DaskRunner(input_bytes=...)``).
 """
 from __future__ import annotations
 
+import math
 import pickle
 import time
 import uuid
@@ -190,9 +192,17 @@ def _ensure_watch(client: distributed.Client) -> None:
     _watched.add(address)
 
 
-def default_partitions(client: distributed.Client) -> int:
+PARTITION_INPUT_BYTES = 8 << 20  # input bytes (as stored, e.g. gzip) per shuffle partition when the size is known
+MAX_PARTITIONS = 512
+
+
+def default_partitions(client: distributed.Client, input_bytes: int = 0) -> int:
+    """2 per worker thread (2..32), or more when the input is large: one per ``PARTITION_INPUT_BYTES`` of input,
+    so that a task's share of a shuffle (what one worker holds at once while it runs) stays about the same size
+    whatever the corpus size, instead of growing with it."""
     threads = sum(client.nthreads().values()) or 1
-    return max(2, min(32, 2 * threads))
+    by_threads = max(2, min(32, 2 * threads))
+    return min(MAX_PARTITIONS, max(by_threads, math.ceil((input_bytes or 0) / PARTITION_INPUT_BYTES)))
 
 
 class DaskRunner(PipelineRunner):
@@ -204,9 +214,10 @@ class DaskRunner(PipelineRunner):
     """
 
     def __init__(self, address: str | None = None, client: distributed.Client | None = None,
-                 workers: int | None = None, partitions: int | None = None, memory_limit: str | None = None):
+                 workers: int | None = None, partitions: int | None = None, memory_limit: str | None = None,
+                 input_bytes: int = 0):
         self.address, self.client, self.workers, self.partitions = address, client, workers, partitions
-        self.memory_limit = memory_limit
+        self.memory_limit, self.input_bytes = memory_limit, input_bytes
         self.last_result: DaskPipelineResult | None = None
 
     def _client(self, opts: DaskRunnerOptions) -> tuple[distributed.Client, bool]:
@@ -223,7 +234,7 @@ class DaskRunner(PipelineRunner):
         plan = plan_pipeline(pipeline)  # unsupported constructs fail here, before a cluster is touched
         client, close_client = self._client(opts)
         try:
-            partitions = self.partitions or opts.dask_partitions or default_partitions(client)
+            partitions = self.partitions or opts.dask_partitions or default_partitions(client, self.input_bytes)
             job_id = uuid.uuid4().hex
             options_dict: dict[str, Any] = options.get_all_options(drop_default=True, retain_unknown_options=True)
             translation = translate(plan, job_id, partitions, options_dict)

@@ -35,7 +35,7 @@ def worker_command() -> str:
 
 
 def make_pipeline(runner: str = "direct", workers: int | None = None, extra_args: Sequence[str] = (),
-                  dask_address: str | None = None, worker_memory: str | None = None):
+                  dask_address: str | None = None, worker_memory: str | None = None, input_bytes: int = 0):
     """A pipeline on the local FnApiRunner (``direct``: one process per worker; ``inprocess``: threads in
     this process, for tests and debugging), on dask.distributed (``dask``: the project's own runner in
     ``beam_dask``, on the scheduler at ``dask_address`` or on a LocalCluster of ``workers`` processes), or on
@@ -57,7 +57,8 @@ def make_pipeline(runner: str = "direct", workers: int | None = None, extra_args
         except ImportError as err:  # the [dask] extra is not installed
             raise RuntimeError(f"runner.name: dask needs dask.distributed ({err.name} is missing): "
                                f"pip install 'corpusmill[dask]'") from None
-        return make_dask_pipeline(dask_address, workers, args, memory_limit=worker_memory)
+        # input_bytes: the shuffles' partition count grows with the input (dask only; the FnApiRunner splits by workers)
+        return make_dask_pipeline(dask_address, workers, args, memory_limit=worker_memory, input_bytes=input_bytes)
     if runner in LOCAL_RUNNERS:
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
         from apache_beam.transforms.environments import SubprocessSDKEnvironment

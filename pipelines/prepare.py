@@ -276,7 +276,7 @@ def run_clean(cfg: RunConfig, against: tuple[str, ...] = (), log: Callable[[str]
     clear_outputs((paths.progress,))
     ctx = StepContext(paths, earlier, input_bytes=sum(i["bytes"] for i in new_inputs))
     pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options, cfg.runner.dask_address,
-                             worker_memory=cfg.runner.worker_memory)
+                             worker_memory=cfg.runner.worker_memory, input_bytes=ctx.input_bytes)
     build_cleaning_graph(pipeline, cfg, new_files, ctx)
     with ProgressPrinter(paths.progress, steps, log):
         result = pipeline.run()

@@ -623,3 +623,24 @@ def test_worker_memory_reaches_the_local_cluster_and_its_data_spills_to_disk(tmp
         assert firsts.result(timeout=120) == [float(i) for i in range(12)]  # read back, from memory or disk
         # 12 × 40 MiB = 480 MiB of results against a 360 MiB target
         assert list(local.client.run(spilled).values())[0] > 0
+
+
+def test_shuffle_partitions_grow_with_the_input_so_a_task_share_does_not():
+    """Without an input size: 2 per worker thread (2..32); with one, at least one partition per 8 MB of input,
+    so a task's share of a shuffle stays bounded as the corpus grows (and the cap holds)."""
+    from beam_dask.runner import MAX_PARTITIONS, PARTITION_INPUT_BYTES, default_partitions
+
+    class Threads:
+        def __init__(self, n):
+            self.n = n
+
+        def nthreads(self):
+            return {f"w{i}": 1 for i in range(self.n)}
+
+    assert [default_partitions(Threads(n)) for n in (1, 2, 8, 40)] == [2, 4, 16, 32]
+    assert default_partitions(Threads(2), 11 << 20) == 4
+    assert default_partitions(Threads(2), 173 << 20) == 22
+    share_small = (11 << 20) / default_partitions(Threads(2), 11 << 20)
+    share_large = (16 * 11 << 20) / default_partitions(Threads(2), 16 * 11 << 20)
+    assert share_large <= PARTITION_INPUT_BYTES < 4 * share_small  # without it: 16 × share_small
+    assert default_partitions(Threads(2), 10 ** 13) == MAX_PARTITIONS
