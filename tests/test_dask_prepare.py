@@ -119,8 +119,8 @@ def runs(tmp_path_factory):
     cluster.wait_for_workers(2)
     runners: list = []
 
-    def dask_pipeline(name, workers, options, address=None):
-        pipeline = beam_dask.make_dask_pipeline(client=cluster.client, extra_args=options)
+    def dask_pipeline(name, workers, options, address=None, worker_memory=None, input_bytes=0):
+        pipeline = beam_dask.make_dask_pipeline(client=cluster.client, extra_args=options, input_bytes=input_bytes)
         runners.append(pipeline.runner)
         return pipeline
 
