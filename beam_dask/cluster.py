@@ -30,15 +30,14 @@ def connect(address: str, timeout: float | str | None = "30s") -> distributed.Cl
 
 def memory_settings(memory_limit: str | int | None) -> dict:
     """Dask's worker memory thresholds for a LocalCluster with an explicit ``memory_limit``: task results (the
-    shuffle data a worker holds) spill to disk beyond 60% of the limit (Dask's ``target``) and when the process
-    passes 70% (``spill``); ``pause`` and ``terminate`` are off, because a worker's own models (spaCy,
+    shuffle data a worker holds) spill to disk beyond 60% of the limit and when the process passes 70% (Dask's
+    own ``target`` and ``spill``, left as they are); ``pause`` and ``terminate`` are off, because a worker's own models (spaCy,
     fastText, the quality models: about 1 GB) are memory Dask cannot spill: pausing would stall the run, and
     a terminated worker's tasks would be retried into the same limit until the run failed. With no explicit
     limit, Dask's defaults."""
     if memory_limit is None:
         return {}
-    return {"distributed.worker.memory.target": 0.6, "distributed.worker.memory.spill": 0.7,
-            "distributed.worker.memory.pause": False, "distributed.worker.memory.terminate": False}
+    return {"distributed.worker.memory.pause": False, "distributed.worker.memory.terminate": False}
 
 
 class LocalDaskCluster:

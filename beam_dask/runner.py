@@ -46,7 +46,8 @@ class DaskRunnerOptions(PipelineOptions):
                             help="memory limit of each LocalCluster worker (e.g. 2.5GiB): shuffle data beyond "
                                  "60-70%% of it spills to disk; default: Dask's (machine memory / workers)")
         parser.add_argument("--dask_partitions", type=int, default=None,
-                            help="partitions of every shuffle's output (default: 2 per worker thread, 2..32)")
+                            help="partitions of every shuffle's output (default: 2 per worker thread, 2..32, or "
+                                 "one per 8 MB of input when the input size is known)")
 
 
 _KIND_TO_FIELD = {"counter": MetricResults.COUNTERS, "distribution": MetricResults.DISTRIBUTIONS,
