@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import os
 import random
@@ -176,14 +177,23 @@ def grow(base_docs: list[dict], target_bytes: int, *, fresh_share: float = 0.75,
 
 
 def write_corpus(docs: list[dict], out_dir: str, files: int) -> list[str]:
-    """``docs`` round-robin into ``files`` JSONL.gz files under ``out_dir``; returns their paths."""
+    """``docs`` round-robin into ``files`` JSONL.gz files under ``out_dir``; returns their paths.
+
+    The gzip header's timestamp is 0, so the same documents give the same file bytes at every call: document ids
+    derive from the file's checksum, and a near-duplicate cluster keeps its smallest id, so a corpus rewritten
+    with a new timestamp would keep (slightly) different documents and runs of two calls would not compare."""
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     paths = [str(Path(out_dir) / f"part-{i:03d}.jsonl.gz") for i in range(files)]
-    handles = [gzip.open(p, "wt", encoding="utf-8", compresslevel=3) for p in paths]
+    # each file is written beside its final name and renamed into place: a run still reading an earlier
+    # version of the corpus keeps reading whole files, never one being rewritten
+    handles = [io.TextIOWrapper(gzip.GzipFile(p + ".tmp", "wb", compresslevel=3, mtime=0), encoding="utf-8")
+               for p in paths]
     try:
         for i, doc in enumerate(docs):
             handles[i % files].write(json.dumps(doc, ensure_ascii=False) + "\n")
     finally:
         for h in handles:
             h.close()
+    for p in paths:
+        os.replace(p + ".tmp", p)
     return paths

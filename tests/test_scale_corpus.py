@@ -54,3 +54,17 @@ def test_write_corpus_round_robin(tmp_path):
     paths = write_corpus(docs, str(tmp_path), files=3)
     back = [d for p in paths for d in read_jsonl(p)]
     assert len(paths) == 3 and sorted(d["id"] for d in back) == sorted(d["id"] for d in docs)
+
+
+def test_write_corpus_gives_the_same_bytes_each_time(tmp_path, monkeypatch):
+    """Document ids come from the input file's checksum: a rewritten corpus must keep its bytes (no gzip
+    timestamp), or two benchmark invocations would keep different documents of each near-duplicate cluster."""
+    import hashlib
+    import time
+
+    docs = grow(_base(), 50_000, seed=1)
+    first = [hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in write_corpus(docs, str(tmp_path / "a"), 2)]
+    monkeypatch.setattr(time, "time", lambda: 2_000_000_000.0)  # what gzip would otherwise stamp into the header
+    again = [hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in write_corpus(docs, str(tmp_path / "a"), 2)]
+    assert first == again
+    assert not list((tmp_path / "a").glob("*.tmp"))
