@@ -46,7 +46,8 @@ STEPS = ("normalize", "langid", "filters", "exact_dedup", "near_dedup", "quality
 STAGES = STEPS + ("clean_other", "clean", "shards", "total")
 
 
-def config_for(name: str, paths: list[str], runs_dir: str, runner: str, workers: int) -> dict:
+def config_for(name: str, paths: list[str], runs_dir: str, runner: str, workers: int,
+               worker_memory: str | None = None) -> dict:
     cfg = yaml.safe_load((REPO / "configs/demo.yaml").read_text())
     for key in ("train", "cost"):
         cfg.pop(key, None)
@@ -54,6 +55,8 @@ def config_for(name: str, paths: list[str], runs_dir: str, runner: str, workers:
     cfg["input"]["paths"] = paths
     cfg["output"]["runs_dir"] = runs_dir
     cfg["runner"] = {"name": "direct" if runner == "local" else "dask", "workers": workers}
+    if runner == "dask" and worker_memory:  # the LocalCluster's per-worker limit: Dask spills above it
+        cfg["runner"]["worker_memory"] = worker_memory
     cfg["near_dedup"]["mode"] = "beam"
     return cfg
 
@@ -160,6 +163,9 @@ def main() -> None:
     parser.add_argument("--fixed-mb", type=float, default=0.5,
                         help="also run a tiny corpus of this many MB per runner first: its CPU seconds estimate the "
                              "fixed cost (start-up, model loading), reported and subtracted in a second fit; 0: off")
+    parser.add_argument("--worker-memory", default=None,
+                        help="runner.worker_memory of the Dask runs (e.g. 2.5GiB): each worker's memory limit, "
+                             "above which Dask spills task results to disk; default: Dask's own (no spilling here)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     runners = args.runners.split(",")
@@ -197,7 +203,7 @@ def main() -> None:
     for k, _ in plan:
         for runner in runners:  # interleaved: local, dask at each size
             name = f"scale-{k}{'' if k == 'fixed' else 'x'}-{runner}"
-            cfg = config_for(name, corpora[k]["paths"], runs_dir, runner, args.workers)
+            cfg = config_for(name, corpora[k]["paths"], runs_dir, runner, args.workers, args.worker_memory)
             path = work / f"{name}.yaml"
             path.write_text(yaml.safe_dump(cfg))
             subprocess.run(["rm", "-rf", str(Path(runs_dir) / name)], check=False)

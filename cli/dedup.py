@@ -161,7 +161,8 @@ def _run(args) -> int:
                               input_bytes=input_bytes)
         except (FileNotFoundError, ValueError) as err:
             raise ConfigError(str(err)) from None
-        pipeline = make_pipeline(*_local_runner(dedup, args), args.beam_args)
+        # input_bytes: on Dask the shuffles' partition count grows with the input, as in `corpusmill prepare`
+        pipeline = make_pipeline(*_local_runner(dedup, args), args.beam_args, input_bytes=input_bytes)
         read = pipeline | "Read" >> ReadCorpus(input_cfg, files)
         result = read["docs"] | "NearDedup" >> dedup
         kept = result["kept"] | "KeptIds" >> beam.Map(lambda d: (d["id"], _report_id(d, id_field)))
