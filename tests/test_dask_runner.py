@@ -625,6 +625,29 @@ def test_worker_memory_reaches_the_local_cluster_and_its_data_spills_to_disk(tmp
         assert list(local.client.run(spilled).values())[0] > 0
 
 
+def _managed_bytes_here(_doc) -> int:
+    return distributed.get_worker().state.nbytes
+
+
+def test_a_worker_counts_the_documents_it_holds_as_managed_memory(tmp_path, dask_cluster):
+    """Dask spills a worker's task results only as far as it can measure them: the partitions the runner keeps
+    (lists of WindowedValues) must count their documents, not 80 bytes per element (Dask's default for an
+    unknown object), or gigabytes of partitions read as 'unmanaged memory' and are never spilled."""
+    per_doc = 10_000
+
+    def build(p, out):
+        docs = (p | beam.Create(list(range(8))) | "SpreadSeeds" >> beam.Reshuffle()
+                | beam.FlatMap(lambda i: [{"id": f"{i}-{j}", "text": "x" * per_doc} for j in range(1000)])
+                | "SpreadDocs" >> beam.Reshuffle())  # 80 MB of documents held between two stages
+        capture(docs | beam.Map(_managed_bytes_here), out, "managed")
+
+    run_on("dask", build, tmp_path, dask_cluster.client)
+    held = max(captured(tmp_path)["managed"])
+    # a consuming task has its input partition in memory: at least 1/32 of the 80 MB (at most 32 partitions);
+    # counted as 80 bytes per element, the whole 8,000 documents would read as 0.64 MB
+    assert held >= 8000 * per_doc / 32, held
+
+
 def test_shuffle_partitions_grow_with_the_input_so_a_task_share_does_not():
     """Without an input size: 2 per worker thread (2..32); with one, at least one partition per 8 MB of input,
     so a task's share of a shuffle stays bounded as the corpus grows (and the cap holds)."""
