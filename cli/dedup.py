@@ -35,8 +35,14 @@ def register(subparsers) -> None:
     p.add_argument("--index-out", help="also write the index of kept documents here (for a later --against)")
     p.add_argument("--against", action="append", default=[], metavar="INDEX_DIR",
                    help="an earlier run's dedup/ index: its documents win; repeatable")
-    p.add_argument("--runner", default="direct", help="direct (default) | inprocess | flink | spark | dataflow")
-    p.add_argument("--workers", type=int, help="local workers (default: one per core)")
+    p.add_argument("--runner", default="direct",
+                   help="direct (default) | inprocess | dask | flink | spark | dataflow")
+    p.add_argument("--workers", type=int, help="local workers (default: one per core; with --runner dask and no "
+                                                 "--dask-address, the LocalCluster's worker processes)")
+    p.add_argument("--dask-address", help="with --runner dask: the scheduler, tcp://host:8786 (default: a "
+                                          "LocalCluster started and stopped by the command)")
+    p.add_argument("--worker-memory", help="with --runner dask and no --dask-address: each LocalCluster worker's "
+                                           "memory limit (e.g. 2GiB), above 70%% of which Dask spills to disk")
     p.set_defaults(handler=_run, accepts_beam_args=True)
 
 
@@ -129,6 +135,21 @@ def _run(args) -> int:
     from transforms.near_dedup.core import NearDedupConfig
 
     cfg = load_section(args.config, SECTION, NearDedupConfig, args.overrides, aliases=("dedup",))
+    if (args.dask_address or args.worker_memory) and args.runner != "dask":
+        option = "--dask-address" if args.dask_address else "--worker-memory"
+        raise ConfigError(f"{option} needs --runner dask (got --runner {args.runner})")
+    if args.dask_address and args.worker_memory:
+        raise ConfigError("--worker-memory limits the workers of a LocalCluster the command starts; a cluster at "
+                          "--dask-address has its own (dask worker --memory-limit)")
+    if args.worker_memory:  # the same rule as a run config's runner.worker_memory
+        from pydantic import ValidationError
+
+        from pipelines.config import RunnerConfig
+        try:
+            RunnerConfig(name="dask", worker_memory=args.worker_memory)
+        except ValidationError:
+            raise ConfigError(f"--worker-memory {args.worker_memory!r}: expected a size such as 2GiB or "
+                              f"1500MB") from None
     input_cfg = InputConfig(paths=args.input, text_field=args.text_field, id_field=args.id_field)
     # raises ConfigError naming a path that matches nothing; a byte-identical second file is read once
     files = resolve_inputs(input_cfg.paths, log=lambda line: print(f"corpusmill dedup: {line}", file=sys.stderr))
@@ -162,7 +183,8 @@ def _run(args) -> int:
         except (FileNotFoundError, ValueError) as err:
             raise ConfigError(str(err)) from None
         # input_bytes: on Dask the shuffles' partition count grows with the input, as in `corpusmill prepare`
-        pipeline = make_pipeline(*_local_runner(dedup, args), args.beam_args, input_bytes=input_bytes)
+        pipeline = make_pipeline(*_local_runner(dedup, args), args.beam_args, dask_address=args.dask_address,
+                                 worker_memory=args.worker_memory, input_bytes=input_bytes)
         read = pipeline | "Read" >> ReadCorpus(input_cfg, files)
         result = read["docs"] | "NearDedup" >> dedup
         kept = result["kept"] | "KeptIds" >> beam.Map(lambda d: (d["id"], _report_id(d, id_field)))

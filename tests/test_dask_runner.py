@@ -567,6 +567,41 @@ def test_a_refresh_with_nothing_new_on_dask_exits_0_with_a_complete_manifest(das
     assert "reading 0 new" in out and out.count("done: empty result") == 2
 
 
+def test_the_dedup_command_runs_on_dask_with_the_local_runners_clusters(dask_cluster, tmp_path, capsys):
+    """`corpusmill dedup --runner dask --dask-address ...` on both near-dedup paths (the shuffle path and the
+    in-memory one on a worker) writes the clusters of the local in-memory path, line for line (sorted: the
+    Beam paths write in shuffle order), with the same count of quarantined records; the Dask-only options
+    are refused by name with another runner."""
+    import json
+
+    from cli.main import main
+
+    corpus = Path(__file__).resolve().parents[1] / "data" / "demo" / "corpus.jsonl.gz"
+    with gzip.open(corpus, "rt", encoding="utf-8") as fh:
+        texts = [r["text"] for r in map(json.loads, fh) if r["lang"] == "en" and len(r["text"]) > 1500][:30]
+    rows = [{"id": f"doc-{i}", "text": t} for i, t in enumerate(texts)]
+    rows += [{"id": f"copy-{i}", "text": texts[i].replace(" the ", " a ", 2) + "\n\nShare this page"}
+             for i in range(0, 30, 3)]
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows) + "{not json\n", encoding="utf-8")
+
+    def clusters(*options: str) -> tuple[list[str], str]:
+        out = tmp_path / f"out-{len(list(tmp_path.glob('out-*')))}.jsonl"
+        assert main(["dedup", str(source), "--out", str(out), *options]) == 0, capsys.readouterr().err
+        return sorted(out.read_text(encoding="utf-8").splitlines()), capsys.readouterr().err
+
+    reference, ref_log = clusters()
+    assert "in-memory path in this process" in ref_log and "1 quarantined" in ref_log
+    assert sum('"kept": false' in line for line in reference) == 10  # every edited copy found
+    dask = ["--runner", "dask", "--dask-address", dask_cluster.address]
+    for mode in ("beam", "memory"):
+        got, log = clusters(*dask, "--set", f"near_dedup.mode={mode}")
+        assert got == reference, mode
+        assert "1 quarantined" in log and "in this process" not in log
+    assert main(["dedup", str(source), "--out", str(tmp_path / "x.jsonl"), "--worker-memory", "2GiB"]) == 2
+    assert "--worker-memory needs --runner dask" in capsys.readouterr().err
+
+
 def _mark_in_place(doc: dict) -> dict:
     doc["text"] = "changed by a later stage"  # a DoFn that changes its input (the project's steps annotate so)
     return doc
