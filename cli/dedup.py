@@ -5,7 +5,8 @@ reader (JSONL/.gz/.zst, Parquet, folders of .txt), then `transforms.near_dedup.N
 One output line per input document: {"id": <value of --id-field>, "cluster": <id of the kept document>,
 "kept": true|false}; a kept document is its own cluster. A document removed for a document of an earlier run
 (--against) has "cluster_in_earlier_run": true and the earlier document's internal id as its cluster.
-Input records that cannot be read are quarantined by the reader and counted on stderr.
+Input records that cannot be read are quarantined by the reader: stderr gives their count per kind and the
+first one's place and reason.
 """
 from __future__ import annotations
 
@@ -85,9 +86,23 @@ def _runs_without_beam(cfg, input_bytes: int, args) -> bool:
             and not args.index_out and not args.against and not args.beam_args)
 
 
-def _dedup_without_beam(cfg, input_cfg, files, out_path: str, id_field: str) -> tuple[int, int, int]:
+def _quarantine_summary(records: list[dict]) -> str:
+    """``N quarantined`` with the count per kind and the first record's place and reason, e.g. ``1 quarantined
+    (empty_text: 1; first: part-001.jsonl.gz record 4250: 'text' is empty)``."""
+    if not records:
+        return "0 quarantined"
+    kinds: dict[str, int] = {}
+    for record in records:
+        kinds[record["kind"]] = kinds.get(record["kind"], 0) + 1
+    first = min(records, key=lambda r: (r["source"], r["position"]))
+    per_kind = ", ".join(f"{kind}: {n}" for kind, n in sorted(kinds.items()))
+    return (f"{len(records)} quarantined ({per_kind}; first: {first['source']} record {first['position']}: "
+            f"{first['reason']})")
+
+
+def _dedup_without_beam(cfg, input_cfg, files, out_path: str, id_field: str) -> tuple[int, int, list[dict]]:
     """Read, sketch in batches, ``dedup_in_memory``, write one line per document in input order. Returns
-    (documents, kept, quarantined)."""
+    (documents, kept, quarantine records)."""
     from pipelines.read import Quarantined, iter_records
     from runio.files import atomic_output
     from transforms.near_dedup.core import SKETCH_BATCH, SketchBuilder, check_unique_ids, dedup_in_memory
@@ -96,7 +111,7 @@ def _dedup_without_beam(cfg, input_cfg, files, out_path: str, id_field: str) -> 
     internal_ids: list[int] = []
     reported: dict[int, object] = {}
     sketches, batch = [], []
-    quarantined = 0
+    quarantined: list[dict] = []
 
     def flush():
         sketches.extend(s for s in builder.sketch_batch(batch) if s is not None)
@@ -104,7 +119,7 @@ def _dedup_without_beam(cfg, input_cfg, files, out_path: str, id_field: str) -> 
 
     for _, _, item in iter_records(input_cfg, files):
         if isinstance(item, Quarantined):
-            quarantined += 1
+            quarantined.append(item.as_record())
             continue
         internal_ids.append(item["id"])
         reported[item["id"]] = _report_id(item, id_field)
@@ -162,7 +177,7 @@ def _run(args) -> int:
         n_docs, n_kept, quarantined = _dedup_without_beam(cfg, input_cfg, files, args.out, id_field)
         elapsed = time.perf_counter() - started
         print(f"corpusmill dedup: {n_docs} documents, {n_kept} kept, {n_docs - n_kept} removed as near-duplicates, "
-              f"{quarantined} quarantined; {elapsed:.1f} s ({n_docs / max(elapsed, 1e-9):.0f} docs/s, in-memory "
+              f"{_quarantine_summary(quarantined)}; {elapsed:.1f} s ({n_docs / max(elapsed, 1e-9):.0f} docs/s, in-memory "
               f"path in this process) → {args.out}", file=sys.stderr)
         return 0
 
@@ -209,7 +224,8 @@ def _run(args) -> int:
                         out.write(line)
                         n_docs += 1
                         n_kept += '"kept": true' in line
-        quarantined = sum(1 for part in glob.glob(os.path.join(work, "quarantined*.jsonl")) for _ in open(part))
+        quarantined = [json.loads(line) for part in glob.glob(os.path.join(work, "quarantined*.jsonl"))
+                       for line in open(part, encoding="utf-8")]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     elapsed = time.perf_counter() - started
@@ -217,7 +233,7 @@ def _run(args) -> int:
     for r in outcome.metrics().query(MetricsFilter().with_namespace("near_dedup"))["counters"]:
         counters[r.key.metric.name] = counters.get(r.key.metric.name, 0) + (r.committed or 0)  # summed over steps
     print(f"corpusmill dedup: {n_docs} documents, {n_kept} kept, {n_docs - n_kept} removed as near-duplicates, "
-          f"{quarantined} quarantined; {elapsed:.1f} s ({n_docs / max(elapsed, 1e-9):.0f} docs/s; near_dedup's own "
+          f"{_quarantine_summary(quarantined)}; {elapsed:.1f} s ({n_docs / max(elapsed, 1e-9):.0f} docs/s; near_dedup's own "
           f"code busy {counters.get('busy_ms', 0) / 1000:.1f} s, summed over workers) → {args.out}", file=sys.stderr)
     if counters.get("cc_nodes_not_converged"):
         print(f"corpusmill dedup: warning: {counters['cc_nodes_not_converged']} graph nodes not converged after "

@@ -37,7 +37,8 @@ def test_dedup_command_writes_one_line_per_document(tmp_path, capsys):
         assert all(r["kept"] == (r["cluster"] == r["id"]) for r in pair)
     others = [f"doc-{i}" for i in range(8) if i not in (2, 5)]
     assert all(rows[i] == {"id": i, "cluster": i, "kept": True} for i in others)
-    assert "1 quarantined" in capsys.readouterr().err
+    # the kind and the first record's place and reason are named, not only counted
+    assert "1 quarantined (invalid_json: 1; first: in.jsonl.gz record 11: not valid JSON" in capsys.readouterr().err
 
 
 def test_dedup_command_reports_bad_settings_by_name(tmp_path, capsys):
@@ -78,7 +79,8 @@ def test_the_local_in_memory_path_runs_without_beam_and_gives_the_beam_clusters(
         out = tmp_path / f"{name}.jsonl"
         assert main(["dedup", str(tmp_path / "in.jsonl.gz"), "--out", str(out), *extra]) == 0
         err = capsys.readouterr().err
-        assert "1 quarantined" in err and ("in this process" in err) == (name == "local")
+        assert "1 quarantined (invalid_json: 1; first: in.jsonl.gz record 11" in err
+        assert ("in this process" in err) == (name == "local")
         rows[name] = sorted(out.read_text(encoding="utf-8").splitlines())
     assert rows["local"] == rows["beam"] and len(rows["local"]) == len(records)
     assert sum('"kept": false' in line for line in rows["local"]) == 2
