@@ -520,3 +520,30 @@ def test_a_hot_component_of_near_identical_pages_resolves_into_one_verified_star
     assert len(kept) == 1 and kept[0].cluster_size == 300
     assert all(minhash.exact_jaccard(sketches[d.id].shingles, sketches[d.cluster].shingles) >= cfg.threshold
                for d in decisions if d.removed)
+
+
+def test_an_index_writer_part_is_sized_by_what_its_rows_hold_in_memory():
+    """``WriteSorted`` bounds a writer by the bytes its part's rows are counted at; the index rows must be
+    counted at what they hold as Python objects (a band row is 16 bytes in Parquet but ~260 as a dict of two
+    ints: counted at 16, one writer took every band row of the corpus)."""
+    import tracemalloc
+
+    from transforms.near_dedup import index
+
+    rng = random.Random(3)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        bands = [{"key": rng.getrandbits(62), "id": rng.getrandbits(62)} for _ in range(20_000)]
+        band_held = (tracemalloc.get_traced_memory()[0] - base) / len(bands)
+        base = tracemalloc.get_traced_memory()[0]
+        sketches = [index.sketch_row(minhash.Sketch(rng.getrandbits(62), (0,), np.zeros(128, dtype=np.uint32),
+                                                    np.arange(rng.randint(50, 5000), dtype=np.uint32)))
+                    for _ in range(2_000)]
+        sketch_held = (tracemalloc.get_traced_memory()[0] - base) / len(sketches)
+    finally:
+        tracemalloc.stop()
+    sketch_counted = sum(len(r["signature"]) + len(r["shingles"]) + index.SKETCH_ROW_HELD_BYTES
+                         for r in sketches) / len(sketches)
+    assert 0.8 <= index.BAND_ROW_HELD_BYTES / band_held <= 1.5, band_held
+    assert 0.9 <= sketch_counted / sketch_held <= 1.5, (sketch_counted, sketch_held)

@@ -211,3 +211,27 @@ def test_chinese_dictionary_words_before_de(engine, text):
 ])
 def test_unknown_word_inside_a_sentence(engine, text, expected):
     assert names(engine, text) == expected
+
+
+# 5. a given name that starts the name of a place or an institution names no person; a possessive is not part
+#    of a name ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text,expected", [
+    ("The trains at Victoria Station were late again.", []),
+    ("She studied at Trinity College and taught at Grace Academy.", []),
+    ("The Charles Darwin Library opens at nine.", []),
+    ("We waited at Sydney Harbour for the ferry.", []),
+    ("Wir treffen uns am Anna Klinikum um acht.", []),
+    ("Call Victoria Station's manager, Paul Kent, about the bag.", ["Paul Kent"]),
+    ("My colleague Victoria Stanton works at the station.", ["Victoria Stanton"]),   # a surname, not a place word
+])
+def test_place_named_with_a_given_name(engine, text, expected):
+    assert names(engine, text) == expected
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("John Smith's car was red.", ["John Smith"]),
+    ("We stayed at Anna Schmidt’s house.", ["Anna Schmidt"]),
+    ("Dear Mr. O'Brien, thank you.", ["O'Brien"]),
+])
+def test_possessive_stays_outside_the_name(engine, text, expected):
+    assert names(engine, text) == expected

@@ -106,6 +106,12 @@ class ReadIndex(beam.PTransform):
 
 
 INDEX_FILE_BYTES = 32 << 20  # about this much per index file (sketches: ~1.5–7 kB per kept document); a writer holds one file's rows
+# A part's size counts what its writer holds, not what the file takes: a band row is 16 bytes in Parquet but a
+# dict of two Python ints (~264 bytes, measured with tracemalloc) in the writer. Counted at 16, one file took
+# every band row up to 2M of them (410k at the scale benchmark's 16×, ~110 MB on one worker), growing with the
+# corpus; counted at what it holds, a writer's part stays near INDEX_FILE_BYTES.
+BAND_ROW_HELD_BYTES = 264
+SKETCH_ROW_HELD_BYTES = 300  # the row dict, its id and two bytes objects' headers, beside their contents
 
 
 class WriteIndex(beam.PTransform):
@@ -128,9 +134,9 @@ class WriteIndex(beam.PTransform):
         band_schema = pa.schema([("key", pa.int64()), ("id", pa.int64())])
         rows["sketches"] | "WriteIndexSketches" >> WriteSorted(
             out, SKETCH_FILES, ".parquet", parquet_writer(sketch_schema),
-            lambda r: len(r["signature"]) + len(r["shingles"]) + 16, INDEX_FILE_BYTES)
+            lambda r: len(r["signature"]) + len(r["shingles"]) + SKETCH_ROW_HELD_BYTES, INDEX_FILE_BYTES)
         rows["bands"] | "WriteIndexBands" >> WriteSorted(
-            out, BAND_FILES, ".parquet", parquet_writer(band_schema), lambda r: 16,
+            out, BAND_FILES, ".parquet", parquet_writer(band_schema), lambda r: BAND_ROW_HELD_BYTES,
             INDEX_FILE_BYTES, sort_key=lambda r: (r["id"], r["key"]))
         # Through a temporary sibling and a rename, as every other file of the run (Beam's WriteToText leaves
         # its beam-temp-* folder behind when a worker is killed while writing, and a retry writes another).

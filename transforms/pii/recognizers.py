@@ -1030,6 +1030,15 @@ august september october november december montag dienstag mittwoch donnerstag f
 februar märz juni juli oktober dezember""".split())
 _ORG_WORDS = frozenset("""foundation inc ltd llc gmbh ag corp corporation company university institute project team
 group association society consortium council committee""".split())
+# Words that end the name of a place or an institution and (almost) never a personal name: "Victoria Station",
+# "Grace Academy", "Charles Darwin Library" name no person. Surnames that are also such words ("Hall", "Church",
+# "Temple", "Tower", "Castle") are left out.
+_FACILITY_WORDS = frozenset("""station airport airfield hospital infirmary clinic museum gallery library school
+college academy seminary polytechnic conservatory stadium arena auditorium theatre theater cinema hotel motel hostel
+terminal centre center mall zoo aquarium observatory prison cemetery cathedral basilica monastery railway harbour
+harbor marina lighthouse pavilion bahnhof hauptbahnhof flughafen krankenhaus klinik klinikum schule gymnasium
+universität hochschule kirche stadion bibliothek""".split())
+_POSSESSIVE_END = re.compile(r"['’]s$")
 _HOUSE_NUMBER_AFTER = re.compile(r"[ \t]+\d+[a-z]?(?:[\-/]\d+)?(?![0-9A-Za-z])")
 _HOUSE_NUMBER_BEFORE = re.compile(r"\d+[A-Za-z]?,?[ \t]*$")
 # A run of capitalised words (titles, initials and name particles allowed inside), on one line.
@@ -1342,13 +1351,14 @@ class PersonNameRecognizer(EntityRecognizer):
 
     @staticmethod
     def looks_like_street(text: str, start: int, end: int) -> bool:
-        """"30 Oliver Trace", "Flat 22e, Sheila Street", "Ina-Koch-Ring 6": a house number before it, a street
-        designator as its last part, or a street word as its last part with a house number after it."""
+        """"30 Oliver Trace", "Flat 22e, Sheila Street", "Ina-Koch-Ring 6", "Victoria Station": a house number
+        before it, a street designator, organisation or facility word as its last part (a possessive 's aside),
+        or a street word as its last part with a house number after it."""
         line_start = text.rfind("\n", 0, start) + 1
         if _HOUSE_NUMBER_BEFORE.search(text[max(line_start, start - 12):start]):
             return True
-        last = re.split(r"[ \t-]", text[start:end])[-1].lower()
-        if last in _STREET_DESIGNATORS or last in _ORG_WORDS:
+        last = re.sub(r"['’]s$", "", re.split(r"[ \t-]", text[start:end])[-1].lower())
+        if last in _STREET_DESIGNATORS or last in _ORG_WORDS or last in _FACILITY_WORDS:
             return True
         return last in _STREET_WORDS and _HOUSE_NUMBER_AFTER.match(text, end) is not None
 
@@ -1372,6 +1382,10 @@ class PersonNameRecognizer(EntityRecognizer):
         for start, end, score in self.cued_names(text):
             if (start, end) not in found:
                 results.append(RecognizerResult(self.ENTITY, start, end, score))
+        for result in results:  # "John Smith's car": the possessive is the sentence's, not the name's
+            possessive = _POSSESSIVE_END.search(text, result.start, result.end)
+            if possessive and possessive.start() > result.start:
+                result.end = possessive.start()
         return results
 
 
