@@ -1032,11 +1032,11 @@ _ORG_WORDS = frozenset("""foundation inc ltd llc gmbh ag corp corporation compan
 group association society consortium council committee""".split())
 # Words that end the name of a place or an institution and (almost) never a personal name: "Victoria Station",
 # "Grace Academy", "Charles Darwin Library" name no person. Surnames that are also such words ("Hall", "Church",
-# "Temple", "Tower", "Castle") are left out.
+# "Temple", "Tower", "Castle", "Arena", "Marina") are left out.
 _FACILITY_WORDS = frozenset("""station airport airfield hospital infirmary clinic museum gallery library school
-college academy seminary polytechnic conservatory stadium arena auditorium theatre theater cinema hotel motel hostel
+college academy seminary polytechnic conservatory stadium auditorium theatre theater cinema hotel motel hostel
 terminal centre center mall zoo aquarium observatory prison cemetery cathedral basilica monastery railway harbour
-harbor marina lighthouse pavilion bahnhof hauptbahnhof flughafen krankenhaus klinik klinikum schule gymnasium
+harbor lighthouse pavilion bahnhof hauptbahnhof flughafen krankenhaus klinik klinikum schule gymnasium
 universität hochschule kirche stadion bibliothek""".split())
 _POSSESSIVE_END = re.compile(r"['’]s$")
 _HOUSE_NUMBER_AFTER = re.compile(r"[ \t]+\d+[a-z]?(?:[\-/]\d+)?(?![0-9A-Za-z])")
@@ -1357,7 +1357,7 @@ class PersonNameRecognizer(EntityRecognizer):
         line_start = text.rfind("\n", 0, start) + 1
         if _HOUSE_NUMBER_BEFORE.search(text[max(line_start, start - 12):start]):
             return True
-        last = re.sub(r"['’]s$", "", re.split(r"[ \t-]", text[start:end])[-1].lower())
+        last = _POSSESSIVE_END.sub("", re.split(r"[ \t-]", text[start:end])[-1].lower())
         if last in _STREET_DESIGNATORS or last in _ORG_WORDS or last in _FACILITY_WORDS:
             return True
         return last in _STREET_WORDS and _HOUSE_NUMBER_AFTER.match(text, end) is not None
