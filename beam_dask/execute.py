@@ -43,17 +43,100 @@ from apache_beam.utils.windowed_value import WindowedValue
 from beam_dask import watch
 
 _GBK_TIMESTAMP = GlobalWindow().max_timestamp()  # the default END_OF_WINDOW timestamp combiner
+# One windows tuple for every grouped element: ``GlobalWindows.windowed_value`` builds a GlobalWindow per call,
+# whose __init__ decodes the window's end timestamp from a proto (7% of a shuffle-heavy job's worker samples).
+_IN_GLOBAL_WINDOW = (GlobalWindow(),)
 
 
 class Part(list):
-    """A partition, a shuffle bucket or a stage's slot: a list of elements that Dask moves as one pickle.
+    """A list that Dask moves as one pickle: a stage's slots, a split's buckets.
 
-    Dask serializes a plain list whose first element it has a serializer for (our shuffle pieces start with a
-    ``bytes`` key) element by element: every element became its own pickle call, frames and header, and on the
-    near-dedup shuffle path that was over 40% of the workers' CPU time (py-spy, 1x scale corpus). Dask only
-    looks inside objects whose type is exactly list, set, tuple or dict, so a subclass is sent whole."""
+    Dask serializes a plain list whose first element it has a serializer for (bytes, say) element by element:
+    every element its own pickle call, frames and header. On the near-dedup shuffle path that was over 40% of
+    the workers' CPU time (py-spy, 1x scale corpus). Dask only looks inside objects whose type is exactly list,
+    set, tuple or dict, so a subclass is sent whole."""
 
     __slots__ = ()
+
+
+_CHUNK = 256  # elements pickled together: pickle's per-call cost amortised, a chunk's objects a few MB at most
+
+
+class Packed:
+    """A partition (or a shuffle bucket) as Dask holds and moves it: its elements pickled ``_CHUNK`` at a time.
+
+    - Iterating decodes one chunk at a time into fresh objects. A stage's DoFns may change the elements they are
+      given (the project's steps annotate documents), and a partition can be read twice: by a second consumer,
+      or by a stage recomputed after a lost worker. Fresh objects per reading are what Beam's other runners get
+      from encoding elements between stages, so no reader sees what another one wrote.
+    - Held as bytes, a partition takes a fraction of its objects' memory, Dask's ``sizeof`` is exact (so its
+      spilling starts when it should), and moving it to another worker costs a copy of bytes, not a pickling."""
+
+    __slots__ = ("chunks", "count")
+
+    def __init__(self, chunks: list[bytes] | None = None, count: int = 0):
+        self.chunks, self.count = chunks if chunks is not None else [], count
+
+    @classmethod
+    def of(cls, elements: list) -> "Packed":
+        packer = _Packer()
+        for element in elements:
+            packer.append(element)
+        return packer.packed()
+
+    @classmethod
+    def joined(cls, parts) -> "Packed":
+        return cls([chunk for part in parts for chunk in part.chunks], sum(part.count for part in parts))
+
+    def __iter__(self) -> Iterator:
+        for chunk in self.chunks:
+            yield from pickle.loads(chunk)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __reduce__(self):
+        return Packed, (self.chunks, self.count)
+
+
+@sizeof.register(Packed)
+def _sizeof_packed(part: Packed) -> int:
+    return 64 + sum(len(chunk) + 33 for chunk in part.chunks)
+
+
+class _Packer:
+    """Collects a stage's output for one slot or bucket, sealing every ``_CHUNK`` elements into bytes: a task
+    holds at most one chunk of objects per output bucket, however large its output."""
+
+    __slots__ = ("buffer", "chunks", "count")
+
+    def __init__(self):
+        self.buffer: list = []
+        self.chunks: list[bytes] = []
+        self.count = 0
+
+    def append(self, element) -> None:
+        self.buffer.append(element)
+        if len(self.buffer) >= _CHUNK:
+            self._seal()
+
+    def _seal(self) -> None:
+        if self.buffer:
+            self.chunks.append(pickle.dumps(self.buffer, protocol=pickle.HIGHEST_PROTOCOL))
+            self.count += len(self.buffer)
+            self.buffer = []
+
+    def packed(self) -> Packed:
+        self._seal()
+        return Packed(self.chunks, self.count)
+
+
+def _sealed(out):
+    """A slot's collected output as it leaves the task: a Packed, or a Part of Packed buckets."""
+    if isinstance(out, _Packer):
+        return out.packed()
+    return Part(bucket.packed() for bucket in out)
+
 
 _lock = threading.Lock()
 _JOBS: dict[str, "_JobState"] = {}
@@ -297,7 +380,7 @@ def _side_map(job: _JobState, key: tuple, values: list, view_class, view_options
     """The side input's view, built once per worker process and job (an AsDict is not rebuilt per task)."""
     side = job.sides.get(key)
     if side is None:
-        side = sideinputs.SideInputMap(view_class, view_options, values)
+        side = sideinputs.SideInputMap(view_class, view_options, list(values))
         with _lock:
             job.sides.setdefault(key, side)
     return side
@@ -308,9 +391,9 @@ def _side_map(job: _JobState, key: tuple, values: list, view_class, view_options
 def _make_slot_receiver(slot, part_index: int):
     kind = slot.kind
     if kind == "list":
-        out: Any = Part()
+        out: Any = _Packer()
         return out, _ListReceiver(out)
-    buckets: list[list] = Part(Part() for _ in range(slot.buckets))
+    buckets: list = [_Packer() for _ in range(slot.buckets)]
     if kind == "hash":
         return buckets, _HashReceiver(buckets, slot.key_coder)
     if kind == "deal":
@@ -320,31 +403,17 @@ def _make_slot_receiver(slot, part_index: int):
     raise ValueError(f"unknown slot kind {kind!r}")
 
 
-_COPY_CHUNK = 512  # elements copied at a time: pickle's per-call cost amortised, the copy bounded
-
-
 def _root_elements(root: tuple, key_coder) -> Iterator:
-    """A stage's input as fresh objects. A partition stays in a worker's memory as Python objects, and the
-    project's steps (like many DoFns) change the documents they are given; without a copy, a stage recomputed
-    after a lost worker, or a second consumer of the same partition, would read what a later stage wrote into
-    them (seen: near-dedup sketches recomputed from PII-masked text). The copy is what Beam's other runners get
-    from encoding every element between stages. It is made a chunk at a time as the stage consumes it, so a
-    task holds one chunk's copy (and its pickle) beside the partition, not a second copy of the partition."""
-    values = _root_values(root, key_coder)
-    for start in range(0, len(values), _COPY_CHUNK):
-        yield from pickle.loads(pickle.dumps(values[start:start + _COPY_CHUNK], protocol=pickle.HIGHEST_PROTOCOL))
-
-
-def _root_values(root: tuple, key_coder) -> list:
+    """A stage's input as fresh objects (see ``Packed``), decoded a chunk at a time as the stage consumes it."""
     kind = root[0]
     if kind == "impulse":
-        return [GlobalWindows.windowed_value(b"")]
+        return iter([GlobalWindows.windowed_value(b"")])
     if kind == "list":
-        return root[1]
+        return iter(root[1])
     if kind == "concat":
-        return [wv for piece in root[1] for wv in piece]
+        return (wv for piece in root[1] for wv in piece)
     if kind == "group":
-        return group_pieces(root[1], key_coder)
+        return iter(group_pieces(root[1], key_coder))
     raise ValueError(f"unknown root kind {kind!r}")
 
 
@@ -412,7 +481,7 @@ def run_stage(job: tuple, stage_id: int, plan_bytes: bytes, part_index: int, roo
         for container in containers:
             metrics.extend(_metric_updates(container))
         _report_metrics(state_of_job.job_id, metrics)
-        return Part(slots_out)
+        return Part(_sealed(out) for out in slots_out)
     except BaseException:
         failed = True
         raise
@@ -446,8 +515,8 @@ def _metric_updates(container: MetricsContainer) -> list:
 
 # -- small tasks -----------------------------------------------------------------------------------------
 
-def impulse() -> list:
-    return Part([GlobalWindows.windowed_value(b"")])
+def impulse() -> Packed:
+    return Packed.of([GlobalWindows.windowed_value(b"")])
 
 
 def pick(result: list, slot: int):
@@ -462,48 +531,49 @@ def bucket_of(buckets: list, bucket: int) -> list:
     return buckets[bucket]
 
 
-def empty() -> list:
-    return Part()
+def empty() -> Packed:
+    return Packed()
 
 
-def concat(parts: list[list]) -> list:
-    return Part(wv for part in parts for wv in part)
+def concat(parts: list[Packed]) -> Packed:
+    return Packed.joined(parts)
 
 
-def concat_pieces(pieces: list[list]) -> list:
-    return Part(wv for piece in pieces for wv in piece)
+def concat_pieces(pieces: list[Packed]) -> Packed:
+    return Packed.joined(pieces)
 
 
-def count(part: list) -> int:
+def count(part: Packed) -> int:
     return len(part)
 
 
-def split_hash(part: list, buckets: int, key_coder) -> list[list]:
-    out: list[list] = Part(Part() for _ in range(buckets))
+def split_hash(part: Packed, buckets: int, key_coder) -> Part:
+    out: list = [_Packer() for _ in range(buckets)]
     receiver = _HashReceiver(out, key_coder)
     for wv in part:
         receiver.receive(wv)
-    return out
+    return _sealed(out)
 
 
-def split_keyhash(part: list, buckets: int, key_coder) -> list[list]:
-    out: list[list] = Part(Part() for _ in range(buckets))
+def split_keyhash(part: Packed, buckets: int, key_coder) -> Part:
+    out: list = [_Packer() for _ in range(buckets)]
     receiver = _KeyHashReceiver(out, key_coder)
     for wv in part:
         receiver.receive(wv)
-    return out
+    return _sealed(out)
 
 
-def split_deal(part: list, buckets: int, offset: int) -> list[list]:
-    out: list[list] = Part(Part() for _ in range(buckets))
+def split_deal(part: Packed, buckets: int, offset: int) -> Part:
+    out: list = [_Packer() for _ in range(buckets)]
     receiver = _DealReceiver(out, offset)
     for wv in part:
         receiver.receive(wv)
-    return out
+    return _sealed(out)
 
 
-def group_pieces(pieces: list[list], key_coder) -> list:
-    """The reduce side of a GroupByKey: values of equal encoded keys together, in piece order."""
+def group_pieces(pieces: list[Packed], key_coder) -> list:
+    """The reduce side of a GroupByKey: values of equal encoded keys together, in piece order (fresh objects:
+    the pieces are decoded here)."""
     groups: dict[bytes, list] = {}
     for piece in pieces:
         for kb, value in piece:
@@ -513,11 +583,11 @@ def group_pieces(pieces: list[list], key_coder) -> list:
             else:
                 values.append(value)
     decode = key_coder.decode
-    return Part(GlobalWindows.windowed_value((decode(kb), values), _GBK_TIMESTAMP) for kb, values in groups.items())
+    return [WindowedValue((decode(kb), values), _GBK_TIMESTAMP, _IN_GLOBAL_WINDOW) for kb, values in groups.items()]
 
 
-def group_task(pieces: list[list], key_coder) -> list:
-    return group_pieces(pieces, key_coder)
+def group_task(pieces: list[Packed], key_coder) -> Packed:
+    return Packed.of(group_pieces(pieces, key_coder))
 
 
 # -- metrics merge (client side, kept here next to the producer of the format) ------------------------------

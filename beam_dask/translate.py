@@ -16,7 +16,8 @@ Three passes:
    materialisations (one task per side input: computed once). Every stage task is submitted fire-and-forget,
    so every stage runs, sinks included; ``watch.py`` tracks their completion and metrics on the scheduler.
 
-A PCollection is a list of partitions (Dask keys holding lists of ``WindowedValue``). Partition counts are
+A PCollection is a list of partitions (Dask keys holding ``execute.Packed`` lists of ``WindowedValue``, pickled
+a chunk at a time). Partition counts are
 fixed at translation: a shuffle produces ``partitions`` outputs; other transforms keep their input's count;
 ``Flatten`` concatenates its inputs' partition lists (no task).
 """
