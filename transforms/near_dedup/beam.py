@@ -156,14 +156,34 @@ class CandidateEdges(beam.PTransform):
         )
 
 
+PROBE_TO, IS_MEMBER = 0, 1
+
+
+def _edge_ends(edge):
+    """An edge ``(first end, second end)`` as a message to each end: the first end is to send its sketch to the
+    second, and the second end learns that it is one (so that only such documents' sketches travel again)."""
+    center, other = edge
+    yield center, (PROBE_TO, other)
+    yield other, (IS_MEMBER, center)
+
+
 def _probe_from_center(element):
-    """Edges grouped by their first end (each distinct edge once): send that end's sketch to every second end."""
-    _, groups = element
+    """Per id: its sketch to every distinct second end of its edges (probes), and, when it is itself the second
+    end of an edge, its sketch on ``member_sketches`` for the verification join."""
+    doc_id, groups = element
     sketches = list(groups["sketch"])
     if not sketches:
         return
-    for other in set(groups["edges"]):
+    targets, is_member = set(), False
+    for kind, other in groups["ends"]:
+        if kind == PROBE_TO:
+            targets.add(other)
+        else:
+            is_member = True
+    for other in targets:
         yield other, sketches[0]
+    if is_member:
+        yield beam.pvalue.TaggedOutput("member_sketches", (doc_id, sketches[0]))
 
 
 def _verify_probes(element, cfg: NearDedupConfig, counter):
@@ -189,8 +209,10 @@ def _verify_probes(element, cfg: NearDedupConfig, counter):
 
 class VerifiedEdges(beam.PTransform):
     """``{"sketches", "edges"}`` → ``.edges``: the distinct candidate edges whose two documents are similar
-    enough, and ``.sketches``: the sketches of their ends (repeated ids are harmless). Two joins: the first end's
-    sketch travels to the second end; estimates settle the clear cases."""
+    enough, and ``.verified_sketches``: the sketches of their ends (repeated ids are harmless). Two joins: every
+    sketch meets the edges of its document, and travels on to the second ends of its edges; a second end's own
+    sketch travels with it only when it is one (most documents are in no candidate edge, and their sketches go
+    no further). Estimates settle the clear cases."""
 
     def __init__(self, cfg: NearDedupConfig):
         super().__init__()
@@ -199,13 +221,14 @@ class VerifiedEdges(beam.PTransform):
     def expand(self, inputs):
         sketches, edges = inputs["sketches"], inputs["edges"]
         rejected = Metrics.counter(STEP_NAME, "candidate_edges_rejected")
-        probes = (
-            {"sketch": sketches, "edges": edges}
+        probed = (
+            {"sketch": sketches, "ends": edges | "EdgeEnds" >> timed(STEP_NAME, _edge_ends)}
             | "JoinCenters" >> beam.CoGroupByKey()
-            | "ProbeFromCenter" >> timed(STEP_NAME, _probe_from_center)
+            | "ProbeFromCenter" >> timed(STEP_NAME, _probe_from_center).with_outputs("member_sketches",
+                                                                                       main="probes")
         )
         verified = (
-            {"sketch": sketches, "probes": probes}
+            {"sketch": probed.member_sketches, "probes": probed.probes}
             | "JoinMembers" >> beam.CoGroupByKey()
             | "VerifyEdges" >> timed(STEP_NAME, _verify_probes, self.cfg, rejected).with_outputs(
                 "verified_sketches", main="edges")
