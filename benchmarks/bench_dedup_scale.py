@@ -61,6 +61,10 @@ def run_dedup(paths: list[str], out_file: Path, runner: str, workers: int, worke
             "driver_peak_MB": round(max((p["peak_rss"] for p in procs.values() if p["kind"] == "driver"),
                                         default=0) / 1e6),
             "worker_peak_MB": sorted(round(p["peak_rss"] / 1e6) for p in procs.values() if p["kind"] == "worker"),
+            # CPU seconds per process kind, as last sampled (a process's final slice after its last sample is
+            # missed; the tree's total above is exact)
+            "sampled_cpu_s": {k: round(sum(p["cpu"] for p in procs.values() if p["kind"] == k), 1)
+                              for k in ("driver", "worker", "other")},
             "docs": len(lines), "removed": sum('"kept": false' in line for line in lines),
             "clusters_sha256": hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16],
             "log_tail": log.strip().splitlines()[-1:] if log.strip() else []}

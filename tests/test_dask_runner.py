@@ -683,6 +683,35 @@ def test_a_worker_counts_the_documents_it_holds_as_managed_memory(tmp_path, dask
     assert held >= 8000 * per_doc / 32, held
 
 
+def test_partitions_travel_as_one_pickle_and_read_back_as_fresh_objects():
+    """Dask serializes a plain list whose first element it knows (a shuffle piece starts with a bytes key) one
+    element at a time, a frame per element: what the runner returns must go as a few frames whatever its
+    length. Reading a partition twice gives equal but separate objects (a DoFn changing one changes nothing)."""
+    from distributed.protocol import serialize
+
+    from beam_dask.execute import Packed, Part
+
+    elements = [(f"key-{i}".encode(), {"id": i, "text": "x" * 50}) for i in range(2000)]
+    assert len(serialize(list(elements))[1]) > 2000  # the behaviour being avoided
+    packed = Packed.of(elements)
+    for value in (packed, Part([packed, Packed.of(elements[:10])])):
+        assert len(serialize(value)[1]) <= 3
+    first, second = list(packed), list(packed)
+    assert first == second == elements and len(packed) == 2000
+    first[0][1]["text"] = "changed"
+    assert second[0][1]["text"] == "x" * 50 and list(packed)[0][1]["text"] == "x" * 50
+    assert list(pickle.loads(pickle.dumps(Packed.joined([packed, packed])))) == elements + elements
+
+
+def test_workers_start_without_dasks_malloc_trim_threshold(dask_cluster):
+    """Dask's MALLOC_TRIM_THRESHOLD_ turns off glibc's dynamic mmap threshold (numpy temporaries mapped and
+    unmapped, 2.4x the sketching CPU); the runner trims after each task instead (``cluster.WORKER_ENVIRONMENT``)."""
+    if "MALLOC_TRIM_THRESHOLD_" in os.environ:
+        pytest.skip("MALLOC_TRIM_THRESHOLD_ is set in this environment, and the workers inherit it by design")
+    seen = dask_cluster.client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
+    assert len(seen) == 2 and set(seen.values()) == {None}, seen
+
+
 def test_shuffle_partitions_grow_with_the_input_so_a_task_share_does_not():
     """Without an input size: 2 per worker thread (2..32); with one, at least one partition per 8 MB of input,
     so a task's share of a shuffle stays bounded as the corpus grows (and the cap holds)."""
