@@ -40,23 +40,16 @@ def memory_settings(memory_limit: str | int | None) -> dict:
     return {"distributed.worker.memory.pause": False, "distributed.worker.memory.terminate": False}
 
 
-# Dask's nannies start workers with MALLOC_TRIM_THRESHOLD_=65536. Setting any glibc malloc threshold turns off
-# glibc's dynamic mmap threshold, so every numpy temporary above 128 KB is mapped and unmapped again, page faults
-# and all: the near-dedup sketching took 2.4x its CPU time under it (4.2 vs 1.8 s on the 1x scale corpus, one
-# process, same code). The runner returns free heap pages itself after every stage task (``malloc_trim(0)``,
-# ``execute._return_free_memory``), which is what the setting is for, so the LocalCluster's workers go without it.
-# (None unsets a variable of Dask's pre-spawn environment; a value in this process's environment still wins.)
-WORKER_ENVIRONMENT = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
-
-
 class LocalDaskCluster:
     """A LocalCluster of worker processes (1 thread each by default) on this machine, and a client of it."""
 
     def __init__(self, workers: int = 2, threads_per_worker: int = 1, memory_limit: str | int | None = None,
                  silence_logs: int = logging.WARNING):
         self.workers, self.memory_limit = workers, memory_limit
-        # the nannies hand this config to their workers
-        with dask.config.set({**memory_settings(memory_limit), **WORKER_ENVIRONMENT}):
+        # Dask's MALLOC_TRIM_THRESHOLD_=65536 for the workers is kept on purpose. Unsetting it made the near-dedup
+        # sketching 2.4x cheaper (glibc's dynamic mmap threshold back on), but the whole `prepare` at 16x cost
+        # +15-25% CPU (two interleaved A/B pairs, benchmarks/RESULTS.md "Scale").
+        with dask.config.set(memory_settings(memory_limit)):  # the nannies hand this config to their workers
             self.cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=threads_per_worker,
                                                     processes=True, host="127.0.0.1", dashboard_address=None,
                                                     memory_limit=memory_limit or "auto", silence_logs=silence_logs)

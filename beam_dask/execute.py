@@ -13,6 +13,9 @@ recomputation after a lost worker produce the same elements into the same shuffl
   (GroupByKey by a stable hash of the coder-encoded key; Reshuffle by deterministic round robin).
 - ``end_job``: run by ``Client.run`` on every worker when a job ends: ``DoFn.teardown`` of pooled instances.
 
+Every partition and shuffle bucket a task returns is a ``Packed``: its elements pickled a chunk at a time as
+they are produced, decoded a chunk at a time by the reader (fresh objects for every reading).
+
 DoFn instances are pooled per worker process and job: the first task of a transform on a worker unpickles
 the DoFn and calls ``setup()`` once; later tasks of that transform on that worker reuse it (one instance per
 concurrently running task, so with one thread per worker, exactly one per worker).

@@ -703,32 +703,6 @@ def test_partitions_travel_as_one_pickle_and_read_back_as_fresh_objects():
     assert list(pickle.loads(pickle.dumps(Packed.joined([packed, packed])))) == elements + elements
 
 
-def test_workers_start_without_dasks_malloc_trim_threshold(dask_cluster):
-    """Dask's MALLOC_TRIM_THRESHOLD_ turns off glibc's dynamic mmap threshold (numpy temporaries mapped and
-    unmapped, 2.4x the sketching CPU); the runner trims after each task instead (``cluster.WORKER_ENVIRONMENT``)."""
-    if "MALLOC_TRIM_THRESHOLD_" in os.environ:
-        pytest.skip("MALLOC_TRIM_THRESHOLD_ is set in this environment, and the workers inherit it by design")
-    seen = dask_cluster.client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
-    assert len(seen) == 2 and set(seen.values()) == {None}, seen
-
-
-def test_the_shipped_worker_config_unsets_the_trim_threshold_as_the_local_cluster_does():
-    """``DASK_CONFIG=configs/dask dask worker ...`` (README) gives a cluster's workers what the LocalCluster's get."""
-    import dask
-    from distributed.nanny import _get_env_variables
-
-    from beam_dask.cluster import WORKER_ENVIRONMENT
-
-    shipped = dask.config.collect(paths=[str(Path(__file__).resolve().parents[1] / "configs" / "dask")], env={})
-    merged = dask.config.merge(dask.config.config, shipped)  # what a worker started with DASK_CONFIG reads
-    with_file = {name: str(value) for name, value in merged["distributed"]["nanny"]["pre-spawn-environ"].items()
-                 if value is not None}  # as the nanny reads it (``_get_env_variables``)
-    with dask.config.set(WORKER_ENVIRONMENT):
-        local = _get_env_variables("distributed.nanny.pre-spawn-environ")
-    assert "MALLOC_TRIM_THRESHOLD_" in _get_env_variables("distributed.nanny.pre-spawn-environ")  # Dask's default
-    assert "MALLOC_TRIM_THRESHOLD_" not in with_file and with_file == local
-
-
 def test_shuffle_partitions_grow_with_the_input_so_a_task_share_does_not():
     """Without an input size: 2 per worker thread (2..32); with one, at least one partition per 8 MB of input,
     so a task's share of a shuffle stays bounded as the corpus grows (and the cap holds)."""
