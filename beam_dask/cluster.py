@@ -48,7 +48,7 @@ class LocalDaskCluster:
         self.workers, self.memory_limit = workers, memory_limit
         # Dask's MALLOC_TRIM_THRESHOLD_=65536 for the workers is kept on purpose. Unsetting it made the near-dedup
         # sketching 2.4x cheaper (glibc's dynamic mmap threshold back on), but the whole `prepare` at 16x cost
-        # +15-25% CPU (two interleaved A/B pairs, benchmarks/RESULTS.md "Scale").
+        # +14-34% CPU (two interleaved A/B pairs, benchmarks/RESULTS.md "Scale").
         with dask.config.set(memory_settings(memory_limit)):  # the nannies hand this config to their workers
             self.cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=threads_per_worker,
                                                     processes=True, host="127.0.0.1", dashboard_address=None,
