@@ -43,7 +43,8 @@ def make_pipeline(runner: str = "direct", workers: int | None = None, extra_args
     ``extra_args``.
 
     The FnApiRunner is passed explicitly because Beam's default DirectRunner first tries the Prism runner,
-    which downloads a binary from GitHub. Its worker processes are started with ``worker_command()`` (Beam's
+    which downloads a binary from GitHub; it is ``local_runner.LocalRunner``, which streams each stage's input to
+    its worker processes in bounded messages (Beam's sends a worker its whole share at once). Its worker processes are started with ``worker_command()`` (Beam's
     own ``multi_processing`` mode starts them with a command of its own, which prints a traceback per worker on
     Ctrl-C and logs at INFO level).
     """
@@ -60,8 +61,9 @@ def make_pipeline(runner: str = "direct", workers: int | None = None, extra_args
         # input_bytes: the shuffles' partition count grows with the input (dask only; the FnApiRunner splits by workers)
         return make_dask_pipeline(dask_address, workers, args, memory_limit=worker_memory, input_bytes=input_bytes)
     if runner in LOCAL_RUNNERS:
-        from apache_beam.runners.portability.fn_api_runner import FnApiRunner
         from apache_beam.transforms.environments import SubprocessSDKEnvironment
+
+        from pipelines.local_runner import LocalRunner
 
         workers = workers or default_workers()
         level = "INFO" if verbose() else "WARNING"
@@ -70,8 +72,8 @@ def make_pipeline(runner: str = "direct", workers: int | None = None, extra_args
         if runner == "direct" and workers > 1:
             _hide_misleading_warning()
             environment = SubprocessSDKEnvironment.from_command_string(command_string=worker_command())
-            return beam.Pipeline(runner=FnApiRunner(default_environment=environment), options=options)
-        return beam.Pipeline(runner=FnApiRunner(), options=options)
+            return beam.Pipeline(runner=LocalRunner(default_environment=environment), options=options)
+        return beam.Pipeline(runner=LocalRunner(), options=options)
     runner_names = {"flink": "FlinkRunner", "spark": "SparkRunner", "dataflow": "DataflowRunner"}
     options = PipelineOptions(args + [f"--runner={runner_names.get(runner, runner)}"])
     return beam.Pipeline(options=options)
