@@ -91,6 +91,22 @@ def _counters(result) -> dict[tuple[str, str], int]:
     return counters
 
 
+def near_dedup_consistency(counters: dict[tuple[str, str], int]) -> list[str]:
+    """Near-dedup's own cross-checks (its consistency counters, transforms/near_dedup/beam.py): a decision lost
+    on its way to its document keeps that document without a trace in the accounting."""
+    made = counters.get(("near_dedup", "decisions_made"), 0)
+    applied = counters.get(("near_dedup", "decisions_applied"), 0)
+    without_sketch = counters.get(("near_dedup", "labels_without_sketch"), 0)
+    problems = []
+    if made != applied:
+        problems.append(f"step near_dedup: {made} decisions were made but {applied} reached their documents "
+                        f"(the runner lost part of a stage's data)")
+    if without_sketch:
+        problems.append(f"step near_dedup: {without_sketch} documents of near-duplicate components arrived without "
+                        f"their sketch (the runner lost part of a stage's data)")
+    return problems
+
+
 def collect_stats(run: RunPaths | Path, steps: list[str], counters: dict[tuple[str, str], int]) -> dict:
     """Count the outputs on disk and check them against what the reader counted."""
     paths = run if isinstance(run, RunPaths) else RunPaths(run)
@@ -133,6 +149,7 @@ def collect_stats(run: RunPaths | Path, steps: list[str], counters: dict[tuple[s
         problems.append(f"after the last step {flowing} documents should remain, docs/ holds {kept}")
     if read_total != kept + n_removed + n_quarantined:
         problems.append(f"read {read_total} != kept {kept} + removed {n_removed} + quarantined {n_quarantined}")
+    problems += near_dedup_consistency(counters)
     warnings = []
     if counters.get(("near_dedup", "cc_nodes_not_converged"), 0) > 0:
         warnings.append(f"near_dedup: {counters[('near_dedup', 'cc_nodes_not_converged')]} documents' components "

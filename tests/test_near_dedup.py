@@ -364,22 +364,30 @@ def _beam_corpus() -> list[dict]:
     return [{"id": i, "text": t, "source": "test", "meta": {}, "annotations": {}} for i, t in zip(ids, texts)]
 
 
-def run_near_dedup(docs, cfg, tmp_path, runner="inprocess", workers=1, index_out=None, against=()):
+def run_near_dedup(docs, cfg, tmp_path, runner="inprocess", workers=1, index_out=None, against=(), counters=None):
+    """Kept and removed rows by id; ``counters``: a dict filled with the run's near_dedup counters."""
     import glob
 
     import apache_beam as beam
+    from apache_beam.metrics.metric import MetricsFilter
 
     from pipelines.beam_options import make_pipeline
     from transforms.near_dedup import NearDedup
 
     out = tmp_path / f"out-{runner}-{workers}-{cfg.mode}-{len(list(tmp_path.iterdir()))}"
-    with make_pipeline(runner, workers) as pipeline:
-        result = pipeline | beam.Create(docs) | NearDedup(cfg, index_out, against)
-        for tag in ("kept", "removed"):
-            (result[tag]
-             | f"Json{tag}" >> beam.Map(lambda d: json.dumps({k: d.get(k) for k in ("id", "annotations", "reason",
-                                                                                     "removed_by")}))
-             | f"Write{tag}" >> beam.io.WriteToText(str(out / tag)))
+    pipeline = make_pipeline(runner, workers)
+    result = pipeline | beam.Create(docs) | NearDedup(cfg, index_out, against)
+    for tag in ("kept", "removed"):
+        (result[tag]
+         | f"Json{tag}" >> beam.Map(lambda d: json.dumps({k: d.get(k) for k in ("id", "annotations", "reason",
+                                                                                 "removed_by")}))
+         | f"Write{tag}" >> beam.io.WriteToText(str(out / tag)))
+    run = pipeline.run()
+    assert run.wait_until_finish() == "DONE"
+    if counters is not None:
+        for c in run.metrics().query(MetricsFilter())["counters"]:
+            if c.key.metric.namespace == "near_dedup":
+                counters[c.key.metric.name] = counters.get(c.key.metric.name, 0) + c.committed
     read = {}
     for tag in ("kept", "removed"):
         rows = [json.loads(line) for f in glob.glob(str(out / f"{tag}*")) for line in open(f, encoding="utf-8")]
@@ -391,14 +399,16 @@ def run_near_dedup(docs, cfg, tmp_path, runner="inprocess", workers=1, index_out
 def beam_runs(tmp_path_factory):
     docs = _beam_corpus()
     tmp = tmp_path_factory.mktemp("near_dedup_beam")
-    memory = run_near_dedup(docs, NearDedupConfig(mode="memory"), tmp)
-    distributed = run_near_dedup(docs, NearDedupConfig(mode="beam"), tmp)
-    two_workers = run_near_dedup(docs, NearDedupConfig(mode="beam"), tmp, runner="direct", workers=2)
-    return docs, memory, distributed, two_workers
+    counters = {"memory": {}, "beam": {}, "two_workers": {}}
+    memory = run_near_dedup(docs, NearDedupConfig(mode="memory"), tmp, counters=counters["memory"])
+    distributed = run_near_dedup(docs, NearDedupConfig(mode="beam"), tmp, counters=counters["beam"])
+    two_workers = run_near_dedup(docs, NearDedupConfig(mode="beam"), tmp, runner="direct", workers=2,
+                                 counters=counters["two_workers"])
+    return docs, memory, distributed, two_workers, counters
 
 
 def test_beam_path_equals_in_memory_path_and_pure_core(beam_runs):
-    docs, memory, distributed, _ = beam_runs
+    docs, memory, distributed, _, _ = beam_runs
     assert memory == distributed
     kept, removed = memory
     assert len(kept) + len(removed) == len(docs)  # accounting
@@ -412,8 +422,26 @@ def test_beam_path_equals_in_memory_path_and_pure_core(beam_runs):
 
 
 def test_same_kept_set_with_one_and_two_workers(beam_runs):
-    _, memory, _, two_workers = beam_runs
+    _, memory, _, two_workers, _ = beam_runs
     assert two_workers == memory
+
+
+def test_every_decision_made_reaches_its_document_on_both_paths(beam_runs):
+    docs, (_, removed), _, _, counters = beam_runs
+    for path, got in counters.items():
+        assert got["decisions_made"] == got["decisions_applied"] >= len(removed), path
+        assert "labels_without_sketch" not in got, path
+
+
+def test_a_lost_decision_or_sketch_fails_the_accounting():
+    from pipelines.prepare import near_dedup_consistency
+
+    assert near_dedup_consistency({("near_dedup", "decisions_made"): 7, ("near_dedup", "decisions_applied"): 7}) == []
+    assert near_dedup_consistency({}) == []
+    [lost] = near_dedup_consistency({("near_dedup", "decisions_made"): 7, ("near_dedup", "decisions_applied"): 3})
+    assert "7 decisions were made but 3 reached their documents" in lost
+    [unmatched] = near_dedup_consistency({("near_dedup", "labels_without_sketch"): 2})
+    assert "2 documents" in unmatched and "without their sketch" in unmatched
 
 
 def test_refresh_removes_copies_of_an_earlier_run_and_is_idempotent(tmp_path):

@@ -346,16 +346,27 @@ class ConnectedComponents(beam.PTransform):
         return checked.labels | "FinalLabel" >> timed(STEP_NAME, _final_label, beam.pvalue.AsDict(merged))
 
 
-def _label_sketch(element):
+# Consistency counters: every labelled document has its sketch, and every decision made reaches its document.
+# A runner that dropped part of a stage's input would otherwise keep documents silently (the accounting still
+# balances: they are kept instead of removed); `pipelines.prepare.collect_stats` fails the run on a mismatch.
+DECISIONS_MADE, DECISIONS_APPLIED, LABELS_WITHOUT_SKETCH = "decisions_made", "decisions_applied", "labels_without_sketch"
+
+
+def _label_sketch(element, labels_without_sketch=None):
     _, groups = element
     labels, sketches = list(groups["label"]), list(groups["sketch"])
     if labels and sketches:
         yield labels[0], sketches[0]
+    elif labels and labels_without_sketch is not None:  # a verified edge's end always has its sketch
+        labels_without_sketch.inc()
 
 
-def _resolve(element, cfg: NearDedupConfig):
+def _resolve(element, cfg: NearDedupConfig, decisions_made=None):
     _, members = element
-    for decision in resolve_component([SketchData.from_wire(m) for m in members], cfg):
+    decisions = resolve_component([SketchData.from_wire(m) for m in members], cfg)
+    if decisions_made is not None:
+        decisions_made.inc(len(decisions))
+    for decision in decisions:
         yield decision.id, decision
 
 
@@ -371,9 +382,9 @@ class VerifiedStars(beam.PTransform):
         return (
             {"label": inputs["labels"], "sketch": inputs["sketches"]}
             | "JoinLabels" >> beam.CoGroupByKey()
-            | "ByComponent" >> timed(STEP_NAME, _label_sketch)
+            | "ByComponent" >> timed(STEP_NAME, _label_sketch, Metrics.counter(STEP_NAME, LABELS_WITHOUT_SKETCH))
             | "GroupComponents" >> beam.GroupByKey()
-            | "ResolveComponents" >> timed(STEP_NAME, _resolve, self.cfg)
+            | "ResolveComponents" >> timed(STEP_NAME, _resolve, self.cfg, Metrics.counter(STEP_NAME, DECISIONS_MADE))
         )
 
 
@@ -407,11 +418,13 @@ def _index_rows(sketches, cfg: NearDedupConfig):
             yield beam.pvalue.TaggedOutput("index_bands", {"key": key, "id": sketch.id})
 
 
-def _resolve_all(element, cfg: NearDedupConfig, with_index: bool):
+def _resolve_all(element, cfg: NearDedupConfig, with_index: bool, decisions_made=None):
     _, wires = element
     sketches = [SketchData.from_wire(w) for w in wires]
     check_unique_ids([s.id for s in sketches if not s.old])
     decisions = dedup_in_memory(sketches, cfg)
+    if decisions_made is not None:
+        decisions_made.inc(len(decisions))
     for decision in decisions:
         yield decision.id, decision
     if with_index:
@@ -432,7 +445,8 @@ class DedupInMemory(beam.PTransform):
             sketches
             | "OneGroup" >> beam.Map(lambda kv: (0, kv[1]))
             | "GatherAll" >> beam.GroupByKey()
-            | "DedupInMemory" >> timed(STEP_NAME, _resolve_all, self.cfg, self.with_index).with_outputs(
+            | "DedupInMemory" >> timed(STEP_NAME, _resolve_all, self.cfg, self.with_index,
+                                     Metrics.counter(STEP_NAME, DECISIONS_MADE)).with_outputs(
                 "index_sketches", "index_bands", main="decisions")
         )
 
@@ -444,11 +458,15 @@ class _DecideWithSideInputFn(StepFn):
 
     def __init__(self):
         super().__init__(STEP_NAME)
+        self._applied = Metrics.counter(STEP_NAME, DECISIONS_APPLIED)
 
     def process(self, doc, decisions):
         started = time.perf_counter()
         cpu_started = time.thread_time()
-        reason = decide(doc, decisions.get(int(doc["id"])))
+        decision = decisions.get(int(doc["id"]))
+        if decision is not None:
+            self._applied.inc()
+        reason = decide(doc, decision)
         self.busy(time.perf_counter() - started, time.thread_time() - cpu_started)
         yield doc, reason
 
@@ -462,6 +480,7 @@ class _DecideFn(StepFn):
     def __init__(self, cfg: NearDedupConfig):
         super().__init__(STEP_NAME)
         self._cfg = cfg
+        self._applied = Metrics.counter(STEP_NAME, DECISIONS_APPLIED)
 
     def process(self, element):
         _, groups = element
@@ -478,6 +497,8 @@ class _DecideFn(StepFn):
         if len(docs) > 1:
             raise ValueError(f"near_dedup: document id {docs[0]['id']} occurs {len(docs)} times; ids must be unique")
         decisions, sketches = list(groups["decision"]), list(groups.get("sketch", ()))
+        if decisions:
+            self._applied.inc()
         doc = docs[0]
         reason = decide(doc, decisions[0] if decisions else None)
         yield doc, reason
