@@ -96,7 +96,10 @@ def host_documents(roots: tuple[str, ...] = HOST_ROOTS, site_packages: str | Non
                     continue
                 source = ("host_man" if "/man/" in dirpath else "host_pypkg_docs" if is_site
                           else "host_debian_doc")
-                yield {"id": f"host{path}", "source": source,
+                # a site-packages file is named from the site-packages folder on: the virtual environment's own
+                # path (a checkout's .venv) would otherwise change the corpus bytes, hence every document id
+                name_in_id = f"/site-packages/{path.relative_to(root)}" if is_site else str(path)
+                yield {"id": f"host{name_in_id}", "source": source,
                        "lang": "zh" if len(_CJK.findall(text[:2000])) > 200 else "en",
                        "title": name, "text": text, "licence": "each file under its own package's terms"}
 
