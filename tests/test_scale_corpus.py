@@ -5,7 +5,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from scale_corpus import edit_text, grow, read_jsonl, write_corpus  # noqa: E402
+from scale_corpus import edit_text, grow, host_documents, read_jsonl, write_corpus  # noqa: E402
 
 DEMO = Path(__file__).resolve().parents[1] / "data/demo/corpus.jsonl.gz"
 
@@ -68,3 +68,17 @@ def test_write_corpus_gives_the_same_bytes_each_time(tmp_path, monkeypatch):
     again = [hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in write_corpus(docs, str(tmp_path / "a"), 2)]
     assert first == again
     assert not list((tmp_path / "a").glob("*.tmp"))
+
+
+def test_host_documents_do_not_depend_on_where_the_virtual_environment_lies(tmp_path):
+    """A site-packages file's document id names it from site-packages on: the same environment reached by
+    another path (a checkout's .venv symlink) gives the same documents, so the same corpus bytes and ids."""
+    site = tmp_path / "env" / "lib" / "site-packages"
+    (site / "pkg").mkdir(parents=True)
+    (site / "pkg" / "README.md").write_text("A package's own documentation, long enough to be a document. " * 8)
+    (tmp_path / "checkout").mkdir()
+    (tmp_path / "checkout" / ".venv").symlink_to(tmp_path / "env")
+    direct = list(host_documents(roots=(), site_packages=str(site)))
+    via_link = list(host_documents(roots=(), site_packages=str(tmp_path / "checkout/.venv/lib/site-packages")))
+    assert [d["id"] for d in direct] == ["host/site-packages/pkg/README.md"]
+    assert direct == via_link
