@@ -40,29 +40,16 @@ def memory_settings(memory_limit: str | int | None) -> dict:
     return {"distributed.worker.memory.pause": False, "distributed.worker.memory.terminate": False}
 
 
-# glibc settings for the worker processes, on top of Dask's MALLOC_TRIM_THRESHOLD_=65536 (kept: it returns
-# freed memory to the system, and unsetting it cost `prepare` at 16x +14-34% CPU). Setting any malloc threshold
-# turns glibc's dynamic mmap threshold off, so with Dask's setting alone every numpy temporary above 128 KB is
-# mapped, faulted in page by page and unmapped again: the near-dedup sketching took 2.7x the CPU of a process
-# with glibc's defaults. Temporaries up to 32 MB come from the heap instead, and the 16 MB kept at its top when
-# it is trimmed serve the next batch's temporaries without new page faults (benchmarks/RESULTS.md, "Dask workers'
-# allocator"). A worker's heap may hold those 16 MB more than it uses.
-WORKER_ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TOP_PAD_": str(16 << 20)}
-
-
-def allocator_settings() -> dict:
-    """Dask config that puts ``WORKER_ALLOCATOR_ENV`` into the environment a nanny starts its worker with."""
-    return {f"distributed.nanny.pre-spawn-environ.{name}": value for name, value in WORKER_ALLOCATOR_ENV.items()}
-
-
 class LocalDaskCluster:
     """A LocalCluster of worker processes (1 thread each by default) on this machine, and a client of it."""
 
     def __init__(self, workers: int = 2, threads_per_worker: int = 1, memory_limit: str | int | None = None,
                  silence_logs: int = logging.WARNING):
         self.workers, self.memory_limit = workers, memory_limit
-        with dask.config.set({**memory_settings(memory_limit), **allocator_settings()}):
-            # the nannies hand this config to their workers and set the environment before spawning them
+        # Dask's MALLOC_TRIM_THRESHOLD_=65536 for the workers is kept on purpose. Unsetting it made the near-dedup
+        # sketching 2.4x cheaper (glibc's dynamic mmap threshold back on), but the whole `prepare` at 16x cost
+        # +14-34% CPU (two interleaved A/B pairs, benchmarks/RESULTS.md "Scale").
+        with dask.config.set(memory_settings(memory_limit)):  # the nannies hand this config to their workers
             self.cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=threads_per_worker,
                                                     processes=True, host="127.0.0.1", dashboard_address=None,
                                                     memory_limit=memory_limit or "auto", silence_logs=silence_logs)

@@ -660,35 +660,6 @@ def test_worker_memory_reaches_the_local_cluster_and_its_data_spills_to_disk(tmp
         assert list(local.client.run(spilled).values())[0] > 0
 
 
-def _page_faults_of_numpy_temporaries() -> tuple[dict, int]:
-    """The worker's malloc environment, and the minor page faults of 100 rounds of two 2 MB numpy temporaries
-    (the size of the near-dedup sketching's batch arrays)."""
-    import os
-    import resource
-
-    import numpy as np
-
-    np.ones(1 << 18, dtype=np.uint64).sum()
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    for _ in range(100):
-        a = np.ones(1 << 18, dtype=np.uint64)
-        b = a * np.uint64(3)
-        del a, b
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-    return {k: v for k, v in os.environ.items() if k.startswith("MALLOC_") or k == "OMP_NUM_THREADS"}, faults
-
-
-def test_workers_reuse_the_heap_for_numpy_temporaries_with_dasks_trim_threshold_kept(dask_cluster):
-    """The LocalCluster's workers keep Dask's own pre-spawn environment (MALLOC_TRIM_THRESHOLD_, one OpenMP
-    thread) and get ours on top; with it, freed batch-sized temporaries are reused instead of being unmapped and
-    faulted in again page by page (2 × 512 faults a round without it: 100,000+ for the loop)."""
-    from beam_dask.cluster import WORKER_ALLOCATOR_ENV
-
-    for environ, faults in dask_cluster.client.run(_page_faults_of_numpy_temporaries).values():
-        assert environ == {"MALLOC_TRIM_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1", **WORKER_ALLOCATOR_ENV}
-        assert faults < 5_000, faults
-
-
 def _managed_bytes_here(_doc) -> int:
     return distributed.get_worker().state.nbytes
 
