@@ -340,11 +340,27 @@ class Plan:
         ids = {m.id for m in members}
         return all(not (self.anc.get(side.id, frozenset()) & ids) for m in members for side, _, _ in m.sides)
 
-    def fused_map_side(self, pc: PC) -> bool:
-        """Whether the shuffle reading ``pc`` gets its buckets straight from the stage producing ``pc``."""
-        producer = self.producer.get(pc.id)
+    def shuffle_reading(self, pc: PC) -> Node | None:
+        """The shuffle that is the only reader of ``pc``, directly or through Flattens that nothing else reads
+        (a CoGroupByKey is a Flatten of tagged inputs into one GroupByKey), or None."""
         use = self.sole_usage(pc)
-        return producer is not None and producer.kind in _OPS and use is not None and use[1] == "shuffle"
+        while use is not None and use[1] == "flatten":
+            use = self.sole_usage(next(iter(use[0].outs.values())))
+        return use[0] if use is not None and use[1] == "shuffle" else None
+
+    def fused_map_side(self, pc: PC) -> bool:
+        """Whether the shuffle reading ``pc`` gets its buckets straight from the stage producing ``pc`` (so an
+        input of a join is pickled once, into its buckets, not first as a stage output and again by a split)."""
+        producer = self.producer.get(pc.id)
+        return producer is not None and producer.kind in _OPS and self.shuffle_reading(pc) is not None
+
+    def shuffle_sources(self, pc: PC) -> list[PC]:
+        """The PCollections a shuffle of ``pc`` reads: ``pc`` itself, or the inputs of the Flattens producing it,
+        in the Flatten's order (the order the shuffle's pieces, and so each group's values, come in)."""
+        producer = self.producer.get(pc.id)
+        if producer is None or producer.kind != "flatten" or not producer.ins:
+            return [pc]
+        return [leaf for i in producer.ins for leaf in self.shuffle_sources(i)]
 
     def fused_reduce_side(self, pc: PC) -> bool:
         producer = self.producer.get(pc.id)
@@ -418,20 +434,21 @@ class Emitter:
         """pieces[j]: the keys holding the elements bound for output partition j of this shuffle."""
         if shuffle.id in self._pieces:
             return self._pieces[shuffle.id]
-        source = shuffle.ins[0]
         pieces: list[list] = [[] for _ in range(self.R)]
-        if self.plan.fused_map_side(source):
-            producer = self.plan.producer[source.id]
-            stage = self.plan.stage_of[producer.id]
-            self.emit_stage(stage)
-            slot = self._stage_slots[stage.id][source.id]
-            name = self.name("bucket", shuffle.id, shuffle.label)
-            for i, sk in enumerate(self._stage_keys[stage.id]):
-                for j in range(self.R):
-                    pieces[j].append(self.add((name, i, j), execute.pick_bucket, TaskRef(sk), slot, j))
-        else:
-            split_name = self.name("split", shuffle.id, shuffle.label)
-            bucket_name = self.name("bucket", shuffle.id, shuffle.label)
+        offset = 0  # a Reshuffle deals each input partition from its own index
+        for position, source in enumerate(self.plan.shuffle_sources(shuffle.ins[0])):
+            if self.plan.fused_map_side(source):
+                producer = self.plan.producer[source.id]
+                stage = self.plan.stage_of[producer.id]
+                self.emit_stage(stage)
+                slot = self._stage_slots[stage.id][source.id]
+                name = self.name(f"bucket{position}", shuffle.id, shuffle.label)
+                for i, sk in enumerate(self._stage_keys[stage.id]):
+                    for j in range(self.R):
+                        pieces[j].append(self.add((name, i, j), execute.pick_bucket, TaskRef(sk), slot, j))
+                continue
+            split_name = self.name(f"split{position}", shuffle.id, shuffle.label)
+            bucket_name = self.name(f"bucket{position}", shuffle.id, shuffle.label)
             for i, part in enumerate(self.parts(source)):
                 if shuffle.kind == "gbk":
                     split = self.add((split_name, i), execute.split_hash, TaskRef(part), self.R, shuffle.key_coder)
@@ -439,9 +456,10 @@ class Emitter:
                     split = self.add((split_name, i), execute.split_keyhash, TaskRef(part), self.R,
                                      shuffle.key_coder)
                 else:
-                    split = self.add((split_name, i), execute.split_deal, TaskRef(part), self.R, i)
+                    split = self.add((split_name, i), execute.split_deal, TaskRef(part), self.R, offset + i)
                 for j in range(self.R):
                     pieces[j].append(self.add((bucket_name, i, j), execute.bucket_of, TaskRef(split), j))
+            offset += len(self.parts(source))
         self._pieces[shuffle.id] = pieces
         return pieces
 
@@ -475,7 +493,7 @@ class Emitter:
                     outputs[tag] = ("drop",)
                 else:
                     if plan.fused_map_side(out):
-                        shuffle = use[0]
+                        shuffle = plan.shuffle_reading(out)
                         kind = "hash" if shuffle.kind == "gbk" else shuffle.mode
                         slots.append(Slot(kind, self.R, shuffle.key_coder))
                     else:

@@ -296,6 +296,47 @@ def test_flatten(tmp_path, dask_cluster):
     assert len(got["aab"]) == 130
 
 
+def _join_cases(p, out):
+    left = p | "Left" >> beam.Create([(f"k{i % 11}", i) for i in range(N)])
+    right = p | "Right" >> beam.Create([(f"k{i % 7}", f"v{i}") for i in range(60)])
+    joined = {"left": left, "right": right} | "Join" >> beam.CoGroupByKey()
+    capture(joined | "SortJoin" >> beam.MapTuple(lambda k, d: (k, sorted(d["left"]), sorted(d["right"]))), out,
+            "cogbk")
+    return left, right
+
+
+def test_a_join_pickles_its_inputs_once_into_the_shuffle():
+    """A CoGroupByKey is a Flatten of tagged inputs into one GroupByKey: each input's map side is fused into the
+    stage producing it (its buckets filled there), so no split task re-reads a stage's output."""
+    from beam_dask.translate import plan_pipeline, translate
+
+    p = beam.Pipeline()
+    _join_cases(p, "/nonexistent")
+    graph = translate(plan_pipeline(p), "job", 4, None).graph
+    names = [key[0] if isinstance(key, tuple) else key for key in graph]
+    assert any(name.startswith("beam-bucket") and "Join" in name for name in names)
+    assert not [name for name in names if name.startswith("beam-split")]
+
+
+def test_shuffles_through_flattens_equal_the_fnapi_runner(tmp_path, dask_cluster):
+    """Fused and unfused inputs of one shuffle (a stage's output, a grouped output, the same input twice, a
+    nested Flatten, one that is read elsewhere too) meet in the same groups as on Beam's own runner."""
+    def build(p, out):
+        left, right = _join_cases(p, out)
+        grouped = left | "GroupLeft" >> beam.GroupByKey() | "Sizes" >> beam.MapTuple(lambda k, vs: (k, len(vs)))
+        again = left | "Again" >> beam.Map(lambda kv: (kv[0], -kv[1]))
+        inner = (again, right) | "Inner" >> beam.Flatten()
+        capture(inner | "InnerCount" >> beam.combiners.Count.Globally(), out, "inner_read_elsewhere")
+        mixed = (grouped, left, left, inner) | "Mixed" >> beam.Flatten()
+        capture(mixed | "GroupMixed" >> beam.GroupByKey()
+                | "SortMixed" >> beam.MapTuple(lambda k, vs: (k, sorted(map(str, vs)))), out, "mixed")
+        capture((again, right) | "Dealt" >> beam.Flatten() | beam.Reshuffle(), out, "reshuffled")
+
+    _, got, _, _ = compare(tmp_path, build, dask_cluster)
+    assert len(got["cogbk"]) == 11 and got["inner_read_elsewhere"] == [N + 60]
+    assert len(got["reshuffled"]) == N + 60
+
+
 def test_reshuffle_repartitions_a_single_file(tmp_path, inputs, dask_cluster):
     def build(p, out):
         lines = p | beam.io.ReadFromText(str(inputs["dir"] / "single.txt"))
