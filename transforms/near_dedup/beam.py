@@ -24,7 +24,7 @@ from transforms.near_dedup.core import (SKETCH_BATCH, STEP_NAME, NearDedupConfig
 from transforms.near_dedup.index import ReadIndex, WriteIndex, check_index_params, index_bytes, sketch_row
 from transforms.near_dedup.minhash import Sketch as SketchData
 
-SKETCHES, DOCS, BANDS = "sketches", "docs", "bands"
+SKETCHES, BANDS = "sketches", "bands"
 # Documents sketched together (numpy over the batch): large enough to amortize the per-call overhead, small
 # enough that the buffered documents stay a few MB per worker.
 
@@ -32,10 +32,9 @@ SKETCHES, DOCS, BANDS = "sketches", "docs", "bands"
 # ---------------------------------------------------------------- sketches and band keys
 
 class _SketchFn(StepFn):
-    """doc → the doc itself on the main output, ``(id, sketch)`` on ``sketches`` (a sketch travels as the plain
-    tuple ``Sketch.to_wire()``), and with ``bands`` its bucket keys ``(key, (rank, id, False))`` on ``bands``.
-    The documents pass through so that the sketching stays fused with the step's input and the documents are
-    held (pickled, on Dask) once for the decisions, not once more for the sketching.
+    """doc → ``(id, sketch)`` on ``sketches`` (a sketch travels as the plain tuple ``Sketch.to_wire()``), and with
+    ``bands`` its bucket keys ``(key, (rank, id, False))`` on ``bands`` (the documents themselves are not
+    emitted: the decisions are applied to the step's input).
 
     Documents are buffered and sketched ``SKETCH_BATCH`` at a time (flushed when full and at the end of each
     bundle); every document keeps its own window and timestamp."""
@@ -85,19 +84,18 @@ class _SketchFn(StepFn):
                     for key in keys[row]:
                         yield beam.pvalue.TaggedOutput(BANDS, WindowedValue((key, member), timestamp, windows))
                 row += 1
-            yield WindowedValue(doc, timestamp, windows)
 
 
 class Sketch(beam.PTransform):
-    """Documents → ``.docs`` (the same documents), ``.sketches`` ``(id, sketch tuple)`` (none for a tokenless
-    document) and with ``bands=True`` ``.bands`` ``(bucket key, (rank, id, False))``."""
+    """Documents → ``.sketches`` ``(id, sketch tuple)`` (none for a tokenless document) and with ``bands=True``
+    ``.bands`` ``(bucket key, (rank, id, False))``."""
 
     def __init__(self, cfg: NearDedupConfig, bands: bool = False):
         super().__init__()
         self.cfg, self.bands = cfg, bands
 
     def expand(self, docs):
-        return docs | "Sketch" >> beam.ParDo(_SketchFn(self.cfg, self.bands)).with_outputs(SKETCHES, BANDS, main=DOCS)
+        return docs | "Sketch" >> beam.ParDo(_SketchFn(self.cfg, self.bands)).with_outputs(SKETCHES, BANDS)
 
 
 def _join_old(element, cfg: NearDedupConfig):
@@ -464,8 +462,8 @@ def _kept_index_rows(element, cfg: NearDedupConfig, decisions):
 
 class _DecideWithSideInputFn(StepFn):
     """A document and every decision as a side input (they fit one worker: the in-memory path, or the Beam path
-    with at most ``memory_max_docs`` decisions) → ``(doc, reason)``. The documents come as the sketching step
-    passed them through: they are neither keyed nor shuffled."""
+    with at most ``memory_max_docs`` decisions) → ``(doc, reason)``. The documents are read again from the
+    step's input: they are neither re-keyed nor shuffled."""
 
     def __init__(self):
         super().__init__(STEP_NAME)
@@ -556,8 +554,7 @@ class NearDedupDecide(beam.PTransform):
             sketches, bands = sketched[SKETCHES], sketched[BANDS]
         if self.path == "memory":  # the documents take the decisions as a side input: no shuffle of documents
             resolved = sketches | "DedupInMemory" >> DedupInMemory(cfg, with_index=bool(self.index_out_dir))
-            decided = sketched[DOCS] | "Decide" >> beam.ParDo(_DecideWithSideInputFn(),
-                                                              beam.pvalue.AsDict(resolved.decisions))
+            decided = docs | "Decide" >> beam.ParDo(_DecideWithSideInputFn(), beam.pvalue.AsDict(resolved.decisions))
             index = {"sketches": resolved.index_sketches, "bands": resolved.index_bands}
         else:
             if self.path == "beam":
@@ -574,7 +571,7 @@ class NearDedupDecide(beam.PTransform):
                      | "Distributed" >> DistributedDecisions(cfg))
                     | "AllDecisions" >> beam.Flatten()
                 )
-            decided, index = self._apply(sketched[DOCS], sketches, decisions)
+            decided, index = self._apply(docs, sketches, decisions)
         if self.index_out_dir:
             index | "WriteIndex" >> WriteIndex(self.index_out_dir, cfg)
         return decided
