@@ -186,15 +186,6 @@ def test_duplicate_ids_are_refused_on_the_in_memory_path():
         list(_resolve_all((0, [sketch.to_wire(), sketch.to_wire()]), cfg, False))
 
 
-@pytest.mark.parametrize("memory_max_docs", [100_000, 0])  # decisions as a side input / joined with documents
-def test_duplicate_ids_are_refused_on_the_beam_path(tmp_path, memory_max_docs):
-    docs = as_docs(["some words that make a few shingles here", "quite other words in another document",
-                    "and a third text with words of its own"])
-    docs[2]["id"] = docs[0]["id"]
-    with pytest.raises(Exception, match=f"document id {docs[0]['id']} occurs more than once"):
-        run_near_dedup(docs, NearDedupConfig(mode="beam", memory_max_docs=memory_max_docs), tmp_path)
-
-
 def _chain_family(rng: random.Random) -> list[str]:
     """A family where neighbours are near-duplicates but the ends are not (boilerplate drift)."""
     base = load(DEMO_CORPUS, lang="en", min_chars=3000, limit=1)[0]["text"].split(" ")[:600]
@@ -408,19 +399,17 @@ def run_near_dedup(docs, cfg, tmp_path, runner="inprocess", workers=1, index_out
 def beam_runs(tmp_path_factory):
     docs = _beam_corpus()
     tmp = tmp_path_factory.mktemp("near_dedup_beam")
-    counters = {"memory": {}, "beam": {}, "two_workers": {}, "joined": {}}
+    counters = {"memory": {}, "beam": {}, "two_workers": {}}
     memory = run_near_dedup(docs, NearDedupConfig(mode="memory"), tmp, counters=counters["memory"])
     distributed = run_near_dedup(docs, NearDedupConfig(mode="beam"), tmp, counters=counters["beam"])
     two_workers = run_near_dedup(docs, NearDedupConfig(mode="beam"), tmp, runner="direct", workers=2,
                                  counters=counters["two_workers"])
-    # more decisions than memory_max_docs: the documents are joined with them by id instead of a side input
-    joined = run_near_dedup(docs, NearDedupConfig(mode="beam", memory_max_docs=0), tmp, counters=counters["joined"])
-    return docs, memory, (distributed, joined), two_workers, counters
+    return docs, memory, distributed, two_workers, counters
 
 
 def test_beam_path_equals_in_memory_path_and_pure_core(beam_runs):
-    docs, memory, (distributed, joined), _, _ = beam_runs
-    assert memory == distributed == joined
+    docs, memory, distributed, _, _ = beam_runs
+    assert memory == distributed
     kept, removed = memory
     assert len(kept) + len(removed) == len(docs)  # accounting
     assert len(removed) >= 12
@@ -481,14 +470,6 @@ def test_refresh_removes_copies_of_an_earlier_run_and_is_idempotent(tmp_path):
         assert mine["cluster"] in kept_a and mine["of_earlier_run"]
     index_b_ids = sorted(x for f in Path(index_b).glob("sketches-*.parquet") for x in pq.read_table(f).column("id").to_pylist())
     assert index_b_ids == sorted(kept_b)
-    index_joined = str(tmp_path / "B-joined" / "dedup")  # the decisions joined with documents and sketches
-    assert run_near_dedup(run_b, NearDedupConfig(mode="beam", memory_max_docs=0), tmp_path, index_out=index_joined,
-                          against=[index_a]) == (kept_b, removed_b)
-    for kind in ("sketches", "bands"):
-        def rows(folder):
-            return sorted(map(repr, (r for f in Path(folder).glob(f"{kind}-*.parquet")
-                                     for r in pq.read_table(f).to_pylist())))
-        assert rows(index_joined) == rows(index_b), kind
 
     again = run_near_dedup(run_b, NearDedupConfig(mode="memory"), tmp_path, against=[index_a])
     assert again == (kept_b, removed_b)  # idempotent, and the in-memory path agrees on the refresh path

@@ -24,7 +24,7 @@ from transforms.near_dedup.core import (SKETCH_BATCH, STEP_NAME, NearDedupConfig
 from transforms.near_dedup.index import ReadIndex, WriteIndex, check_index_params, index_bytes, sketch_row
 from transforms.near_dedup.minhash import Sketch as SketchData
 
-SKETCHES, BANDS = "sketches", "bands"
+SKETCHES, DOCS, BANDS = "sketches", "docs", "bands"
 # Documents sketched together (numpy over the batch): large enough to amortize the per-call overhead, small
 # enough that the buffered documents stay a few MB per worker.
 
@@ -32,16 +32,15 @@ SKETCHES, BANDS = "sketches", "bands"
 # ---------------------------------------------------------------- sketches and band keys
 
 class _SketchFn(StepFn):
-    """doc → ``(id, sketch)`` on ``sketches`` (a sketch travels as the plain tuple ``Sketch.to_wire()``), and with
-    ``bands`` its bucket keys ``(key, (rank, id, False))`` on ``bands`` (the documents themselves are not
-    emitted: the decisions are applied to the step's input).
+    """doc → ``(id, doc)`` on the main output, ``(id, sketch)`` on ``sketches`` (a sketch travels as the plain
+    tuple ``Sketch.to_wire()``), and with ``bands`` its bucket keys ``(key, (rank, id, False))`` on ``bands``.
 
     Documents are buffered and sketched ``SKETCH_BATCH`` at a time (flushed when full and at the end of each
     bundle); every document keeps its own window and timestamp."""
 
-    def __init__(self, cfg: NearDedupConfig, bands: bool = False, batch_size: int = SKETCH_BATCH):
+    def __init__(self, cfg: NearDedupConfig, bands: bool = False, docs: bool = True, batch_size: int = SKETCH_BATCH):
         super().__init__(STEP_NAME)
-        self._cfg, self._bands, self._batch_size = cfg, bands, batch_size
+        self._cfg, self._bands, self._docs, self._batch_size = cfg, bands, docs, batch_size
         self._no_tokens = Metrics.counter(STEP_NAME, "docs_without_tokens")
         self._buffer: list = []
 
@@ -84,25 +83,27 @@ class _SketchFn(StepFn):
                     for key in keys[row]:
                         yield beam.pvalue.TaggedOutput(BANDS, WindowedValue((key, member), timestamp, windows))
                 row += 1
+            if self._docs:
+                yield WindowedValue((int(doc["id"]), doc), timestamp, windows)
 
 
 class Sketch(beam.PTransform):
-    """Documents → ``.sketches`` ``(id, sketch tuple)`` (none for a tokenless document) and with ``bands=True``
-    ``.bands`` ``(bucket key, (rank, id, False))``."""
+    """Documents → ``.sketches`` ``(id, sketch tuple)`` (none for a tokenless document), with ``docs=True``
+    ``.docs`` ``(id, doc)`` and with ``bands=True`` ``.bands`` ``(bucket key, (rank, id, False))``."""
 
-    def __init__(self, cfg: NearDedupConfig, bands: bool = False):
+    def __init__(self, cfg: NearDedupConfig, bands: bool = False, docs: bool = True):
         super().__init__()
-        self.cfg, self.bands = cfg, bands
+        self.cfg, self.bands, self.docs = cfg, bands, docs
 
     def expand(self, docs):
-        return docs | "Sketch" >> beam.ParDo(_SketchFn(self.cfg, self.bands)).with_outputs(SKETCHES, BANDS)
+        return docs | "Sketch" >> beam.ParDo(_SketchFn(self.cfg, self.bands, self.docs)).with_outputs(
+            SKETCHES, BANDS, main=DOCS)
 
 
 def _join_old(element, cfg: NearDedupConfig):
     """Per id: the new sketch, or, when the id is not in the new input, the old sketch and its band keys."""
     doc_id, groups = element
     new, old, old_bands = list(groups["new"]), list(groups["old"]), list(groups["old_bands"])
-    check_unique_ids([doc_id] * len(new))
     if new:
         sketch = SketchData.from_wire(new[0])
         yield beam.pvalue.TaggedOutput("sketches", (doc_id, new[0]))
@@ -173,8 +174,6 @@ def _probe_from_center(element):
     sketches = list(groups["sketch"])
     if not sketches:
         return
-    if len(sketches) > 1:  # every sketched document's id is checked here, whichever way decisions reach documents
-        check_unique_ids([doc_id] * len(sketches))
     targets, is_member = set(), False
     for kind, other in groups["ends"]:
         if kind == PROBE_TO:
@@ -452,18 +451,10 @@ class DedupInMemory(beam.PTransform):
         )
 
 
-def _kept_index_rows(element, cfg: NearDedupConfig, decisions):
-    """``(id, sketch)`` → a new document's index rows unless a decision (a side input) removes it."""
-    sketch = SketchData.from_wire(element[1])
-    decision = decisions.get(sketch.id)
-    if not sketch.old and not (decision is not None and decision.removed):
-        yield from _index_rows([sketch], cfg)
-
-
 class _DecideWithSideInputFn(StepFn):
-    """A document and every decision as a side input (they fit one worker: the in-memory path, or the Beam path
-    with at most ``memory_max_docs`` decisions) → ``(doc, reason)``. The documents are read again from the
-    step's input: they are neither re-keyed nor shuffled."""
+    """A document and every decision as a side input (the in-memory path: they fit one worker anyway) →
+    ``(doc, reason)``. The documents are read again from the step's input: they are neither re-keyed nor
+    shuffled."""
 
     def __init__(self):
         super().__init__(STEP_NAME)
@@ -503,7 +494,8 @@ class _DecideFn(StepFn):
         return out
 
     def _decide(self, docs, groups):
-        check_unique_ids([int(docs[0]["id"])] * len(docs))
+        if len(docs) > 1:
+            raise ValueError(f"near_dedup: document id {docs[0]['id']} occurs {len(docs)} times; ids must be unique")
         decisions, sketches = list(groups["decision"]), list(groups.get("sketch", ()))
         if decisions:
             self._applied.inc()
@@ -547,7 +539,7 @@ class NearDedupDecide(beam.PTransform):
         # Band keys are needed by the distributed path only (the in-memory path keys its signature matrix);
         # without earlier runs' indexes they are emitted by the sketching step itself.
         emit_bands = self.path != "memory" and not self.against_dirs
-        sketched = docs | "Sketch" >> Sketch(cfg, bands=emit_bands)
+        sketched = docs | "Sketch" >> Sketch(cfg, bands=emit_bands, docs=self.path != "memory")
         if self.against_dirs:
             sketches, bands = sketched[SKETCHES] | "SketchesAndBands" >> SketchesAndBands(cfg, self.against_dirs)
         else:
@@ -555,7 +547,7 @@ class NearDedupDecide(beam.PTransform):
         if self.path == "memory":  # the documents take the decisions as a side input: no shuffle of documents
             resolved = sketches | "DedupInMemory" >> DedupInMemory(cfg, with_index=bool(self.index_out_dir))
             decided = docs | "Decide" >> beam.ParDo(_DecideWithSideInputFn(), beam.pvalue.AsDict(resolved.decisions))
-            index = {"sketches": resolved.index_sketches, "bands": resolved.index_bands}
+            index = resolved
         else:
             if self.path == "beam":
                 decisions = {"sketches": sketches, "bands": bands} | "Distributed" >> DistributedDecisions(cfg)
@@ -571,41 +563,16 @@ class NearDedupDecide(beam.PTransform):
                      | "Distributed" >> DistributedDecisions(cfg))
                     | "AllDecisions" >> beam.Flatten()
                 )
-            decided, index = self._apply(docs, sketches, decisions)
+            # The sketches join the decisions only when the kept documents' index is wanted.
+            to_join = {"doc": sketched[DOCS], "decision": decisions}
+            if self.index_out_dir:
+                to_join["sketch"] = sketches
+            joined = to_join | "Decisions" >> Decisions(cfg)
+            decided, index = joined.decided, joined
         if self.index_out_dir:
-            index | "WriteIndex" >> WriteIndex(self.index_out_dir, cfg)
+            ({"sketches": index.index_sketches, "bands": index.index_bands}
+             | "WriteIndex" >> WriteIndex(self.index_out_dir, cfg))
         return decided
-
-    def _apply(self, docs, sketches, decisions):
-        """``(id, Decision)`` → ``(doc, reason)`` pairs, and the kept documents' index rows when the index is
-        wanted (``{"sketches", "bands"}``, for ``WriteIndex``).
-
-        While there are at most ``memory_max_docs`` decisions (one per document in a cluster: what fits one
-        worker, as on the in-memory path) every document takes them as a side input, so the documents are
-        neither keyed nor shuffled (at 16x the scale benchmark's corpus, joining them was a third of all the
-        bytes the runner pickled). Beyond that, documents and decisions are joined by id. Either way the
-        decision is chosen at run time from the count; the other branch sees empty inputs."""
-        cfg = self.cfg
-        count = beam.pvalue.AsSingleton(decisions | "CountDecisions" >> beam.combiners.Count.Globally())
-        route = lambda _, parts, n, limit=cfg.memory_max_docs: 0 if n <= limit else 1  # noqa: E731
-        docs_by = docs | "RouteDocs" >> beam.Partition(route, 2, count)
-        decisions_by = decisions | "RouteDecisions" >> beam.Partition(route, 2, count)
-        table = beam.pvalue.AsDict(decisions_by[0])
-        from_side = docs_by[0] | "DecideFromSideInput" >> beam.ParDo(_DecideWithSideInputFn(), table)
-        to_join = {"doc": docs_by[1] | "KeyDocs" >> beam.Map(lambda doc: (int(doc["id"]), doc)),
-                   "decision": decisions_by[1]}
-        index_parts = []
-        if self.index_out_dir:  # the sketches meet the decisions only when the kept documents' index is wanted
-            sketches_by = sketches | "RouteIndexSketches" >> beam.Partition(route, 2, count)
-            to_join["sketch"] = sketches_by[1]
-            index_parts.append(sketches_by[0] | "KeptIndexRows" >> timed(STEP_NAME, _kept_index_rows, cfg, table)
-                               .with_outputs("index_sketches", "index_bands"))
-        joined = to_join | "Decisions" >> Decisions(cfg)
-        index_parts.append(joined)
-        decided = (from_side, joined.decided) | "AllDecided" >> beam.Flatten()
-        index = {kind: tuple(part[f"index_{kind}"] for part in index_parts) | f"AllIndex{kind}" >> beam.Flatten()
-                 for kind in ("sketches", "bands")}
-        return decided, index
 
 
 class NearDedup(beam.PTransform):
@@ -623,10 +590,8 @@ class NearDedup(beam.PTransform):
     ``memory`` gathers all sketches on one worker and runs ``dedup_in_memory``; ``beam`` groups band keys with
     the runner's shuffle (``CandidateEdges``), verifies star edges by joins (``VerifiedEdges``), finds
     components by large-star/small-star rounds (``ConnectedComponents``) and resolves each component on its own
-    (``VerifiedStars``; memory per worker bounded by a bucket's ids or a component's sketches), and the
-    documents take the decisions as a side input while there are at most ``memory_max_docs`` of them (else
-    they are joined by id). Both paths give the same decisions; both are deterministic on any number of
-    workers.
+    (``VerifiedStars``; memory per worker bounded by a bucket's ids or a component's sketches). Both give the
+    same decisions; both are deterministic on any number of workers.
     """
 
     def __init__(self, cfg: NearDedupConfig, index_out_dir: Optional[str] = None, against_dirs: Sequence[str] = (),
