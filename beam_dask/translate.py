@@ -11,7 +11,8 @@ Three passes:
    unbounded collections, unknown primitives — raises ``UnsupportedPipeline`` here, before any work.
 2. ``plan``: fuse chains of ParDos into stages (a ParDo joins its producer's stage when it is the only
    consumer of that output and the fusion creates no cycle through a side input), fuse the map side of a
-   shuffle into the stage that produces its input and the reduce side into the stage that consumes it.
+   shuffle into the stages that produce its input (also through Flattens that only it reads: each input of a
+   CoGroupByKey fills its buckets where it is produced) and the reduce side into the stage that consumes it.
 3. ``emit``: one Dask task per stage and input partition, plus the shuffle pieces, side-input
    materialisations (one task per side input: computed once). Every stage task is submitted fire-and-forget,
    so every stage runs, sinks included; ``watch.py`` tracks their completion and metrics on the scheduler.
