@@ -234,7 +234,9 @@ def _run(args) -> int:
         counters[r.key.metric.name] = counters.get(r.key.metric.name, 0) + (r.committed or 0)  # summed over steps
     print(f"corpusmill dedup: {n_docs} documents, {n_kept} kept, {n_docs - n_kept} removed as near-duplicates, "
           f"{_quarantine_summary(quarantined)}; {elapsed:.1f} s ({n_docs / max(elapsed, 1e-9):.0f} docs/s; near_dedup's own "
-          f"code busy {counters.get('busy_ms', 0) / 1000:.1f} s, summed over workers) → {args.out}", file=sys.stderr)
+          f"code busy {counters.get('busy_ms', 0) / 1000:.1f} s, summed over workers; "
+          f"{counters.get('cc_crossing_edges', 0)} label pairs in the last component merge after "
+          f"{cfg.cc_max_rounds} star rounds) → {args.out}", file=sys.stderr)
     if counters.get("cc_nodes_not_converged"):
         print(f"corpusmill dedup: warning: {counters['cc_nodes_not_converged']} graph nodes not converged after "
               f"{cfg.cc_max_rounds} rounds; raise near_dedup.cc_max_rounds", file=sys.stderr)

@@ -81,6 +81,8 @@ def test_the_local_in_memory_path_runs_without_beam_and_gives_the_beam_clusters(
         err = capsys.readouterr().err
         assert "1 quarantined (invalid_json: 1; first: in.jsonl.gz record 11" in err
         assert ("in this process" in err) == (name == "local")
+        # the Beam path names the size of its last, single-worker component merge (cc_max_rounds' trade-off)
+        assert ("0 label pairs in the last component merge after 1 star rounds" in err) == (name == "beam")
         rows[name] = sorted(out.read_text(encoding="utf-8").splitlines())
     assert rows["local"] == rows["beam"] and len(rows["local"]) == len(records)
     assert sum('"kept": false' in line for line in rows["local"]) == 2
