@@ -763,3 +763,46 @@ def test_shuffle_partitions_grow_with_the_input_so_a_task_share_does_not():
     share_large = (16 * 11 << 20) / default_partitions(Threads(2), 16 * 11 << 20)
     assert share_large <= PARTITION_INPUT_BYTES < 4 * share_small  # without it: 16 × share_small
     assert default_partitions(Threads(2), 10 ** 13) == MAX_PARTITIONS
+
+
+_MALLINFO2_FIELDS = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                     "keepcost")
+
+
+def _mapped_bytes_of_a_4mb_array(_=None) -> int:
+    """How many bytes glibc maps (rather than takes from its heap) for a 4 MB numpy array made now."""
+    import ctypes
+    import ctypes.util
+
+    import numpy as np
+
+    class Mallinfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO2_FIELDS]
+
+    mallinfo2 = ctypes.CDLL(ctypes.util.find_library("c")).mallinfo2
+    mallinfo2.restype = Mallinfo2
+    before = mallinfo2().hblkhd
+    array = np.ones(1 << 19)
+    mapped = mallinfo2().hblkhd - before
+    del array
+    return mapped
+
+
+def test_workers_take_numpy_temporaries_from_the_heap_and_the_driver_is_untouched(tmp_path, dask_cluster):
+    """Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_ set, which switches glibc's dynamic mmap threshold
+    off: every array above 128 kB would be mapped and faulted in afresh (near-dedup's sketching spent twice its
+    time in the kernel). A worker sets the threshold in its own process when it runs its first stage."""
+    import subprocess
+    import sys
+
+    def build(p, out):
+        capture(p | beam.Create([0, 1]) | beam.Reshuffle() | beam.Map(_mapped_bytes_of_a_4mb_array), out, "mapped")
+
+    run_on("dask", build, tmp_path, dask_cluster.client)
+    assert captured(tmp_path)["mapped"] == [0, 0]
+    # what a process with Dask's variable and no setting of its own does (so the check above can fail) ...
+    env = {**os.environ, "MALLOC_TRIM_THRESHOLD_": "65536", "PYTHONPATH": str(Path(__file__).parent)}
+    code = "from test_dask_runner import _mapped_bytes_of_a_4mb_array as f; print(f())"
+    assert int(subprocess.check_output([sys.executable, "-c", code], env=env, text=True)) >= 4 << 20
+    # ... and the setting never reaches the environment the driver's subprocesses inherit
+    assert not any(name.startswith("MALLOC_MMAP") for name in os.environ)
