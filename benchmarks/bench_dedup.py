@@ -17,7 +17,8 @@ other in each repetition (A B C D A B C D ...), so that the shared machine's loa
 * ``corpusmill dedup`` with its defaults (the in-memory path: on the local runner it runs the pure core in this
   process on the record stream and never imports Beam);
 * ``corpusmill dedup --runner inprocess``: the same in-memory decisions as a Beam pipeline in one process;
-* ``corpusmill dedup --set near_dedup.mode=beam --workers 2`` (the distributed path on 2 local workers);
+* ``corpusmill dedup --set near_dedup.mode=beam --workers 2`` (the distributed path on 2 local workers), and the
+  same with ``--runner dask`` (on a 2-worker Dask LocalCluster started by the command);
 * with ``--variants`` also: corpusmill with datasketch-compatible signatures (``scheme=affine32,
   shingle_hash=sha1``), rank-order stars, SimHash, ``verify=estimated``.
 
@@ -466,6 +467,8 @@ def methods(variants: bool) -> list[tuple[str, str, list[str]]]:
          cli + ["--runner", "inprocess"]),
         ("beam", "corpusmill dedup, Beam path, 2 workers (mode=beam --workers 2)",
          cli + ["--set", "near_dedup.mode=beam", "--workers", "2"]),
+        ("beam_dask", "corpusmill dedup, Beam path on a 2-worker Dask LocalCluster (mode=beam --runner dask)",
+         cli + ["--set", "near_dedup.mode=beam", "--workers", "2", "--runner", "dask"]),
     ]
     if variants:
         out += [

@@ -52,6 +52,20 @@ def _report_id(doc: dict, id_field: str):
     return meta[id_field] if id_field in meta else doc["id"]
 
 
+def _kept_line_or_head(doc: dict, id_field: str):
+    """A kept document's line; one that others were removed for (``cluster_size``) goes to ``heads`` instead, for
+    the join that gives their lines its reported id (most documents are in no cluster and join nothing)."""
+    from transforms.base import step_annotations
+
+    user_id = _report_id(doc, id_field)
+    if step_annotations(doc.get("annotations"), SECTION).get("cluster_size"):
+        import apache_beam as beam
+
+        yield beam.pvalue.TaggedOutput("heads", (doc["id"], user_id))
+    else:
+        yield json.dumps({"id": user_id, "cluster": user_id, "kept": True}, ensure_ascii=False)
+
+
 def _cluster_lines(element):
     """Per kept document: its own line and the lines of the documents removed for it."""
     cluster_id, groups = element
@@ -202,15 +216,17 @@ def _run(args) -> int:
                                  worker_memory=args.worker_memory, input_bytes=input_bytes)
         read = pipeline | "Read" >> ReadCorpus(input_cfg, files)
         result = read["docs"] | "NearDedup" >> dedup
-        kept = result["kept"] | "KeptIds" >> beam.Map(lambda d: (d["id"], _report_id(d, id_field)))
+        kept = result["kept"] | "KeptIds" >> beam.FlatMap(_kept_line_or_head, id_field).with_outputs(
+            "heads", main="lines")
         removed = result["removed"] | "RemovedIds" >> beam.Map(
             lambda d: (step_annotations(d["annotations"], SECTION)["cluster"], _report_id(d, id_field)))
-        (
-            {"kept": kept, "removed": removed}
+        clustered = (
+            {"kept": kept.heads, "removed": removed}
             | "ByCluster" >> beam.CoGroupByKey()
             | "Lines" >> beam.FlatMap(_cluster_lines)
-            | "Write" >> beam.io.WriteToText(os.path.join(work, "clusters"), file_name_suffix=".jsonl")
         )
+        ((kept.lines, clustered) | "AllLines" >> beam.Flatten()
+         | "Write" >> beam.io.WriteToText(os.path.join(work, "clusters"), file_name_suffix=".jsonl"))
         read["quarantined"] | "WriteQuarantine" >> beam.Map(json.dumps) | "WriteQ" >> beam.io.WriteToText(
             os.path.join(work, "quarantined"), file_name_suffix=".jsonl")
         outcome = pipeline.run()
@@ -237,7 +253,4 @@ def _run(args) -> int:
           f"code busy {counters.get('busy_ms', 0) / 1000:.1f} s, summed over workers; "
           f"{counters.get('cc_crossing_edges', 0)} label pairs in the last component merge after "
           f"{cfg.cc_max_rounds} star rounds) → {args.out}", file=sys.stderr)
-    if counters.get("cc_nodes_not_converged"):
-        print(f"corpusmill dedup: warning: {counters['cc_nodes_not_converged']} graph nodes not converged after "
-              f"{cfg.cc_max_rounds} rounds; raise near_dedup.cc_max_rounds", file=sys.stderr)
     return 0

@@ -135,6 +135,7 @@ def test_vectorized_star_edges_equal_the_per_bucket_stars():
     for trial in range(20):
         n, bands = int(rng.integers(2, 60)), int(rng.integers(1, 6))
         keys = rng.integers(0, int(rng.integers(2, 12)), (n, bands))  # few distinct keys: many shared buckets
+        keys += np.arange(bands) * 100  # bucket keys are unique across bands (the band is packed into them)
         old = rng.random(n) < (0.3 if trial % 2 else 0.0)
         order = sorted(range(n), key=lambda i: (not old[i], i))  # rank order: old documents first
         keys, old = keys[order], old[order]
@@ -178,12 +179,16 @@ def test_estimates_settle_only_clear_edges_and_never_change_a_decision(scheme):
 
 
 def test_duplicate_ids_are_refused_on_the_in_memory_path():
-    from transforms.near_dedup.beam import _resolve_all
+    from transforms.near_dedup.beam import _DecideFn, _resolve_all
+    from transforms.near_dedup.blocks import SketchRows
 
     cfg = NearDedupConfig()
-    sketch = sketches_of(as_docs(["some words that make a few shingles here"]), cfg)[0]
+    docs = as_docs(["some words that make a few shingles here"])
+    block = SketchRows.of(sketches_of(docs, cfg))
     with pytest.raises(ValueError, match="occurs more than once"):
-        list(_resolve_all((0, [sketch.to_wire(), sketch.to_wire()]), cfg, False))
+        list(_resolve_all((0, [block, block]), cfg, False))
+    with pytest.raises(ValueError, match="occurs more than once"):  # the distributed path, where ids meet docs
+        _DecideFn(cfg).process((0, {"doc": [docs, [dict(docs[0])]], "decision": []}))
 
 
 def _chain_family(rng: random.Random) -> list[str]:
@@ -490,35 +495,10 @@ def test_refresh_against_an_index_built_with_other_parameters_fails_clearly(tmp_
 
 
 def test_connected_components_are_exact_for_any_number_of_rounds():
-    from collections import defaultdict
+    from transforms.near_dedup.blocks import Edges, components
 
-    from transforms.near_dedup.beam import (_both_directions, _component_label, _crossing_labels, _final_label,
-                                            _large_star, _merge_labels, _small_star)
-
-    class Counter:
-        value = 0
-
-        def inc(self, n=1):
-            self.value += n
-
-    def grouped(pairs):
-        groups = defaultdict(list)
-        for key, value in pairs:
-            groups[key].append(value)
-        return groups.items()
-
-    def components(edges, rounds):
-        graph = list(edges)
-        for _ in range(rounds):  # the same functions, in the same order, as the Beam graph
-            graph = [e for item in grouped(x for e in graph for x in _both_directions(e)) for e in _large_star(item)]
-            graph = [e for item in grouped(graph) for e in _small_star(item)]
-        messages = [m for item in grouped(y for e in graph for y in _both_directions(e)) for m in _component_label(item)]
-        crossing, labels, counter = [], [], Counter()
-        for item in grouped(messages):
-            for out in _crossing_labels(item, counter):
-                (labels.append(out.value) if hasattr(out, "tag") else crossing.append(out))
-        merged = dict(x for item in grouped((0, pair) for pair in crossing) for x in _merge_labels(item))
-        return dict(x for node in labels for x in _final_label(node, merged)), counter.value
+    def edges_of(pairs):
+        return Edges(np.array([a for a, _ in pairs], dtype=np.int64), np.array([b for _, b in pairs], dtype=np.int64))
 
     rng = random.Random(3)
     ids = rng.sample(range(10**6), 900)
@@ -529,12 +509,14 @@ def test_connected_components_are_exact_for_any_number_of_rounds():
     expected |= {i: min(ids[600:]) for i in ids[600:]}
     crossings = []
     for rounds in (0, 1, 2, 4, NearDedupConfig().cc_max_rounds):
-        labels, crossing = components(chain + star + tree, rounds)
-        assert labels == expected, rounds  # exact whatever the number of rounds
+        for parts in (1, 7):  # the same steps grouped by partitions, as on the distributed path
+            labels, crossing = components(edges_of(chain + star + tree), rounds, parts)
+            assert labels == expected, (rounds, parts)  # exact whatever the number of rounds
         crossings.append(crossing)
     assert crossings[0] > crossings[2] > 0  # rounds shrink what is merged on one worker
     centre = min(ids[300:600])  # near-duplicate stars are centred on their first document in rank order
-    assert components([(centre, j) for j in ids[300:600] if j != centre], 0)[1] == 0  # no merge needed
+    assert components(edges_of([(centre, j) for j in ids[300:600] if j != centre]), 0)[1] == 0  # no merge needed
+    assert components(edges_of([]), 1) == ({}, 0)
 
 
 def test_a_hot_component_of_near_identical_pages_resolves_into_one_verified_star():

@@ -1,12 +1,15 @@
 """The Beam wrapper of near-duplicate removal: ``NearDedup(cfg, index_out_dir, against_dirs)``.
 
-The decisions themselves are the pure core's (``transforms.near_dedup.core``); this module only moves sketches,
-band keys and components between workers, as named sub-transforms (see ``NearDedup``'s docstring):
+The decisions themselves are the pure core's (``transforms.near_dedup.core``, and ``blocks`` for what one
+partition of the distributed path does); this module only moves sketches, band entries, edges and components
+between workers, as named sub-transforms (see ``NearDedup``'s docstring):
 
     Sketch → CandidateEdges → VerifiedEdges → ConnectedComponents → VerifiedStars → Decisions → routing tail
 
-(or, on the in-memory path, Sketch → DedupInMemory → Decisions). Every function doing the step's work is timed
-into the ``near_dedup`` ``busy_ms`` counter.
+(or, on the in-memory path, Sketch → DedupInMemory → Decide). What crosses a shuffle is a block: the rows of
+many documents as numpy columns, keyed by a partition number (``blocks.partition_of``), so that a runner moves a
+few hundred elements where it moved several per document. Every function doing the step's work is timed into
+the ``near_dedup`` ``busy_ms`` counter.
 """
 from __future__ import annotations
 
@@ -14,337 +17,22 @@ import time
 from typing import Optional, Sequence
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.metrics import Metrics
-from apache_beam.utils.windowed_value import WindowedValue
+from apache_beam.transforms.window import GlobalWindows
 
 from transforms.beam_step import Route, StepFn, timed
-from transforms.near_dedup.core import (SKETCH_BATCH, STEP_NAME, NearDedupConfig, SketchBuilder, bucket_key_matrix, bucket_keys,
-                                        check_unique_ids, chosen_path, connected_components, decide, dedup_in_memory, resolve_component,
-                                        star_edges, verify_edge)
+from transforms.near_dedup import blocks
+from transforms.near_dedup.blocks import DecisionRows, Labelled, SketchRows, partition_of
+from transforms.near_dedup.core import (SKETCH_BATCH, STEP_NAME, NearDedupConfig, SketchBuilder, bucket_key_matrix,
+                                        check_unique_ids, chosen_path, decide, dedup_in_memory)
 from transforms.near_dedup.index import ReadIndex, WriteIndex, check_index_params, index_bytes, sketch_row
-from transforms.near_dedup.minhash import Sketch as SketchData
 
 SKETCHES, DOCS, BANDS = "sketches", "docs", "bands"
-# Documents sketched together (numpy over the batch): large enough to amortize the per-call overhead, small
-# enough that the buffered documents stay a few MB per worker.
-
-
-# ---------------------------------------------------------------- sketches and band keys
-
-class _SketchFn(StepFn):
-    """doc → ``(id, doc)`` on the main output, ``(id, sketch)`` on ``sketches`` (a sketch travels as the plain
-    tuple ``Sketch.to_wire()``), and with ``bands`` its bucket keys ``(key, (rank, id, False))`` on ``bands``.
-
-    Documents are buffered and sketched ``SKETCH_BATCH`` at a time (flushed when full and at the end of each
-    bundle); every document keeps its own window and timestamp."""
-
-    def __init__(self, cfg: NearDedupConfig, bands: bool = False, docs: bool = True, batch_size: int = SKETCH_BATCH):
-        super().__init__(STEP_NAME)
-        self._cfg, self._bands, self._docs, self._batch_size = cfg, bands, docs, batch_size
-        self._no_tokens = Metrics.counter(STEP_NAME, "docs_without_tokens")
-        self._buffer: list = []
-
-    def setup(self):
-        self._builder = SketchBuilder(self._cfg)
-
-    def start_bundle(self):
-        self._buffer = []
-
-    def process(self, doc, window=beam.DoFn.WindowParam, timestamp=beam.DoFn.TimestampParam):
-        self._buffer.append((doc, window, timestamp))
-        if len(self._buffer) >= self._batch_size:
-            yield from self._flush()
-
-    def finish_bundle(self):
-        yield from self._flush()
-        self._flush_busy()
-
-    def _flush(self):
-        batch, self._buffer = self._buffer, []
-        if not batch:
-            return
-        started = time.perf_counter()
-        cpu_started = time.thread_time()
-        sketches = self._builder.sketch_batch([doc for doc, _, _ in batch])
-        present = [s for s in sketches if s is not None]
-        keys = (bucket_key_matrix([s.signature for s in present], self._cfg).tolist()
-                if self._bands and present else [])
-        self.busy(time.perf_counter() - started, time.thread_time() - cpu_started)
-        if len(present) < len(batch):
-            self._no_tokens.inc(len(batch) - len(present))
-        row = 0
-        for (doc, window, timestamp), sketch in zip(batch, sketches):
-            windows = (window,)
-            if sketch is not None:
-                yield beam.pvalue.TaggedOutput(SKETCHES, WindowedValue((sketch.id, sketch.to_wire()), timestamp,
-                                                                       windows))
-                if self._bands:
-                    member = (sketch.rank, sketch.id, False)
-                    for key in keys[row]:
-                        yield beam.pvalue.TaggedOutput(BANDS, WindowedValue((key, member), timestamp, windows))
-                row += 1
-            if self._docs:
-                yield WindowedValue((int(doc["id"]), doc), timestamp, windows)
-
-
-class Sketch(beam.PTransform):
-    """Documents → ``.sketches`` ``(id, sketch tuple)`` (none for a tokenless document), with ``docs=True``
-    ``.docs`` ``(id, doc)`` and with ``bands=True`` ``.bands`` ``(bucket key, (rank, id, False))``."""
-
-    def __init__(self, cfg: NearDedupConfig, bands: bool = False, docs: bool = True):
-        super().__init__()
-        self.cfg, self.bands, self.docs = cfg, bands, docs
-
-    def expand(self, docs):
-        return docs | "Sketch" >> beam.ParDo(_SketchFn(self.cfg, self.bands, self.docs)).with_outputs(
-            SKETCHES, BANDS, main=DOCS)
-
-
-def _join_old(element, cfg: NearDedupConfig):
-    """Per id: the new sketch, or, when the id is not in the new input, the old sketch and its band keys."""
-    doc_id, groups = element
-    new, old, old_bands = list(groups["new"]), list(groups["old"]), list(groups["old_bands"])
-    if new:
-        sketch = SketchData.from_wire(new[0])
-        yield beam.pvalue.TaggedOutput("sketches", (doc_id, new[0]))
-        for key in bucket_keys(sketch, cfg):
-            yield beam.pvalue.TaggedOutput("bands", (key, (sketch.rank, doc_id, False)))
-    elif old:
-        yield beam.pvalue.TaggedOutput("sketches", (doc_id, old[0]))
-        rank = old[0][1]
-        for key in old_bands:
-            yield beam.pvalue.TaggedOutput("bands", (key, (rank, doc_id, True)))
-
-
-class SketchesAndBands(beam.PTransform):
-    """New sketches and earlier runs' indexes → ``(sketches, bands)``: ``(id, sketch tuple)`` and
-    ``(band key, (rank, id, old))``. A document in the new input and in an old index is the new one. (Without
-    earlier runs the sketching step emits the band keys itself and this join is not needed.)"""
-
-    def __init__(self, cfg: NearDedupConfig, against_dirs: Sequence[str]):
-        super().__init__()
-        self.cfg, self.against_dirs = cfg, list(against_dirs)
-
-    def expand(self, new_sketches):
-        cfg = self.cfg
-        old_sketches, old_bands = new_sketches.pipeline | "ReadIndex" >> ReadIndex(self.against_dirs, cfg)
-        joined = (
-            {"new": new_sketches, "old": old_sketches, "old_bands": old_bands}
-            | "JoinOldIndex" >> beam.CoGroupByKey()
-            | "SketchesAndBands" >> timed(STEP_NAME, _join_old, cfg).with_outputs("sketches", "bands")
-        )
-        return joined.sketches, joined.bands
-
-
-# ---------------------------------------------------------------- the distributed path
-
-def _bucket_edges(element):
-    _, members = element
-    # Ids only (a few bytes each): a hot bucket costs memory linear in its size and edges linear in its size.
-    yield from star_edges(members)
-
-
-class CandidateEdges(beam.PTransform):
-    """Band keys → candidate edges ``(first member, other member)``: a linear star per bucket (the same edge
-    from several bands is merged where the edges are joined with their centre, ``VerifiedEdges``)."""
-
-    def expand(self, bands):
-        return (
-            bands
-            | "GroupBuckets" >> beam.GroupByKey()
-            | "StarEdges" >> timed(STEP_NAME, _bucket_edges)
-        )
-
-
-PROBE_TO, IS_MEMBER = 0, 1
-
-
-def _edge_ends(edge):
-    """An edge ``(first end, second end)`` as a message to each end: the first end is to send its sketch to the
-    second, and the second end learns that it is one (so that only such documents' sketches travel again)."""
-    center, other = edge
-    yield center, (PROBE_TO, other)
-    yield other, (IS_MEMBER, center)
-
-
-def _probe_from_center(element):
-    """Per id: its sketch to every distinct second end of its edges (probes), and, when it is itself the second
-    end of an edge, its sketch on ``member_sketches`` for the verification join."""
-    doc_id, groups = element
-    sketches = list(groups["sketch"])
-    if not sketches:
-        return
-    targets, is_member = set(), False
-    for kind, other in groups["ends"]:
-        if kind == PROBE_TO:
-            targets.add(other)
-        else:
-            is_member = True
-    for other in targets:
-        yield other, sketches[0]
-    if is_member:
-        yield beam.pvalue.TaggedOutput("member_sketches", (doc_id, sketches[0]))
-
-
-def _verify_probes(element, cfg: NearDedupConfig, counter):
-    """At the second end: verify each probe; emit the verified edges, and on ``verified_sketches`` the sketches
-    of both ends (the components are resolved from these, so only near-duplicates' sketches travel further)."""
-    doc_id, groups = element
-    sketches = list(groups["sketch"])
-    if not sketches:
-        return
-    member = SketchData.from_wire(sketches[0])
-    verified = False
-    for wire in groups["probes"]:
-        center = SketchData.from_wire(wire)
-        if verify_edge(center, member, cfg):
-            verified = True
-            yield center.id, doc_id
-            yield beam.pvalue.TaggedOutput("verified_sketches", (center.id, wire))
-        else:
-            counter.inc()
-    if verified:
-        yield beam.pvalue.TaggedOutput("verified_sketches", (doc_id, sketches[0]))
-
-
-class VerifiedEdges(beam.PTransform):
-    """``{"sketches", "edges"}`` → ``.edges``: the distinct candidate edges whose two documents are similar
-    enough, and ``.verified_sketches``: the sketches of their ends (repeated ids are harmless). Two joins: every
-    sketch meets the edges of its document, and travels on to the second ends of its edges; a second end's own
-    sketch travels with it only when it is one (most documents are in no candidate edge, and their sketches go
-    no further). Estimates settle the clear cases."""
-
-    def __init__(self, cfg: NearDedupConfig):
-        super().__init__()
-        self.cfg = cfg
-
-    def expand(self, inputs):
-        sketches, edges = inputs["sketches"], inputs["edges"]
-        rejected = Metrics.counter(STEP_NAME, "candidate_edges_rejected")
-        probed = (
-            {"sketch": sketches, "ends": edges | "EdgeEnds" >> timed(STEP_NAME, _edge_ends)}
-            | "JoinCenters" >> beam.CoGroupByKey()
-            | "ProbeFromCenter" >> timed(STEP_NAME, _probe_from_center).with_outputs("member_sketches",
-                                                                                       main="probes")
-        )
-        verified = (
-            {"sketch": probed.member_sketches, "probes": probed.probes}
-            | "JoinMembers" >> beam.CoGroupByKey()
-            | "VerifyEdges" >> timed(STEP_NAME, _verify_probes, self.cfg, rejected).with_outputs(
-                "verified_sketches", main="edges")
-        )
-        return verified
-
-
-def _both_directions(edge):
-    a, b = edge
-    yield a, b
-    yield b, a
-
-
-def _large_star(element):
-    node, neighbours = element
-    neighbours = set(neighbours)
-    smallest = min(neighbours | {node})
-    for other in neighbours:
-        if other > node:
-            yield other, smallest
-
-
-def _small_star(element):
-    node, neighbours = element
-    lower = {v for v in neighbours if v < node}
-    smallest = min(lower | {node})
-    for other in lower | {node}:
-        if other != smallest:
-            yield other, smallest
-
-
-LABEL, NEIGHBOUR_LABEL = 0, 1
-
-
-def _component_label(element):
-    """A node's provisional label (the smallest of itself and its lower neighbours) to itself, and to each
-    neighbour, so that an edge whose ends got different labels shows up at one of them (``_crossing_labels``)."""
-    node, neighbours = element
-    neighbours = set(neighbours)
-    label = min(neighbours | {node}) if any(v < node for v in neighbours) else node
-    yield node, (LABEL, label)
-    for other in neighbours:
-        yield other, (NEIGHBOUR_LABEL, label)
-
-
-def _crossing_labels(element, counter):
-    """Per node: its label, and one (label, other label) pair per differing label a neighbour sent."""
-    node, messages = element
-    own, others = None, set()
-    for kind, label in messages:
-        if kind == LABEL:
-            own = label
-        else:
-            others.add(label)
-    yield beam.pvalue.TaggedOutput("labels", (node, own))
-    for other in others - {own}:
-        counter.inc()
-        yield own, other
-
-
-def _merge_labels(element):
-    """Union-find over the crossing label pairs: label → the smallest label it is connected to."""
-    _, pairs = element
-    for label, root in connected_components(pairs).items():
-        if label != root:
-            yield label, root
-
-
-def _final_label(element, merged):
-    node, label = element
-    yield node, merged.get(label, label)
-
-
-class ConnectedComponents(beam.PTransform):
-    """Verified edges → ``(id, component label)``, the label being the component's smallest id.
-
-    ``rounds`` of large-star/small-star (no single machine holds the graph) shrink every component towards a
-    star around its smallest id; then each node takes the smallest of itself and its lower neighbours as
-    label and tells its neighbours. Edges whose ends still disagree (few, once most components are stars; the
-    ``cc_crossing_edges`` counter) are merged by a union-find over their labels on one worker, and the merged
-    labels are applied to every node. Exact for any number of rounds: rounds only trade shuffles of the
-    whole edge set against the size of that last merge. Nodes are ordered by their ids."""
-
-    def __init__(self, rounds: int):
-        super().__init__()
-        self.rounds = rounds
-
-    def expand(self, edges):
-        crossing_counter = Metrics.counter(STEP_NAME, "cc_crossing_edges")
-        graph = edges
-        for round_index in range(self.rounds):
-            graph = (
-                graph
-                | f"LargeStarSym{round_index}" >> timed(STEP_NAME, _both_directions)
-                | f"LargeStarGroup{round_index}" >> beam.GroupByKey()
-                | f"LargeStar{round_index}" >> timed(STEP_NAME, _large_star)
-                | f"SmallStarGroup{round_index}" >> beam.GroupByKey()
-                | f"SmallStar{round_index}" >> timed(STEP_NAME, _small_star)
-            )  # repeated edges are harmless: every grouping step turns neighbours into a set
-        checked = (
-            graph
-            | "LabelSym" >> timed(STEP_NAME, _both_directions)
-            | "LabelGroup" >> beam.GroupByKey()
-            | "ComponentLabel" >> timed(STEP_NAME, _component_label)
-            | "LabelMessages" >> beam.GroupByKey()
-            | "CrossingLabels" >> timed(STEP_NAME, _crossing_labels, crossing_counter).with_outputs(
-                "labels", main="crossing")
-        )
-        merged = (
-            checked.crossing
-            | "OneMerge" >> beam.Map(lambda pair: (0, pair))
-            | "GatherCrossing" >> beam.GroupByKey()
-            | "MergeLabels" >> timed(STEP_NAME, _merge_labels)
-        )
-        return checked.labels | "FinalLabel" >> timed(STEP_NAME, _final_label, beam.pvalue.AsDict(merged))
-
+# What a sketching worker holds before it sends its blocks on: large enough that a block carries hundreds of
+# documents, small enough to be a few tens of MB per worker.
+BUFFER_BYTES = 32 << 20
+_BAND_ENTRY_BYTES = 25  # key, id, rank class and score, old flag
 
 # Consistency counters: every labelled document has its sketch, and every decision made reaches its document.
 # A runner that dropped part of a stage's input would otherwise keep documents silently (the accounting still
@@ -352,60 +40,355 @@ class ConnectedComponents(beam.PTransform):
 DECISIONS_MADE, DECISIONS_APPLIED, LABELS_WITHOUT_SKETCH = "decisions_made", "decisions_applied", "labels_without_sketch"
 
 
-def _label_sketch(element, labels_without_sketch=None):
+def _windowed(value):
+    return GlobalWindows.windowed_value(value)
+
+
+# ---------------------------------------------------------------- sketches, band entries, documents
+
+
+class _SketchFn(StepFn):
+    """Documents → blocks: on ``sketches`` ``(partition, SketchRows)`` (a tokenless document has no sketch), with
+    ``bands`` ``(partition, Bands)`` of their band entries, and with ``docs`` ``(partition, [doc, ...])`` of every
+    document. Sketches and documents go to the partition of their id, band entries to that of their key (with
+    ``parts`` = 1 everything goes to partition 0).
+
+    Documents are sketched ``SKETCH_BATCH`` at a time (numpy over the batch); the blocks are held until
+    ``BUFFER_BYTES`` are held, and at the end of each bundle. Blocks are in the global window (the step is
+    global: it sees the whole corpus, as a GroupByKey does)."""
+
+    def __init__(self, cfg: NearDedupConfig, parts: int, bands: bool = False, docs: bool = False):
+        super().__init__(STEP_NAME)
+        self._cfg, self._parts, self._bands, self._docs = cfg, parts, bands, docs
+        self._no_tokens = Metrics.counter(STEP_NAME, "docs_without_tokens")
+        self._batch: list = []
+
+    def setup(self):
+        self._builder = SketchBuilder(self._cfg)
+
+    def start_bundle(self):
+        self._batch = []
+        self._held: dict[tuple[str, int], list] = {}
+        self._held_bytes = 0
+
+    def process(self, doc):
+        self._batch.append(doc)
+        if len(self._batch) >= SKETCH_BATCH:
+            yield from self._sketch()
+
+    def finish_bundle(self):
+        yield from self._sketch()
+        yield from self._send()
+        self._flush_busy()
+
+    def _hold(self, tag: str, part: int, block, nbytes: int) -> None:
+        self._held.setdefault((tag, part), []).append(block)
+        self._held_bytes += nbytes
+
+    def _sketch(self):
+        batch, self._batch = self._batch, []
+        if not batch:
+            return
+        started = time.perf_counter()
+        cpu_started = time.thread_time()
+        sketches = self._builder.sketch_batch(batch)
+        present = [s for s in sketches if s is not None]
+        if len(present) < len(batch):
+            self._no_tokens.inc(len(batch) - len(present))
+        parts = self._parts
+        if present:
+            rows = SketchRows.of(present)
+            for p, block in rows.split(partition_of(rows.ids, parts), parts):
+                self._hold(SKETCHES, p, block, block.nbytes)
+            if self._bands:
+                entries = blocks.band_entries(rows, self._cfg)
+                for p, block in blocks.split_columns(entries, partition_of(entries.keys, parts), parts):
+                    self._hold(BANDS, p, block, len(block.keys) * _BAND_ENTRY_BYTES)
+        if self._docs:
+            ids = np.fromiter((doc["id"] for doc in batch), dtype=np.int64, count=len(batch))
+            for p, rows_of_part in blocks.split_by_partition(partition_of(ids, parts), parts):
+                chosen = [batch[i] for i in rows_of_part.tolist()]
+                self._hold(DOCS, p, chosen, sum(len(doc.get("text") or "") for doc in chosen))
+        self.busy(time.perf_counter() - started, time.thread_time() - cpu_started)
+        if self._held_bytes >= BUFFER_BYTES:
+            yield from self._send()
+
+    def _send(self):
+        held, self._held, self._held_bytes = self._held, {}, 0
+        for (tag, part), pieces in held.items():
+            if tag == SKETCHES:
+                block = SketchRows.concat(pieces)
+            elif tag == BANDS:
+                block = blocks.concat_columns(pieces)
+            else:
+                block = [doc for piece in pieces for doc in piece]
+            value = _windowed((part, block))
+            yield value if tag == DOCS else beam.pvalue.TaggedOutput(tag, value)
+
+
+class Sketch(beam.PTransform):
+    """Documents → ``.sketches``: ``(partition, SketchRows)`` blocks; with ``bands=True`` ``.bands``:
+    ``(partition, Bands)``; with ``docs=True`` ``.docs``: ``(partition, [doc, ...])``."""
+
+    def __init__(self, cfg: NearDedupConfig, parts: int, bands: bool = False, docs: bool = False):
+        super().__init__()
+        self.cfg, self.parts, self.bands, self.docs = cfg, parts, bands, docs
+
+    def expand(self, docs):
+        return docs | "Sketch" >> beam.ParDo(_SketchFn(self.cfg, self.parts, self.bands, self.docs)).with_outputs(
+            SKETCHES, BANDS, main=DOCS)
+
+
+def _merge_old(element, cfg: NearDedupConfig, parts: int):
+    """Per partition of ids: the new sketches with earlier runs' (``blocks.surviving_old_rows``), and the band
+    entries of both (the new ones computed, the old ones as stored)."""
     _, groups = element
-    labels, sketches = list(groups["label"]), list(groups["sketch"])
-    if labels and sketches:
-        yield labels[0], sketches[0]
-    elif labels and labels_without_sketch is not None:  # a verified edge's end always has its sketch
-        labels_without_sketch.inc()
+    new = SketchRows.concat(groups["new"])
+    old = blocks.surviving_old_rows(new, SketchRows.concat(groups["old"]))
+    entries = []
+    if new is not None:
+        entries.append(blocks.band_entries(new, cfg))
+    stored = blocks.concat_columns(groups["old_bands"])
+    if old is not None and stored is not None:
+        entries.append(blocks.old_band_entries(old, stored))
+    merged = SketchRows.concat([rows for rows in (new, old) if rows is not None])
+    if merged is not None:
+        yield beam.pvalue.TaggedOutput("sketches", (element[0], merged))
+    entries = blocks.concat_columns(entries)
+    if entries is not None:
+        for p, block in blocks.split_columns(entries, partition_of(entries.keys, parts), parts):
+            yield beam.pvalue.TaggedOutput("bands", (p, block))
 
 
-def _resolve(element, cfg: NearDedupConfig, decisions_made=None):
-    _, members = element
-    decisions = resolve_component([SketchData.from_wire(m) for m in members], cfg)
-    if decisions_made is not None:
+class SketchesAndBands(beam.PTransform):
+    """New sketch blocks and earlier runs' indexes → ``(sketches, bands)`` blocks for the distributed path: a
+    document in the new input and in an old index is the new one. (Without earlier runs the sketching step
+    makes the band entries itself and this join is not needed.)"""
+
+    def __init__(self, cfg: NearDedupConfig, against_dirs: Sequence[str], parts: int):
+        super().__init__()
+        self.cfg, self.against_dirs, self.parts = cfg, list(against_dirs), parts
+
+    def expand(self, new_sketches):
+        old_sketches, old_bands = new_sketches.pipeline | "ReadIndex" >> ReadIndex(self.against_dirs, self.cfg,
+                                                                                   self.parts)
+        joined = (
+            {"new": new_sketches, "old": old_sketches, "old_bands": old_bands}
+            | "JoinOldIndex" >> beam.CoGroupByKey()
+            | "SketchesAndBands" >> timed(STEP_NAME, _merge_old, self.cfg, self.parts).with_outputs(
+                "sketches", "bands")
+        )
+        return joined.sketches, joined.bands
+
+
+# ---------------------------------------------------------------- the distributed path
+
+
+def _bucket_edges(element, parts: int):
+    """A partition of band entries (every entry of its buckets) → star edges, by the partition of their centre."""
+    _, entries = element
+    edges = blocks.bucket_star_edges(blocks.concat_columns(entries))
+    yield from blocks.split_columns(edges, partition_of(edges.a, parts), parts)
+
+
+class CandidateEdges(beam.PTransform):
+    """Band entries → candidate edges ``(centre, other member)``: a linear star per bucket (the same edge from
+    several bands is merged where the edges meet their centre, ``VerifiedEdges``)."""
+
+    def __init__(self, parts: int):
+        super().__init__()
+        self.parts = parts
+
+    def expand(self, bands):
+        return (
+            bands
+            | "GroupBuckets" >> beam.GroupByKey()
+            | "StarEdges" >> timed(STEP_NAME, _bucket_edges, self.parts)
+        )
+
+
+def _probes(element, parts: int):
+    """At the centres' partition: every edge with its centre's sketch row, towards its other end's partition."""
+    _, groups = element
+    rows, edges = SketchRows.concat(groups["sketch"]), blocks.concat_columns(groups["edges"])
+    if rows is not None and edges is not None:
+        yield from blocks.centre_probes(rows, edges, parts)
+
+
+def _verify(element, cfg: NearDedupConfig, parts: int, rejected):
+    """At the other ends' partition: the verified edges, both ways, by the partition of their first end (the
+    components' grouping)."""
+    _, groups = element
+    members, probes = SketchRows.concat(groups["sketch"]), list(groups["probes"])
+    if members is None or not probes:
+        return
+    verified, n_rejected = blocks.verify_probes(members, probes, cfg)
+    if n_rejected:
+        rejected.inc(n_rejected)
+    both = blocks.both_directions(verified)
+    yield from blocks.split_columns(both, partition_of(both.a, parts), parts)
+
+
+class VerifiedEdges(beam.PTransform):
+    """``{"sketches", "edges"}`` → the distinct candidate edges whose two documents are similar enough, in both
+    directions, keyed by the partition of their first end. Two joins: each centre's sketch meets its edges and
+    travels on to the partitions of their other ends (once per partition), where it meets theirs; estimates
+    settle the clear cases, an exact Jaccard the others."""
+
+    def __init__(self, cfg: NearDedupConfig, parts: int):
+        super().__init__()
+        self.cfg, self.parts = cfg, parts
+
+    def expand(self, inputs):
+        rejected = Metrics.counter(STEP_NAME, "candidate_edges_rejected")
+        probes = (
+            {"sketch": inputs["sketches"], "edges": inputs["edges"]}
+            | "JoinCenters" >> beam.CoGroupByKey()
+            | "ProbeFromCenter" >> timed(STEP_NAME, _probes, self.parts)
+        )
+        return (
+            {"sketch": inputs["sketches"], "probes": probes}
+            | "JoinMembers" >> beam.CoGroupByKey()
+            | "VerifyEdges" >> timed(STEP_NAME, _verify, self.cfg, self.parts, rejected)
+        )
+
+
+def _large_star(element, parts: int):
+    edges = blocks.large_star(blocks.concat_columns(element[1]))
+    yield from blocks.split_columns(edges, partition_of(edges.a, parts), parts)
+
+
+def _small_star(element, parts: int):
+    edges = blocks.both_directions(blocks.small_star(blocks.concat_columns(element[1])))
+    yield from blocks.split_columns(edges, partition_of(edges.a, parts), parts)
+
+
+def _label_messages(element, parts: int):
+    yield from blocks.label_messages(blocks.concat_columns(element[1]), parts)
+
+
+def _crossing_labels(element, crossing_counter, without_sketch):
+    """Per partition of nodes: each node's sketch row with its provisional label (main output), and on
+    ``crossing`` the label pairs of edges whose ends still disagree, all to one key."""
+    _, groups = element
+    messages = list(groups["messages"])
+    if not messages:
+        return
+    own = blocks.concat_columns([own for own, _ in messages])
+    heard = blocks.concat_columns([heard for _, heard in messages])
+    labels, pairs = blocks.crossing_labels(own, heard)
+    if len(pairs.a):
+        crossing_counter.inc(len(pairs.a))
+        yield beam.pvalue.TaggedOutput("crossing", (0, pairs))
+    labelled, missing = blocks.labelled_rows(labels, SketchRows.concat(groups["sketch"]))
+    if missing:
+        without_sketch.inc(missing)
+    if labelled is not None:
+        yield labelled
+
+
+def _merge_labels(element):
+    yield blocks.merge_labels(blocks.concat_columns(element[1]))
+
+
+def _final_labels(labelled: Labelled, merged, parts: int):
+    final = Labelled(blocks.final_labels(labelled.labels, merged), labelled.rows)
+    for p, rows in blocks.split_by_partition(partition_of(final.labels, parts), parts):
+        yield p, Labelled(final.labels[rows], final.rows.take(rows))
+
+
+class ConnectedComponents(beam.PTransform):
+    """``{"edges": verified edges (both directions, by the partition of their first end), "sketches"}`` →
+    ``(partition, Labelled)``: the sketch rows of the edges' ends with their component's label (its smallest
+    id), by the partition of that label.
+
+    ``rounds`` of large-star/small-star (no single machine holds the graph) shrink every component towards a
+    star around its smallest id; then each node takes the smallest of itself and its neighbours as label and
+    tells its neighbours, where it meets its sketch row. Edges whose ends still disagree (few, once most
+    components are stars; the ``cc_crossing_edges`` counter) are merged by a union-find over their labels on
+    one worker, and the merged labels are applied to every node. Exact for any number of rounds: rounds only
+    trade shuffles of the whole edge set against the size of that last merge."""
+
+    def __init__(self, rounds: int, parts: int):
+        super().__init__()
+        self.rounds, self.parts = rounds, parts
+
+    def expand(self, inputs):
+        parts = self.parts
+        graph = inputs["edges"]
+        for round_index in range(self.rounds):
+            graph = (
+                graph
+                | f"LargeStarGroup{round_index}" >> beam.GroupByKey()
+                | f"LargeStar{round_index}" >> timed(STEP_NAME, _large_star, parts)
+                | f"SmallStarGroup{round_index}" >> beam.GroupByKey()
+                | f"SmallStar{round_index}" >> timed(STEP_NAME, _small_star, parts)
+            )
+        messages = (
+            graph
+            | "LabelGroup" >> beam.GroupByKey()
+            | "ComponentLabel" >> timed(STEP_NAME, _label_messages, parts)
+        )
+        labelled = (
+            {"messages": messages, "sketch": inputs["sketches"]}
+            | "LabelMessages" >> beam.CoGroupByKey()
+            | "CrossingLabels" >> timed(STEP_NAME, _crossing_labels, Metrics.counter(STEP_NAME, "cc_crossing_edges"),
+                                        Metrics.counter(STEP_NAME, LABELS_WITHOUT_SKETCH)).with_outputs(
+                "crossing", main="labelled")
+        )
+        merged = (
+            labelled.crossing
+            | "GatherCrossing" >> beam.GroupByKey()
+            | "MergeLabels" >> timed(STEP_NAME, _merge_labels)
+        )
+        return labelled.labelled | "FinalLabel" >> timed(STEP_NAME, _final_labels, beam.pvalue.AsList(merged), parts)
+
+
+def _resolve(element, cfg: NearDedupConfig, parts: int, decisions_made):
+    decisions = blocks.resolve_components(element[1], cfg)
+    if decisions:
         decisions_made.inc(len(decisions))
-    for decision in decisions:
-        yield decision.id, decision
+        rows = DecisionRows.of(decisions)
+        yield from blocks.split_columns(rows, partition_of(rows.ids, parts), parts)
 
 
 class VerifiedStars(beam.PTransform):
-    """``{"sketches", "labels"}`` → ``(id, Decision)``: each component resolved on its own into verified stars
-    (every removed document similar enough to the document kept for it: no chaining)."""
+    """``(partition, Labelled)`` → ``(partition, DecisionRows)``: each component resolved on its own into verified
+    stars (every removed document similar enough to the document kept for it: no chaining), the decisions by
+    the partition of their document."""
 
-    def __init__(self, cfg: NearDedupConfig):
+    def __init__(self, cfg: NearDedupConfig, parts: int):
         super().__init__()
-        self.cfg = cfg
+        self.cfg, self.parts = cfg, parts
 
-    def expand(self, inputs):
+    def expand(self, labelled):
         return (
-            {"label": inputs["labels"], "sketch": inputs["sketches"]}
-            | "JoinLabels" >> beam.CoGroupByKey()
-            | "ByComponent" >> timed(STEP_NAME, _label_sketch, Metrics.counter(STEP_NAME, LABELS_WITHOUT_SKETCH))
+            labelled
             | "GroupComponents" >> beam.GroupByKey()
-            | "ResolveComponents" >> timed(STEP_NAME, _resolve, self.cfg, Metrics.counter(STEP_NAME, DECISIONS_MADE))
+            | "ResolveComponents" >> timed(STEP_NAME, _resolve, self.cfg, self.parts,
+                                           Metrics.counter(STEP_NAME, DECISIONS_MADE))
         )
 
 
 class DistributedDecisions(beam.PTransform):
-    """``{"sketches", "bands"}`` → ``(id, Decision)`` by shuffles only: memory per worker bounded by a bucket's
-    ids or a component's sketches."""
+    """``{"sketches", "bands"}`` blocks → ``(partition, DecisionRows)`` by shuffles only: memory per worker bounded
+    by a partition's band entries, sketches or components, whose number grows with the input."""
 
-    def __init__(self, cfg: NearDedupConfig):
+    def __init__(self, cfg: NearDedupConfig, parts: int):
         super().__init__()
-        self.cfg = cfg
+        self.cfg, self.parts = cfg, parts
 
     def expand(self, inputs):
         sketches = inputs["sketches"]
-        edges = inputs["bands"] | "CandidateEdges" >> CandidateEdges()
-        verified = {"sketches": sketches, "edges": edges} | "VerifiedEdges" >> VerifiedEdges(self.cfg)
-        labels = verified.edges | "ConnectedComponents" >> ConnectedComponents(self.cfg.cc_max_rounds)
-        return ({"sketches": verified.verified_sketches, "labels": labels}
-                | "VerifiedStars" >> VerifiedStars(self.cfg))
+        edges = inputs["bands"] | "CandidateEdges" >> CandidateEdges(self.parts)
+        verified = {"sketches": sketches, "edges": edges} | "VerifiedEdges" >> VerifiedEdges(self.cfg, self.parts)
+        labelled = ({"edges": verified, "sketches": sketches}
+                    | "ConnectedComponents" >> ConnectedComponents(self.cfg.cc_max_rounds, self.parts))
+        return labelled | "VerifiedStars" >> VerifiedStars(self.cfg, self.parts)
 
 
 # ---------------------------------------------------------------- the in-memory path
+
 
 def _index_rows(sketches, cfg: NearDedupConfig):
     """The index rows of kept new documents: their sketch rows and band-key rows."""
@@ -418,34 +401,48 @@ def _index_rows(sketches, cfg: NearDedupConfig):
             yield beam.pvalue.TaggedOutput("index_bands", {"key": key, "id": sketch.id})
 
 
-def _resolve_all(element, cfg: NearDedupConfig, with_index: bool, decisions_made=None):
-    _, wires = element
-    sketches = [SketchData.from_wire(w) for w in wires]
-    check_unique_ids([s.id for s in sketches if not s.old])
+def _resolve_all(element, cfg: NearDedupConfig, with_index: bool, as_blocks_of: Optional[int] = None,
+                 decisions_made=None):
+    """Every sketch block (new and earlier runs') on one worker → ``dedup_in_memory``'s decisions, as
+    ``(id, Decision)`` or, with ``as_blocks_of`` partitions, as ``(partition, DecisionRows)``."""
+    _, pieces = element
+    rows = SketchRows.concat(list(pieces))
+    if rows is None:
+        return
+    new = rows.take(np.flatnonzero(~rows.old)) if rows.old.any() else rows
+    check_unique_ids(new.ids.tolist())
+    old = blocks.surviving_old_rows(new, rows.take(np.flatnonzero(rows.old))) if rows.old.any() else None
+    sketches = new.sketches() + (old.sketches() if old is not None else [])
     decisions = dedup_in_memory(sketches, cfg)
     if decisions_made is not None:
         decisions_made.inc(len(decisions))
-    for decision in decisions:
-        yield decision.id, decision
+    if as_blocks_of:
+        if decisions:
+            decided = DecisionRows.of(decisions)
+            yield from blocks.split_columns(decided, partition_of(decided.ids, as_blocks_of), as_blocks_of)
+    else:
+        for decision in decisions:
+            yield decision.id, decision
     if with_index:
         removed = {d.id for d in decisions if d.removed}
         yield from _index_rows([s for s in sketches if not s.old and s.id not in removed], cfg)
 
 
 class DedupInMemory(beam.PTransform):
-    """``(id, sketch tuple)`` → ``(id, Decision)``: every sketch on one worker, ``dedup_in_memory``; with
-    ``with_index``, the kept documents' index rows on ``index_sketches`` / ``index_bands`` too."""
+    """Sketch blocks (any partitions) → ``(id, Decision)`` (or, with ``as_blocks_of``, ``(partition,
+    DecisionRows)``): every sketch on one worker, ``dedup_in_memory``; with ``with_index``, the kept documents'
+    index rows on ``index_sketches`` / ``index_bands`` too."""
 
-    def __init__(self, cfg: NearDedupConfig, with_index: bool = False):
+    def __init__(self, cfg: NearDedupConfig, with_index: bool = False, as_blocks_of: Optional[int] = None):
         super().__init__()
-        self.cfg, self.with_index = cfg, with_index
+        self.cfg, self.with_index, self.as_blocks_of = cfg, with_index, as_blocks_of
 
     def expand(self, sketches):
         return (
             sketches
             | "OneGroup" >> beam.Map(lambda kv: (0, kv[1]))
             | "GatherAll" >> beam.GroupByKey()
-            | "DedupInMemory" >> timed(STEP_NAME, _resolve_all, self.cfg, self.with_index,
+            | "DedupInMemory" >> timed(STEP_NAME, _resolve_all, self.cfg, self.with_index, self.as_blocks_of,
                                      Metrics.counter(STEP_NAME, DECISIONS_MADE)).with_outputs(
                 "index_sketches", "index_bands", main="decisions")
         )
@@ -473,9 +470,10 @@ class _DecideWithSideInputFn(StepFn):
 
 # ---------------------------------------------------------------- decisions → (doc, reason)
 
+
 class _DecideFn(StepFn):
-    """Per id: record the decision on the document and emit ``(doc, reason)``; a kept document's index rows go
-    to ``index_sketches`` / ``index_bands``."""
+    """Per partition of ids: record each document's decision on it and emit ``(doc, reason)``; a kept new
+    document's index rows go to ``index_sketches`` / ``index_bands``."""
 
     def __init__(self, cfg: NearDedupConfig):
         super().__init__(STEP_NAME)
@@ -484,7 +482,7 @@ class _DecideFn(StepFn):
 
     def process(self, element):
         _, groups = element
-        docs = list(groups["doc"])
+        docs = [doc for block in groups["doc"] for doc in block]
         if not docs:  # an old run's document: nothing to emit
             return []
         started = time.perf_counter()
@@ -494,23 +492,30 @@ class _DecideFn(StepFn):
         return out
 
     def _decide(self, docs, groups):
-        if len(docs) > 1:
-            raise ValueError(f"near_dedup: document id {docs[0]['id']} occurs {len(docs)} times; ids must be unique")
-        decisions, sketches = list(groups["decision"]), list(groups.get("sketch", ()))
-        if decisions:
-            self._applied.inc()
-        doc = docs[0]
-        reason = decide(doc, decisions[0] if decisions else None)
-        yield doc, reason
-        if reason is None and sketches:
-            sketch = SketchData.from_wire(sketches[0])
-            if not sketch.old:
-                yield from _index_rows([sketch], self._cfg)
+        check_unique_ids([int(doc["id"]) for doc in docs])
+        decided = blocks.concat_columns(groups["decision"])
+        by_id = {d.id: d for d in decided.decisions()} if decided is not None else {}
+        applied, kept_ids = 0, []
+        for doc in docs:
+            decision = by_id.get(int(doc["id"]))
+            applied += decision is not None
+            reason = decide(doc, decision)
+            if reason is None:
+                kept_ids.append(int(doc["id"]))
+            yield doc, reason
+        if applied:
+            self._applied.inc(applied)
+        rows = SketchRows.concat(groups.get("sketch", ())) if "sketch" in groups else None
+        if rows is not None and kept_ids:
+            at = rows.index_of(np.array(kept_ids, dtype=np.int64))
+            at = at[at >= 0]
+            kept = rows.take(at[~rows.old[at]])
+            yield from _index_rows(kept.sketches(), self._cfg)
 
 
 class Decisions(beam.PTransform):
-    """``{"doc", "decision"[, "sketch"]}`` keyed by id → ``(doc, reason)`` pairs on the main output, and the kept
-    documents' ``index_sketches`` / ``index_bands`` rows when the sketches are given."""
+    """``{"doc", "decision"[, "sketch"]}`` blocks keyed by the partition of ids → ``(doc, reason)`` pairs on the
+    main output, and the kept documents' ``index_sketches`` / ``index_bands`` rows when the sketches are given."""
 
     def __init__(self, cfg: NearDedupConfig):
         super().__init__()
@@ -525,42 +530,52 @@ class Decisions(beam.PTransform):
         )
 
 
+def _rows_in(element) -> int:
+    return len(element[1])
+
+
 class NearDedupDecide(beam.PTransform):
     """The annotate-and-decide part of near-dedup: documents → ``(doc, reason)`` pairs (and the index written
     when ``index_out_dir`` is given). See ``NearDedup``."""
 
     def __init__(self, cfg: NearDedupConfig, index_out_dir: Optional[str] = None, against_dirs: Sequence[str] = (),
-                 path: str = "auto"):
+                 path: str = "auto", parts: int = blocks.MIN_PARTITIONS):
         super().__init__()
-        self.cfg, self.index_out_dir, self.against_dirs, self.path = cfg, index_out_dir, list(against_dirs), path
+        self.cfg, self.index_out_dir, self.against_dirs = cfg, index_out_dir, list(against_dirs)
+        self.path, self.parts = path, parts
 
     def expand(self, docs):
-        cfg = self.cfg
-        # Band keys are needed by the distributed path only (the in-memory path keys its signature matrix);
-        # without earlier runs' indexes they are emitted by the sketching step itself.
-        emit_bands = self.path != "memory" and not self.against_dirs
-        sketched = docs | "Sketch" >> Sketch(cfg, bands=emit_bands, docs=self.path != "memory")
-        if self.against_dirs:
-            sketches, bands = sketched[SKETCHES] | "SketchesAndBands" >> SketchesAndBands(cfg, self.against_dirs)
-        else:
-            sketches, bands = sketched[SKETCHES], sketched[BANDS]
+        cfg, parts = self.cfg, self.parts
         if self.path == "memory":  # the documents take the decisions as a side input: no shuffle of documents
+            sketches = (docs | "Sketch" >> Sketch(cfg, parts=1))[SKETCHES]
+            if self.against_dirs:
+                old, _ = docs.pipeline | "ReadIndex" >> ReadIndex(self.against_dirs, cfg, parts, bands=False)
+                sketches = (sketches, old) | "WithOldSketches" >> beam.Flatten()
             resolved = sketches | "DedupInMemory" >> DedupInMemory(cfg, with_index=bool(self.index_out_dir))
             decided = docs | "Decide" >> beam.ParDo(_DecideWithSideInputFn(), beam.pvalue.AsDict(resolved.decisions))
             index = resolved
         else:
+            # Band entries are made by the sketching step, or, with earlier runs' indexes, where the new
+            # sketches meet the old ones.
+            sketched = docs | "Sketch" >> Sketch(cfg, parts, bands=not self.against_dirs, docs=True)
+            if self.against_dirs:
+                sketches, bands = sketched[SKETCHES] | "SketchesAndBands" >> SketchesAndBands(
+                    cfg, self.against_dirs, parts)
+            else:
+                sketches, bands = sketched[SKETCHES], sketched[BANDS]
             if self.path == "beam":
-                decisions = {"sketches": sketches, "bands": bands} | "Distributed" >> DistributedDecisions(cfg)
+                decisions = {"sketches": sketches, "bands": bands} | "Distributed" >> DistributedDecisions(cfg, parts)
             else:  # auto: choose at run time from the number of sketches; the other path then sees empty inputs
-                count = beam.pvalue.AsSingleton(sketches | "CountSketches" >> beam.combiners.Count.Globally())
+                count = beam.pvalue.AsSingleton(
+                    sketches | "SketchRows" >> beam.Map(_rows_in) | "CountSketches" >> beam.CombineGlobally(sum))
                 limit = cfg.memory_max_docs
-                route = lambda _, parts, n, limit=limit: 0 if n <= limit else 1  # noqa: E731
+                route = lambda _, n_routes, n, limit=limit: 0 if n <= limit else 1  # noqa: E731
                 routed_sketches = sketches | "RouteSketches" >> beam.Partition(route, 2, count)
                 routed_bands = bands | "RouteBands" >> beam.Partition(route, 2, count)
                 decisions = (
-                    ((routed_sketches[0] | "DedupInMemory" >> DedupInMemory(cfg)).decisions,
+                    ((routed_sketches[0] | "DedupInMemory" >> DedupInMemory(cfg, as_blocks_of=parts)).decisions,
                      {"sketches": routed_sketches[1], "bands": routed_bands[1]}
-                     | "Distributed" >> DistributedDecisions(cfg))
+                     | "Distributed" >> DistributedDecisions(cfg, parts))
                     | "AllDecisions" >> beam.Flatten()
                 )
             # The sketches join the decisions only when the kept documents' index is wanted.
@@ -587,11 +602,12 @@ class NearDedup(beam.PTransform):
 
     ``cfg.mode`` chooses the path; ``auto`` decides from ``input_bytes`` (the caller's input size, when given)
     when the graph is built, otherwise at run time from the number of sketches (new + old):
-    ``memory`` gathers all sketches on one worker and runs ``dedup_in_memory``; ``beam`` groups band keys with
-    the runner's shuffle (``CandidateEdges``), verifies star edges by joins (``VerifiedEdges``), finds
+    ``memory`` gathers all sketches on one worker and runs ``dedup_in_memory``; ``beam`` groups band entries by
+    partitions of their keys (``CandidateEdges``), verifies star edges by joins (``VerifiedEdges``), finds
     components by large-star/small-star rounds (``ConnectedComponents``) and resolves each component on its own
-    (``VerifiedStars``; memory per worker bounded by a bucket's ids or a component's sketches). Both give the
-    same decisions; both are deterministic on any number of workers.
+    (``VerifiedStars``). Its partitions (``blocks.partitions_for(input_bytes)``) grow with the input, so memory
+    per worker is bounded by a partition's band entries, sketches, components or documents. Both paths give the
+    same decisions; both are deterministic on any number of workers. The documents are in the global window.
     """
 
     def __init__(self, cfg: NearDedupConfig, index_out_dir: Optional[str] = None, against_dirs: Sequence[str] = (),
@@ -615,6 +631,8 @@ class NearDedup(beam.PTransform):
         if not self.cfg.enabled:  # switched off: every document passes untouched
             decided = docs | "NotEnabled" >> beam.Map(lambda doc: (doc, None))
         else:
+            old_bytes = index_bytes(self.against_dirs) if self.against_dirs else 0
+            parts = blocks.partitions_for((self.input_bytes or 0) + old_bytes)
             decided = docs | "Decide" >> NearDedupDecide(self.cfg, self.index_out_dir, self.against_dirs,
-                                                         self.path())
+                                                         self.path(), parts)
         return decided | "Tail" >> Route(STEP_NAME, self.progress_dir)

@@ -26,7 +26,7 @@ import functools
 import itertools
 import logging
 import math
-from typing import Iterable, Iterator, Literal, NamedTuple, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Literal, NamedTuple, Optional, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -253,40 +253,45 @@ def star_edges(members: Iterable[tuple[tuple, int, bool]]) -> Iterator[tuple[int
 def star_edge_arrays(keys: np.ndarray, old: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``star_edges`` of every bucket at once: ``keys`` (documents × bands) are the bucket keys of documents
     already in rank order, ``old`` marks earlier runs' documents. Returns the distinct edges ``(a, b)`` as
-    positions in that order (``a < b``): per band, a stable sort by key puts each bucket's members together in
-    rank order, the first is the centre."""
-    n = len(keys)
-    if n < 2:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    position = np.arange(n)
-    parts_a, parts_b = [], []
-    any_old = bool(old.any())
-    for band in range(keys.shape[1]):
-        column = keys[:, band]
-        order = np.argsort(column, kind="stable")
-        sorted_keys = column[order]
-        first = np.empty(n, dtype=bool)
-        first[0] = True
-        np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=first[1:])
-        if first.all():
-            continue
-        group = np.cumsum(first) - 1
-        starts = np.flatnonzero(first)
-        centre = order[starts][group]
-        later = ~first
-        if not any_old:
-            parts_a.append(centre[later])
-            parts_b.append(order[later])
-            continue
-        old_sorted = old[order]
-        first_new = np.minimum.reduceat(np.where(old_sorted, n, position), starts)[group]
-        new_member = later & ~old_sorted
-        old_member = later & old_sorted & old[centre] & (first_new < n)  # linked to the bucket's first new one
-        parts_a += [centre[new_member], order[old_member]]
-        parts_b += [order[new_member], order[np.minimum(first_new, n - 1)][old_member]]
-    if not parts_a:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    codes = np.unique(np.concatenate(parts_a).astype(np.int64) * n + np.concatenate(parts_b))
+    positions in that order (``a < b``)."""
+    n, per_row = keys.shape if keys.ndim == 2 else (len(keys), 1)
+    return star_edge_positions(keys.reshape(-1), np.repeat(np.arange(n), per_row), old)
+
+
+def star_edge_positions(keys: np.ndarray, positions: np.ndarray, old: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``star_edges`` of every bucket among band entries: entry i puts the document at rank position
+    ``positions[i]`` into bucket ``keys[i]`` (bucket keys are unique across bands); the entries come in
+    nondecreasing position order, and ``old`` marks earlier runs' documents by position. A stable sort by key
+    puts each bucket's members together in rank order: the first is the centre. Returns the distinct edges
+    ``(a, b)`` as positions (``a < b``)."""
+    n = len(old)
+    none = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    if len(keys) < 2:
+        return none
+    order = np.argsort(keys, kind="stable")
+    sorted_keys, members = keys[order], positions[order]
+    first = np.empty(len(order), dtype=bool)
+    first[0] = True
+    np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=first[1:])
+    if first.all():
+        return none
+    later = ~first
+    later[1:] &= members[1:] != members[:-1]  # a document twice in one bucket is one member
+    group = np.cumsum(first) - 1
+    starts = np.flatnonzero(first)
+    centre = members[starts][group]
+    if not old.any():
+        a, b = centre[later], members[later]
+    else:
+        member_old = old[members]
+        first_new = np.minimum.reduceat(np.where(member_old, n, members), starts)[group]
+        new_member = later & ~member_old
+        old_member = later & member_old & old[centre] & (first_new < n)  # linked to the bucket's first new one
+        a = np.concatenate((centre[new_member], members[old_member]))
+        b = np.concatenate((members[new_member], first_new[old_member]))
+    if not len(a):
+        return none
+    codes = np.unique(a.astype(np.int64) * n + b)
     return codes // n, codes % n
 
 
@@ -340,44 +345,34 @@ def _reliable(sizes_a: np.ndarray, sizes_b: np.ndarray, cfg: NearDedupConfig) ->
     return np.minimum(sizes_a, sizes_b) >= _RELIABLE_SHINGLES_PER_BIN * cfg.num_perm
 
 
-def _agreement(signatures: np.ndarray, a: np.ndarray, b: np.ndarray, block: int = 8192) -> np.ndarray:
-    """Fraction of equal signature entries of each pair (a[i], b[i])."""
+def _agreement(signatures_a: np.ndarray, signatures_b: np.ndarray, a: np.ndarray, b: np.ndarray,
+               block: int = 8192) -> np.ndarray:
+    """Fraction of equal signature entries of each pair (signatures_a[a[i]], signatures_b[b[i]])."""
     out = np.empty(len(a))
     for start in range(0, len(a), block):
         sl = slice(start, start + block)
-        out[sl] = (signatures[a[sl]] == signatures[b[sl]]).mean(axis=1)
+        out[sl] = (signatures_a[a[sl]] == signatures_b[b[sl]]).mean(axis=1)
     return out
 
 
-def verify_edge(a: Sketch, b: Sketch, cfg: NearDedupConfig, cache: Optional[SimilarityCache] = None) -> bool:
-    """Whether a candidate edge is a near-duplicate: decided by the MinHash estimate when it is clear (far from
-    the threshold, documents long enough), otherwise by the configured similarity."""
-    if _estimates_decide(cfg) and bool(_reliable(np.array(len(a.shingles)), np.array(len(b.shingles)), cfg)):
-        estimate = minhash.estimated_jaccard(a.signature, b.signature)
-        if estimate < cfg.threshold - _PREFILTER_MARGIN:
-            return False
-        if estimate >= cfg.threshold + _PREFILTER_MARGIN:
-            return True
-    sim = cache.get(a, b) if cache is not None else similarity(a, b, cfg)
-    return similar_enough(sim, cfg)
-
-
-def verify_edge_arrays(ordered: Sequence[Sketch], signatures: np.ndarray, a: np.ndarray, b: np.ndarray,
-                       cfg: NearDedupConfig, cache: SimilarityCache) -> np.ndarray:
-    """``verify_edge`` for many edges (positions in ``ordered``), estimates computed for all at once."""
+def verify_pairs(signatures_a: np.ndarray, signatures_b: np.ndarray, a: np.ndarray, b: np.ndarray,
+                 sizes_a: np.ndarray, sizes_b: np.ndarray, exact: Callable[[int], float],
+                 cfg: NearDedupConfig) -> np.ndarray:
+    """Which candidate pairs (``signatures_a[a[i]]``, ``signatures_b[b[i]]``; ``sizes_*``: their shingle counts)
+    are near-duplicates: decided by the MinHash estimates, computed for all pairs at once, where they are clear
+    (far from the threshold, documents long enough), otherwise by ``exact(i)``, the pair's exact similarity
+    (called for those pairs only)."""
     keep = np.zeros(len(a), dtype=bool)
     if not len(a):
         return keep
     if cfg.method == "simhash" and cfg.verify == "estimated":
-        values = signatures[:, 0]
-        distance = np.bitwise_count(values[a] ^ values[b])
+        distance = np.bitwise_count(signatures_a[a, 0] ^ signatures_b[b, 0])
         return 1.0 - distance / simhash.BITS >= similarity_floor(cfg) - 1e-12
     if cfg.method == "minhash":
-        estimate = _agreement(signatures, a, b)
+        estimate = _agreement(signatures_a, signatures_b, a, b)
         if cfg.verify == "estimated":
             return estimate >= cfg.threshold - 1e-12
-        sizes = np.fromiter((len(s.shingles) for s in ordered), dtype=np.int64, count=len(ordered))
-        reliable = _reliable(sizes[a], sizes[b], cfg)
+        reliable = _reliable(sizes_a, sizes_b, cfg)
         keep = reliable & (estimate >= cfg.threshold + _PREFILTER_MARGIN)
         ambiguous = ~reliable | (np.abs(estimate - cfg.threshold) < _PREFILTER_MARGIN)
         ambiguous &= ~keep
@@ -385,8 +380,17 @@ def verify_edge_arrays(ordered: Sequence[Sketch], signatures: np.ndarray, a: np.
         ambiguous = np.ones(len(a), dtype=bool)
     floor = similarity_floor(cfg) - 1e-12
     for i in np.flatnonzero(ambiguous).tolist():
-        keep[i] = cache.get(ordered[a[i]], ordered[b[i]]) >= floor
+        keep[i] = exact(i) >= floor
     return keep
+
+
+def verify_edge_arrays(ordered: Sequence[Sketch], signatures: np.ndarray, a: np.ndarray, b: np.ndarray,
+                       cfg: NearDedupConfig, cache: SimilarityCache) -> np.ndarray:
+    """``verify_pairs`` for edges between positions in ``ordered`` (the cache keeps every exact similarity
+    computed, for the components' resolution)."""
+    sizes = np.fromiter((len(s.shingles) for s in ordered), dtype=np.int64, count=len(ordered))
+    return verify_pairs(signatures, signatures, a, b, sizes[a], sizes[b],
+                        lambda i: cache.get(ordered[a[i]], ordered[b[i]]), cfg)
 
 
 class _ComponentSimilarity:

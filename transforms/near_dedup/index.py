@@ -17,7 +17,7 @@ import apache_beam as beam
 import numpy as np
 
 from transforms.beam_step import timed
-from transforms.near_dedup.core import STEP_NAME, NearDedupConfig, doc_rank
+from transforms.near_dedup.core import STEP_NAME, NearDedupConfig
 from transforms.near_dedup.minhash import Sketch
 
 SKETCH_FILES = "sketches"
@@ -30,11 +30,23 @@ def sketch_row(sketch: Sketch) -> dict:
     return {"id": sketch.id, "signature": little.tobytes(), "shingles": sketch.shingles.astype("<u4").tobytes()}
 
 
-def sketch_from_row(row: dict, cfg: NearDedupConfig) -> Sketch:
-    signature_type = (np.dtype("<u8"), np.uint64) if cfg.method == "simhash" else (np.dtype("<u4"), np.uint32)
-    return Sketch(int(row["id"]), doc_rank(int(row["id"]), None, cfg, old=True),
-                  np.frombuffer(row["signature"], dtype=signature_type[0]).astype(signature_type[1]),
-                  np.frombuffer(row["shingles"], dtype="<u4").astype(np.uint32), old=True)
+def sketch_rows_of_table(table, cfg: NearDedupConfig):
+    """An index's sketch rows (a pyarrow Table of ``id``, ``signature``, ``shingles``) as ``blocks.SketchRows``
+    of earlier runs' documents."""
+    from transforms.near_dedup.blocks import SketchRows
+
+    n = table.num_rows
+    ids = np.asarray(table.column("id").to_numpy(), dtype=np.int64)
+    wire, native = (np.dtype("<u8"), np.uint64) if cfg.method == "simhash" else (np.dtype("<u4"), np.uint32)
+    signatures = np.frombuffer(b"".join(table.column("signature").to_pylist()), dtype=wire).astype(native)
+    shingle_bytes = table.column("shingles").to_pylist()
+    lengths = np.fromiter(map(len, shingle_bytes), dtype=np.int64, count=n) // 4
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    shingles = np.frombuffer(b"".join(shingle_bytes), dtype="<u4").astype(np.uint32)
+    rank_class = np.zeros(n, dtype=np.int8)  # core.doc_rank of an earlier run's document: (0, 0.0, id)
+    return SketchRows(ids, rank_class, np.zeros(n), np.ones(n, dtype=bool),
+                      signatures.reshape(n, -1) if n else signatures.reshape(0, 1), offsets, shingles)
 
 
 def check_index_params(index_dir: str, cfg: NearDedupConfig) -> None:
@@ -62,46 +74,54 @@ def index_bytes(index_dirs: Sequence[str]) -> int:
         [FileSystems.join(directory, f"{SKETCH_FILES}-*.parquet")]) for meta in result.metadata_list)
 
 
-def _old_sketch(row: dict, cfg: NearDedupConfig):
-    yield int(row["id"]), sketch_from_row(row, cfg).to_wire()
+def _old_sketch_blocks(table, cfg: NearDedupConfig, parts: int):
+    from transforms.near_dedup.blocks import partition_of
+
+    rows = sketch_rows_of_table(table, cfg)
+    yield from rows.split(partition_of(rows.ids, parts), parts)
 
 
-def _old_band(row: dict):
-    yield int(row["id"]), int(row["key"])
+def _old_band_blocks(table, parts: int):
+    from transforms.near_dedup.blocks import Edges, partition_of, split_columns
+
+    stored = Edges(np.asarray(table.column("id").to_numpy(), dtype=np.int64),
+                   np.asarray(table.column("key").to_numpy(), dtype=np.int64))
+    yield from split_columns(stored, partition_of(stored.a, parts), parts)
 
 
 class ReadIndex(beam.PTransform):
-    """Earlier runs' indexes → ``(old_sketches, old_bands)``: ``(id, sketch tuple)`` and ``(id, band key)``."""
+    """Earlier runs' indexes → ``(old_sketches, old_bands)`` blocks by the partition of their ids: ``(partition,
+    blocks.SketchRows)`` of earlier runs' documents and ``(partition, blocks.Edges(id, key))`` of their stored
+    band keys (``bands=False``: the band files are not read, ``old_bands`` is None). Row groups are read as
+    Arrow tables; an id kept by two earlier runs is made one where the blocks meet
+    (``blocks.surviving_old_rows``)."""
 
-    def __init__(self, index_dirs: Sequence[str], cfg: NearDedupConfig):
+    def __init__(self, index_dirs: Sequence[str], cfg: NearDedupConfig, parts: int, bands: bool = True):
         super().__init__()
-        self.index_dirs, self.cfg = list(index_dirs), cfg
+        self.index_dirs, self.cfg, self.parts, self.bands = list(index_dirs), cfg, parts, bands
 
     def expand(self, pbegin):
         from apache_beam.io.filesystems import FileSystems
-        from apache_beam.io.parquetio import ReadFromParquet
+        from apache_beam.io.parquetio import ReadFromParquetBatched
 
         sketch_reads, band_reads = [], []
         for i, directory in enumerate(self.index_dirs):
             pattern = FileSystems.join(directory, f"{SKETCH_FILES}-*.parquet")
             if not FileSystems.match([pattern])[0].metadata_list:
                 continue  # a run that kept no document has an empty index: no files (its params file says so)
-            sketch_reads.append(pbegin | f"ReadOldSketches{i}" >> ReadFromParquet(pattern))
-            band_reads.append(pbegin | f"ReadOldBands{i}" >> ReadFromParquet(
-                FileSystems.join(directory, f"{BAND_FILES}-*.parquet")))
+            sketch_reads.append(pbegin | f"ReadOldSketches{i}" >> ReadFromParquetBatched(pattern))
+            if self.bands:
+                band_reads.append(pbegin | f"ReadOldBands{i}" >> ReadFromParquetBatched(
+                    FileSystems.join(directory, f"{BAND_FILES}-*.parquet")))
         if not sketch_reads:  # no earlier run kept anything
             sketch_reads.append(pbegin | "NoOldSketches" >> beam.Create([]))
             band_reads.append(pbegin | "NoOldBands" >> beam.Create([]))
-        # An id kept by two earlier runs is one document: keep one sketch (the same id means the same text).
-        old_sketches = (
-            sketch_reads | "FlattenOldSketches" >> beam.Flatten()
-            | "OldSketch" >> timed(STEP_NAME, _old_sketch, self.cfg)
-            | "GroupOldById" >> beam.GroupByKey()
-            | "OneOldSketch" >> beam.Map(lambda kv: (kv[0], min(kv[1], key=lambda wire: wire[4]))))
-        old_bands = (
-            band_reads | "FlattenOldBands" >> beam.Flatten()
-            | "OldBand" >> timed(STEP_NAME, _old_band)
-            | "DistinctOldBands" >> beam.Distinct())
+        old_sketches = (sketch_reads | "FlattenOldSketches" >> beam.Flatten()
+                        | "OldSketchBlocks" >> timed(STEP_NAME, _old_sketch_blocks, self.cfg, self.parts))
+        if not self.bands:
+            return old_sketches, None
+        old_bands = (band_reads | "FlattenOldBands" >> beam.Flatten()
+                     | "OldBandBlocks" >> timed(STEP_NAME, _old_band_blocks, self.parts))
         return old_sketches, old_bands
 
 

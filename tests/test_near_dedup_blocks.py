@@ -1,0 +1,154 @@
+"""Near-dedup's distributed path a block at a time (transforms/near_dedup/blocks.py): the columns that cross its
+shuffles, and each partition's step against the per-bucket reference and the in-memory path. Pure numpy, no
+Beam: the Beam graph itself is tested in test_near_dedup.py (its decisions equal the in-memory path's on one
+and two workers)."""
+from __future__ import annotations
+
+import pickle
+import random
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+from test_near_dedup import as_docs, family_corpus, sketches_of
+from transforms.near_dedup import blocks
+from transforms.near_dedup.blocks import Bands, Edges, Labelled, SketchRows, partition_of
+from transforms.near_dedup.core import NearDedupConfig, dedup_in_memory, star_edges
+from transforms.near_dedup.minhash import Sketch
+
+
+def _corpus_sketches(cfg: NearDedupConfig, old_share: float = 0.0, seed: int = 4) -> list[Sketch]:
+    texts, _ = family_corpus(n_originals=24, copies=3, seed=seed)
+    rng = random.Random(seed)
+    ids = rng.sample(range(1, 2**62), len(texts))
+    docs = [{**doc, "id": i} for doc, i in zip(as_docs(texts), ids)]
+    sketches = sketches_of(docs, cfg)
+    for s in sketches:
+        if rng.random() < old_share:  # an earlier run's document, as an index gives it back
+            s.old, s.rank = True, (0, 0.0, s.id)
+    return sketches
+
+
+def test_sketch_rows_keep_every_field_through_take_concat_and_pickling():
+    cfg = NearDedupConfig()
+    sketches = _corpus_sketches(cfg, old_share=0.3)
+    rows = SketchRows.of(sketches)
+    assert [(s.id, s.rank, s.old) for s in rows.sketches()] == [(s.id, s.rank, s.old) for s in sketches]
+    assert all(np.array_equal(a.signature, b.signature) and np.array_equal(a.shingles, b.shingles)
+               for a, b in zip(rows.sketches(), sketches))
+    chosen = np.array([5, 0, 17, 3])
+    again = SketchRows.concat([rows.take(chosen[:2]), rows.take(chosen[2:2]), rows.take(chosen[2:])])
+    again = pickle.loads(pickle.dumps(again))
+    assert [s.id for s in again.sketches()] == [sketches[i].id for i in chosen]
+    assert all(np.array_equal(again.shingles_of(k), sketches[i].shingles) for k, i in enumerate(chosen))
+    assert rows.index_of(np.array([sketches[3].id, 12345, sketches[0].id])).tolist() == [3, -1, 0]
+    assert SketchRows.concat([]) is None
+    with pytest.raises(ValueError, match="not \\(class, score, id\\)"):
+        SketchRows.of([Sketch(1, (1, 0.0), sketches[0].signature, sketches[0].shingles)])
+
+
+def test_partitions_spread_sequential_ids_and_keys_evenly():
+    counts = np.bincount(partition_of(np.arange(16_000), 16), minlength=16)
+    assert counts.min() > 800 and counts.max() < 1200, counts
+    assert blocks.partitions_for(None) == blocks.MIN_PARTITIONS
+    assert blocks.partitions_for(10 * blocks.PARTITION_INPUT_BYTES + 1) == 16
+    assert blocks.partitions_for(100 * blocks.PARTITION_INPUT_BYTES) == 100
+
+
+def test_bucket_star_edges_equal_the_per_bucket_stars_whatever_the_partitioning():
+    rng = np.random.default_rng(11)
+    for trial in range(30):
+        n = int(rng.integers(2, 80))
+        ids = rng.choice(10**9, n, replace=False).astype(np.int64)
+        old = rng.random(n) < (0.3 if trial % 2 else 0.0)
+        rank_class = np.where(old, 0, rng.integers(1, 3, n)).astype(np.int8)
+        rank_score = np.where(old, 0.0, -rng.integers(0, 3, n).astype(float))  # ties: the id decides
+        per_doc = int(rng.integers(1, 5))
+        keys = rng.integers(0, int(rng.integers(2, 10)), (n, per_doc)) + np.arange(per_doc) * 100
+        flat = Bands(keys.reshape(-1), np.repeat(ids, per_doc), np.repeat(rank_class, per_doc),
+                     np.repeat(rank_score, per_doc), np.repeat(old, per_doc))
+        shuffled = blocks.take_columns(flat, rng.permutation(len(flat.keys)))
+        expected = set()
+        for key in np.unique(flat.keys):
+            at = np.flatnonzero(flat.keys == key)
+            members = [((int(flat.rank_class[i]), float(flat.rank_score[i]), int(flat.ids[i])), int(flat.ids[i]),
+                        bool(flat.old[i])) for i in at]
+            expected |= set(star_edges(members))
+        for parts in (1, 3):  # every bucket's entries in one partition, as the shuffle by key puts them
+            got = set()
+            for _, part in blocks.split_columns(shuffled, partition_of(shuffled.keys, parts), parts):
+                edges = blocks.bucket_star_edges(part)
+                got |= set(zip(edges.a.tolist(), edges.b.tolist()))
+            assert got == expected, (trial, parts)
+
+
+def _distributed(sketches: list[Sketch], cfg: NearDedupConfig, parts: int) -> list:
+    """The distributed path's steps on these sketches, each partition on its own, grouped as the shuffles group."""
+    def grouped(pieces):
+        out = defaultdict(list)
+        for p, block in pieces:
+            out[p].append(block)
+        return out
+
+    def by_first_end(edges):
+        return blocks.split_columns(edges, partition_of(edges.a, parts), parts)
+
+    rows = SketchRows.of(sketches)
+    by_id = dict(rows.split(partition_of(rows.ids, parts), parts))
+    entries = blocks.band_entries(rows, cfg)
+    bands = grouped(blocks.split_columns(entries, partition_of(entries.keys, parts), parts))
+    edges = grouped(piece for part in bands.values()
+                    for piece in by_first_end(blocks.bucket_star_edges(blocks.concat_columns(part))))
+    probes = grouped(piece for p, part in edges.items()
+                     for piece in blocks.centre_probes(by_id[p], blocks.concat_columns(part), parts))
+    verified = [blocks.verify_probes(by_id[q], part, cfg)[0] for q, part in probes.items()]
+    labels, _ = blocks.components(blocks.concat_columns(verified), cfg.cc_max_rounds, parts)
+    nodes = np.array(sorted(labels), dtype=np.int64)
+    node_labels = np.array([labels[i] for i in nodes.tolist()], dtype=np.int64)
+    components = grouped((p, Labelled(node_labels[chosen], rows.take(rows.index_of(nodes[chosen]))))
+                         for p, chosen in blocks.split_by_partition(partition_of(node_labels, parts), parts))
+    return sorted(d for part in components.values() for d in blocks.resolve_components(part, cfg))
+
+
+@pytest.mark.parametrize("overrides", [{}, {"resolution": "rank"}, {"scheme": "affine32", "lsh_threshold": 0.5},
+                                       {"verify": "estimated"}, {"cc_max_rounds": 0}])
+def test_each_partition_on_its_own_gives_the_in_memory_decisions(overrides):
+    cfg = NearDedupConfig(**overrides)
+    sketches = _corpus_sketches(cfg, old_share=0.15)
+    expected = dedup_in_memory(sketches, cfg)
+    assert sum(d.removed for d in expected) >= 20
+    for parts in (1, 4, 16):
+        assert _distributed(sketches, cfg, parts) == expected, parts
+
+
+def test_verification_rejects_what_the_in_memory_path_rejects_and_counts_it():
+    cfg = NearDedupConfig(lsh_threshold=0.5)  # many candidates below the threshold
+    sketches = _corpus_sketches(cfg)
+    rows = SketchRows.of(sketches)
+    edges = blocks.bucket_star_edges(blocks.band_entries(rows, cfg))
+    [(_, probes)] = list(blocks.centre_probes(rows, edges, 1))
+    verified, rejected = blocks.verify_probes(rows, [probes], cfg)
+    by_id = {s.id: s for s in sketches}
+    from transforms.near_dedup.minhash import exact_jaccard
+
+    expected = {(a, b) for a, b in zip(edges.a.tolist(), edges.b.tolist())
+                if exact_jaccard(by_id[a].shingles, by_id[b].shingles) >= cfg.threshold}
+    assert set(zip(verified.a.tolist(), verified.b.tolist())) == expected
+    assert rejected == len(edges.a) - len(expected) > 0
+
+
+def test_earlier_runs_rows_give_way_to_new_ones_and_count_once():
+    cfg = NearDedupConfig()
+    sketches = _corpus_sketches(cfg)[:6]
+    new = SketchRows.of(sketches[:3])
+    as_old = [Sketch(s.id, (0, 0.0, s.id), s.signature, s.shingles, True) for s in sketches[2:]]
+    old = SketchRows.of(as_old + as_old[-1:])  # sketches[2] is new again; sketches[5] in two earlier runs
+    surviving = blocks.surviving_old_rows(new, old)
+    assert sorted(surviving.ids.tolist()) == sorted(s.id for s in sketches[3:])
+    stored = blocks.band_entries(old, cfg)
+    entries = blocks.old_band_entries(surviving, Edges(np.concatenate((stored.ids, stored.ids)),
+                                                       np.concatenate((stored.keys, stored.keys))))
+    per_doc = len(stored.keys) // len(old)
+    assert len(entries.keys) == 3 * per_doc and entries.old.all() and (entries.rank_class == 0).all()
+    assert blocks.surviving_old_rows(SketchRows.of(sketches), old) is None
