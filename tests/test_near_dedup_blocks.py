@@ -91,23 +91,34 @@ def _distributed(sketches: list[Sketch], cfg: NearDedupConfig, parts: int) -> li
             out[p].append(block)
         return out
 
-    def by_first_end(edges):
-        return blocks.split_columns(edges, partition_of(edges.a, parts), parts)
+    def by(column, block):
+        return blocks.split_columns(block, partition_of(getattr(block, column), parts), parts)
 
     rows = SketchRows.of(sketches)
     by_id = dict(rows.split(partition_of(rows.ids, parts), parts))
     entries = blocks.band_entries(rows, cfg)
     bands = grouped(blocks.split_columns(entries, partition_of(entries.keys, parts), parts))
-    edges = grouped(piece for part in bands.values()
-                    for piece in by_first_end(blocks.bucket_star_edges(blocks.concat_columns(part))))
-    probes = grouped(piece for p, part in edges.items()
-                     for piece in blocks.centre_probes(by_id[p], blocks.concat_columns(part), parts))
-    verified = [blocks.verify_probes(by_id[q], part, cfg)[0] for q, part in probes.items()]
+    edges = [blocks.bucket_star_edges(blocks.concat_columns(part)) for part in bands.values()]
+    centre_of = grouped(piece for block in edges for piece in by("a", block))
+    member_of = grouped(piece for block in edges for piece in by("b", block))
+    probes = grouped(piece for p, part in by_id.items() for piece in blocks.edge_ends(
+        part, blocks.concat_columns(centre_of.get(p, [])), blocks.concat_columns(member_of.get(p, [])), parts))
+    verified, ends = [], []
+    for part in probes.values():
+        edges_here, _, rows_here = blocks.verify_probes(part, cfg)
+        verified.append(edges_here)
+        if rows_here is not None:
+            ends.extend(rows_here.split(partition_of(rows_here.ids, parts), parts))
+    ends = grouped(ends)
     labels, _ = blocks.components(blocks.concat_columns(verified), cfg.cc_max_rounds, parts)
     nodes = np.array(sorted(labels), dtype=np.int64)
-    node_labels = np.array([labels[i] for i in nodes.tolist()], dtype=np.int64)
-    components = grouped((p, Labelled(node_labels[chosen], rows.take(rows.index_of(nodes[chosen]))))
-                         for p, chosen in blocks.split_by_partition(partition_of(node_labels, parts), parts))
+    components = defaultdict(list)
+    for p, chosen in blocks.split_by_partition(partition_of(nodes, parts), parts):
+        own = Edges(nodes[chosen], np.array([labels[i] for i in nodes[chosen].tolist()], dtype=np.int64))
+        labelled, missing = blocks.labelled_rows(own, SketchRows.concat(ends.get(p, [])))
+        assert missing == 0
+        for q, at in blocks.split_by_partition(partition_of(labelled.labels, parts), parts):
+            components[q].append(Labelled(labelled.labels[at], labelled.rows.take(at)))
     return sorted(d for part in components.values() for d in blocks.resolve_components(part, cfg))
 
 
@@ -127,8 +138,8 @@ def test_verification_rejects_what_the_in_memory_path_rejects_and_counts_it():
     sketches = _corpus_sketches(cfg)
     rows = SketchRows.of(sketches)
     edges = blocks.bucket_star_edges(blocks.band_entries(rows, cfg))
-    [(_, probes)] = list(blocks.centre_probes(rows, edges, 1))
-    verified, rejected = blocks.verify_probes(rows, [probes], cfg)
+    probes = [probe for _, probe in blocks.edge_ends(rows, edges, edges, 1)]
+    verified, rejected, ends = blocks.verify_probes(probes, cfg)
     by_id = {s.id: s for s in sketches}
     from transforms.near_dedup.minhash import exact_jaccard
 
@@ -136,6 +147,7 @@ def test_verification_rejects_what_the_in_memory_path_rejects_and_counts_it():
                 if exact_jaccard(by_id[a].shingles, by_id[b].shingles) >= cfg.threshold}
     assert set(zip(verified.a.tolist(), verified.b.tolist())) == expected
     assert rejected == len(edges.a) - len(expected) > 0
+    assert sorted(ends.ids.tolist()) == sorted({i for edge in expected for i in edge})  # each end's row, once
 
 
 def test_earlier_runs_rows_give_way_to_new_ones_and_count_once():

@@ -185,15 +185,19 @@ class SketchesAndBands(beam.PTransform):
 
 
 def _bucket_edges(element, parts: int):
-    """A partition of band entries (every entry of its buckets) → star edges, by the partition of their centre."""
+    """A partition of band entries (every entry of its buckets) → star edges, to the partition of their centre
+    and, on ``members``, to that of their other end."""
     _, entries = element
     edges = blocks.bucket_star_edges(blocks.concat_columns(entries))
     yield from blocks.split_columns(edges, partition_of(edges.a, parts), parts)
+    for p, block in blocks.split_columns(edges, partition_of(edges.b, parts), parts):
+        yield beam.pvalue.TaggedOutput("members", (p, block))
 
 
 class CandidateEdges(beam.PTransform):
-    """Band entries → candidate edges ``(centre, other member)``: a linear star per bucket (the same edge from
-    several bands is merged where the edges meet their centre, ``VerifiedEdges``)."""
+    """Band entries → candidate edges ``(centre, other member)``, by the partition of their centre (``.centres``)
+    and by that of their other end (``.members``): a linear star per bucket (the same edge from several bands is
+    merged where the edges meet their centre, ``VerifiedEdges``)."""
 
     def __init__(self, parts: int):
         super().__init__()
@@ -203,37 +207,39 @@ class CandidateEdges(beam.PTransform):
         return (
             bands
             | "GroupBuckets" >> beam.GroupByKey()
-            | "StarEdges" >> timed(STEP_NAME, _bucket_edges, self.parts)
+            | "StarEdges" >> timed(STEP_NAME, _bucket_edges, self.parts).with_outputs("members", main="centres")
         )
 
 
-def _probes(element, parts: int):
-    """At the centres' partition: every edge with its centre's sketch row, towards its other end's partition."""
+def _edge_ends(element, parts: int):
+    """At a partition of ids: its candidate edges' centre rows and member rows, towards the members' partitions."""
     _, groups = element
-    rows, edges = SketchRows.concat(groups["sketch"]), blocks.concat_columns(groups["edges"])
-    if rows is not None and edges is not None:
-        yield from blocks.centre_probes(rows, edges, parts)
+    rows = SketchRows.concat(groups["sketch"])
+    if rows is not None:
+        yield from blocks.edge_ends(rows, blocks.concat_columns(groups["centre_of"]),
+                                    blocks.concat_columns(groups["member_of"]), parts)
 
 
 def _verify(element, cfg: NearDedupConfig, parts: int, rejected):
-    """At the other ends' partition: the verified edges, both ways, by the partition of their first end (the
-    components' grouping)."""
-    _, groups = element
-    members, probes = SketchRows.concat(groups["sketch"]), list(groups["probes"])
-    if members is None or not probes:
-        return
-    verified, n_rejected = blocks.verify_probes(members, probes, cfg)
+    """At the members' partition: the verified edges, both ways, by the partition of their first end (the
+    components' grouping), and on ``rows`` the verified ends' sketch rows by the partition of their id."""
+    verified, n_rejected, ends = blocks.verify_probes(list(element[1]), cfg)
     if n_rejected:
         rejected.inc(n_rejected)
     both = blocks.both_directions(verified)
     yield from blocks.split_columns(both, partition_of(both.a, parts), parts)
+    if ends is not None:
+        for p, rows in ends.split(partition_of(ends.ids, parts), parts):
+            yield beam.pvalue.TaggedOutput("rows", (p, rows))
 
 
 class VerifiedEdges(beam.PTransform):
-    """``{"sketches", "edges"}`` → the distinct candidate edges whose two documents are similar enough, in both
-    directions, keyed by the partition of their first end. Two joins: each centre's sketch meets its edges and
-    travels on to the partitions of their other ends (once per partition), where it meets theirs; estimates
-    settle the clear cases, an exact Jaccard the others."""
+    """``{"sketches", "centres", "members"}`` (the candidate edges by the partition of each end) → ``.edges``: the
+    distinct candidate edges whose two documents are similar enough, in both directions, keyed by the partition
+    of their first end, and ``.rows``: their ends' sketch rows, by the partition of their id. Two shuffles: the
+    sketches meet the edges of their documents (the only join that reads every sketch), and each edge meets its
+    centre's and its member's rows at the member's partition; estimates settle the clear cases, an exact
+    Jaccard the others."""
 
     def __init__(self, cfg: NearDedupConfig, parts: int):
         super().__init__()
@@ -241,15 +247,13 @@ class VerifiedEdges(beam.PTransform):
 
     def expand(self, inputs):
         rejected = Metrics.counter(STEP_NAME, "candidate_edges_rejected")
-        probes = (
-            {"sketch": inputs["sketches"], "edges": inputs["edges"]}
-            | "JoinCenters" >> beam.CoGroupByKey()
-            | "ProbeFromCenter" >> timed(STEP_NAME, _probes, self.parts)
-        )
         return (
-            {"sketch": inputs["sketches"], "probes": probes}
-            | "JoinMembers" >> beam.CoGroupByKey()
-            | "VerifyEdges" >> timed(STEP_NAME, _verify, self.cfg, self.parts, rejected)
+            {"sketch": inputs["sketches"], "centre_of": inputs["centres"], "member_of": inputs["members"]}
+            | "JoinEnds" >> beam.CoGroupByKey()
+            | "EdgeEnds" >> timed(STEP_NAME, _edge_ends, self.parts)
+            | "GroupProbes" >> beam.GroupByKey()
+            | "VerifyEdges" >> timed(STEP_NAME, _verify, self.cfg, self.parts, rejected).with_outputs(
+                "rows", main="edges")
         )
 
 
@@ -298,7 +302,8 @@ def _final_labels(labelled: Labelled, merged, parts: int):
 
 
 class ConnectedComponents(beam.PTransform):
-    """``{"edges": verified edges (both directions, by the partition of their first end), "sketches"}`` →
+    """``{"edges": verified edges (both directions, by the partition of their first end), "rows": their ends'
+    sketch rows (by the partition of their id)}`` →
     ``(partition, Labelled)``: the sketch rows of the edges' ends with their component's label (its smallest
     id), by the partition of that label.
 
@@ -330,7 +335,7 @@ class ConnectedComponents(beam.PTransform):
             | "ComponentLabel" >> timed(STEP_NAME, _label_messages, parts)
         )
         labelled = (
-            {"messages": messages, "sketch": inputs["sketches"]}
+            {"messages": messages, "sketch": inputs["rows"]}
             | "LabelMessages" >> beam.CoGroupByKey()
             | "CrossingLabels" >> timed(STEP_NAME, _crossing_labels, Metrics.counter(STEP_NAME, "cc_crossing_edges"),
                                         Metrics.counter(STEP_NAME, LABELS_WITHOUT_SKETCH)).with_outputs(
@@ -379,10 +384,10 @@ class DistributedDecisions(beam.PTransform):
         self.cfg, self.parts = cfg, parts
 
     def expand(self, inputs):
-        sketches = inputs["sketches"]
         edges = inputs["bands"] | "CandidateEdges" >> CandidateEdges(self.parts)
-        verified = {"sketches": sketches, "edges": edges} | "VerifiedEdges" >> VerifiedEdges(self.cfg, self.parts)
-        labelled = ({"edges": verified, "sketches": sketches}
+        verified = ({"sketches": inputs["sketches"], "centres": edges.centres, "members": edges.members}
+                    | "VerifiedEdges" >> VerifiedEdges(self.cfg, self.parts))
+        labelled = ({"edges": verified.edges, "rows": verified.rows}
                     | "ConnectedComponents" >> ConnectedComponents(self.cfg.cc_max_rounds, self.parts))
         return labelled | "VerifiedStars" >> VerifiedStars(self.cfg, self.parts)
 

@@ -11,10 +11,12 @@ sees:
 
 1. ``bucket_star_edges``: the band entries of a partition → star edges (each bucket's first member in rank
    order → every other member), exactly ``core.star_edges`` per bucket.
-2. ``centre_probes``: at the centre's partition, each edge with the centre's sketch row, towards the
-   partition of the other end (a centre's row goes once per destination partition, however many edges).
+2. ``edge_ends``: at each end's partition, the edge with the centre's sketch row, and the member's row, towards
+   the partition of the other end (a row goes once per destination partition, however many edges), so that
+   the sketches are read by one join only.
 3. ``verify_probes``: at the other end's partition, the MinHash estimates of every edge at once and an exact
-   Jaccard only for the ambiguous ones (``core.verify_pairs``, as the in-memory path).
+   Jaccard only for the ambiguous ones (``core.verify_pairs``, as the in-memory path); the verified ends' rows
+   go on to the components.
 4. ``large_star`` / ``small_star`` / ``node_labels`` / ``crossing_labels`` / ``merge_labels``: connected
    components of the verified edges, the same large-star/small-star rounds as before, vectorized.
 5. ``resolve_components``: every component of a partition resolved by ``core.resolve_component``.
@@ -154,6 +156,11 @@ class SketchRows:
         for p, rows in split_by_partition(parts, n_parts):
             yield p, self.take(rows)
 
+    def unique(self) -> "SketchRows":
+        """The rows with distinct ids (the first of each)."""
+        first = np.unique(self.ids, return_index=True)[1]
+        return self if len(first) == len(self) else self.take(np.sort(first))
+
     def index_of(self, ids: np.ndarray) -> np.ndarray:
         """The row of each id (-1 where absent); the rows' ids must be unique."""
         order = np.argsort(self.ids, kind="stable")
@@ -180,9 +187,11 @@ class Edges(NamedTuple):
 
 
 class Probes(NamedTuple):
-    """Edges ``(centre, member)`` towards the members' partition, with the centres' sketch rows (one per centre)."""
-    centres: SketchRows
+    """What a members' partition verifies: edges ``(centre, member)`` with their centres' sketch rows, or its own
+    member rows (``edge_ends``)."""
+    centres: Optional[SketchRows]
     edges: Edges
+    members: Optional[SketchRows]
 
 
 class Labelled(NamedTuple):
@@ -297,26 +306,38 @@ def bucket_star_edges(bands: Bands) -> Edges:
 # ---------------------------------------------------------------- 2.–3. edges → verified edges
 
 
-def centre_probes(rows: SketchRows, edges: Edges, n_parts: int) -> Iterator[tuple[int, Probes]]:
-    """At the centres' partition (``rows``: its sketches): each edge with its centre's sketch row, by the
-    partition of its other end. Edges whose centre has no row here are dropped (they cannot be: a band entry
-    and its sketch come from the same document)."""
-    edges = unique_edges(edges.a, edges.b)
-    at = rows.index_of(edges.a)
-    present = at >= 0
-    edges, at = Edges(edges.a[present], edges.b[present]), at[present]
-    for q, chosen in split_by_partition(partition_of(edges.b, n_parts), n_parts):
-        yield q, Probes(rows.take(np.unique(at[chosen])), take_columns(edges, chosen))
+def edge_ends(rows: SketchRows, centre_of: Optional[Edges], member_of: Optional[Edges],
+              n_parts: int) -> Iterator[tuple[int, Probes]]:
+    """At a partition of ids (``rows``: its sketches), the candidate edges whose centre is here (``centre_of``) and
+    those whose other end is here (``member_of``), towards the other ends' partitions: each edge with its
+    centre's row (a centre's row once per destination, however many edges), and this partition's member rows
+    (once each). The verification then needs nothing but what arrives (``verify_probes``). Edges whose end has
+    no row here are dropped (they cannot be: a band entry and its sketch come from the same document)."""
+    if centre_of is not None and len(centre_of.a):
+        edges = unique_edges(centre_of.a, centre_of.b)
+        at = rows.index_of(edges.a)
+        present = at >= 0
+        edges, at = Edges(edges.a[present], edges.b[present]), at[present]
+        for q, chosen in split_by_partition(partition_of(edges.b, n_parts), n_parts):
+            yield q, Probes(rows.take(np.unique(at[chosen])), take_columns(edges, chosen), None)
+    if member_of is not None and len(member_of.b):
+        at = rows.index_of(np.unique(member_of.b))
+        at = at[at >= 0]
+        if len(at):
+            members = rows.take(at)
+            yield from ((q, Probes(None, Edges(np.empty(0, np.int64), np.empty(0, np.int64)), members.take(chosen)))
+                        for q, chosen in split_by_partition(partition_of(members.ids, n_parts), n_parts))
 
 
-def verify_probes(members: SketchRows, probes: Sequence[Probes], cfg: NearDedupConfig) -> tuple[Edges, int]:
+def verify_probes(probes: Sequence[Probes], cfg: NearDedupConfig) -> tuple[Edges, int, Optional[SketchRows]]:
     """At the members' partition: the probes' edges that are near-duplicates (``core.verify_pairs``: estimates
-    for all at once, an exact Jaccard only where they are not clear), and the number rejected."""
-    probes = [p for p in probes if len(p.edges.a)]
-    if not probes:
-        return Edges(np.empty(0, np.int64), np.empty(0, np.int64)), 0
-    centres = SketchRows.concat([p.centres for p in probes])
-    edges = concat_columns([p.edges for p in probes])
+    for all at once, an exact Jaccard only where they are not clear), the number rejected, and the sketch rows of
+    the verified edges' ends (once each: what the components are resolved from)."""
+    centres = SketchRows.concat([p.centres for p in probes if p.centres is not None])
+    members = SketchRows.concat([p.members for p in probes if p.members is not None])
+    edges = concat_columns([p.edges for p in probes if len(p.edges.a)])
+    if centres is None or members is None or edges is None:
+        return Edges(np.empty(0, np.int64), np.empty(0, np.int64)), 0, None
     a_rows, b_rows = centres.index_of(edges.a), members.index_of(edges.b)
     present = (a_rows >= 0) & (b_rows >= 0)
     a_rows, b_rows, edges = a_rows[present], b_rows[present], take_columns(edges, np.flatnonzero(present))
@@ -324,7 +345,11 @@ def verify_probes(members: SketchRows, probes: Sequence[Probes], cfg: NearDedupC
                         centres.sizes()[a_rows], members.sizes()[b_rows],
                         lambda i: exact_jaccard(centres.shingles_of(a_rows[i]), members.shingles_of(b_rows[i])),
                         cfg)
-    return take_columns(edges, np.flatnonzero(keep)), int(len(keep) - keep.sum())
+    verified = np.flatnonzero(keep)
+    if not len(verified):
+        return Edges(edges.a[:0], edges.b[:0]), int(len(keep)), None
+    ends = SketchRows.concat([centres.take(np.unique(a_rows[verified])), members.take(np.unique(b_rows[verified]))])
+    return take_columns(edges, verified), int(len(keep) - len(verified)), ends.unique()
 
 
 # ---------------------------------------------------------------- 4. connected components
@@ -471,11 +496,14 @@ def components(edges: Edges, rounds: int, n_parts: int = 4) -> tuple[dict[int, i
 
 
 def labelled_rows(own: Edges, rows: Optional[SketchRows]) -> tuple[Optional[Labelled], int]:
-    """The sketch rows of the labelled nodes of a partition, and how many of them have none (never, unless a
-    runner lost data)."""
+    """The sketch rows of the labelled nodes of a partition (``rows``: the verified ends' rows that came here,
+    repeats allowed), and how many of them have none (never, unless a runner lost data)."""
     if not len(own.a):
         return None, 0
-    at = rows.index_of(own.a) if rows is not None else np.full(len(own.a), -1)
+    if rows is None:
+        return None, int(len(own.a))
+    rows = rows.unique()  # a node's row arrives from every partition where one of its edges was verified
+    at = rows.index_of(own.a)
     present = at >= 0
     if not present.any():
         return None, int(len(at))
