@@ -6,7 +6,8 @@
   every worker under a nanny (a worker process that dies is restarted and its tasks rescheduled). Use it as
   a context manager around a command so that all of the command's pipelines share one cluster.
 - ``shared_local_cluster(workers)``: the process-wide LocalCluster used when a pipeline names no address and
-  no cluster is open; started on first use, closed at interpreter exit or by ``shutdown_shared_cluster()``.
+  no cluster is open; started on first use (or ahead of it, in the background, by
+  ``start_shared_local_cluster``), closed at interpreter exit or by ``shutdown_shared_cluster()``.
 """
 from __future__ import annotations
 
@@ -50,9 +51,12 @@ class LocalDaskCluster:
         # sketching 2.4x cheaper (glibc's dynamic mmap threshold back on), but the whole `prepare` at 16x cost
         # +14-34% CPU (two interleaved A/B pairs, benchmarks/RESULTS.md "Scale").
         with dask.config.set(memory_settings(memory_limit)):  # the nannies hand this config to their workers
+            # preload: each worker imports the runner's worker side (and Beam with it) as it starts, not in
+            # its first task
             self.cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=threads_per_worker,
                                                     processes=True, host="127.0.0.1", dashboard_address=None,
-                                                    memory_limit=memory_limit or "auto", silence_logs=silence_logs)
+                                                    memory_limit=memory_limit or "auto", silence_logs=silence_logs,
+                                                    preload=["beam_dask.execute"])
         self.client = distributed.Client(self.cluster, set_as_default=False)
 
     @property
@@ -79,6 +83,19 @@ class LocalDaskCluster:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def start_shared_local_cluster(workers: int | None = None, memory_limit: str | int | None = None) -> None:
+    """Start the process-wide LocalCluster in the background: its worker processes start (and import the
+    runner's worker side) while this process imports Beam and builds its graph; ``shared_local_cluster`` then
+    waits for it. A start that fails here is tried again, and reported, by that call."""
+    def start() -> None:
+        try:
+            shared_local_cluster(workers, memory_limit)
+        except Exception:  # noqa: BLE001 (the synchronous call raises it again, where it can be reported)
+            pass
+
+    threading.Thread(target=start, name="corpusmill-dask-start", daemon=True).start()
 
 
 def shared_local_cluster(workers: int | None = None, memory_limit: str | int | None = None) -> LocalDaskCluster:

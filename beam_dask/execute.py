@@ -44,6 +44,7 @@ from apache_beam.utils.counters import CounterFactory
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_dask import watch
+from runio.heap import numpy_friendly_heap
 
 _GBK_TIMESTAMP = GlobalWindow().max_timestamp()  # the default END_OF_WINDOW timestamp combiner
 # One windows tuple for every grouped element: ``GlobalWindows.windowed_value`` builds a GlobalWindow per call,
@@ -219,28 +220,6 @@ def _malloc_trim():
         return None
 
 
-_M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
-_MMAP_THRESHOLD = 32 << 20  # the upper bound of glibc's own dynamic threshold on 64-bit (mallopt(3))
-
-
-@functools.cache
-def tune_allocator() -> bool:
-    """In a worker process, once: blocks up to 32 MB from the heap, as glibc's dynamic mmap threshold allows by
-    default. Dask's nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, and setting any such variable
-    turns that dynamic threshold off: every block above 128 kB is then mapped, faulted in page by page and
-    unmapped when freed. The near-dedup sketching's arrays of a 256k-character batch are 2 MB each, so on the
-    16× scale corpus the workers spent 27-29 s in the kernel, against 12 s with this setting (benchmarks/
-    RESULTS.md). Set with ``mallopt`` in this process only: never in the environment, which the driver and
-    its subprocesses would inherit (fastText's training diverged under an allocator variable that leaked
-    that way). Dask's trim threshold stays, and memory still goes back to the system after every task
-    (``_return_free_memory``). Returns whether it was set (not on a C library without ``mallopt``)."""
-    try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
-    except (OSError, AttributeError):
-        return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD))
-
-
 def _return_free_memory() -> None:
     """Give the pages glibc's heap holds free back to the system. A stage's temporaries (a partition's copy, the
     documents and shingles it made) are freed into the heap, which keeps them: on the 16× scale corpus a worker
@@ -275,6 +254,24 @@ class _HashReceiver(common.Receiver):
         key, value = windowed_value.value
         kb = self.encode(key)
         self.buckets[zlib.crc32(kb) % self.n].append((kb, value))
+
+    def flush(self):
+        pass
+
+
+class _DirectReceiver(common.Receiver):
+    """The map side of a GroupByKey whose keys are its partitions (``translate.SHUFFLE_PARTITIONS``): key k into
+    bucket k, encoded as the hash receiver's are (the reduce side is the same)."""
+
+    def __init__(self, buckets: list[list], key_coder, label: str):
+        self.buckets, self.n, self.encode, self.label = buckets, len(buckets), key_coder.encode, label
+
+    def receive(self, windowed_value):
+        key, value = windowed_value.value
+        if type(key) is not int or not 0 <= key < self.n:
+            raise ValueError(f"dask runner: {self.label} groups by partition (shuffle_partitions={self.n}) but got "
+                             f"the key {key!r}; its keys must be the ints 0..{self.n - 1}")
+        self.buckets[key].append((self.encode(key), value))
 
     def flush(self):
         pass
@@ -421,6 +418,8 @@ def _make_slot_receiver(slot, part_index: int):
     buckets: list = [_Packer() for _ in range(slot.buckets)]
     if kind == "hash":
         return buckets, _HashReceiver(buckets, slot.key_coder)
+    if kind == "direct":
+        return buckets, _DirectReceiver(buckets, slot.key_coder, slot.label)
     if kind == "deal":
         return buckets, _DealReceiver(buckets, part_index)
     if kind == "keyhash":
@@ -446,7 +445,7 @@ def run_stage(job: tuple, stage_id: int, plan_bytes: bytes, part_index: int, roo
               sides: dict[str, list]) -> list:
     """Run one fused stage over one input partition; return its materialised outputs (one per slot). Its
     metric updates go to the scheduler as an event (see ``watch.py``), just before the task finishes."""
-    tune_allocator()
+    numpy_friendly_heap()  # Dask's nanny started this process with glibc's dynamic thresholds off
     state_of_job = _job(job)
     plan = _plan(state_of_job, stage_id, plan_bytes)
     sampler = statesampler.StateSampler(f"dask-{plan.name}", CounterFactory())
@@ -576,6 +575,14 @@ def count(part: Packed) -> int:
 def split_hash(part: Packed, buckets: int, key_coder) -> Part:
     out: list = [_Packer() for _ in range(buckets)]
     receiver = _HashReceiver(out, key_coder)
+    for wv in part:
+        receiver.receive(wv)
+    return _sealed(out)
+
+
+def split_direct(part: Packed, buckets: int, key_coder, label: str) -> Part:
+    out: list = [_Packer() for _ in range(buckets)]
+    receiver = _DirectReceiver(out, key_coder, label)
     for wv in part:
         receiver.receive(wv)
     return _sealed(out)

@@ -45,6 +45,28 @@ class UnsupportedPipeline(ValueError):
     """The pipeline uses a construct this runner does not execute; raised at translation, before any work."""
 
 
+# A GroupByKey applied under ``pipeline.transform_annotations(shuffle_partitions="N")`` promises that its keys are
+# the ints 0..N-1, each naming a partition already: the runner groups it into exactly N partitions, key k into
+# partition k (a key outside fails the job, naming the transform), instead of hashing keys into the pipeline's
+# partition count. A step whose elements are blocks keyed by its own partitions (near-dedup) so costs N × N
+# bucket tasks per shuffle, not the pipeline's count squared, and every partition gets one block's worth.
+SHUFFLE_PARTITIONS = "shuffle_partitions"
+
+
+def _annotated_partitions(applied) -> int | None:
+    raw = (getattr(applied, "annotations", None) or {}).get(SHUFFLE_PARTITIONS)
+    if raw is None:
+        return None
+    try:
+        value = int(raw.decode("ascii") if isinstance(raw, bytes) else raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise UnsupportedPipeline(f"dask runner: {_describe(applied)} is annotated {SHUFFLE_PARTITIONS}={raw!r}; "
+                                  f"expected a positive number of partitions")
+    return value
+
+
 # -- intermediate representation -------------------------------------------------------------------------
 
 @dataclass(eq=False)
@@ -66,13 +88,15 @@ class Node:
     windowing: Any = None
     mode: str | None = None  # shuffle: deal | keyhash
     key_coder: Any = None  # gbk, keyhash shuffle
+    partitions: int | None = None  # gbk annotated SHUFFLE_PARTITIONS: its keys are the partitions 0..n-1
 
 
 @dataclass
 class Slot:
-    kind: str  # list | hash | deal | keyhash
+    kind: str  # list | hash | deal | keyhash | direct
     buckets: int = 0
     key_coder: Any = None
+    label: str = ""  # direct: the GroupByKey, named in the error for a key that is not a partition
 
 
 @dataclass
@@ -221,7 +245,7 @@ class _IRBuilder:
                 raise UnsupportedPipeline(f"dask runner: {_describe(applied)} uses timestamp combiner "
                                           f"{windowing.timestamp_combiner}; only OUTPUT_AT_EOW is supported")
             self.node("gbk", label, ins=[self.pc(main)], outs=self._outputs(applied),
-                      key_coder=_key_coder(main, label))
+                      key_coder=_key_coder(main, label), partitions=_annotated_partitions(applied))
         elif isinstance(transform, core.Flatten):
             ins = []
             for i in applied.inputs:
@@ -396,6 +420,10 @@ class Emitter:
         self.graph[key] = Task(key, func, *(parse_input(a) for a in args))
         return key
 
+    def buckets(self, shuffle: Node) -> int:
+        """Output partitions of a shuffle: its annotated count, or the pipeline's."""
+        return shuffle.partitions or self.R
+
     def name(self, kind: str, node_id: int, label: str) -> str:
         return f"beam-{kind}-{node_id}-{_slug(label)}-{self.tag}"
 
@@ -417,10 +445,10 @@ class Emitter:
             name = self.name("reduce", producer.id, producer.label)
             if producer.kind == "gbk":
                 keys = [self.add((name, j), execute.group_task, [TaskRef(k) for k in pieces[j]],
-                                 producer.key_coder) for j in range(self.R)]
+                                 producer.key_coder) for j in range(self.buckets(producer))]
             else:
                 keys = [self.add((name, j), execute.concat_pieces, [TaskRef(k) for k in pieces[j]])
-                        for j in range(self.R)]
+                        for j in range(self.buckets(producer))]
         else:
             stage = self.plan.stage_of[producer.id]
             self.emit_stage(stage)
@@ -435,7 +463,8 @@ class Emitter:
         """pieces[j]: the keys holding the elements bound for output partition j of this shuffle."""
         if shuffle.id in self._pieces:
             return self._pieces[shuffle.id]
-        pieces: list[list] = [[] for _ in range(self.R)]
+        n = self.buckets(shuffle)
+        pieces: list[list] = [[] for _ in range(n)]
         offset = 0  # a Reshuffle deals each input partition from its own index
         for position, source in enumerate(self.plan.shuffle_sources(shuffle.ins[0])):
             if self.plan.fused_map_side(source):
@@ -445,20 +474,22 @@ class Emitter:
                 slot = self._stage_slots[stage.id][source.id]
                 name = self.name(f"bucket{position}", shuffle.id, shuffle.label)
                 for i, sk in enumerate(self._stage_keys[stage.id]):
-                    for j in range(self.R):
+                    for j in range(n):
                         pieces[j].append(self.add((name, i, j), execute.pick_bucket, TaskRef(sk), slot, j))
                 continue
             split_name = self.name(f"split{position}", shuffle.id, shuffle.label)
             bucket_name = self.name(f"bucket{position}", shuffle.id, shuffle.label)
             for i, part in enumerate(self.parts(source)):
-                if shuffle.kind == "gbk":
-                    split = self.add((split_name, i), execute.split_hash, TaskRef(part), self.R, shuffle.key_coder)
+                if shuffle.kind == "gbk" and shuffle.partitions:
+                    split = self.add((split_name, i), execute.split_direct, TaskRef(part), n, shuffle.key_coder,
+                                     shuffle.label)
+                elif shuffle.kind == "gbk":
+                    split = self.add((split_name, i), execute.split_hash, TaskRef(part), n, shuffle.key_coder)
                 elif shuffle.mode == "keyhash":
-                    split = self.add((split_name, i), execute.split_keyhash, TaskRef(part), self.R,
-                                     shuffle.key_coder)
+                    split = self.add((split_name, i), execute.split_keyhash, TaskRef(part), n, shuffle.key_coder)
                 else:
-                    split = self.add((split_name, i), execute.split_deal, TaskRef(part), self.R, offset + i)
-                for j in range(self.R):
+                    split = self.add((split_name, i), execute.split_deal, TaskRef(part), n, offset + i)
+                for j in range(n):
                     pieces[j].append(self.add((bucket_name, i, j), execute.bucket_of, TaskRef(split), j))
             offset += len(self.parts(source))
         self._pieces[shuffle.id] = pieces
@@ -495,8 +526,11 @@ class Emitter:
                 else:
                     if plan.fused_map_side(out):
                         shuffle = plan.shuffle_reading(out)
-                        kind = "hash" if shuffle.kind == "gbk" else shuffle.mode
-                        slots.append(Slot(kind, self.R, shuffle.key_coder))
+                        if shuffle.kind != "gbk":
+                            kind = shuffle.mode
+                        else:
+                            kind = "direct" if shuffle.partitions else "hash"
+                        slots.append(Slot(kind, self.buckets(shuffle), shuffle.key_coder, shuffle.label))
                     else:
                         slots.append(Slot("list"))
                     slot_of[out.id] = len(slots) - 1
@@ -514,10 +548,10 @@ class Emitter:
             shuffle = source_producer
             pieces = self.pieces(shuffle)
             if shuffle.kind == "gbk":
-                roots = [("group", [TaskRef(k) for k in pieces[j]]) for j in range(self.R)]
+                roots = [("group", [TaskRef(k) for k in pieces[j]]) for j in range(self.buckets(shuffle))]
                 root_key_coder = shuffle.key_coder
             else:
-                roots = [("concat", [TaskRef(k) for k in pieces[j]]) for j in range(self.R)]
+                roots = [("concat", [TaskRef(k) for k in pieces[j]]) for j in range(self.buckets(shuffle))]
         elif source_producer is not None and source_producer.kind == "impulse" and plan.sole_usage(source):
             roots = [("impulse",)]
         else:

@@ -66,6 +66,20 @@ def _kept_line_or_head(doc: dict, id_field: str):
         yield json.dumps({"id": user_id, "cluster": user_id, "kept": True}, ensure_ascii=False)
 
 
+def _start_local_cluster(workers: int | None, worker_memory: str | None) -> None:
+    """The LocalCluster starts (its workers importing Beam) while this process imports Beam and builds the graph.
+    Without the dask extra nothing starts here: building the pipeline then says what is missing."""
+    try:
+        from beam_dask.cluster import start_shared_local_cluster
+    except ImportError:
+        return
+    start_shared_local_cluster(workers, worker_memory)
+
+
+def _has_option(beam_args, name: str) -> bool:
+    return any(arg == name or arg.startswith(name + "=") for arg in beam_args)
+
+
 def _cluster_lines(element):
     """Per kept document: its own line and the lines of the documents removed for it."""
     cluster_id, groups = element
@@ -119,8 +133,10 @@ def _dedup_without_beam(cfg, input_cfg, files, out_path: str, id_field: str) -> 
     (documents, kept, quarantine records)."""
     from pipelines.read import Quarantined, iter_records
     from runio.files import atomic_output
+    from runio.heap import numpy_friendly_heap
     from transforms.near_dedup.core import SKETCH_BATCH, SketchBuilder, check_unique_ids, dedup_in_memory
 
+    numpy_friendly_heap()  # this process does nothing else: the sketching's arrays stay on the heap
     builder = SketchBuilder(cfg)
     internal_ids: list[int] = []
     reported: dict[int, object] = {}
@@ -195,6 +211,8 @@ def _run(args) -> int:
               f"path in this process) → {args.out}", file=sys.stderr)
         return 0
 
+    if args.runner == "dask" and not args.dask_address:
+        _start_local_cluster(args.workers, args.worker_memory)
     import apache_beam as beam
     from apache_beam.metrics.metric import MetricsFilter
 
@@ -211,10 +229,14 @@ def _run(args) -> int:
                               input_bytes=input_bytes)
         except (FileNotFoundError, ValueError) as err:
             raise ConfigError(str(err)) from None
-        # input_bytes: on Dask the shuffles' partition count grows with the input, as in `corpusmill prepare`
+        parts = dedup.partitions()
+        # On Dask every shuffle of this command has near-dedup's partition count (one per 32 MB of input): its
+        # blocks are a few elements per partition, and each shuffle costs the runner that count squared in tasks
         pipeline = make_pipeline(*_local_runner(dedup, args), args.beam_args, dask_address=args.dask_address,
-                                 worker_memory=args.worker_memory, input_bytes=input_bytes)
-        read = pipeline | "Read" >> ReadCorpus(input_cfg, files)
+                                 worker_memory=args.worker_memory, input_bytes=input_bytes,
+                                 partitions=None if _has_option(args.beam_args, "--dask_partitions") else parts)
+        # Many files per partition: each worker already reads a share, and the sketching fuses with the reading
+        read = pipeline | "Read" >> ReadCorpus(input_cfg, files, spread_documents=len(files) < 2 * parts)
         result = read["docs"] | "NearDedup" >> dedup
         kept = result["kept"] | "KeptIds" >> beam.FlatMap(_kept_line_or_head, id_field).with_outputs(
             "heads", main="lines")

@@ -13,6 +13,8 @@ import shlex
 import sys
 from typing import Sequence
 
+from runio.heap import numpy_friendly_heap
+
 LOCAL_RUNNERS = ("direct", "inprocess")
 VERBOSE_ENV = "CORPUSMILL_VERBOSE"  # "1": Beam's INFO lines too, in this process and in every worker
 _WORKER_MODULE = "pipelines.beam_options"
@@ -35,7 +37,8 @@ def worker_command() -> str:
 
 
 def make_pipeline(runner: str = "direct", workers: int | None = None, extra_args: Sequence[str] = (),
-                  dask_address: str | None = None, worker_memory: str | None = None, input_bytes: int = 0):
+                  dask_address: str | None = None, worker_memory: str | None = None, input_bytes: int = 0,
+                  partitions: int | None = None):
     """A pipeline on the local FnApiRunner (``direct``: one process per worker; ``inprocess``: threads in
     this process, for tests and debugging), on dask.distributed (``dask``: the project's own runner in
     ``beam_dask``, on the scheduler at ``dask_address`` or on a LocalCluster of ``workers`` processes), or on
@@ -58,8 +61,10 @@ def make_pipeline(runner: str = "direct", workers: int | None = None, extra_args
         except ImportError as err:  # the [dask] extra is not installed
             raise RuntimeError(f"runner.name: dask needs dask.distributed ({err.name} is missing): "
                                f"pip install 'corpusmill[dask]'") from None
-        # input_bytes: the shuffles' partition count grows with the input (dask only; the FnApiRunner splits by workers)
-        return make_dask_pipeline(dask_address, workers, args, memory_limit=worker_memory, input_bytes=input_bytes)
+        # input_bytes: the shuffles' partition count grows with the input, unless `partitions` sets it (dask only;
+        # the FnApiRunner splits by workers)
+        return make_dask_pipeline(dask_address, workers, args, memory_limit=worker_memory, input_bytes=input_bytes,
+                                  partitions=partitions)
     if runner in LOCAL_RUNNERS:
         from apache_beam.transforms.environments import SubprocessSDKEnvironment
 
@@ -132,6 +137,7 @@ def _worker_main() -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     quiet_logging()
+    numpy_friendly_heap()
     parent = os.getppid()
 
     def leave_with_parent() -> None:

@@ -42,16 +42,20 @@ class ReadCorpus(beam.PTransform):
     """Resolve the configured paths, then read each file into documents; unreadable input is quarantined.
 
     ``files``: the inputs to read (``InputFile`` from ``resolve_inputs``, or plain paths, each named by its base
-    name); default: every file of ``cfg.paths``. Returns ``{"docs": PCollection[Doc], "quarantined":
+    name); default: every file of ``cfg.paths``. ``spread_documents``: deal the documents out again after
+    reading (one file is read by one worker, so with fewer files than workers that is what lets every worker
+    take a share of the work that follows); a caller with many files per worker turns it off and spares every
+    document a round trip through the shuffle. Returns ``{"docs": PCollection[Doc], "quarantined":
     PCollection[dict]}``.
     """
 
     def __init__(self, cfg: InputConfig, files: Sequence[InputFile | str] | None = None,
-                 progress_dir: str | None = None):
+                 progress_dir: str | None = None, spread_documents: bool = True):
         super().__init__()
         self.cfg = cfg
         self.files = resolve_inputs(cfg.paths) if files is None else _as_input_files(files)
         self.progress_dir = progress_dir
+        self.spread_documents = spread_documents
 
     def expand(self, pbegin):
         outputs = (
@@ -61,5 +65,5 @@ class ReadCorpus(beam.PTransform):
             | "ReadFiles" >> beam.ParDo(_ReadFileFn(self.cfg, self.progress_dir)).with_outputs("quarantined", main="docs")
         )
         # One file is read by one worker; spreading its documents lets every worker clean a share of them.
-        docs = outputs.docs | "SpreadDocuments" >> beam.Reshuffle()
+        docs = outputs.docs | "SpreadDocuments" >> beam.Reshuffle() if self.spread_documents else outputs.docs
         return {"docs": docs, "quarantined": outputs.quarantined}

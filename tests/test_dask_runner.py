@@ -765,44 +765,112 @@ def test_shuffle_partitions_grow_with_the_input_so_a_task_share_does_not():
     assert default_partitions(Threads(2), 10 ** 13) == MAX_PARTITIONS
 
 
-_MALLINFO2_FIELDS = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
-                     "keepcost")
-
-
-def _mapped_bytes_of_a_4mb_array(_=None) -> int:
-    """How many bytes glibc maps (rather than takes from its heap) for a 4 MB numpy array made now."""
+def _page_faults_of_4mb_arrays(_=None) -> tuple[int, int]:
+    """Page faults of making and freeing a 4 MB numpy array ten times after a first one (hundreds each when every
+    one is mapped or grown afresh), and whether glibc mapped the last one rather than taking it from its heap."""
     import ctypes
     import ctypes.util
+    import resource
 
     import numpy as np
 
     class Mallinfo2(ctypes.Structure):
-        _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO2_FIELDS]
+        _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                          "fsmblks", "uordblks", "fordblks", "keepcost")]
 
     mallinfo2 = ctypes.CDLL(ctypes.util.find_library("c")).mallinfo2
     mallinfo2.restype = Mallinfo2
-    before = mallinfo2().hblkhd
-    array = np.ones(1 << 19)
-    mapped = mallinfo2().hblkhd - before
-    del array
-    return mapped
+    np.ones(1 << 19)  # made and freed once first: the heap grows to hold it
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(10):
+        array = np.ones(1 << 19)
+        mapped = mallinfo2().hblkhd >= 4 << 20
+        del array
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, int(mapped)
 
 
-def test_workers_take_numpy_temporaries_from_the_heap_and_the_driver_is_untouched(tmp_path, dask_cluster):
-    """Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_ set, which switches glibc's dynamic mmap threshold
-    off: every array above 128 kB would be mapped and faulted in afresh (near-dedup's sketching spent twice its
-    time in the kernel). A worker sets the threshold in its own process when it runs its first stage."""
+def test_workers_keep_numpy_temporaries_on_the_heap_and_the_driver_is_untouched(tmp_path, dask_cluster):
+    """Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_ set, which switches glibc's dynamic thresholds off:
+    every array above 128 kB would be mapped and faulted in afresh (near-dedup's sketching spent twice its time
+    in the kernel). A worker sets both thresholds in its own process when it runs its first stage
+    (runio.heap): a 4 MB array comes from the heap, and stays there free for the next one."""
     import subprocess
     import sys
 
     def build(p, out):
-        capture(p | beam.Create([0, 1]) | beam.Reshuffle() | beam.Map(_mapped_bytes_of_a_4mb_array), out, "mapped")
+        capture(p | beam.Create([0, 1]) | beam.Reshuffle() | beam.Map(_page_faults_of_4mb_arrays), out, "faults")
 
     run_on("dask", build, tmp_path, dask_cluster.client)
-    assert captured(tmp_path)["mapped"] == [0, 0]
+    for faults, mapped in captured(tmp_path)["faults"]:
+        assert faults < 1_000 and not mapped, (faults, mapped)
     # what a process with Dask's variable and no setting of its own does (so the check above can fail) ...
     env = {**os.environ, "MALLOC_TRIM_THRESHOLD_": "65536", "PYTHONPATH": str(Path(__file__).parent)}
-    code = "from test_dask_runner import _mapped_bytes_of_a_4mb_array as f; print(f())"
-    assert int(subprocess.check_output([sys.executable, "-c", code], env=env, text=True)) >= 4 << 20
+    code = "from test_dask_runner import _page_faults_of_4mb_arrays as f; print(*f())"
+    faults, mapped = map(int, subprocess.check_output([sys.executable, "-c", code], env=env, text=True).split())
+    assert faults > 3_000 and mapped, (faults, mapped)
     # ... and the setting never reaches the environment the driver's subprocesses inherit
-    assert not any(name.startswith("MALLOC_MMAP") for name in os.environ)
+    assert not any(name.startswith(("MALLOC_MMAP", "MALLOC_TOP")) for name in os.environ)
+
+
+# -- GroupByKeys whose keys are their partitions ------------------------------------------------------------
+
+def _by_partition(inputs, label: str, parts: int):
+    from apache_beam.pipeline import transform_annotations
+
+    from beam_dask.translate import SHUFFLE_PARTITIONS
+
+    with transform_annotations(**{SHUFFLE_PARTITIONS: str(parts)}):
+        return inputs | label >> (beam.CoGroupByKey() if isinstance(inputs, dict) else beam.GroupByKey())
+
+
+def _partitioned_cases(p, out: str):
+    blocks = p | "Blocks" >> beam.Create([(i % 5, f"b{i}") for i in range(N)])
+    others = p | "Others" >> beam.Create([(i % 5, i) for i in range(40)])
+    grouped = _by_partition(blocks | "Spread" >> beam.Reshuffle(), "GroupParts", 5)  # an unfused input (split)
+    capture(grouped | "SortParts" >> beam.MapTuple(lambda k, vs: (k, sorted(vs))), out, "parts")
+    joined = _by_partition({"a": blocks | "Tag" >> beam.Map(lambda kv: kv), "b": others}, "JoinParts", 5)
+    capture(joined | "SortJoin" >> beam.MapTuple(lambda k, d: (k, sorted(d["a"]), sorted(d["b"]))), out, "joined")
+    hashed = blocks | "Hashed" >> beam.GroupByKey()  # beside them, an ordinary GroupByKey keeps its own count
+    capture(hashed | "SortHashed" >> beam.MapTuple(lambda k, vs: (k, len(vs))), out, "hashed")
+
+
+def test_a_group_by_partition_gives_beams_groups_with_one_reducer_per_partition(tmp_path, dask_cluster):
+    """A GroupByKey annotated shuffle_partitions=N groups into exactly N partitions, key k into partition k (its
+    fused and split map sides alike), with the same groups as Beam's own runner; other shuffles keep the
+    pipeline's count."""
+    from beam_dask.translate import plan_pipeline, translate
+
+    p = beam.Pipeline()
+    _partitioned_cases(p, "/nonexistent")
+    graph = translate(plan_pipeline(p), "job", 7, None).graph
+    reducers = {}
+    for key in graph:
+        if isinstance(key, tuple) and key[0].startswith(("beam-stage", "beam-reduce")):
+            reducers.setdefault(key[0], set()).add(key[1])
+    counts = {name.split("-")[3]: len(parts) for name, parts in reducers.items()}  # by the stage's first step
+    assert counts["SortParts"] == counts["JoinParts/CoGroupByKeyImpl/MapTuple(collect_values)"] == 5
+    assert counts["SortHashed"] == 7
+    _, got, _, _ = compare(tmp_path, _partitioned_cases, dask_cluster)
+    assert len(got["parts"]) == 5 and len(got["joined"]) == 5 and len(got["hashed"]) == 5
+
+
+def test_a_group_by_partition_refuses_a_key_that_is_not_one(tmp_path, dask_cluster):
+    from beam_dask.translate import SHUFFLE_PARTITIONS, UnsupportedPipeline, plan_pipeline
+
+    p = make_dask_pipeline(client=dask_cluster.client)
+    _by_partition(p | beam.Create([(0, "a"), (3, "b")]), "GroupParts", 3) | beam.Map(lambda kv: kv)
+    result = p.run()
+    with pytest.raises(ValueError, match=r"GroupParts.*shuffle_partitions=3.*got the key 3; its keys must be the "
+                                         r"ints 0..2"):
+        result.wait_until_finish()
+    bad = beam.Pipeline()
+    _by_partition(bad | beam.Create([(0, "a")]), "Bad", 0)
+    with pytest.raises(UnsupportedPipeline, match=f"{SHUFFLE_PARTITIONS}=b'0'"):
+        plan_pipeline(bad)
+
+
+def test_near_dedup_annotates_its_shuffles_with_the_runners_annotation():
+    from beam_dask.translate import SHUFFLE_PARTITIONS
+    from transforms.near_dedup import beam as near_dedup_beam
+
+    assert near_dedup_beam.SHUFFLE_PARTITIONS == SHUFFLE_PARTITIONS

@@ -152,3 +152,17 @@ def test_a_bundle_that_fails_while_its_input_streams_fails_the_run(monkeypatch, 
     (p | beam.Create(range(8000)) | beam.Reshuffle() | beam.ParDo(_FailLate()))
     with pytest.raises(Exception, match="element 3000 is bad"):
         p.run().wait_until_finish()
+
+
+def test_worker_processes_keep_numpy_temporaries_on_the_heap(tmp_path, workers_import_this_module):
+    """The local runner's workers sketch (near-dedup) and clean: each sets glibc's thresholds in its own process
+    (runio.heap), so a freed 4 MB array is reused instead of faulted in afresh (with glibc's defaults, about 1,000
+    page faults per ten in a worker)."""
+    from test_dask_runner import _page_faults_of_4mb_arrays
+
+    p = make_pipeline("direct", workers=2)
+    (p | beam.Create([0, 1]) | beam.Reshuffle() | beam.Map(_page_faults_of_4mb_arrays)
+     | beam.ParDo(_Capture(str(tmp_path / "faults"))))
+    p.run().wait_until_finish()
+    measured = [eval(text) for text in _captured(tmp_path)["faults"].elements()]
+    assert len(measured) == 2 and all(faults < 300 and not mapped for faults, mapped in measured), measured

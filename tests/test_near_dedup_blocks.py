@@ -52,7 +52,8 @@ def test_partitions_spread_sequential_ids_and_keys_evenly():
     counts = np.bincount(partition_of(np.arange(16_000), 16), minlength=16)
     assert counts.min() > 800 and counts.max() < 1200, counts
     assert blocks.partitions_for(None) == blocks.MIN_PARTITIONS
-    assert blocks.partitions_for(10 * blocks.PARTITION_INPUT_BYTES + 1) == 16
+    assert blocks.partitions_for(3 * blocks.PARTITION_INPUT_BYTES) == blocks.MIN_PARTITIONS
+    assert blocks.partitions_for(10 * blocks.PARTITION_INPUT_BYTES + 1) == 11  # grows with the input
     assert blocks.partitions_for(100 * blocks.PARTITION_INPUT_BYTES) == 100
 
 

@@ -19,6 +19,7 @@ from typing import Optional, Sequence
 import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
+from apache_beam.pipeline import transform_annotations
 from apache_beam.transforms.window import GlobalWindows
 
 from transforms.beam_step import Route, StepFn, timed
@@ -40,8 +41,28 @@ _BAND_ENTRY_BYTES = 25  # key, id, rank class and score, old flag
 DECISIONS_MADE, DECISIONS_APPLIED, LABELS_WITHOUT_SKETCH = "decisions_made", "decisions_applied", "labels_without_sketch"
 
 
+# The annotation under which the project's Dask runner groups a GroupByKey into exactly N partitions, key k
+# into partition k (beam_dask/translate.py, SHUFFLE_PARTITIONS); other runners hash the keys as usual.
+SHUFFLE_PARTITIONS = "shuffle_partitions"
+
+
 def _windowed(value):
     return GlobalWindows.windowed_value(value)
+
+
+class ByPartition(beam.PTransform):
+    """``GroupByKey`` (``CoGroupByKey`` of a dict of inputs) of blocks keyed by their partition, an int in
+    0..parts-1. Annotated as such, so that a runner can give every partition its own reducer instead of hashing
+    ``parts`` keys into its own number of buckets (the Dask runner: ``parts`` × ``parts`` bucket tasks per
+    shuffle, none empty, none doubled, where hashing cost its partition count squared)."""
+
+    def __init__(self, parts: int):
+        super().__init__()
+        self.parts = parts
+
+    def expand(self, inputs):
+        with transform_annotations(**{SHUFFLE_PARTITIONS: str(self.parts)}):
+            return inputs | (beam.CoGroupByKey() if isinstance(inputs, dict) else beam.GroupByKey())
 
 
 # ---------------------------------------------------------------- sketches, band entries, documents
@@ -174,7 +195,7 @@ class SketchesAndBands(beam.PTransform):
                                                                                    self.parts)
         joined = (
             {"new": new_sketches, "old": old_sketches, "old_bands": old_bands}
-            | "JoinOldIndex" >> beam.CoGroupByKey()
+            | "JoinOldIndex" >> ByPartition(self.parts)
             | "SketchesAndBands" >> timed(STEP_NAME, _merge_old, self.cfg, self.parts).with_outputs(
                 "sketches", "bands")
         )
@@ -206,7 +227,7 @@ class CandidateEdges(beam.PTransform):
     def expand(self, bands):
         return (
             bands
-            | "GroupBuckets" >> beam.GroupByKey()
+            | "GroupBuckets" >> ByPartition(self.parts)
             | "StarEdges" >> timed(STEP_NAME, _bucket_edges, self.parts).with_outputs("members", main="centres")
         )
 
@@ -249,9 +270,9 @@ class VerifiedEdges(beam.PTransform):
         rejected = Metrics.counter(STEP_NAME, "candidate_edges_rejected")
         return (
             {"sketch": inputs["sketches"], "centre_of": inputs["centres"], "member_of": inputs["members"]}
-            | "JoinEnds" >> beam.CoGroupByKey()
+            | "JoinEnds" >> ByPartition(self.parts)
             | "EdgeEnds" >> timed(STEP_NAME, _edge_ends, self.parts)
-            | "GroupProbes" >> beam.GroupByKey()
+            | "GroupProbes" >> ByPartition(self.parts)
             | "VerifyEdges" >> timed(STEP_NAME, _verify, self.cfg, self.parts, rejected).with_outputs(
                 "rows", main="edges")
         )
@@ -324,26 +345,26 @@ class ConnectedComponents(beam.PTransform):
         for round_index in range(self.rounds):
             graph = (
                 graph
-                | f"LargeStarGroup{round_index}" >> beam.GroupByKey()
+                | f"LargeStarGroup{round_index}" >> ByPartition(parts)
                 | f"LargeStar{round_index}" >> timed(STEP_NAME, _large_star, parts)
-                | f"SmallStarGroup{round_index}" >> beam.GroupByKey()
+                | f"SmallStarGroup{round_index}" >> ByPartition(parts)
                 | f"SmallStar{round_index}" >> timed(STEP_NAME, _small_star, parts)
             )
         messages = (
             graph
-            | "LabelGroup" >> beam.GroupByKey()
+            | "LabelGroup" >> ByPartition(parts)
             | "ComponentLabel" >> timed(STEP_NAME, _label_messages, parts)
         )
         labelled = (
             {"messages": messages, "sketch": inputs["rows"]}
-            | "LabelMessages" >> beam.CoGroupByKey()
+            | "LabelMessages" >> ByPartition(parts)
             | "CrossingLabels" >> timed(STEP_NAME, _crossing_labels, Metrics.counter(STEP_NAME, "cc_crossing_edges"),
                                         Metrics.counter(STEP_NAME, LABELS_WITHOUT_SKETCH)).with_outputs(
                 "crossing", main="labelled")
         )
         merged = (
             labelled.crossing
-            | "GatherCrossing" >> beam.GroupByKey()
+            | "GatherCrossing" >> ByPartition(1)
             | "MergeLabels" >> timed(STEP_NAME, _merge_labels)
         )
         return labelled.labelled | "FinalLabel" >> timed(STEP_NAME, _final_labels, beam.pvalue.AsList(merged), parts)
@@ -369,7 +390,7 @@ class VerifiedStars(beam.PTransform):
     def expand(self, labelled):
         return (
             labelled
-            | "GroupComponents" >> beam.GroupByKey()
+            | "GroupComponents" >> ByPartition(self.parts)
             | "ResolveComponents" >> timed(STEP_NAME, _resolve, self.cfg, self.parts,
                                            Metrics.counter(STEP_NAME, DECISIONS_MADE))
         )
@@ -446,7 +467,7 @@ class DedupInMemory(beam.PTransform):
         return (
             sketches
             | "OneGroup" >> beam.Map(lambda kv: (0, kv[1]))
-            | "GatherAll" >> beam.GroupByKey()
+            | "GatherAll" >> ByPartition(1)
             | "DedupInMemory" >> timed(STEP_NAME, _resolve_all, self.cfg, self.with_index, self.as_blocks_of,
                                      Metrics.counter(STEP_NAME, DECISIONS_MADE)).with_outputs(
                 "index_sketches", "index_bands", main="decisions")
@@ -522,14 +543,14 @@ class Decisions(beam.PTransform):
     """``{"doc", "decision"[, "sketch"]}`` blocks keyed by the partition of ids → ``(doc, reason)`` pairs on the
     main output, and the kept documents' ``index_sketches`` / ``index_bands`` rows when the sketches are given."""
 
-    def __init__(self, cfg: NearDedupConfig):
+    def __init__(self, cfg: NearDedupConfig, parts: int):
         super().__init__()
-        self.cfg = cfg
+        self.cfg, self.parts = cfg, parts
 
     def expand(self, keyed):
         return (
             keyed
-            | "JoinDecisions" >> beam.CoGroupByKey()
+            | "JoinDecisions" >> ByPartition(self.parts)
             | "Decide" >> beam.ParDo(_DecideFn(self.cfg)).with_outputs("index_sketches", "index_bands",
                                                                          main="decided")
         )
@@ -587,7 +608,7 @@ class NearDedupDecide(beam.PTransform):
             to_join = {"doc": sketched[DOCS], "decision": decisions}
             if self.index_out_dir:
                 to_join["sketch"] = sketches
-            joined = to_join | "Decisions" >> Decisions(cfg)
+            joined = to_join | "Decisions" >> Decisions(cfg, parts)
             decided, index = joined.decided, joined
         if self.index_out_dir:
             ({"sketches": index.index_sketches, "bands": index.index_bands}
@@ -632,12 +653,17 @@ class NearDedup(beam.PTransform):
             return self.cfg.mode
         return chosen_path(self.cfg, self.input_bytes, index_bytes(self.against_dirs))
 
+    def partitions(self) -> int:
+        """The partitions of the distributed path's blocks (and of every shuffle of either path): one per
+        ``blocks.PARTITION_INPUT_BYTES`` of input (earlier runs' indexes included), at least
+        ``blocks.MIN_PARTITIONS``."""
+        old_bytes = index_bytes(self.against_dirs) if self.against_dirs else 0
+        return blocks.partitions_for((self.input_bytes or 0) + old_bytes)
+
     def expand(self, docs):
         if not self.cfg.enabled:  # switched off: every document passes untouched
             decided = docs | "NotEnabled" >> beam.Map(lambda doc: (doc, None))
         else:
-            old_bytes = index_bytes(self.against_dirs) if self.against_dirs else 0
-            parts = blocks.partitions_for((self.input_bytes or 0) + old_bytes)
             decided = docs | "Decide" >> NearDedupDecide(self.cfg, self.index_out_dir, self.against_dirs,
-                                                         self.path(), parts)
+                                                         self.path(), self.partitions())
         return decided | "Tail" >> Route(STEP_NAME, self.progress_dir)

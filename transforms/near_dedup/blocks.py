@@ -35,10 +35,12 @@ from transforms.near_dedup.core import (Decision, NearDedupConfig, bucket_key_ma
 from transforms.near_dedup.minhash import Sketch, _splitmix, exact_jaccard
 
 # Partitions of the distributed path: one per this many input bytes (as stored), so that what one grouped
-# partition holds (its documents' sketches, or its documents at the decisions) stays about the same size as the
-# corpus grows; at least MIN_PARTITIONS, so that two or more workers share every shuffle.
+# partition holds (its documents' sketches, or its documents at the decisions: ~100 MB of text at most) stays
+# the same size as the corpus grows; at least MIN_PARTITIONS, so that several workers share every shuffle. No
+# more than that: a shuffle of N partitions costs a runner N × N bucket tasks (on Dask, ~2 ms each), and with
+# blocks a partition's data is only a few elements.
 PARTITION_INPUT_BYTES = 32 << 20
-MIN_PARTITIONS = 16
+MIN_PARTITIONS = 8
 MAX_PARTITIONS = 4096
 
 
