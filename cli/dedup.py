@@ -11,6 +11,7 @@ first one's place and reason.
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
 import json
 import os
@@ -50,6 +51,13 @@ def register(subparsers) -> None:
 def _report_id(doc: dict, id_field: str):
     meta = doc.get("meta") or {}
     return meta[id_field] if id_field in meta else doc["id"]
+
+
+def _what_a_line_needs(doc: dict, id_field: str) -> dict:
+    """A document as far as its output line needs it: its id, the reported id, and its annotations (no text)."""
+    meta = doc.get("meta") or {}
+    return {"id": doc["id"], "meta": {id_field: meta[id_field]} if id_field in meta else {},
+            "annotations": doc.get("annotations") or {}}
 
 
 def _kept_line_or_head(doc: dict, id_field: str):
@@ -226,7 +234,7 @@ def _run(args) -> int:
     try:
         try:
             dedup = NearDedup(cfg, index_out_dir=args.index_out, against_dirs=args.against,
-                              input_bytes=input_bytes)
+                              input_bytes=input_bytes, carry=functools.partial(_what_a_line_needs, id_field=id_field))
         except (FileNotFoundError, ValueError) as err:
             raise ConfigError(str(err)) from None
         parts = dedup.partitions()

@@ -14,7 +14,7 @@ the ``near_dedup`` ``busy_ms`` counter.
 from __future__ import annotations
 
 import time
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -78,9 +78,10 @@ class _SketchFn(StepFn):
     ``BUFFER_BYTES`` are held, and at the end of each bundle. Blocks are in the global window (the step is
     global: it sees the whole corpus, as a GroupByKey does)."""
 
-    def __init__(self, cfg: NearDedupConfig, parts: int, bands: bool = False, docs: bool = False):
+    def __init__(self, cfg: NearDedupConfig, parts: int, bands: bool = False, docs: bool = False,
+                 carry: Optional[Callable[[dict], dict]] = None):
         super().__init__(STEP_NAME)
-        self._cfg, self._parts, self._bands, self._docs = cfg, parts, bands, docs
+        self._cfg, self._parts, self._bands, self._docs, self._carry = cfg, parts, bands, docs, carry
         self._no_tokens = Metrics.counter(STEP_NAME, "docs_without_tokens")
         self._batch: list = []
 
@@ -129,6 +130,8 @@ class _SketchFn(StepFn):
             ids = np.fromiter((doc["id"] for doc in batch), dtype=np.int64, count=len(batch))
             for p, rows_of_part in blocks.split_by_partition(partition_of(ids, parts), parts):
                 chosen = [batch[i] for i in rows_of_part.tolist()]
+                if self._carry is not None:
+                    chosen = [self._carry(doc) for doc in chosen]
                 self._hold(DOCS, p, chosen, sum(len(doc.get("text") or "") for doc in chosen))
         self.busy(time.perf_counter() - started, time.thread_time() - cpu_started)
         if self._held_bytes >= BUFFER_BYTES:
@@ -149,15 +152,17 @@ class _SketchFn(StepFn):
 
 class Sketch(beam.PTransform):
     """Documents → ``.sketches``: ``(partition, SketchRows)`` blocks; with ``bands=True`` ``.bands``:
-    ``(partition, Bands)``; with ``docs=True`` ``.docs``: ``(partition, [doc, ...])``."""
+    ``(partition, Bands)``; with ``docs=True`` ``.docs``: ``(partition, [doc, ...])`` (``carry(doc)`` of each,
+    when given)."""
 
-    def __init__(self, cfg: NearDedupConfig, parts: int, bands: bool = False, docs: bool = False):
+    def __init__(self, cfg: NearDedupConfig, parts: int, bands: bool = False, docs: bool = False,
+                 carry: Optional[Callable[[dict], dict]] = None):
         super().__init__()
-        self.cfg, self.parts, self.bands, self.docs = cfg, parts, bands, docs
+        self.cfg, self.parts, self.bands, self.docs, self.carry = cfg, parts, bands, docs, carry
 
     def expand(self, docs):
-        return docs | "Sketch" >> beam.ParDo(_SketchFn(self.cfg, self.parts, self.bands, self.docs)).with_outputs(
-            SKETCHES, BANDS, main=DOCS)
+        return docs | "Sketch" >> beam.ParDo(_SketchFn(self.cfg, self.parts, self.bands, self.docs,
+                                                       self.carry)).with_outputs(SKETCHES, BANDS, main=DOCS)
 
 
 def _merge_old(element, cfg: NearDedupConfig, parts: int):
@@ -565,10 +570,10 @@ class NearDedupDecide(beam.PTransform):
     when ``index_out_dir`` is given). See ``NearDedup``."""
 
     def __init__(self, cfg: NearDedupConfig, index_out_dir: Optional[str] = None, against_dirs: Sequence[str] = (),
-                 path: str = "auto", parts: int = blocks.MIN_PARTITIONS):
+                 path: str = "auto", parts: int = blocks.MIN_PARTITIONS, carry: Optional[Callable[[dict], dict]] = None):
         super().__init__()
         self.cfg, self.index_out_dir, self.against_dirs = cfg, index_out_dir, list(against_dirs)
-        self.path, self.parts = path, parts
+        self.path, self.parts, self.carry = path, parts, carry
 
     def expand(self, docs):
         cfg, parts = self.cfg, self.parts
@@ -583,7 +588,7 @@ class NearDedupDecide(beam.PTransform):
         else:
             # Band entries are made by the sketching step, or, with earlier runs' indexes, where the new
             # sketches meet the old ones.
-            sketched = docs | "Sketch" >> Sketch(cfg, parts, bands=not self.against_dirs, docs=True)
+            sketched = docs | "Sketch" >> Sketch(cfg, parts, bands=not self.against_dirs, docs=True, carry=self.carry)
             if self.against_dirs:
                 sketches, bands = sketched[SKETCHES] | "SketchesAndBands" >> SketchesAndBands(
                     cfg, self.against_dirs, parts)
@@ -634,12 +639,18 @@ class NearDedup(beam.PTransform):
     (``VerifiedStars``). Its partitions (``blocks.partitions_for(input_bytes)``) grow with the input, so memory
     per worker is bounded by a partition's band entries, sketches, components or documents. Both paths give the
     same decisions; both are deterministic on any number of workers. The documents are in the global window.
+
+    ``carry``: what of each document the distributed path carries from its sketching to its decision (default:
+    the whole document, as the step's output must be); a caller that only reports clusters carries ids and
+    spares its text two trips through the shuffles (``corpusmill dedup``). The in-memory path decides the
+    step's input documents themselves.
     """
 
     def __init__(self, cfg: NearDedupConfig, index_out_dir: Optional[str] = None, against_dirs: Sequence[str] = (),
-                 input_bytes: Optional[int] = None, progress_dir: Optional[str] = None):
+                 input_bytes: Optional[int] = None, progress_dir: Optional[str] = None,
+                 carry: Optional[Callable[[dict], dict]] = None):
         super().__init__()
-        self.cfg = cfg
+        self.cfg, self.carry = cfg, carry
         self.index_out_dir = str(index_out_dir) if index_out_dir else None
         self.against_dirs = [str(d) for d in against_dirs]
         self.input_bytes = input_bytes
@@ -665,5 +676,5 @@ class NearDedup(beam.PTransform):
             decided = docs | "NotEnabled" >> beam.Map(lambda doc: (doc, None))
         else:
             decided = docs | "Decide" >> NearDedupDecide(self.cfg, self.index_out_dir, self.against_dirs,
-                                                         self.path(), self.partitions())
+                                                         self.path(), self.partitions(), self.carry)
         return decided | "Tail" >> Route(STEP_NAME, self.progress_dir)
