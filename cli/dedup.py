@@ -238,7 +238,7 @@ def _run(args) -> int:
         except (FileNotFoundError, ValueError) as err:
             raise ConfigError(str(err)) from None
         parts = dedup.partitions()
-        # On Dask every shuffle of this command has near-dedup's partition count (one per 32 MB of input): its
+        # On Dask every shuffle of this command has near-dedup's partition count (one per 64 MB of input): its
         # blocks are a few elements per partition, and each shuffle costs the runner that count squared in tasks
         pipeline = make_pipeline(*_local_runner(dedup, args), args.beam_args, dask_address=args.dask_address,
                                  worker_memory=args.worker_memory, input_bytes=input_bytes,

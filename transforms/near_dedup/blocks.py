@@ -35,11 +35,11 @@ from transforms.near_dedup.core import (Decision, NearDedupConfig, bucket_key_ma
 from transforms.near_dedup.minhash import Sketch, _splitmix, exact_jaccard
 
 # Partitions of the distributed path: one per this many input bytes (as stored), so that what one grouped
-# partition holds (its documents' sketches, or its documents at the decisions: ~100 MB of text at most) stays
-# the same size as the corpus grows; at least MIN_PARTITIONS, so that several workers share every shuffle. No
-# more than that: a shuffle of N partitions costs a runner N × N bucket tasks (on Dask, ~2 ms each), and with
-# blocks a partition's data is only a few elements.
-PARTITION_INPUT_BYTES = 32 << 20
+# partition holds (its documents' sketches, ~150 MB at most, or its documents at the decisions) stays the same
+# size as the corpus grows; at least MIN_PARTITIONS, so that several workers share every shuffle. No more than
+# that: a shuffle of N partitions costs a runner N × N bucket tasks (on Dask, ~2 ms each), and with blocks a
+# partition's data is only a few elements (at 274k documents, 9 partitions took 15 CPU s less than 17).
+PARTITION_INPUT_BYTES = 64 << 20
 MIN_PARTITIONS = 8
 MAX_PARTITIONS = 4096
 
