@@ -15,7 +15,7 @@ import pytest
 
 from transforms.near_dedup import minhash
 from transforms.near_dedup.core import (
-    Decision, NearDedupConfig, SimilarityCache, SketchBuilder, component_labels, connected_components,
+    NearDedupConfig, SimilarityCache, SketchBuilder, component_labels, connected_components,
     dedup_in_memory, resolve_component, star_edge_arrays, star_edges, verify_edge_arrays,
 )
 
@@ -492,31 +492,6 @@ def test_refresh_against_an_index_built_with_other_parameters_fails_clearly(tmp_
         NearDedup(NearDedupConfig(num_perm=64), None, [index])
     with pytest.raises(FileNotFoundError, match="not a near-dedup index"):
         NearDedup(NearDedupConfig(), None, [str(tmp_path)])
-
-
-def test_connected_components_are_exact_for_any_number_of_rounds():
-    from transforms.near_dedup.blocks import Edges, components
-
-    def edges_of(pairs):
-        return Edges(np.array([a for a, _ in pairs], dtype=np.int64), np.array([b for _, b in pairs], dtype=np.int64))
-
-    rng = random.Random(3)
-    ids = rng.sample(range(10**6), 900)
-    chain = [(ids[i], ids[i + 1]) for i in range(299)]  # one long chain ...
-    star = [(ids[300], ids[j]) for j in range(301, 600)]  # ... one big star ...
-    tree = [(ids[rng.randrange(600, j)], ids[j]) for j in range(601, 900)]  # ... and a random tree
-    expected = {i: min(ids[:300]) for i in ids[:300]} | {i: min(ids[300:600]) for i in ids[300:600]}
-    expected |= {i: min(ids[600:]) for i in ids[600:]}
-    crossings = []
-    for rounds in (0, 1, 2, 4, NearDedupConfig().cc_max_rounds):
-        for parts in (1, 7):  # the same steps grouped by partitions, as on the distributed path
-            labels, crossing = components(edges_of(chain + star + tree), rounds, parts)
-            assert labels == expected, (rounds, parts)  # exact whatever the number of rounds
-        crossings.append(crossing)
-    assert crossings[0] > crossings[2] > 0  # rounds shrink what is merged on one worker
-    centre = min(ids[300:600])  # near-duplicate stars are centred on their first document in rank order
-    assert components(edges_of([(centre, j) for j in ids[300:600] if j != centre]), 0)[1] == 0  # no merge needed
-    assert components(edges_of([]), 1) == ({}, 0)
 
 
 def test_a_hot_component_of_near_identical_pages_resolves_into_one_verified_star():

@@ -84,6 +84,66 @@ def test_bucket_star_edges_equal_the_per_bucket_stars_whatever_the_partitioning(
             assert got == expected, (trial, parts)
 
 
+def components(edges: Edges, rounds: int, n_parts: int = 4) -> tuple[dict[int, int], int]:
+    """Connected components by the same steps, in the same order, as the distributed path (``beam.
+    ConnectedComponents``, grouping by partition included): node → label, and the number of label pairs merged
+    at the end."""
+    def grouped(blocks_by_part):
+        return [blocks.concat_columns(pieces) for pieces in blocks_by_part.values()]
+
+    def by_first(parts_blocks):
+        out: dict = {}
+        for block in parts_blocks:
+            for p, piece in blocks.split_columns(block, blocks.partition_of(block.a, n_parts), n_parts):
+                out.setdefault(p, []).append(piece)
+        return out
+
+    graph = [blocks.both_directions(edges)]
+    for _ in range(rounds):
+        graph = [blocks.large_star(block) for block in grouped(by_first(graph))]
+        graph = [blocks.both_directions(blocks.small_star(block)) for block in grouped(by_first(graph))]
+    messages: dict = {}
+    for block in grouped(by_first(graph)):
+        for p, (own, heard) in blocks.label_messages(block, n_parts):
+            messages.setdefault(p, ([], []))
+            messages[p][0].append(own)
+            messages[p][1].append(heard)
+    labels, crossing = [], []
+    for own, heard in messages.values():
+        mine, pairs = blocks.crossing_labels(blocks.concat_columns(own), blocks.concat_columns(heard))
+        labels.append(mine)
+        crossing.append(pairs)
+    pairs = blocks.concat_columns(crossing) or Edges(np.empty(0, np.int64), np.empty(0, np.int64))
+    merged = blocks.merge_labels(pairs)
+    result = {}
+    for mine in labels:
+        result.update(zip(mine.a.tolist(), blocks.final_labels(mine.b, [merged]).tolist()))
+    return result, len(pairs.a)
+
+
+def test_connected_components_are_exact_for_any_number_of_rounds():
+    def edges_of(pairs):
+        return Edges(np.array([a for a, _ in pairs], dtype=np.int64), np.array([b for _, b in pairs], dtype=np.int64))
+
+    rng = random.Random(3)
+    ids = rng.sample(range(10**6), 900)
+    chain = [(ids[i], ids[i + 1]) for i in range(299)]  # one long chain ...
+    star = [(ids[300], ids[j]) for j in range(301, 600)]  # ... one big star ...
+    tree = [(ids[rng.randrange(600, j)], ids[j]) for j in range(601, 900)]  # ... and a random tree
+    expected = {i: min(ids[:300]) for i in ids[:300]} | {i: min(ids[300:600]) for i in ids[300:600]}
+    expected |= {i: min(ids[600:]) for i in ids[600:]}
+    crossings = []
+    for rounds in (0, 1, 2, 4, NearDedupConfig().cc_max_rounds):
+        for parts in (1, 7):  # the same steps grouped by partitions, as on the distributed path
+            labels, crossing = components(edges_of(chain + star + tree), rounds, parts)
+            assert labels == expected, (rounds, parts)  # exact whatever the number of rounds
+        crossings.append(crossing)
+    assert crossings[0] > crossings[2] > 0  # rounds shrink what is merged on one worker
+    centre = min(ids[300:600])  # near-duplicate stars are centred on their first document in rank order
+    assert components(edges_of([(centre, j) for j in ids[300:600] if j != centre]), 0)[1] == 0  # no merge needed
+    assert components(edges_of([]), 1) == ({}, 0)
+
+
 def _distributed(sketches: list[Sketch], cfg: NearDedupConfig, parts: int) -> list:
     """The distributed path's steps on these sketches, each partition on its own, grouped as the shuffles group."""
     def grouped(pieces):
@@ -111,16 +171,16 @@ def _distributed(sketches: list[Sketch], cfg: NearDedupConfig, parts: int) -> li
         if rows_here is not None:
             ends.extend(rows_here.split(partition_of(rows_here.ids, parts), parts))
     ends = grouped(ends)
-    labels, _ = blocks.components(blocks.concat_columns(verified), cfg.cc_max_rounds, parts)
+    labels, _ = components(blocks.concat_columns(verified), cfg.cc_max_rounds, parts)
     nodes = np.array(sorted(labels), dtype=np.int64)
-    components = defaultdict(list)
+    by_component = defaultdict(list)
     for p, chosen in blocks.split_by_partition(partition_of(nodes, parts), parts):
         own = Edges(nodes[chosen], np.array([labels[i] for i in nodes[chosen].tolist()], dtype=np.int64))
         labelled, missing = blocks.labelled_rows(own, SketchRows.concat(ends.get(p, [])))
         assert missing == 0
         for q, at in blocks.split_by_partition(partition_of(labelled.labels, parts), parts):
-            components[q].append(Labelled(labelled.labels[at], labelled.rows.take(at)))
-    return sorted(d for part in components.values() for d in blocks.resolve_components(part, cfg))
+            by_component[q].append(Labelled(labelled.labels[at], labelled.rows.take(at)))
+    return sorted(d for part in by_component.values() for d in blocks.resolve_components(part, cfg))
 
 
 @pytest.mark.parametrize("overrides", [{}, {"resolution": "rank"}, {"scheme": "affine32", "lsh_threshold": 0.5},

@@ -30,8 +30,8 @@ from typing import Iterable, Iterator, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from transforms.near_dedup.core import (Decision, NearDedupConfig, bucket_key_matrix, resolve_component,
-                                        star_edge_positions, verify_pairs)
+from transforms.near_dedup.core import (Decision, NearDedupConfig, bucket_key_matrix, component_labels,
+                                        resolve_component, star_edge_positions, verify_pairs)
 from transforms.near_dedup.minhash import Sketch, _splitmix, exact_jaccard
 
 # Partitions of the distributed path: one per this many input bytes (as stored), so that what one grouped
@@ -410,8 +410,8 @@ def label_messages(edges: Edges, n_parts: int) -> Iterator[tuple[int, tuple[Edge
     own = Edges(nodes, labels)
     a, b, starts = _by_node(edges)
     heard = Edges(b, np.repeat(labels, np.diff(np.append(starts, len(a)))))
-    own_parts, heard_parts = dict(split_columns(own, partition_of(own.a, n_parts), n_parts)), \
-        dict(split_columns(heard, partition_of(heard.a, n_parts), n_parts))
+    own_parts = dict(split_columns(own, partition_of(own.a, n_parts), n_parts))
+    heard_parts = dict(split_columns(heard, partition_of(heard.a, n_parts), n_parts))
     empty = Edges(np.empty(0, np.int64), np.empty(0, np.int64))
     for p in sorted(set(own_parts) | set(heard_parts)):
         yield p, (own_parts.get(p, empty), heard_parts.get(p, empty))
@@ -436,8 +436,6 @@ def crossing_labels(own: Edges, heard: Edges) -> tuple[Edges, Edges]:
 def merge_labels(pairs: Edges) -> Edges:
     """Union-find over label pairs: ``(label, root)`` for every label whose root (the smallest label it is
     connected to) is another one."""
-    from transforms.near_dedup.core import component_labels
-
     if not len(pairs.a):
         return pairs
     labels = np.unique(np.concatenate((pairs.a, pairs.b)))
@@ -455,43 +453,6 @@ def final_labels(labels: np.ndarray, merged: Sequence[Edges]) -> np.ndarray:
     keys, roots = merged.a[order], merged.b[order]
     at = np.minimum(np.searchsorted(keys, labels), len(keys) - 1)
     return np.where(keys[at] == labels, roots[at], labels)
-
-
-def components(edges: Edges, rounds: int, n_parts: int = 4) -> tuple[dict[int, int], int]:
-    """Connected components by the same steps, in the same order, as the distributed path (grouping by
-    partition included): node → label, and the number of label pairs merged at the end. For tests and tools;
-    the distributed path runs each step where its partition is grouped."""
-    def grouped(blocks_by_part):
-        return [concat_columns(blocks) for blocks in blocks_by_part.values()]
-
-    def by_first(parts_blocks):
-        out: dict = {}
-        for block in parts_blocks:
-            for p, piece in split_columns(block, partition_of(block.a, n_parts), n_parts):
-                out.setdefault(p, []).append(piece)
-        return out
-
-    graph = [both_directions(edges)]
-    for _ in range(rounds):
-        graph = [large_star(block) for block in grouped(by_first(graph))]
-        graph = [both_directions(small_star(block)) for block in grouped(by_first(graph))]
-    messages: dict = {}
-    for block in grouped(by_first(graph)):
-        for p, (own, heard) in label_messages(block, n_parts):
-            messages.setdefault(p, ([], []))
-            messages[p][0].append(own)
-            messages[p][1].append(heard)
-    labels, crossing = [], []
-    for own, heard in messages.values():
-        mine, pairs = crossing_labels(concat_columns(own), concat_columns(heard))
-        labels.append(mine)
-        crossing.append(pairs)
-    pairs = concat_columns(crossing) or Edges(np.empty(0, np.int64), np.empty(0, np.int64))
-    merged = merge_labels(pairs)
-    result = {}
-    for mine in labels:
-        result.update(zip(mine.a.tolist(), final_labels(mine.b, [merged]).tolist()))
-    return result, len(pairs.a)
 
 
 # ---------------------------------------------------------------- 5. components → decisions
