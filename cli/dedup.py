@@ -144,7 +144,7 @@ def _dedup_without_beam(cfg, input_cfg, files, out_path: str, id_field: str) -> 
     from runio.heap import numpy_friendly_heap
     from transforms.near_dedup.core import SKETCH_BATCH, SketchBuilder, check_unique_ids, dedup_in_memory
 
-    numpy_friendly_heap()  # this process does nothing else: the sketching's arrays stay on the heap
+    numpy_friendly_heap(keep_free_top=True)  # this process does nothing else: the sketching stays on the heap
     builder = SketchBuilder(cfg)
     internal_ids: list[int] = []
     reported: dict[int, object] = {}
