@@ -18,9 +18,9 @@ Three passes:
    so every stage runs, sinks included; ``watch.py`` tracks their completion and metrics on the scheduler.
 
 A PCollection is a list of partitions (Dask keys holding ``execute.Packed`` lists of ``WindowedValue``, pickled
-a chunk at a time). Partition counts are
-fixed at translation: a shuffle produces ``partitions`` outputs; other transforms keep their input's count;
-``Flatten`` concatenates its inputs' partition lists (no task).
+a chunk at a time). Partition counts are fixed at translation: a shuffle produces ``partitions`` outputs (a
+GroupByKey annotated ``SHUFFLE_PARTITIONS`` its own count, its keys being those partitions); other transforms
+keep their input's count; ``Flatten`` concatenates its inputs' partition lists (no task).
 """
 from __future__ import annotations
 
