@@ -28,7 +28,7 @@ corpusmill do).
 
 Measured per run: wall time, CPU time (user + system of the process and every descendant, Beam's worker
 processes included), peak RSS (the process tree, sampled every 20 ms, and the process's own maximum from
-``wait4``). Reported: medians over the repetitions, ratios to datasketch and rensa, and the quality of each
+``wait4`` where it exceeds this process's peak, which a child inherits through fork and exec). Reported: medians over the repetitions, ratios to datasketch and rensa, and the quality of each
 method's clusters scored as ``../shared/eval/README.md`` defines (pairs within a predicted cluster against the
 exact-Jaccard >= 0.8 pairs and against the cluster labels, recall per Jaccard bin, predicted pairs with J < 0.5,
 residual duplicates and truth clusters lost when one document per predicted cluster is kept).
@@ -38,7 +38,8 @@ document of ``../shared/corpora/real_text_sample.jsonl.gz`` plus edited copies m
 substitutions/insertions/deletions/swaps at 0.2–12 %, paragraph swaps, truncation, lines of other real documents
 added as chrome); its exact-Jaccard pairs (J >= 0.5) come from an exact prefix-filter similarity join. Its
 cluster truth groups an original with its copies only (natural duplicates inside the sample, e.g. the same page
-in several versions, are separate clusters there, so cluster-truth precision is a lower bound).
+in several versions, are separate clusters there, so cluster-truth precision is a lower bound). ``../shared`` is
+the folder beside the checkout, or ``$CORPUSMILL_SHARED`` (a clone elsewhere).
 
 ``--profile`` samples ``corpusmill dedup`` (both paths) with py-spy (``pip install py-spy``) and prints where the
 time goes by stage. Writes ``benchmarks/out/dedup.json`` and prints Markdown tables for benchmarks/RESULTS.md.
@@ -53,6 +54,7 @@ import json
 import math
 import os
 import random
+import resource
 import re
 import statistics
 import subprocess
@@ -64,7 +66,7 @@ import unicodedata
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+SHARED = Path(os.environ.get("CORPUSMILL_SHARED", REPO.parent / "shared"))
 OUT_DIR = REPO / "benchmarks/out"
 BINS = [(0.5, 0.6), (0.6, 0.7), (0.7, 0.8), (0.8, 0.9), (0.9, 1.0001)]
 RENSA = "rensa==0.5.0"
@@ -431,6 +433,10 @@ class PeakRss:
 
 def measure(cmd: list[str], log_path: str) -> dict:
     """Run ``cmd``; wall time, CPU time of it and its (reaped) descendants, peak RSS."""
+    # A child's ru_maxrss starts from this process's own peak (Linux copies the RSS high-water mark at fork and
+    # keeps it through exec), so it is only the child's own when it exceeds ours; below that the 20 ms samples
+    # are the measure (building the large set once made every method read as this process's 2 GB).
+    own_peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with open(log_path, "w") as log:
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
@@ -442,7 +448,7 @@ def measure(cmd: list[str], log_path: str) -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{Path(log_path).read_text()[-3000:]}")
     return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
-            "peak_rss_mb": max(rss.peak / 2**20, usage.ru_maxrss / 1024)}
+            "peak_rss_mb": max(rss.peak / 2**20, usage.ru_maxrss / 1024 if usage.ru_maxrss > own_peak_kb else 0)}
 
 
 def read_clusters(path: str) -> tuple[dict, set]:
