@@ -8,9 +8,10 @@ freed. A worker process stops there: its heap top is still trimmed as before (Da
 ``MALLOC_TRIM_THRESHOLD_=65536``), so what it holds stays what the scale benchmark's memory bar measured.
 A process that does nothing but sketch (``corpusmill dedup``'s in-memory path) also keeps up to 64 MB free at
 its heap's top (``M_TRIM_THRESHOLD``, ``keep_free_top=True``), so that not even the heap is grown and trimmed
-back per batch. Sketching the 1× scale corpus in one process (``benchmarks/RESULTS.md``, near-duplicate
-removal): 2.85 CPU s and 616k page faults with glibc's defaults, 3.4 s under Dask's variable (which also
-switches the dynamic thresholds off), 1.65 s with the mmap threshold, 1.5 s and no page fault with both.
+back per batch. Sketching the 1× scale corpus in one process (``benchmarks/bench_sketch_heap.py``, figures in
+``benchmarks/RESULTS.md``, near-duplicate removal): 3.2–3.5 CPU s and ~0.9 M page faults under Dask's variable
+(which also switches the dynamic thresholds off), 1.4–1.5 s and a few hundred faults with the mmap threshold,
+none with both; glibc's defaults 1.55 s and ~50k faults.
 """
 from __future__ import annotations
 
