@@ -9,7 +9,7 @@ recomputation after a lost worker produce the same elements into the same shuffl
   updates to the scheduler, where ``watch.JobWatch`` commits only the updates of the attempt whose result
   the scheduler kept (an attempt lost with its worker, or a recomputation of a key already done, never
   counts).
-- ``split_hash`` / ``split_deal`` / ``group_pieces`` / ``concat_pieces``: the two sides of a shuffle
+- ``split`` / ``group_pieces`` / ``concat_pieces``: the two sides of a shuffle
   (GroupByKey by a stable hash of the coder-encoded key; Reshuffle by deterministic round robin).
 - ``end_job``: run by ``Client.run`` on every worker when a job ends: ``DoFn.teardown`` of pooled instances.
 
@@ -260,7 +260,7 @@ class _HashReceiver(common.Receiver):
 
 
 class _DirectReceiver(common.Receiver):
-    """The map side of a GroupByKey whose keys are its partitions (``translate.SHUFFLE_PARTITIONS``): key k into
+    """The map side of a GroupByKey whose keys are its partitions (``pipelines.beam_options.SHUFFLE_PARTITIONS``): key k into
     bucket k, encoded as the hash receiver's are (the reduce side is the same)."""
 
     def __init__(self, buckets: list[list], key_coder, label: str):
@@ -572,33 +572,10 @@ def count(part: Packed) -> int:
     return len(part)
 
 
-def split_hash(part: Packed, buckets: int, key_coder) -> Part:
-    out: list = [_Packer() for _ in range(buckets)]
-    receiver = _HashReceiver(out, key_coder)
-    for wv in part:
-        receiver.receive(wv)
-    return _sealed(out)
-
-
-def split_direct(part: Packed, buckets: int, key_coder, label: str) -> Part:
-    out: list = [_Packer() for _ in range(buckets)]
-    receiver = _DirectReceiver(out, key_coder, label)
-    for wv in part:
-        receiver.receive(wv)
-    return _sealed(out)
-
-
-def split_keyhash(part: Packed, buckets: int, key_coder) -> Part:
-    out: list = [_Packer() for _ in range(buckets)]
-    receiver = _KeyHashReceiver(out, key_coder)
-    for wv in part:
-        receiver.receive(wv)
-    return _sealed(out)
-
-
-def split_deal(part: Packed, buckets: int, offset: int) -> Part:
-    out: list = [_Packer() for _ in range(buckets)]
-    receiver = _DealReceiver(out, offset)
+def split(part: Packed, slot, part_index: int) -> Part:
+    """The map side of a shuffle over a partition that no fused stage bucketed (a split task): the receivers of
+    a fused map side (``slot``: hash, direct, keyhash or deal), ``part_index`` the deal's round-robin offset."""
+    out, receiver = _make_slot_receiver(slot, part_index)
     for wv in part:
         receiver.receive(wv)
     return _sealed(out)

@@ -39,18 +39,18 @@ from apache_beam.typehints import trivial_inference
 from dask._task_spec import DataNode, Task, TaskRef, parse_input
 
 from beam_dask import execute
+from pipelines.beam_options import SHUFFLE_PARTITIONS
 
 
 class UnsupportedPipeline(ValueError):
     """The pipeline uses a construct this runner does not execute; raised at translation, before any work."""
 
 
-# A GroupByKey applied under ``pipeline.transform_annotations(shuffle_partitions="N")`` promises that its keys are
-# the ints 0..N-1, each naming a partition already: the runner groups it into exactly N partitions, key k into
-# partition k (a key outside fails the job, naming the transform), instead of hashing keys into the pipeline's
-# partition count. A step whose elements are blocks keyed by its own partitions (near-dedup) so costs N × N
-# bucket tasks per shuffle, not the pipeline's count squared, and every partition gets one block's worth.
-SHUFFLE_PARTITIONS = "shuffle_partitions"
+# A GroupByKey annotated SHUFFLE_PARTITIONS=N (its keys are the ints 0..N-1, each naming a partition already) is
+# grouped into exactly N partitions, key k into partition k (a key outside fails the job, naming the transform),
+# instead of hashing keys into the pipeline's partition count. A step whose elements are blocks keyed by its own
+# partitions (near-dedup) so costs N × N bucket tasks per shuffle, not the pipeline's count squared, and every
+# partition gets one block's worth.
 
 
 def _annotated_partitions(applied) -> int | None:
@@ -424,6 +424,15 @@ class Emitter:
         """Output partitions of a shuffle: its annotated count, or the pipeline's."""
         return shuffle.partitions or self.R
 
+    def map_side(self, shuffle: Node) -> Slot:
+        """How a shuffle's input is bucketed, in a fused stage or a split task: a GroupByKey by its keys' hash (or,
+        annotated, by the keys themselves), a Reshuffle by its mode."""
+        if shuffle.kind == "gbk":
+            kind = "direct" if shuffle.partitions else "hash"
+        else:
+            kind = shuffle.mode
+        return Slot(kind, self.buckets(shuffle), shuffle.key_coder, shuffle.label)
+
     def name(self, kind: str, node_id: int, label: str) -> str:
         return f"beam-{kind}-{node_id}-{_slug(label)}-{self.tag}"
 
@@ -463,7 +472,7 @@ class Emitter:
         """pieces[j]: the keys holding the elements bound for output partition j of this shuffle."""
         if shuffle.id in self._pieces:
             return self._pieces[shuffle.id]
-        n = self.buckets(shuffle)
+        n, map_side = self.buckets(shuffle), self.map_side(shuffle)
         pieces: list[list] = [[] for _ in range(n)]
         offset = 0  # a Reshuffle deals each input partition from its own index
         for position, source in enumerate(self.plan.shuffle_sources(shuffle.ins[0])):
@@ -480,15 +489,7 @@ class Emitter:
             split_name = self.name(f"split{position}", shuffle.id, shuffle.label)
             bucket_name = self.name(f"bucket{position}", shuffle.id, shuffle.label)
             for i, part in enumerate(self.parts(source)):
-                if shuffle.kind == "gbk" and shuffle.partitions:
-                    split = self.add((split_name, i), execute.split_direct, TaskRef(part), n, shuffle.key_coder,
-                                     shuffle.label)
-                elif shuffle.kind == "gbk":
-                    split = self.add((split_name, i), execute.split_hash, TaskRef(part), n, shuffle.key_coder)
-                elif shuffle.mode == "keyhash":
-                    split = self.add((split_name, i), execute.split_keyhash, TaskRef(part), n, shuffle.key_coder)
-                else:
-                    split = self.add((split_name, i), execute.split_deal, TaskRef(part), n, offset + i)
+                split = self.add((split_name, i), execute.split, TaskRef(part), map_side, offset + i)
                 for j in range(n):
                     pieces[j].append(self.add((bucket_name, i, j), execute.bucket_of, TaskRef(split), j))
             offset += len(self.parts(source))
@@ -525,12 +526,7 @@ class Emitter:
                     outputs[tag] = ("drop",)
                 else:
                     if plan.fused_map_side(out):
-                        shuffle = plan.shuffle_reading(out)
-                        if shuffle.kind != "gbk":
-                            kind = shuffle.mode
-                        else:
-                            kind = "direct" if shuffle.partitions else "hash"
-                        slots.append(Slot(kind, self.buckets(shuffle), shuffle.key_coder, shuffle.label))
+                        slots.append(self.map_side(plan.shuffle_reading(out)))
                     else:
                         slots.append(Slot("list"))
                     slot_of[out.id] = len(slots) - 1

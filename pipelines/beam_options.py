@@ -19,6 +19,10 @@ LOCAL_RUNNERS = ("direct", "inprocess")
 VERBOSE_ENV = "CORPUSMILL_VERBOSE"  # "1": Beam's INFO lines too, in this process and in every worker
 _WORKER_MODULE = "pipelines.beam_options"
 _MISLEADING_WARNING = "If direct_num_workers is not equal to 1"
+# A GroupByKey applied under ``transform_annotations(shuffle_partitions="N")`` promises that its keys are the ints
+# 0..N-1, each naming a partition already (near-dedup's blocks). The Dask runner then groups it into exactly N
+# partitions, key k into partition k (beam_dask/translate.py); other runners hash the keys as usual.
+SHUFFLE_PARTITIONS = "shuffle_partitions"
 
 
 def verbose() -> bool:

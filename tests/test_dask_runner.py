@@ -864,7 +864,9 @@ def test_a_group_by_partition_refuses_a_key_that_is_not_one(tmp_path, dask_clust
 
 
 def test_near_dedup_annotates_its_shuffles_with_the_runners_annotation():
-    from beam_dask.translate import SHUFFLE_PARTITIONS
-    from transforms.near_dedup import beam as near_dedup_beam
+    from beam_dask.translate import plan_pipeline
+    from transforms.near_dedup.beam import ByPartition
 
-    assert near_dedup_beam.SHUFFLE_PARTITIONS == SHUFFLE_PARTITIONS
+    p = beam.Pipeline()
+    p | beam.Create([(0, "a"), (2, "b")]) | "Parts" >> ByPartition(3) | beam.Map(lambda kv: kv)
+    assert [n.partitions for n in plan_pipeline(p).nodes if n.kind == "gbk"] == [3]

@@ -22,6 +22,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.pipeline import transform_annotations
 from apache_beam.transforms.window import GlobalWindows
 
+from pipelines.beam_options import SHUFFLE_PARTITIONS
 from transforms.beam_step import Route, StepFn, timed
 from transforms.near_dedup import blocks
 from transforms.near_dedup.blocks import DecisionRows, Labelled, SketchRows, partition_of
@@ -39,11 +40,6 @@ _BAND_ENTRY_BYTES = 25  # key, id, rank class and score, old flag
 # A runner that dropped part of a stage's input would otherwise keep documents silently (the accounting still
 # balances: they are kept instead of removed); `pipelines.prepare.collect_stats` fails the run on a mismatch.
 DECISIONS_MADE, DECISIONS_APPLIED, LABELS_WITHOUT_SKETCH = "decisions_made", "decisions_applied", "labels_without_sketch"
-
-
-# The annotation under which the project's Dask runner groups a GroupByKey into exactly N partitions, key k
-# into partition k (beam_dask/translate.py, SHUFFLE_PARTITIONS); other runners hash the keys as usual.
-SHUFFLE_PARTITIONS = "shuffle_partitions"
 
 
 def _windowed(value):
