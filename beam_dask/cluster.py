@@ -18,6 +18,7 @@ import threading
 import dask
 import distributed
 
+DEFAULT_LOCAL_WORKERS = 2  # worker processes of the shared LocalCluster when none are asked for
 _shared: "LocalDaskCluster | None" = None
 _shared_lock = threading.Lock()
 
@@ -27,6 +28,19 @@ def connect(address: str, timeout: float | str | None = "30s") -> distributed.Cl
     if "://" not in address:
         address = f"tcp://{address}"
     return distributed.Client(address, timeout=timeout, set_as_default=False)
+
+
+def cluster_threads(address: str, timeout: float | str = "10s") -> int | None:
+    """How many worker threads the scheduler at ``address`` has now, or None when it cannot be asked (the
+    runner's own connection then says why) or has no workers yet."""
+    try:
+        client = connect(address, timeout=timeout)
+    except (OSError, TimeoutError):
+        return None
+    try:
+        return sum(client.nthreads().values()) or None
+    finally:
+        client.close()
 
 
 def memory_settings(memory_limit: str | int | None) -> dict:
@@ -99,8 +113,8 @@ def start_shared_local_cluster(workers: int | None = None, memory_limit: str | i
 
 
 def shared_local_cluster(workers: int | None = None, memory_limit: str | int | None = None) -> LocalDaskCluster:
-    """The process-wide LocalCluster (``workers`` processes, 2 when not given; each limited to
-    ``memory_limit``), started on first use; restarted when asked for other workers or another limit."""
+    """The process-wide LocalCluster (``workers`` processes, ``DEFAULT_LOCAL_WORKERS`` when not given; each
+    limited to ``memory_limit``), started on first use; restarted when asked for other workers or another limit."""
     global _shared
     with _shared_lock:
         if _shared is not None and ((workers is not None and workers != _shared.workers)
@@ -108,7 +122,7 @@ def shared_local_cluster(workers: int | None = None, memory_limit: str | int | N
             _shared.close()
             _shared = None
         if _shared is None:
-            _shared = LocalDaskCluster(workers or 2, memory_limit=memory_limit)
+            _shared = LocalDaskCluster(workers or DEFAULT_LOCAL_WORKERS, memory_limit=memory_limit)
             atexit.register(shutdown_shared_cluster)
         return _shared
 

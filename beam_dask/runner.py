@@ -75,7 +75,7 @@ class DaskPipelineResult(PipelineResult):
     """A job on the cluster. Its stage tasks are fire-and-forget; ``watch.JobWatch`` on the scheduler says
     which are done, keeps the first error, and holds the committed metrics."""
 
-    POLL_S = (0.05, 1.0)  # first and longest wait between two status polls
+    WAIT_S = 2.0  # longest wait on the scheduler for the job to end before its status is looked at again
 
     def __init__(self, client: distributed.Client, job_id: str, translation: Translation, tracked: list,
                  close_client: bool):
@@ -107,18 +107,22 @@ class DaskPipelineResult(PipelineResult):
         if self._state != PipelineState.RUNNING:
             return self._state
         deadline = None if duration is None else time.monotonic() + duration / 1000
-        pause = self.POLL_S[0]
         try:
             while True:
-                status = self._poll()
+                # answered as soon as the job ends (no polling delay after its last task), else after WAIT_S
+                wait_s = self.WAIT_S if deadline is None else max(0.0, min(self.WAIT_S, deadline - time.monotonic()))
+                status = self.client.run_on_scheduler(watch.wait_job, self.job_id, wait_s)
+                if status.get("known"):
+                    self._status = status
+                else:  # the scheduler does not know the job (yet, or any more): ask again shortly
+                    time.sleep(0.1)
+                status = self._status
                 if status["error"]:
                     raise _job_error(status["error"])
                 if status["done"] >= status["total"]:
                     break
                 if deadline is not None and time.monotonic() >= deadline:
                     return self._state
-                time.sleep(pause)
-                pause = min(self.POLL_S[1], pause * 1.5)
             for blob in self.client.run_on_scheduler(watch.job_metrics, self.job_id):
                 if blob is not None:
                     execute.merge_metric_updates(self._merged, pickle.loads(blob))

@@ -14,11 +14,13 @@ their results once they finish), and this plugin, running inside the scheduler, 
   recomputations of a key already committed, are never counted;
 - the first ``erred`` transition of any key of the job is kept, with its exception, for the client.
 
-The client polls ``job_status`` and, when every tracked key is done, fetches ``job_metrics``. This module
+The client asks ``wait_job``, which answers as soon as every tracked key is done or one erred (or after a
+few seconds, to say how far the job is), and then fetches ``job_metrics``. This module
 imports no Beam: the scheduler needs only ``distributed`` and this package.
 """
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
@@ -45,6 +47,14 @@ class _Job:
         self.reported: dict[tuple[str, str], bytes] = {}  # (key, worker) -> updates of that attempt
         self.committed: dict[str, bytes] = {}
         self.error: dict | None = None
+        self.ended: asyncio.Event | None = None  # made by the first wait (on the scheduler's event loop)
+
+    def settled(self) -> bool:
+        return not self.pending or self.error is not None
+
+    def tell_waiters(self) -> None:
+        if self.ended is not None and self.settled():
+            self.ended.set()
 
 
 class JobWatch(SchedulerPlugin):
@@ -66,6 +76,18 @@ class JobWatch(SchedulerPlugin):
         if job is None:
             return {"known": False}
         return {"known": True, "done": job.total - len(job.pending), "total": job.total, "error": job.error}
+
+    async def wait(self, job_id: str, timeout_s: float) -> dict:
+        """``status`` as soon as the job is done or failed, or after ``timeout_s``."""
+        job = self.jobs.get(job_id)
+        if job is not None and not job.settled():
+            if job.ended is None:
+                job.ended = asyncio.Event()
+            try:
+                await asyncio.wait_for(job.ended.wait(), timeout_s)
+            except asyncio.TimeoutError:
+                pass
+        return self.status(job_id)
 
     def metrics(self, job_id: str) -> list[bytes]:
         job = self.jobs.get(job_id)
@@ -103,6 +125,7 @@ class JobWatch(SchedulerPlugin):
             elif finish == "erred" and job.error is None and job.tag in k:
                 job.error = {"text": str(kwargs.get("exception_text") or f"task {k} failed"),
                              "exception": kwargs.get("exception"), "key": k}
+            job.tell_waiters()
 
 
 # Client.run_on_scheduler passes the scheduler as the keyword argument ``dask_scheduler``.
@@ -116,6 +139,10 @@ def register_job(job_id: str, tag: str, tracked: list, needs_metrics: list, dask
 
 def job_status(job_id: str, dask_scheduler=None) -> dict:
     return _plugin(dask_scheduler).status(job_id)
+
+
+async def wait_job(job_id: str, timeout_s: float, dask_scheduler=None) -> dict:
+    return await _plugin(dask_scheduler).wait(job_id, timeout_s)
 
 
 def job_metrics(job_id: str, dask_scheduler=None) -> list[bytes]:

@@ -224,7 +224,7 @@ def _run(args) -> int:
     import apache_beam as beam
     from apache_beam.metrics.metric import MetricsFilter
 
-    from pipelines.beam_options import make_pipeline
+    from pipelines.beam_options import make_pipeline, shuffle_workers
     from pipelines.read import ReadCorpus
     from runio.files import atomic_output
     from transforms.base import step_annotations
@@ -233,14 +233,17 @@ def _run(args) -> int:
     work = tempfile.mkdtemp(prefix=".dedup-", dir=out_dir)
     try:
         try:
+            runner, workers = _local_runner(NearDedup(cfg, input_bytes=input_bytes), args)
             dedup = NearDedup(cfg, index_out_dir=args.index_out, against_dirs=args.against,
-                              input_bytes=input_bytes, carry=functools.partial(_what_a_line_needs, id_field=id_field))
+                              input_bytes=input_bytes, carry=functools.partial(_what_a_line_needs, id_field=id_field),
+                              workers=shuffle_workers(runner, workers, args.dask_address))
         except (FileNotFoundError, ValueError) as err:
             raise ConfigError(str(err)) from None
         parts = dedup.partitions()
-        # On Dask every shuffle of this command has near-dedup's partition count (one per 64 MB of input): its
-        # blocks are a few elements per partition, and each shuffle costs the runner that count squared in tasks
-        pipeline = make_pipeline(*_local_runner(dedup, args), args.beam_args, dask_address=args.dask_address,
+        # On Dask every shuffle of this command has near-dedup's partition count (one per 64 MB of input, as many
+        # for each worker): its blocks are a few elements per partition, and each shuffle costs the runner that
+        # count squared in tasks
+        pipeline = make_pipeline(runner, workers, args.beam_args, dask_address=args.dask_address,
                                  worker_memory=args.worker_memory, input_bytes=input_bytes,
                                  partitions=None if _has_option(args.beam_args, "--dask_partitions") else parts)
         # Many files per partition: each worker already reads a share, and the sketching fuses with the reading

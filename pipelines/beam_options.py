@@ -33,6 +33,22 @@ def default_workers() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
+def shuffle_workers(runner: str = "direct", workers: int | None = None, dask_address: str | None = None) -> int | None:
+    """How many workers will share a pipeline's shuffles on ``runner``, when this process can know it before the
+    graph is built (a step that keys its own partitions makes as many per worker: near-dedup): the local
+    runner's processes, a LocalCluster's workers (one thread each), a running Dask scheduler's worker threads
+    now. None for a runner this project does not start (Flink, Spark, Dataflow) or a scheduler it cannot ask."""
+    if runner == "dask":
+        try:
+            from beam_dask.cluster import DEFAULT_LOCAL_WORKERS, cluster_threads
+        except ImportError:  # the dask extra is missing: building the pipeline says so
+            return None
+        return cluster_threads(dask_address) if dask_address else workers or DEFAULT_LOCAL_WORKERS
+    if runner in LOCAL_RUNNERS:
+        return workers or default_workers()
+    return None
+
+
 def worker_command() -> str:
     """The shell command the local runner starts each worker with. ``trap '' INT`` makes the worker inherit an
     ignored SIGINT (Python then installs no KeyboardInterrupt handler at all, not even during its start), and

@@ -19,7 +19,7 @@ import apache_beam as beam
 import pyarrow.parquet as pq
 from apache_beam.metrics.metric import MetricsFilter
 
-from pipelines.beam_options import make_pipeline
+from pipelines.beam_options import make_pipeline, shuffle_workers
 from pipelines.config import ConfigError, RunConfig
 from pipelines.progress import ProgressPrinter
 from pipelines.read import InputFile, ReadCorpus, resolve_inputs
@@ -288,7 +288,8 @@ def run_clean(cfg: RunConfig, against: tuple[str, ...] = (), log: Callable[[str]
         folder.mkdir(parents=True, exist_ok=True)
     steps = enabled_steps(cfg)
     clear_outputs((paths.progress,))
-    ctx = StepContext(paths, earlier, input_bytes=sum(i["bytes"] for i in new_inputs))
+    ctx = StepContext(paths, earlier, input_bytes=sum(i["bytes"] for i in new_inputs),
+                      workers=shuffle_workers(cfg.runner.name, cfg.runner.workers, cfg.runner.dask_address))
     pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options, cfg.runner.dask_address,
                              worker_memory=cfg.runner.worker_memory, input_bytes=ctx.input_bytes)
     build_cleaning_graph(pipeline, cfg, new_files, ctx)

@@ -25,6 +25,7 @@ class StepContext:
     paths: RunPaths
     against: tuple[RunPaths, ...] = ()
     input_bytes: int | None = None  # lets a step choose its in-memory or distributed path at build time
+    workers: int | None = None  # how many workers share the shuffles, when known (beam_options.shuffle_workers)
     progress: bool = True  # workers count documents done into paths.progress, for the terminal progress line
 
     @property
@@ -87,7 +88,7 @@ def _near_dedup(cfg: RunConfig, ctx: StepContext):
 
     return NearDedup(cfg.near_dedup, index_out_dir=str(ctx.paths.dedup),
                      against_dirs=[str(run.dedup) for run in ctx.against], input_bytes=ctx.input_bytes,
-                     progress_dir=ctx.progress_dir)
+                     progress_dir=ctx.progress_dir, workers=ctx.workers)
 
 
 def _check_quality(cfg: RunConfig, ctx: StepContext) -> None:

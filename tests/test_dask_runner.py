@@ -870,3 +870,50 @@ def test_near_dedup_annotates_its_shuffles_with_the_runners_annotation():
     p = beam.Pipeline()
     p | beam.Create([(0, "a"), (2, "b")]) | "Parts" >> ByPartition(3) | beam.Map(lambda kv: kv)
     assert [n.partitions for n in plan_pipeline(p).nodes if n.kind == "gbk"] == [3]
+
+
+def test_the_shuffle_workers_are_what_the_runner_will_start_or_the_scheduler_has(dask_cluster):
+    from pipelines.beam_options import default_workers, shuffle_workers
+
+    assert shuffle_workers("dask") == beam_dask.cluster.DEFAULT_LOCAL_WORKERS
+    assert shuffle_workers("dask", 3) == 3
+    assert shuffle_workers("dask", dask_address=dask_cluster.address) == 2  # asked of the scheduler
+    assert beam_dask.cluster.cluster_threads("tcp://127.0.0.1:9", timeout="1s") is None  # nobody there: the
+    # runner's own connection then says so
+    assert shuffle_workers("direct") == default_workers() and shuffle_workers("direct", 4) == 4
+    assert shuffle_workers("flink") is None
+
+
+def test_a_wait_on_the_scheduler_ends_when_the_job_does_not_after_its_timeout():
+    """``wait_job`` answers when the last tracked key reaches memory (or one errs), not at its timeout: the
+    client learns the end of a job without polling."""
+    import asyncio
+
+    from beam_dask import watch
+
+    async def scenario():
+        plugin = watch.JobWatch()
+        plugin.register("job", "job", ["'a'", "'b'"], [])
+        plugin.register("bad", "bad", ["'bad-x'"], [])
+        waiting = asyncio.ensure_future(plugin.wait("job", 600))
+        failing = asyncio.ensure_future(plugin.wait("bad", 600))
+        await asyncio.sleep(0)
+        plugin.transition("a", "processing", "memory", worker="w")
+        await asyncio.sleep(0)
+        assert not waiting.done()  # one key still pending
+        plugin.transition("b", "processing", "memory", worker="w")
+        plugin.transition("bad-x", "processing", "erred", exception_text="boom")
+        done = await asyncio.wait_for(waiting, 30)
+        failed = await asyncio.wait_for(failing, 30)
+        return done, failed
+
+    done, failed = asyncio.run(scenario())
+    assert done == {"known": True, "done": 2, "total": 2, "error": None}
+    assert failed["error"]["text"] == "boom" and failed["done"] == 0
+
+    async def times_out():
+        plugin = watch.JobWatch()
+        plugin.register("slow", "slow", ["'s'"], [])
+        return await plugin.wait("slow", 0.05)
+
+    assert asyncio.run(times_out()) == {"known": True, "done": 0, "total": 1, "error": None}

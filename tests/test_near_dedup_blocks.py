@@ -57,6 +57,19 @@ def test_partitions_spread_sequential_ids_and_keys_evenly():
     assert blocks.partitions_for(100 * blocks.PARTITION_INPUT_BYTES) == 100
 
 
+def test_partitions_are_a_multiple_of_the_workers_and_few_for_a_small_input():
+    size, small = blocks.PARTITION_INPUT_BYTES, blocks.SMALLEST_PARTITION_BYTES
+    assert blocks.partitions_for(small // 10, 2) == 2  # the demo's scale: one per worker
+    assert blocks.partitions_for(small // 10, 3) == 3
+    assert blocks.partitions_for(2 * small, 2) == 2 and blocks.partitions_for(3 * small, 2) == 4
+    assert blocks.partitions_for(3 * size, 2) == blocks.MIN_PARTITIONS  # none larger than needed below 8 x 64 MB
+    assert blocks.partitions_for(9 * size - 1, 2) == 10  # 9 by size, rounded up to 5 per worker
+    assert blocks.partitions_for(9 * size - 1, 4) == 12
+    assert blocks.partitions_for(3 * small, 1) == 3 and blocks.partitions_for(20 * size, 1) == 20
+    assert blocks.partitions_for(None, 2) == blocks.MIN_PARTITIONS  # the size unknown: as before
+    assert blocks.partitions_for(10 ** 15, 2) == blocks.MAX_PARTITIONS
+
+
 def test_bucket_star_edges_equal_the_per_bucket_stars_whatever_the_partitioning():
     rng = np.random.default_rng(11)
     for trial in range(30):

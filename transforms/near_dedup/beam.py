@@ -632,9 +632,10 @@ class NearDedup(beam.PTransform):
     ``memory`` gathers all sketches on one worker and runs ``dedup_in_memory``; ``beam`` groups band entries by
     partitions of their keys (``CandidateEdges``), verifies star edges by joins (``VerifiedEdges``), finds
     components by large-star/small-star rounds (``ConnectedComponents``) and resolves each component on its own
-    (``VerifiedStars``). Its partitions (``blocks.partitions_for(input_bytes)``) grow with the input, so memory
-    per worker is bounded by a partition's band entries, sketches, components or documents. Both paths give the
-    same decisions; both are deterministic on any number of workers. The documents are in the global window.
+    (``VerifiedStars``). Its partitions (``blocks.partitions_for(input_bytes, workers)``; ``workers``: how many
+    workers share the shuffles, when the caller knows) grow with the input, so memory per worker is bounded by
+    a partition's band entries, sketches, components or documents. Both paths give the same decisions; both
+    are deterministic on any number of workers and partitions. The documents are in the global window.
 
     ``carry``: what of each document the distributed path carries from its sketching to its decision (default:
     the whole document, as the step's output must be); a caller that only reports clusters carries ids and
@@ -644,9 +645,9 @@ class NearDedup(beam.PTransform):
 
     def __init__(self, cfg: NearDedupConfig, index_out_dir: Optional[str] = None, against_dirs: Sequence[str] = (),
                  input_bytes: Optional[int] = None, progress_dir: Optional[str] = None,
-                 carry: Optional[Callable[[dict], dict]] = None):
+                 carry: Optional[Callable[[dict], dict]] = None, workers: Optional[int] = None):
         super().__init__()
-        self.cfg, self.carry = cfg, carry
+        self.cfg, self.carry, self.workers = cfg, carry, workers
         self.index_out_dir = str(index_out_dir) if index_out_dir else None
         self.against_dirs = [str(d) for d in against_dirs]
         self.input_bytes = input_bytes
@@ -662,10 +663,10 @@ class NearDedup(beam.PTransform):
 
     def partitions(self) -> int:
         """The partitions of the distributed path's blocks (and of every shuffle of either path): one per
-        ``blocks.PARTITION_INPUT_BYTES`` of input (earlier runs' indexes included), at least
-        ``blocks.MIN_PARTITIONS``."""
+        ``blocks.PARTITION_INPUT_BYTES`` of input (earlier runs' indexes included), a multiple of ``workers``
+        when given (at least one each), else at least ``blocks.MIN_PARTITIONS``."""
         old_bytes = index_bytes(self.against_dirs) if self.against_dirs else 0
-        return blocks.partitions_for((self.input_bytes or 0) + old_bytes)
+        return blocks.partitions_for((self.input_bytes or 0) + old_bytes, self.workers)
 
     def expand(self, docs):
         if not self.cfg.enabled:  # switched off: every document passes untouched

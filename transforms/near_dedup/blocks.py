@@ -34,19 +34,31 @@ from transforms.near_dedup.core import (Decision, NearDedupConfig, bucket_key_ma
                                         resolve_component, star_edge_positions, verify_pairs)
 from transforms.near_dedup.minhash import Sketch, _splitmix, exact_jaccard
 
-# Partitions of the distributed path: one per this many input bytes (as stored), so that what one grouped
-# partition holds (its documents' sketches, ~150 MB at most, or its documents at the decisions) stays the same
-# size as the corpus grows; at least MIN_PARTITIONS, so that several workers share every shuffle. No more than
-# that: a shuffle of N partitions costs a runner N × N bucket tasks (on Dask, ~2 ms each), and with blocks a
-# partition's data is only a few elements (at 274k documents, 9 partitions took 15 CPU s less than 17).
+# Partitions of the distributed path: one per PARTITION_INPUT_BYTES of input (as stored), so that what one
+# grouped partition holds (its documents' sketches, ~150 MB at most, or its documents at the decisions) stays the
+# same size as the corpus grows. Not more: a shuffle of N partitions costs a runner N × N bucket tasks (on Dask
+# ~2 ms each, and each shuffle waits for its slowest), and with blocks a partition's data is only a few elements
+# (at 274k documents, 9 partitions took 15 CPU s less than 17). Below 8 × 64 MB, at least MIN_PARTITIONS, but
+# none smaller than 8 MB: a small input gets few (on 2 Dask workers the demo corpus's 12 shuffles took 1,458
+# tasks with 8 partitions, 174 with 2, and 3.3-4.6 s against 1.7-2.5), a medium one smaller partitions than 64
+# MB (at 16×, 167 MB: 8 partitions kept each worker at 600-620 MB, 4 took it to 930-1,050 MB). When the number of
+# workers sharing the shuffles is known, the count is a multiple of it (3 partitions on 2 workers leave one
+# worker idle a third of every step), at least one each.
 PARTITION_INPUT_BYTES = 64 << 20
 MIN_PARTITIONS = 8
+SMALLEST_PARTITION_BYTES = PARTITION_INPUT_BYTES // MIN_PARTITIONS
 MAX_PARTITIONS = 4096
 
 
-def partitions_for(input_bytes: Optional[int]) -> int:
-    """The number of partitions for an input of ``input_bytes`` (unknown: ``MIN_PARTITIONS``)."""
-    return min(MAX_PARTITIONS, max(MIN_PARTITIONS, math.ceil((input_bytes or 0) / PARTITION_INPUT_BYTES)))
+def partitions_for(input_bytes: Optional[int], workers: Optional[int] = None) -> int:
+    """The number of partitions for an input of ``input_bytes`` shared by ``workers``. Unknown input size or
+    workers: at least ``MIN_PARTITIONS``."""
+    size = input_bytes or 0
+    wanted = max(1, math.ceil(size / PARTITION_INPUT_BYTES),
+                 min(MIN_PARTITIONS, math.ceil(size / SMALLEST_PARTITION_BYTES)))
+    if not workers or input_bytes is None:
+        return min(MAX_PARTITIONS, max(MIN_PARTITIONS, wanted))
+    return min(MAX_PARTITIONS, workers * math.ceil(wanted / workers))
 
 
 def partition_of(values: np.ndarray, parts: int) -> np.ndarray:
