@@ -724,19 +724,30 @@ def test_a_worker_counts_the_documents_it_holds_as_managed_memory(tmp_path, dask
     assert held >= 8000 * per_doc / 32, held
 
 
-def test_partitions_travel_as_one_pickle_and_read_back_as_fresh_objects():
+def test_partitions_travel_as_their_chunks_and_read_back_as_fresh_objects():
     """Dask serializes a plain list whose first element it knows (a shuffle piece starts with a bytes key) one
-    element at a time, a frame per element: what the runner returns must go as a few frames whatever its
-    length. Reading a partition twice gives equal but separate objects (a DoFn changing one changes nothing)."""
-    from distributed.protocol import serialize
+    element at a time, a frame per element: what the runner returns goes as its pickled chunks, each one frame
+    as it is (not copied into a pickle), between workers and into spill files alike, nested as it was. Reading
+    a partition twice gives equal but separate objects (a DoFn changing one changes nothing)."""
+    from distributed.protocol import deserialize, deserialize_bytes, serialize, serialize_bytelist
 
     from beam_dask.execute import Packed, Part
 
     elements = [(f"key-{i}".encode(), {"id": i, "text": "x" * 50}) for i in range(2000)]
     assert len(serialize(list(elements))[1]) > 2000  # the behaviour being avoided
     packed = Packed.of(elements)
-    for value in (packed, Part([packed, Packed.of(elements[:10])])):
-        assert len(serialize(value)[1]) <= 3
+    small = Packed.of(elements[:10])
+    header, frames = serialize(Part([Part([packed, Packed()]), small]))
+    assert header["serializer"] == "dask"
+    assert frames == packed.chunks + small.chunks and all(f is c for f, c in zip(frames, packed.chunks))
+    for value in (packed, Part([Part([packed, Packed()]), small])):
+        for back in (deserialize(*serialize(value)), deserialize_bytes(b"".join(serialize_bytelist(value)))):
+            assert type(back) is type(value)
+            if isinstance(value, Packed):
+                assert list(back) == elements and len(back) == 2000
+            else:
+                assert type(back[0]) is Part and [list(p) for p in back[0]] == [elements, []]
+                assert list(back[1]) == elements[:10] and len(back[0][0]) == 2000
     first, second = list(packed), list(packed)
     assert first == second == elements and len(packed) == 2000
     first[0][1]["text"] = "changed"
