@@ -233,12 +233,12 @@ def _run(args) -> int:
     work = tempfile.mkdtemp(prefix=".dedup-", dir=out_dir)
     try:
         try:
-            runner, workers = _local_runner(NearDedup(cfg, input_bytes=input_bytes), args)
             dedup = NearDedup(cfg, index_out_dir=args.index_out, against_dirs=args.against,
-                              input_bytes=input_bytes, carry=functools.partial(_what_a_line_needs, id_field=id_field),
-                              workers=shuffle_workers(runner, workers, args.dask_address))
+                              input_bytes=input_bytes, carry=functools.partial(_what_a_line_needs, id_field=id_field))
         except (FileNotFoundError, ValueError) as err:
             raise ConfigError(str(err)) from None
+        runner, workers = _local_runner(dedup, args)  # (the path, hence the runner, counts the --against indexes)
+        dedup.workers = shuffle_workers(runner, workers, args.dask_address)  # its partitions: as many per worker
         parts = dedup.partitions()
         # On Dask every shuffle of this command has near-dedup's partition count (one per 64 MB of input, as many
         # for each worker): its blocks are a few elements per partition, and each shuffle costs the runner that
