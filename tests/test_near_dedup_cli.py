@@ -129,3 +129,23 @@ def test_the_local_path_refuses_duplicate_ids(tmp_path, capsys):
         check_unique_ids([1, 2, 1])
     assert main(["dedup", str(path), "--out", str(tmp_path / "o.jsonl")]) == 0
     assert len((tmp_path / "o.jsonl").read_text().splitlines()) == 3
+
+
+def test_a_second_input_is_deduplicated_against_the_first_ones_index(tmp_path, capsys):
+    """`--index-out` then `--against`: a near copy of a document kept by the earlier run is removed, its cluster
+    named as being in that run; the earlier documents are not read again and never removed."""
+    records = _write_input(tmp_path / "in.jsonl.gz")
+    index = tmp_path / "index"
+    assert main(["dedup", str(tmp_path / "in.jsonl.gz"), "--out", str(tmp_path / "first.jsonl"),
+                 "--index-out", str(index)]) == 0, capsys.readouterr().err
+    later = tmp_path / "later.jsonl"
+    later.write_text(json.dumps({"id": "late-copy-of-3", "text": records[3]["text"] + "\n\nPosted in News"}) + "\n"
+                     + json.dumps({"id": "late-new", "text": "An unrelated short note about the weather today."})
+                     + "\n", encoding="utf-8")
+    out = tmp_path / "second.jsonl"
+    assert main(["dedup", str(later), "--out", str(out), "--against", str(index)]) == 0, capsys.readouterr().err
+    rows = {row["id"]: row for row in map(json.loads, out.read_text(encoding="utf-8").splitlines())}
+    assert set(rows) == {"late-copy-of-3", "late-new"}
+    assert rows["late-new"] == {"id": "late-new", "cluster": "late-new", "kept": True}
+    copy = rows["late-copy-of-3"]
+    assert copy["kept"] is False and copy["cluster_in_earlier_run"] is True
