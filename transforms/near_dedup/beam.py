@@ -662,11 +662,12 @@ class NearDedup(beam.PTransform):
         return chosen_path(self.cfg, self.input_bytes, index_bytes(self.against_dirs))
 
     def partitions(self) -> int:
-        """The partitions of the distributed path's blocks (and of every shuffle of either path): one per
-        ``blocks.PARTITION_INPUT_BYTES`` of input (earlier runs' indexes included), a multiple of ``workers``
-        when given (at least one each), else at least ``blocks.MIN_PARTITIONS``."""
+        """The partitions of the distributed path's blocks (and of every shuffle of either path):
+        ``blocks.partitions_for`` of the input (earlier runs' indexes included; unknown when neither the input's
+        size nor an index is given) and ``workers``."""
         old_bytes = index_bytes(self.against_dirs) if self.against_dirs else 0
-        return blocks.partitions_for((self.input_bytes or 0) + old_bytes, self.workers)
+        size = None if self.input_bytes is None and not old_bytes else (self.input_bytes or 0) + old_bytes
+        return blocks.partitions_for(size, self.workers)
 
     def expand(self, docs):
         if not self.cfg.enabled:  # switched off: every document passes untouched
