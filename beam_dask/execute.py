@@ -587,8 +587,21 @@ def pick(result: list, slot: int):
     return result[slot]
 
 
-def pick_bucket(result: list, slot: int, bucket: int) -> list:
-    return result[slot][bucket]
+def pick_bucket(result: list, slot: int | None, bucket: int) -> Packed:
+    """Bucket ``bucket`` of a stage's ``slot`` (``None``: of a split task's buckets)."""
+    return (result if slot is None else result[slot])[bucket]
+
+
+def bucket_range(result: list, slot: int | None, lo: int, hi: int) -> Part:
+    """Buckets ``lo``..``hi - 1`` of a stage's ``slot`` (``None``: of a split task's buckets): a staged shuffle's
+    first round."""
+    return Part((result if slot is None else result[slot])[lo:hi])
+
+
+def merge_buckets(ranges: list[Part]) -> Part:
+    """The same bucket range of several sources, joined bucket by bucket in source order (chunks are not
+    decoded): a staged shuffle's second round."""
+    return Part(Packed.joined(column) for column in zip(*ranges))
 
 
 def bucket_of(buckets: list, bucket: int) -> list:

@@ -14,7 +14,8 @@ Options (``DaskRunnerOptions``): ``--dask_address HOST:PORT`` (default: a LocalC
 process), ``--dask_workers N`` (its worker processes), ``--dask_worker_memory 2.5GiB`` (each one's memory limit:
 its shuffle data spills to disk beyond 60-70% of it), ``--dask_partitions N`` (partitions of every shuffle's
 output; default 2 per worker thread, between 2 and 32, or one per 8 MB of input when the pipeline's input size
-is given, ``DaskRunner(input_bytes=...)``).
+is given, ``DaskRunner(input_bytes=...)``), ``--dask_staged_shuffle_above N`` (a shuffle of more source × output partition pairs
+goes in two rounds; ``translate.STAGED_SHUFFLE_ABOVE``).
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineState
 
 from beam_dask import cluster, execute, watch
-from beam_dask.translate import Translation, plan_pipeline, translate
+from beam_dask.translate import STAGED_SHUFFLE_ABOVE, Translation, plan_pipeline, translate
 
 
 class DaskRunnerOptions(PipelineOptions):
@@ -48,6 +49,10 @@ class DaskRunnerOptions(PipelineOptions):
         parser.add_argument("--dask_partitions", type=int, default=None,
                             help="partitions of every shuffle's output (default: 2 per worker thread, 2..32, or "
                                  "one per 8 MB of input when the input size is known)")
+        parser.add_argument("--dask_staged_shuffle_above", type=int, default=STAGED_SHUFFLE_ABOVE,
+                            help="a shuffle with more source x output partition pairs than this goes in two rounds "
+                                 "of about sources x sqrt(outputs) tasks each, instead of one pick task per pair "
+                                 f"(default {STAGED_SHUFFLE_ABOVE})")
 
 
 _KIND_TO_FIELD = {"counter": MetricResults.COUNTERS, "distribution": MetricResults.DISTRIBUTIONS,
@@ -242,7 +247,9 @@ class DaskRunner(PipelineRunner):
             partitions = self.partitions or opts.dask_partitions or default_partitions(client, self.input_bytes)
             job_id = uuid.uuid4().hex
             options_dict: dict[str, Any] = options.get_all_options(drop_default=True, retain_unknown_options=True)
-            translation = translate(plan, job_id, partitions, options_dict)
+            if opts.dask_staged_shuffle_above < 0:
+                raise ValueError(f"--dask_staged_shuffle_above must be >= 0, got {opts.dask_staged_shuffle_above}")
+            translation = translate(plan, job_id, partitions, options_dict, opts.dask_staged_shuffle_above)
             tracked = [watch.key_id(k) for k in translation.stage_keys + translation.terminal_keys]
             _ensure_watch(client)
             client.run_on_scheduler(watch.register_job, job_id, job_id[:8], tracked,

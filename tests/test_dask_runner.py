@@ -105,11 +105,11 @@ def _canonical(x):
     return x
 
 
-def run_on(runner: str, build, out_dir: Path, dask_client=None):
+def run_on(runner: str, build, out_dir: Path, dask_client=None, dask_args=()):
     if runner == "fnapi":
         p = beam.Pipeline(runner=FnApiRunner())
     else:
-        p = make_dask_pipeline(client=dask_client)
+        p = make_dask_pipeline(client=dask_client, extra_args=dask_args)
     build(p, str(out_dir))
     result = p.run()
     state = result.wait_until_finish()
@@ -117,13 +117,13 @@ def run_on(runner: str, build, out_dir: Path, dask_client=None):
     return result
 
 
-def compare(tmp_path: Path, build, dask_cluster, counters_too: bool = True):
+def compare(tmp_path: Path, build, dask_cluster, counters_too: bool = True, dask_args=()):
     """Run ``build`` on both runners; assert equal captured multisets; return (fnapi, dask) captures and results."""
     ref_dir, dask_dir = tmp_path / "fnapi", tmp_path / "dask"
     ref_dir.mkdir()
     dask_dir.mkdir()
     ref_result = run_on("fnapi", build, ref_dir)
-    dask_result = run_on("dask", build, dask_dir, dask_cluster.client)
+    dask_result = run_on("dask", build, dask_dir, dask_cluster.client, dask_args)
     ref, got = captured(ref_dir), captured(dask_dir)
     assert set(ref) == set(got)
     for name in ref:
@@ -318,23 +318,66 @@ def test_a_join_pickles_its_inputs_once_into_the_shuffle():
     assert not [name for name in names if name.startswith("beam-split")]
 
 
-def test_shuffles_through_flattens_equal_the_fnapi_runner(tmp_path, dask_cluster):
-    """Fused and unfused inputs of one shuffle (a stage's output, a grouped output, the same input twice, a
-    nested Flatten, one that is read elsewhere too) meet in the same groups as on Beam's own runner."""
-    def build(p, out):
-        left, right = _join_cases(p, out)
-        grouped = left | "GroupLeft" >> beam.GroupByKey() | "Sizes" >> beam.MapTuple(lambda k, vs: (k, len(vs)))
-        again = left | "Again" >> beam.Map(lambda kv: (kv[0], -kv[1]))
-        inner = (again, right) | "Inner" >> beam.Flatten()
-        capture(inner | "InnerCount" >> beam.combiners.Count.Globally(), out, "inner_read_elsewhere")
-        mixed = (grouped, left, left, inner) | "Mixed" >> beam.Flatten()
-        capture(mixed | "GroupMixed" >> beam.GroupByKey()
-                | "SortMixed" >> beam.MapTuple(lambda k, vs: (k, sorted(map(str, vs)))), out, "mixed")
-        capture((again, right) | "Dealt" >> beam.Flatten() | beam.Reshuffle(), out, "reshuffled")
+def _shuffles_through_flattens(p, out):
+    left, right = _join_cases(p, out)
+    grouped = left | "GroupLeft" >> beam.GroupByKey() | "Sizes" >> beam.MapTuple(lambda k, vs: (k, len(vs)))
+    again = left | "Again" >> beam.Map(lambda kv: (kv[0], -kv[1]))
+    inner = (again, right) | "Inner" >> beam.Flatten()
+    capture(inner | "InnerCount" >> beam.combiners.Count.Globally(), out, "inner_read_elsewhere")
+    mixed = (grouped, left, left, inner) | "Mixed" >> beam.Flatten()
+    capture(mixed | "GroupMixed" >> beam.GroupByKey()
+            | "SortMixed" >> beam.MapTuple(lambda k, vs: (k, sorted(map(str, vs)))), out, "mixed")
+    capture((again, right) | "Dealt" >> beam.Flatten() | beam.Reshuffle(), out, "reshuffled")
 
-    _, got, _, _ = compare(tmp_path, build, dask_cluster)
+
+@pytest.mark.parametrize("dask_args", [(), ("--dask_staged_shuffle_above=0", "--dask_partitions=7")],
+                         ids=["direct", "staged"])
+def test_shuffles_through_flattens_equal_the_fnapi_runner(tmp_path, dask_cluster, dask_args):
+    """Fused and unfused inputs of one shuffle (a stage's output, a grouped output, the same input twice, a
+    nested Flatten, one that is read elsewhere too) meet in the same groups as on Beam's own runner; so they do
+    when every shuffle goes in two rounds (7 outputs: ranges of 3, 3 and 1 buckets)."""
+    _, got, _, result = compare(tmp_path, _shuffles_through_flattens, dask_cluster, dask_args=dask_args)
     assert len(got["cogbk"]) == 11 and got["inner_read_elsewhere"] == [N + 60]
     assert len(got["reshuffled"]) == N + 60
+
+
+def test_a_shuffle_of_many_partitions_goes_in_two_rounds_of_fewer_tasks():
+    """64 sources into 64 outputs: 4,096 pick tasks direct; staged, each source's 8 ranges of 8 buckets (512),
+    8 × 8 merges and 8 pieces per output (512). At the default threshold 16 × 16 stays direct, 17 × 17 not."""
+    from beam_dask.translate import STAGED_SHUFFLE_ABOVE, plan_pipeline, translate
+
+    def graph(parts: int, staged_above: int):
+        p = beam.Pipeline()
+        (p | beam.Create(range(10)) | beam.Reshuffle() | beam.Map(lambda x: (x % 3, x))
+         | "Group" >> beam.GroupByKey() | beam.Map(len))
+        return translate(plan_pipeline(p), "job", parts, None, staged_above).graph
+
+    def group_picks(tasks):
+        names = [key[0] for key in tasks if isinstance(key, tuple) and "Group" in key[0]]
+        return Counter(name.split("-")[1] for name in names)
+
+    assert STAGED_SHUFFLE_ABOVE == 16 * 16
+    assert group_picks(graph(64, 1 << 40)) == Counter({"bucket0": 4096})
+    assert group_picks(graph(64, 0)) == Counter({"ranges": 512, "merged": 64, "piece": 512})
+    assert group_picks(graph(16, STAGED_SHUFFLE_ABOVE)) == Counter({"bucket0": 256})
+    staged = group_picks(graph(17, STAGED_SHUFFLE_ABOVE))  # 4 groups of up to 5 sources, 4 ranges of up to 5
+    assert staged == Counter({"ranges": 17 * 4, "merged": 4 * 4, "piece": 4 * 17})
+
+
+def test_a_staged_shuffle_keeps_each_groups_values_in_the_direct_shuffles_order(tmp_path, dask_cluster):
+    """Values of a group arrive in source order either way: the staged rounds join buckets in source order."""
+    def build(p, out):
+        values = p | beam.Create(list(range(3 * N))) | beam.Reshuffle()
+        capture(values | beam.Map(lambda x: (x % 13, x)) | "Group" >> beam.GroupByKey()
+                | beam.MapTuple(lambda k, vs: (k, list(vs))), out, "groups")
+
+    got = {}
+    for way, args in (("direct", ("--dask_partitions=6",)),
+                      ("staged", ("--dask_partitions=6", "--dask_staged_shuffle_above=0"))):
+        (tmp_path / way).mkdir()
+        run_on("dask", build, tmp_path / way, dask_cluster.client, args)
+        got[way] = dict(captured(tmp_path / way)["groups"])
+    assert len(got["direct"]) == 13 and got["staged"] == got["direct"]
 
 
 def test_reshuffle_repartitions_a_single_file(tmp_path, inputs, dask_cluster):
@@ -609,8 +652,8 @@ def test_a_refresh_with_nothing_new_on_dask_exits_0_with_a_complete_manifest(das
 
 
 def test_the_dedup_command_runs_on_dask_with_the_local_runners_clusters(dask_cluster, tmp_path, capsys):
-    """`corpusmill dedup --runner dask --dask-address ...` on both near-dedup paths (the shuffle path and the
-    in-memory one on a worker) writes the clusters of the local in-memory path, line for line (sorted: the
+    """`corpusmill dedup --runner dask --dask-address ...` on both near-dedup paths (the shuffle path, its
+    shuffles direct or staged, and the in-memory one on a worker) writes the clusters of the local in-memory path, line for line (sorted: the
     Beam paths write in shuffle order), with the same count of quarantined records; the Dask-only options
     are refused by name with another runner."""
     import json
@@ -635,9 +678,11 @@ def test_the_dedup_command_runs_on_dask_with_the_local_runners_clusters(dask_clu
     assert "in-memory path in this process" in ref_log and "1 quarantined" in ref_log
     assert sum('"kept": false' in line for line in reference) == 10  # every edited copy found
     dask = ["--runner", "dask", "--dask-address", dask_cluster.address]
-    for mode in ("beam", "memory"):
-        got, log = clusters(*dask, "--set", f"near_dedup.mode={mode}")
-        assert got == reference, mode
+    # (the last: every shuffle of the distributed path in two rounds, as past 16 x 16 partitions)
+    for options in (["--set", "near_dedup.mode=beam"], ["--set", "near_dedup.mode=memory"],
+                    ["--set", "near_dedup.mode=beam", "--dask_staged_shuffle_above=0"]):
+        got, log = clusters(*dask, *options)
+        assert got == reference, options
         assert "1 quarantined" in log and "in this process" not in log
     assert main(["dedup", str(source), "--out", str(tmp_path / "x.jsonl"), "--worker-memory", "2GiB"]) == 2
     assert "--worker-memory needs --runner dask" in capsys.readouterr().err
