@@ -51,8 +51,8 @@ class UnsupportedPipeline(ValueError):
 # A GroupByKey annotated SHUFFLE_PARTITIONS=N (its keys are the ints 0..N-1, each naming a partition already) is
 # grouped into exactly N partitions, key k into partition k (a key outside fails the job, naming the transform),
 # instead of hashing keys into the pipeline's partition count. A step whose elements are blocks keyed by its own
-# partitions (near-dedup) so costs N × N bucket tasks per shuffle, not the pipeline's count squared, and every
-# partition gets one block's worth.
+# partitions (near-dedup) so costs N × N bucket tasks per shuffle (fewer, in two rounds, past
+# STAGED_SHUFFLE_ABOVE), not the pipeline's count squared, and every partition gets one block's worth.
 
 
 def _annotated_partitions(applied) -> int | None:

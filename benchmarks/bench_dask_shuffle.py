@@ -22,6 +22,7 @@ import time
 
 import apache_beam as beam
 import psutil
+from apache_beam.options.pipeline_options import PipelineOptions
 
 import beam_dask
 from beam_dask.runner import DaskRunner
@@ -81,8 +82,6 @@ def worker_processes(client) -> list:
 
 def run_once(client, parts: int, staged_above: int, args) -> dict:
     runner = DaskRunner(client=client, partitions=parts)
-    from apache_beam.options.pipeline_options import PipelineOptions
-
     options = PipelineOptions([f"--dask_staged_shuffle_above={staged_above}"])
     p = beam.Pipeline(runner=runner, options=options)
     path = os.path.join(args.work, f"sum-{parts}-{staged_above}")

@@ -37,7 +37,7 @@ from transforms.near_dedup.minhash import Sketch, _splitmix, exact_jaccard
 # Partitions of the distributed path: one per PARTITION_INPUT_BYTES of input (as stored), so that what one
 # grouped partition holds (its documents' sketches, ~150 MB at most, or its documents at the decisions) stays the
 # same size as the corpus grows. Not more: a shuffle of N partitions costs a runner N × N bucket tasks (on Dask
-# ~2 ms each, and each shuffle waits for its slowest), and with blocks a partition's data is only a few elements
+# ~1-2 ms each, two rounds of ~N × √N above 16 × 16, and each shuffle waits for its slowest), and with blocks a partition's data is only a few elements
 # (at 274k documents, 9 partitions took 15 CPU s less than 17). Below 8 × 64 MB, MIN_PARTITIONS, or one per
 # 8 MB when that is fewer: a small input gets few (on 2 Dask workers the demo corpus's 12 shuffles took 1,458
 # tasks with 8 partitions, 174 with 2, and 3.3-4.6 s against 1.7-2.5), a medium one smaller partitions than 64
