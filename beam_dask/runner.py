@@ -19,6 +19,7 @@ goes in two rounds; ``translate.STAGED_SHUFFLE_ABOVE``).
 """
 from __future__ import annotations
 
+import argparse
 import math
 import pickle
 import time
@@ -35,6 +36,16 @@ from beam_dask import cluster, execute, watch
 from beam_dask.translate import STAGED_SHUFFLE_ABOVE, Translation, plan_pipeline, translate
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 class DaskRunnerOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
@@ -49,7 +60,7 @@ class DaskRunnerOptions(PipelineOptions):
         parser.add_argument("--dask_partitions", type=int, default=None,
                             help="partitions of every shuffle's output (default: 2 per worker thread, 2..32, or "
                                  "one per 8 MB of input when the input size is known)")
-        parser.add_argument("--dask_staged_shuffle_above", type=int, default=STAGED_SHUFFLE_ABOVE,
+        parser.add_argument("--dask_staged_shuffle_above", type=_non_negative_int, default=STAGED_SHUFFLE_ABOVE,
                             help="a shuffle with more source x output partition pairs than this goes in two rounds "
                                  "of about sources x sqrt(outputs) tasks each, instead of one pick task per pair "
                                  f"(default {STAGED_SHUFFLE_ABOVE})")
@@ -247,8 +258,6 @@ class DaskRunner(PipelineRunner):
             partitions = self.partitions or opts.dask_partitions or default_partitions(client, self.input_bytes)
             job_id = uuid.uuid4().hex
             options_dict: dict[str, Any] = options.get_all_options(drop_default=True, retain_unknown_options=True)
-            if opts.dask_staged_shuffle_above < 0:
-                raise ValueError(f"--dask_staged_shuffle_above must be >= 0, got {opts.dask_staged_shuffle_above}")
             translation = translate(plan, job_id, partitions, options_dict, opts.dask_staged_shuffle_above)
             tracked = [watch.key_id(k) for k in translation.stage_keys + translation.terminal_keys]
             _ensure_watch(client)

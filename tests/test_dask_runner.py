@@ -364,6 +364,18 @@ def test_a_shuffle_of_many_partitions_goes_in_two_rounds_of_fewer_tasks():
     assert staged == Counter({"ranges": 17 * 4, "merged": 4 * 4, "piece": 4 * 17})
 
 
+def test_the_staged_shuffle_threshold_is_a_whole_number_not_below_zero(capsys):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_dask.runner import DaskRunnerOptions
+
+    assert PipelineOptions(["--dask_staged_shuffle_above=0"]).view_as(DaskRunnerOptions).dask_staged_shuffle_above == 0
+    for bad, said in (("-1", "must be >= 0, got -1"), ("many", "expected a whole number, got 'many'")):
+        with pytest.raises(SystemExit):
+            PipelineOptions([f"--dask_staged_shuffle_above={bad}"]).view_as(DaskRunnerOptions)
+        assert f"argument --dask_staged_shuffle_above: {said}" in capsys.readouterr().err
+
+
 def test_a_staged_shuffle_keeps_each_groups_values_in_the_direct_shuffles_order(tmp_path, dask_cluster):
     """Values of a group arrive in source order either way: the staged rounds join buckets in source order."""
     def build(p, out):
