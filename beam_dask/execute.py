@@ -587,25 +587,24 @@ def pick(result: list, slot: int):
     return result[slot]
 
 
+def _buckets(result: list, slot: int | None) -> list:
+    """A stage's buckets for one shuffle (its ``slot``), or a split task's or a merged range's (``None``)."""
+    return result if slot is None else result[slot]
+
+
 def pick_bucket(result: list, slot: int | None, bucket: int) -> Packed:
-    """Bucket ``bucket`` of a stage's ``slot`` (``None``: of a split task's buckets)."""
-    return (result if slot is None else result[slot])[bucket]
+    return _buckets(result, slot)[bucket]
 
 
 def bucket_range(result: list, slot: int | None, lo: int, hi: int) -> Part:
-    """Buckets ``lo``..``hi - 1`` of a stage's ``slot`` (``None``: of a split task's buckets): a staged shuffle's
-    first round."""
-    return Part((result if slot is None else result[slot])[lo:hi])
+    """Buckets ``lo``..``hi - 1``: a staged shuffle's first round."""
+    return Part(_buckets(result, slot)[lo:hi])
 
 
 def merge_buckets(ranges: list[Part]) -> Part:
     """The same bucket range of several sources, joined bucket by bucket in source order (chunks are not
     decoded): a staged shuffle's second round."""
     return Part(Packed.joined(column) for column in zip(*ranges))
-
-
-def bucket_of(buckets: list, bucket: int) -> list:
-    return buckets[bucket]
 
 
 def empty() -> Packed:

@@ -14,8 +14,8 @@ Options (``DaskRunnerOptions``): ``--dask_address HOST:PORT`` (default: a LocalC
 process), ``--dask_workers N`` (its worker processes), ``--dask_worker_memory 2.5GiB`` (each one's memory limit:
 its shuffle data spills to disk beyond 60-70% of it), ``--dask_partitions N`` (partitions of every shuffle's
 output; default 2 per worker thread, between 2 and 32, or one per 8 MB of input when the pipeline's input size
-is given, ``DaskRunner(input_bytes=...)``), ``--dask_staged_shuffle_above N`` (a shuffle of more source × output partition pairs
-goes in two rounds; ``translate.STAGED_SHUFFLE_ABOVE``).
+is given, ``DaskRunner(input_bytes=...)``), ``--dask_staged_shuffle_above N`` (a shuffle of more source ×
+output partition pairs goes in two rounds; default ``translate.STAGED_SHUFFLE_ABOVE``).
 """
 from __future__ import annotations
 

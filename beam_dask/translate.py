@@ -18,10 +18,11 @@ Three passes:
    so every stage runs, sinks included; ``watch.py`` tracks their completion and metrics on the scheduler.
 
 A PCollection is a list of partitions (Dask keys holding ``execute.Packed`` lists of ``WindowedValue``, pickled
-a chunk at a time). A shuffle of S source partitions into N outputs moves its buckets by S × N small pick
-tasks; above ``STAGED_SHUFFLE_ABOVE`` of them it goes in two rounds instead (see ``Emitter.staged_pieces``). Partition counts are fixed at translation: a shuffle produces ``partitions`` outputs (a
+a chunk at a time). Partition counts are fixed at translation: a shuffle produces ``partitions`` outputs (a
 GroupByKey annotated ``SHUFFLE_PARTITIONS`` its own count, its keys being those partitions); other transforms
-keep their input's count; ``Flatten`` concatenates its inputs' partition lists (no task).
+keep their input's count; ``Flatten`` concatenates its inputs' partition lists (no task). A shuffle of S source
+partitions into N outputs moves its buckets by S × N small pick tasks; above ``STAGED_SHUFFLE_ABOVE`` of them it
+goes in two rounds instead (``Emitter.staged_pieces``).
 """
 from __future__ import annotations
 
@@ -541,7 +542,8 @@ class Emitter:
                           for i, (key, slot, _) in enumerate(members)]
                 merged = self.add((merged_name, group, lo), execute.merge_buckets, [TaskRef(r) for r in ranges])
                 for j in range(lo, hi):
-                    pieces[j].append(self.add((piece_name, group, j), execute.bucket_of, TaskRef(merged), j - lo))
+                    pieces[j].append(self.add((piece_name, group, j), execute.pick_bucket, TaskRef(merged), None,
+                                               j - lo))
         return pieces
 
     def side_key(self, pc: PC):

@@ -6,8 +6,8 @@ against the two-round staged shuffle (``beam_dask.translate.Emitter.staged_piece
 The pipeline is the shape of near-dedup's chains of shuffles with little data in them (the fixed cost is what
 is measured): ``--elements`` integers dealt into P partitions (``Reshuffle``), each with ``--payload`` bytes (to
 weigh the staged shuffle's second transfer of the data), then ``--rounds`` GroupByKeys of P × P pairs each (the
-keys re-drawn every round, the smallest element of each group kept), then a sum. Both ways run on one 2-worker LocalCluster (one
-thread each), started once; each run is a fresh pipeline. Reported per run: wall seconds, the tasks of the graph,
+keys re-drawn every round, the smallest element of each group kept), then a sum. Both ways run on one
+2-worker LocalCluster (one thread each), started once; each run is a fresh pipeline. Reported per run: wall seconds, the tasks of the graph,
 CPU seconds of this process (client and scheduler: the LocalCluster's scheduler runs in it) and of the worker
 processes (``psutil``), and the checksum of the groups (equal both ways, or the script fails).
 """

@@ -37,9 +37,9 @@ from transforms.near_dedup.minhash import Sketch, _splitmix, exact_jaccard
 # Partitions of the distributed path: one per PARTITION_INPUT_BYTES of input (as stored), so that what one
 # grouped partition holds (its documents' sketches, ~150 MB at most, or its documents at the decisions) stays the
 # same size as the corpus grows. Not more: a shuffle of N partitions costs a runner N × N bucket tasks (on Dask
-# ~1-2 ms each, two rounds of ~N × √N above 16 × 16, and each shuffle waits for its slowest), and with blocks a partition's data is only a few elements
-# (at 274k documents, 9 partitions took 15 CPU s less than 17). Below 8 × 64 MB, MIN_PARTITIONS, or one per
-# 8 MB when that is fewer: a small input gets few (on 2 Dask workers the demo corpus's 12 shuffles took 1,458
+# ~1-2 ms each, two rounds of ~N × √N above 16 × 16, and each shuffle waits for its slowest), and with blocks a
+# partition's data is only a few elements (at 274k documents, 9 partitions took 15 CPU s less than 17). Below
+# 8 × 64 MB, MIN_PARTITIONS, or one per 8 MB when that is fewer: a small input gets few (on 2 Dask workers the demo corpus's 12 shuffles took 1,458
 # tasks with 8 partitions, 174 with 2, and 3.3-4.6 s against 1.7-2.5), a medium one smaller partitions than 64
 # MB (at 16×, 167 MB: 8 partitions kept each worker at 600-620 MB, 4 took it to 930-1,050 MB). When the number of
 # workers sharing the shuffles is known, the count is a multiple of it (3 partitions on 2 workers leave one
