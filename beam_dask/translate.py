@@ -35,7 +35,7 @@ import apache_beam as beam
 from apache_beam import coders, pvalue
 from apache_beam.internal import pickler
 from apache_beam.runners import common
-from apache_beam.transforms import core, userstate, util
+from apache_beam.transforms import core, util
 from apache_beam.transforms.trigger import DefaultTrigger
 from apache_beam.transforms.window import GlobalWindows, TimestampCombiner
 from apache_beam.typehints import trivial_inference
@@ -274,8 +274,8 @@ class _IRBuilder:
         transform = applied.transform
         fn = transform.fn
         label = applied.full_label
-        signature = common.DoFnSignature(fn)
-        if userstate.is_stateful_dofn(fn) or signature.is_stateful_dofn():
+        signature = common.DoFnSignature(fn)  # inspects the DoFn's methods once (~1 ms): state, timers, SDF
+        if signature.is_stateful_dofn():
             raise UnsupportedPipeline(f"dask runner: {_describe(applied)} uses state or timers (a stateful "
                                       f"DoFn: {type(fn).__name__}); not supported")
         if fn._process_batch_defined or fn._can_yield_batches:
