@@ -63,6 +63,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=12)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
+    if args.reps < 1 or args.workers < 1:
+        parser.error("--reps and --workers must be at least 1")
     for path in PATHS:  # warm: imports, and Beam's caches of what it has inspected once
         build_and_translate(path, args.corpus, args.workers)
     runs: dict[str, list[dict]] = {path: [] for path in PATHS}
