@@ -3,8 +3,11 @@
 The same code path and config section (`near_dedup`) as the pipeline: the input is read with the pipeline's
 reader (JSONL/.gz/.zst, Parquet, folders of .txt), then `transforms.near_dedup.NearDedup` runs on Beam.
 One output line per input document: {"id": <value of --id-field>, "cluster": <id of the kept document>,
-"kept": true|false}; a kept document is its own cluster. A document removed for a document of an earlier run
-(--against) has "cluster_in_earlier_run": true and the earlier document's internal id as its cluster.
+"kept": true|false}; a kept document is its own cluster. A document without that field is reported by its file
+(`source`) when it is a text file (one document per file), otherwise by its internal id. A text file
+byte-identical to another input is read once and reported as removed for that file's document. A document
+removed for a document of an earlier run (--against) has "cluster_in_earlier_run": true and the earlier
+document's internal id as its cluster.
 Input records that cannot be read are quarantined by the reader: stderr gives their count per kind and the
 first one's place and reason.
 """
@@ -29,7 +32,8 @@ def register(subparsers) -> None:
     p.add_argument("input", nargs="+", help="files, folders or globs (local paths or Beam FileSystems URIs)")
     p.add_argument("--out", required=True, help="output JSONL: one {id, cluster, kept} line per document")
     p.add_argument("--id-field", default="id", help="input field reported as the id (default: id; documents "
-                                                     "without it are reported by their internal id)")
+                                                     "without it are reported by their file if it is a text file, "
+                                                     "otherwise by their internal id)")
     p.add_argument("--text-field", default="text", help="input field holding the text (default: text)")
     p.add_argument("--config", help="run config YAML; its `near_dedup` section is used (default: built-in defaults)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="near_dedup.KEY=VALUE",
@@ -49,14 +53,22 @@ def register(subparsers) -> None:
 
 
 def _report_id(doc: dict, id_field: str):
-    meta = doc.get("meta") or {}
-    return meta[id_field] if id_field in meta else doc["id"]
+    """Its ``id_field``, a text file's name, else the internal id (``pipelines.read.reported_id``)."""
+    from pipelines.read import reported_id
+
+    reported = reported_id(doc, id_field)
+    return doc["id"] if reported is None else reported
+
+
+def is_text_file(name: str) -> bool:
+    from pipelines.read import detect_format
+
+    return detect_format(name, "auto") == "text"
 
 
 def _what_a_line_needs(doc: dict, id_field: str) -> dict:
     """A document as far as its output line needs it: its id, the reported id, and its annotations (no text)."""
-    meta = doc.get("meta") or {}
-    return {"id": doc["id"], "meta": {id_field: meta[id_field]} if id_field in meta else {},
+    return {"id": doc["id"], "meta": {id_field: _report_id(doc, id_field)},
             "annotations": doc.get("annotations") or {}}
 
 
@@ -72,6 +84,28 @@ def _kept_line_or_head(doc: dict, id_field: str):
         yield beam.pvalue.TaggedOutput("heads", (doc["id"], user_id))
     else:
         yield json.dumps({"id": user_id, "cluster": user_id, "kept": True}, ensure_ascii=False)
+
+
+class _TextTwins:
+    """Text files left out of the run as byte-identical to an input that is read (``resolve_inputs``): each is a
+    copy of that file's one document, so its line says it is removed for the same document that one's line names
+    (or it is quarantined as that one is). Record files (JSONL, Parquet) copied byte for byte hold the same ids as
+    their original: stderr says they were read once."""
+
+    def __init__(self):
+        self.of: dict[str, list[str]] = {}  # source name of the file read -> names of its copies
+
+    def add(self, left_out, read) -> None:
+        if is_text_file(left_out.name) and is_text_file(read.name):
+            self.of.setdefault(read.name, []).append(left_out.name)
+
+    def rows(self, row: dict) -> list[dict]:
+        """The copies' rows for the row of the file they copy."""
+        return [{"id": name, "cluster": row["cluster"], "kept": False} for name in self.of.get(row["id"], ())]
+
+    def quarantined(self, records: list[dict]) -> list[dict]:
+        return [{**r, "source": name, "reason": f"{r['reason']} (a copy of {r['source']})"}
+                for r in records for name in self.of.get(r["source"], ())]
 
 
 def _start_local_cluster(workers: int | None, worker_memory: str | None) -> None:
@@ -136,7 +170,8 @@ def _quarantine_summary(records: list[dict]) -> str:
             f"{first['reason']})")
 
 
-def _dedup_without_beam(cfg, input_cfg, files, out_path: str, id_field: str) -> tuple[int, int, list[dict]]:
+def _dedup_without_beam(cfg, input_cfg, files, out_path: str, id_field: str,
+                        twins: _TextTwins) -> tuple[int, int, list[dict]]:
     """Read, sketch in batches, ``dedup_in_memory``, write one line per document in input order. Returns
     (documents, kept, quarantine records)."""
     from pipelines.read import Quarantined, iter_records
@@ -168,18 +203,18 @@ def _dedup_without_beam(cfg, input_cfg, files, out_path: str, id_field: str) -> 
         flush()
     check_unique_ids(internal_ids)
     removed_for = {d.id: d.cluster for d in dedup_in_memory(sketches, cfg) if d.removed}
-    n_kept = 0
+    n_docs = n_kept = 0
     with atomic_output(out_path, "w") as out:
         for doc_id in internal_ids:
             user_id = reported[doc_id]
             cluster = removed_for.get(doc_id)
-            if cluster is None:
-                n_kept += 1
-                out.write(json.dumps({"id": user_id, "cluster": user_id, "kept": True}, ensure_ascii=False) + "\n")
-            else:
-                out.write(json.dumps({"id": user_id, "cluster": reported[cluster], "kept": False},
-                                     ensure_ascii=False) + "\n")
-    return len(internal_ids), n_kept, quarantined
+            row = ({"id": user_id, "cluster": user_id, "kept": True} if cluster is None
+                   else {"id": user_id, "cluster": reported[cluster], "kept": False})
+            for line in (row, *twins.rows(row)):
+                out.write(json.dumps(line, ensure_ascii=False) + "\n")
+                n_docs += 1
+                n_kept += line["kept"]
+    return n_docs, n_kept, quarantined + twins.quarantined(quarantined)
 
 
 def _run(args) -> int:
@@ -205,14 +240,16 @@ def _run(args) -> int:
                               f"1500MB") from None
     input_cfg = InputConfig(paths=args.input, text_field=args.text_field, id_field=args.id_field)
     # raises ConfigError naming a path that matches nothing; a byte-identical second file is read once
-    files = resolve_inputs(input_cfg.paths, log=lambda line: print(f"corpusmill dedup: {line}", file=sys.stderr))
+    twins = _TextTwins()
+    files = resolve_inputs(input_cfg.paths, log=lambda line: print(f"corpusmill dedup: {line}", file=sys.stderr),
+                           on_twin=twins.add)
     out_dir = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(out_dir, exist_ok=True)
     id_field = args.id_field
     started = time.perf_counter()
     input_bytes = sum(f.bytes for f in files)
     if _runs_without_beam(cfg, input_bytes, args):
-        n_docs, n_kept, quarantined = _dedup_without_beam(cfg, input_cfg, files, args.out, id_field)
+        n_docs, n_kept, quarantined = _dedup_without_beam(cfg, input_cfg, files, args.out, id_field, twins)
         elapsed = time.perf_counter() - started
         print(f"corpusmill dedup: {n_docs} documents, {n_kept} kept, {n_docs - n_kept} removed as near-duplicates, "
               f"{_quarantine_summary(quarantined)}; {elapsed:.1f} s ({n_docs / max(elapsed, 1e-9):.0f} docs/s, in-memory "
@@ -273,8 +310,12 @@ def _run(args) -> int:
                         out.write(line)
                         n_docs += 1
                         n_kept += '"kept": true' in line
+                        for row in twins.rows(json.loads(line)) if twins.of else ():
+                            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                            n_docs += 1
         quarantined = [json.loads(line) for part in glob.glob(os.path.join(work, "quarantined*.jsonl"))
                        for line in open(part, encoding="utf-8")]
+        quarantined += twins.quarantined(quarantined)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     elapsed = time.perf_counter() - started

@@ -20,9 +20,10 @@ SECTION = "pii"
 def register(subparsers) -> None:
     p = subparsers.add_parser("pii", help="detect and mask PII; write spans + masked text per document",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("input", help="JSONL / JSONL.gz / JSONL.zst / Parquet file")
+    p.add_argument("input", help="a file, folder or glob: JSONL (.gz/.zst), Parquet or .txt files")
     p.add_argument("--out", required=True, help="output JSONL path")
-    p.add_argument("--id-field", default="id", help="record field holding the document id (default: id)")
+    p.add_argument("--id-field", default="id", help="record field holding the document id (default: id; a text "
+                                                     "file is reported by its name, a record without it is skipped)")
     p.add_argument("--text-field", default="text", help="record field holding the text (default: text)")
     p.add_argument("--config", help="run config YAML; its `pii` section is used (default: built-in defaults)")
     p.add_argument("--ner", choices=["auto", "on", "off"], help="override pii.ner")
@@ -47,7 +48,7 @@ def _settings(args) -> dict:
 
 def _run(args) -> int:
     from pipelines.config import InputConfig, load_section
-    from pipelines.read import Quarantined, iter_records, resolve_inputs
+    from pipelines.read import Quarantined, iter_records, reported_id, resolve_inputs
     from runio.files import atomic_output
     from transforms.pii import PiiConfig, PiiStep
     from transforms.pii.step import check
@@ -75,14 +76,16 @@ def _run(args) -> int:
                                       "masked_text": res.masked_text}, ensure_ascii=False) + "\n")
             batch.clear()
 
-        for _, index, item in iter_records(input_cfg, files):
+        for source, index, item in iter_records(input_cfg, files):
+            # a text file without the field is reported by its name (reported_id); a record without it is skipped
+            doc_id = None if isinstance(item, Quarantined) else reported_id(item, args.id_field)
             problem = item.reason if isinstance(item, Quarantined) else (
-                None if args.id_field in item["meta"] else f"no field {args.id_field!r}")
-            if problem:  # position and reason only: the record itself may hold PII
+                None if doc_id is not None else f"no field {args.id_field!r}")
+            if problem:  # place and reason only: the record itself may hold PII
                 skipped += 1
-                print(f"corpusmill pii: skipped record {index}: {problem}", file=sys.stderr)
+                print(f"corpusmill pii: skipped record {index} of {source}: {problem}", file=sys.stderr)
                 continue
-            batch.append({"id": item["meta"][args.id_field], "text": item["text"], "annotations": {}})
+            batch.append({"id": doc_id, "text": item["text"], "annotations": {}})
             docs += 1
             if len(batch) >= args.batch_size:
                 flush()

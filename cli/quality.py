@@ -79,7 +79,7 @@ def _score(args: argparse.Namespace) -> int:
 
     from pipelines.beam_options import make_pipeline
     from pipelines.config import ConfigError, InputConfig, load_section, param_overrides
-    from pipelines.read import ReadCorpus
+    from pipelines.read import ReadCorpus, reported_id
     from runio.files import atomic_output
     from transforms.base import step_annotations
     from transforms.quality.model import sidecar_paths
@@ -103,7 +103,8 @@ def _score(args: argparse.Namespace) -> int:
     id_field = args.id_field
 
     def to_row(doc: dict, keep: bool) -> str:
-        doc_id = doc["meta"].get(id_field, doc["id"]) if id_field else doc["id"]
+        reported = reported_id(doc, id_field)  # its id field, a text file's name, else the internal id
+        doc_id = doc["id"] if reported is None else reported
         mine = step_annotations(doc["annotations"], SECTION)
         row = {"id": doc_id, "score": mine["score"], "keep": keep}
         if mine.get("skipped"):  # a script the model is not trained on (quality.skip_scripts): kept unscored
@@ -207,7 +208,8 @@ def register(subparsers) -> None:
     score.add_argument("--config", help="run config YAML: its `quality` section and output.runs_dir (the model "
                                         "cache) are used (default: built-in defaults, runs/)")
     score.add_argument("--out", required=True, help="SCORES.jsonl")
-    score.add_argument("--id-field", help="input field reported as id (default: corpusmill's document id)")
+    score.add_argument("--id-field", help="input field reported as id (without it: a text file's name, else "
+                                          "corpusmill's document id)")
     score.add_argument("--text-field", default="text", help="input field holding the text (default: text)")
     score.add_argument("--mode", choices=["threshold", "top_fraction", "pareto"], help="decision (default threshold)")
     score.add_argument("--threshold", type=float, help="mode=threshold: keep when score >= it (default 0.5)")

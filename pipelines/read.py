@@ -90,6 +90,19 @@ def doc_id(key: str, position: int) -> int:
     return int.from_bytes(digest, "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 
+def reported_id(doc: dict, id_field: str | None):
+    """The id an analysis command (``corpusmill dedup``, ``pii``, ``quality``) reports for a document: its
+    ``id_field``; without one, the ``source`` name of a text file (the file is the document: its name is what a
+    user finds it by), else None (the command reports the internal id, or skips the document)."""
+    meta = doc.get("meta") or {}
+    if id_field and id_field in meta:
+        return meta[id_field]
+    source = doc.get("source")
+    if source is not None and detect_format(source, "auto") == "text":
+        return source
+    return None
+
+
 def detect_format(path: str, configured: str) -> str | None:
     if configured != "auto":
         return configured
@@ -198,11 +211,12 @@ def expand_inputs(paths: list[str]) -> list[str]:
     return sorted({file for file, _ in _matched(paths)})
 
 
-def resolve_inputs(paths: Sequence[str], log=None) -> list[InputFile]:
+def resolve_inputs(paths: Sequence[str], log=None, on_twin=None) -> list[InputFile]:
     """The input files of the configured paths, each with its ``source`` name and content key, in name order.
 
     Every file is read once to hash it. A file byte-identical to one listed before it is left out (its records
-    would be the same documents, with the same ids) and said through ``log`` when given."""
+    would be the same documents, with the same ids), said through ``log`` and passed to ``on_twin(left_out,
+    read)`` when given."""
     files: list[InputFile] = []
     seen: dict[str, InputFile] = {}
     for file, name in _matched(paths):
@@ -211,6 +225,8 @@ def resolve_inputs(paths: Sequence[str], log=None) -> list[InputFile]:
         if item.key in seen:
             if log is not None:
                 log(f"input {file} is byte-identical to {seen[item.key].path}: read once")
+            if on_twin is not None:
+                on_twin(item, seen[item.key])
             continue
         seen[item.key] = item
         files.append(item)

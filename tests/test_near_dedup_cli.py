@@ -149,3 +149,37 @@ def test_a_second_input_is_deduplicated_against_the_first_ones_index(tmp_path, c
     assert rows["late-new"] == {"id": "late-new", "cluster": "late-new", "kept": True}
     copy = rows["late-copy-of-3"]
     assert copy["kept"] is False and copy["cluster_in_earlier_run"] is True
+
+
+def test_a_folder_of_text_files_is_reported_by_file_and_a_copied_file_as_removed(tmp_path, capsys):
+    """Text files have no id field: their lines name the file. A file byte-identical to another is read once
+    (its document has the same id) but still gets its line, removed for what the file it copies is kept as or
+    removed for; a copy of an empty file is quarantined as the original is."""
+    with gzip.open(DEMO_CORPUS, "rt", encoding="utf-8") as fh:
+        texts = [r["text"] for r in map(json.loads, fh) if r["lang"] == "en" and len(r["text"]) > 1500][:4]
+    folder = tmp_path / "pages"
+    folder.mkdir()
+    for i, text in enumerate(texts):
+        (folder / f"page{i}.txt").write_text(text, encoding="utf-8")
+    (folder / "page1-edited.txt").write_text(texts[1] + "\n\nShare this page", encoding="utf-8")
+    (folder / "z-page2-copy.txt").write_text(texts[2], encoding="utf-8")
+    (folder / "z-page1-edited-copy.txt").write_text(texts[1] + "\n\nShare this page", encoding="utf-8")
+    (folder / "blank.txt").write_text("  \n", encoding="utf-8")
+    (folder / "blank-copy.txt").write_text("  \n", encoding="utf-8")
+    results = {}
+    for name, extra in (("local", []), ("beam", ["--runner", "inprocess", "--set", "near_dedup.mode=beam"])):
+        out = tmp_path / f"{name}.jsonl"
+        assert main(["dedup", str(folder), "--out", str(out), *extra]) == 0
+        err = capsys.readouterr().err
+        assert "7 documents, 4 kept, 3 removed as near-duplicates, 2 quarantined (empty_text: 2" in err
+        rows = {row["id"]: row for row in map(json.loads, out.read_text(encoding="utf-8").splitlines())}
+        results[name] = rows
+        assert set(rows) == {f"page{i}.txt" for i in range(4)} | {"page1-edited.txt", "z-page2-copy.txt",
+                                                                   "z-page1-edited-copy.txt"}
+        assert rows["z-page2-copy.txt"] == {"id": "z-page2-copy.txt", "cluster": "page2.txt", "kept": False}
+        head = rows["page1.txt"]["cluster"]  # ids are hashes: either of the near pair may be the kept one
+        assert head in ("page1.txt", "page1-edited.txt") and rows[head]["kept"]
+        assert rows["page1-edited.txt"]["cluster"] == rows["z-page1-edited-copy.txt"]["cluster"] == head
+        assert not rows["z-page1-edited-copy.txt"]["kept"]
+        assert sum(r["kept"] for r in rows.values()) == 4
+    assert results["local"] == results["beam"]

@@ -174,6 +174,33 @@ def test_cli_writes_spans_into_original_text(tmp_path, capsys):
     assert not any(v in err for v in PII_VALUES)
 
 
+def test_cli_reports_a_folder_of_text_files_by_file_name(tmp_path, capsys):
+    """Text files carry no id field: each is reported by its name (``reported_id``), not skipped."""
+    import argparse
+
+    from cli import pii as cmd_pii
+    from pipelines.read import reported_id
+
+    parser = argparse.ArgumentParser(prog="corpusmill")
+    cmd_pii.register(parser.add_subparsers(dest="command"))
+    folder = tmp_path / "letters"
+    (folder / "2024").mkdir(parents=True)
+    (folder / "2024" / "note.txt").write_text("Write to me at jane.roe@example.org any time.", encoding="utf-8")
+    (folder / "plain.txt").write_text("Nothing personal in this one.", encoding="utf-8")
+    out = tmp_path / "spans.jsonl"
+    args = parser.parse_args(["pii", str(folder), "--out", str(out), "--ner", "off"])
+    assert args.handler(args) == 0
+    rows = {r["id"]: r for r in map(json.loads, out.read_text(encoding="utf-8").splitlines())}
+    assert set(rows) == {"2024/note.txt", "plain.txt"}
+    assert [s["entity_type"] for s in rows["2024/note.txt"]["spans"]] == ["EMAIL_ADDRESS"]
+    assert not rows["plain.txt"]["spans"]
+    assert "skipped" not in capsys.readouterr().err.replace("(0 skipped)", "")
+    # the rule: the id field when present, else a text file's name, else nothing (the command decides)
+    assert reported_id({"meta": {"id": 7}, "source": "a.txt"}, "id") == 7
+    assert reported_id({"meta": {}, "source": "a.txt.gz"}, "id") == "a.txt.gz"
+    assert reported_id({"meta": {}, "source": "a.jsonl"}, "id") is None
+
+
 def test_no_raw_pii_in_logs_stats_or_manifest(tmp_path, caplog, capsys):
     """A full clean run with the PII step on: values may appear only masked, nowhere in logs or run metadata."""
     from pipelines.config import validate_config
