@@ -64,6 +64,24 @@ def test_tokenize_normalizes_and_splits_cjk_into_characters():
     assert minhash.tokenize("plain ascii, Words_1 here")[0] == ["plain", "ascii", "words_1", "here"]
 
 
+def test_vowel_signs_stay_in_their_word_and_thai_is_shingled_by_characters():
+    """A combining mark (a Devanagari or Bengali vowel sign, an Arabic point) is part of its word: ``\\w`` alone
+    cut "हिन्दी" into pieces at every sign. Thai, Lao, Myanmar and Khmer are written without spaces between
+    words: like Chinese, one token per character, and a mostly-Thai document is shingled by characters."""
+    assert minhash.tokenize("हिन्दी भाषा बहुत सुंदर है") == (["हिन्दी", "भाषा", "बहुत", "सुंदर", "है"], 0)
+    assert minhash.tokenize("مَرْحَبًا بِكُمْ")[0] == ["مَرْحَبًا", "بِكُمْ"]
+    assert minhash.tokenize("বাংলা ভাষা")[0] == ["বাংলা", "ভাষা"]
+    thai = "ประเทศไทยมีประชากรประมาณหกสิบหกล้านคน กรุงเทพมหานครเป็นเมืองหลวง"
+    units, by_chars = minhash.shingle_units(*minhash.tokenize(thai))
+    assert by_chars and units == [c for c in thai if c != " "]
+    for text in ("ພາສາລາວ ງາມ", "မြန်မာဘာသာ", "ភាសាខ្មែរ"):
+        assert minhash.shingle_units(*minhash.tokenize(text))[1], text
+    # a one-word edit in a short Thai text leaves it a near-duplicate, as a one-word edit does in Chinese
+    edited = thai.replace("หกสิบหก", "หกสิบเจ็ด")
+    a, b = (set(minhash.shingle_set(minhash.shingle_units(*minhash.tokenize(t))[0], 5).tolist()) for t in (thai, edited))
+    assert len(a & b) / len(a | b) > 0.75
+
+
 def test_shingle_hash_sets_give_the_exact_jaccard_of_the_string_sets():
     rng = random.Random(0)
     words = TEXT.split() * 3
@@ -144,6 +162,9 @@ EDGE_TEXTS = [
     "ﬁne ﬂow … ① ㈱ words here", "cafe\u0301 combining e\u0301 marks", "한국어 텍스트 와 ᄒ\u1161 jamo",
     "x\ny\nz w v u t s", "\u2028line sep words\u00a0nbsp", "under_score snake_case 42 3.14",
     "\ufa6c\ufa6d 漢字 compat \uf900 and \u2f00 radicals",
+    "हिन्दी भाषा बहुत सुंदर है और words", "ประเทศไทยมีประชากร 66 ล้านคน and some english words here",
+    "مَرْحَبًا بِكُمْ فِي الْعَالَمِ", "ភាសាខ្មែរ ພາສາລາວ မြန်မာဘာသာ mixed", "বাংলা ভাষা தமிழ் மொழி",
+    "\U0001d167 astral combining \U00011000\U00011038 brahmi",
 ]
 
 
@@ -251,13 +272,15 @@ def test_exact_jaccard_of_sorted_sets_equals_set_arithmetic():
 
 def test_vectorized_shingle_sets_equal_the_reference_on_random_unicode():
     """Random texts over mixed scripts (combining marks, Hangul jamo and syllables, Greek sigma, dotted İ,
-    compatibility ideographs, ligatures, full-width forms, astral letters and emoji): the table-driven NFKC +
+    compatibility ideographs, ligatures, full-width forms, astral letters and emoji, Devanagari, Thai, Arabic,
+    Khmer and Hebrew with their signs and points, astral combining marks): the table-driven NFKC +
     lower case of whole batches gives the reference tokenizer's shingles."""
     rng = random.Random(18)
     pools = [range(0x20, 0x7F), range(0xA0, 0x250), range(0x300, 0x370), range(0x370, 0x400), range(0x1100, 0x1200),
              range(0xAC00, 0xAC40), range(0x3040, 0x3100), range(0x4E00, 0x4E40), range(0xF900, 0xF920),
              range(0xFB00, 0xFB10), range(0xFF00, 0xFF60), range(0x2000, 0x2100), range(0x1D400, 0x1D420),
-             range(0x1F600, 0x1F610), [0x3A3, 0x130, 0x20, 0x20, 0xA]]
+             range(0x1F600, 0x1F610), [0x3A3, 0x130, 0x20, 0x20, 0xA], range(0x900, 0x980), range(0xE00, 0xE80),
+             range(0x600, 0x700), range(0x1780, 0x1800), range(0x591, 0x5F5), range(0x1D165, 0x1D16A)]
     texts = []
     for _ in range(400):
         chosen = rng.sample(pools, rng.randint(1, 4))

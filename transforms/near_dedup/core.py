@@ -2,9 +2,9 @@
 
 Pure core (no Beam; shared by both execution paths so that they give identical results):
 
-1. ``SketchBuilder.sketch_batch(docs)``: shingles (words, or characters in CJK text) → sorted 32-bit
-   shingle-hash set and a MinHash signature (one-permutation by default, or datasketch's permutations), or a
-   64-bit SimHash, for a batch of documents at once.
+1. ``SketchBuilder.sketch_batch(docs)``: shingles (words, or characters in Chinese, Japanese or Thai text) →
+   sorted 32-bit shingle-hash set and a MinHash signature (one-permutation by default, or datasketch's
+   permutations), or a 64-bit SimHash, for a batch of documents at once.
 2. ``bucket_keys`` / ``bucket_key_matrix``: LSH band keys (or SimHash permuted-block keys), packed integers.
 3. ``star_edges``: each bucket links its members to its first member in rank order (linear, never all pairs,
    so a hot bucket of thousands of ids costs thousands of edges).
@@ -38,7 +38,9 @@ from transforms.near_dedup.minhash import Sketch
 STEP_NAME = "near_dedup"
 SKETCH_BATCH = 256  # documents sketched together (one batch of numpy work)
 REASON = "near_duplicate"
-INDEX_FORMAT_VERSION = 2  # 2: 32-bit shingle sets, integer band keys, one-permutation signatures
+# 2: 32-bit shingle sets, integer band keys, one-permutation signatures; 3: combining marks inside words, Thai,
+# Lao, Myanmar and Khmer shingled by characters (their documents' shingles changed: an older index is refused)
+INDEX_FORMAT_VERSION = 3
 # The MinHash estimate decides without an exact Jaccard when it is this far from the threshold: with 128
 # permutations its standard deviation near J=0.8 is ~0.035, so 0.15 is over four of them.
 _PREFILTER_MARGIN = 0.15
@@ -64,7 +66,8 @@ class NearDedupConfig(BaseModel):
         "exact", description="exact: Jaccard of the shingle-hash sets; estimated: MinHash agreement "
                              "(simhash: Hamming distance <= simhash_max_distance)")
     word_ngram: int = Field(5, ge=1, le=minhash.MAX_NGRAM)
-    cjk_ngram: int = Field(5, ge=1, le=minhash.MAX_NGRAM, description="character n-gram for mostly-CJK documents")
+    cjk_ngram: int = Field(5, ge=1, le=minhash.MAX_NGRAM, description="character n-gram for documents mostly in "
+                                                                      "scripts without spaces (CJK, Thai, Lao, ...)")
     shingle_hash: Literal["fast", "sha1"] = Field(
         "fast", description="sha1: datasketch's sha1_hash32 of each shingle string (slower, bit-compatible)")
     num_perm: int = Field(128, ge=8, le=1024)

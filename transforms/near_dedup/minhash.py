@@ -2,11 +2,13 @@
 
 Pure core of the near-duplicate step (no Beam here):
 
-* Tokens: NFKC + lower-case, words are ``\\w+`` runs; Han, Hiragana and Katakana characters (scripts written
-  without spaces) are one token each, so a word n-gram over the token stream is a character n-gram in
-  Chinese/Japanese text and mixed documents need no special case; a mostly-CJK document is shingled over its
-  characters. ``tokenize``/``shingle_units`` are the readable reference (regular expressions, Python strings);
-  ``ShingleHasher`` computes the same token boundaries on code-point arrays, with no Python object per token.
+* Tokens: NFKC + lower-case, words are runs of word characters and combining marks (a vowel sign belongs to its
+  word); characters of scripts written without spaces (Han, Hiragana, Katakana, Thai, Lao, Myanmar, Khmer) are
+  one token each, so a word n-gram over the token stream is a character n-gram in Chinese, Japanese or Thai
+  text and mixed documents need no special case; a document mostly in those scripts is shingled over its
+  characters (``cjk_ngram``). ``tokenize``/``shingle_units`` are the readable reference (regular expressions,
+  Python strings); ``ShingleHasher`` computes the same token boundaries on code-point arrays, with no Python
+  object per token.
 * Word hashes: a polynomial hash of each token's code points (from prefix sums over the whole batch, so every
   word costs a few array operations, not a function call), finalized with splitmix64. Shingle (n-gram) hashes
   combine the n word hashes arithmetically (per-position odd multipliers, then splitmix64): no shingle string is
@@ -24,6 +26,7 @@ Pure core of the near-duplicate step (no Beam here):
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import unicodedata
@@ -32,13 +35,43 @@ from typing import Literal, Optional, Sequence
 
 import numpy as np
 
-# Scripts written without spaces between words: Han (CJK ideographs, ext. A, compatibility), Hiragana, Katakana.
-_CJK_RANGES = ((0x3040, 0x30FF), (0x31F0, 0x31FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF))
-_CJK_CHARS = "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _CJK_RANGES)
-_CJK_RE = re.compile(f"[{_CJK_CHARS}]")
-# One CJK character, or a run of other word characters.
-_MIXED_TOKEN_RE = re.compile(f"[{_CJK_CHARS}]|[^\\W{_CJK_CHARS}]+")
-_WORD_RE = re.compile(r"\w+")
+# Scripts written without spaces between words, shingled by characters: Thai, Lao, Myanmar, Khmer, Hiragana,
+# Katakana, Han (CJK ideographs, ext. A, compatibility). A word n-gram over their one-character tokens is a
+# character n-gram.
+_UNSPACED_RANGES = ((0x0E00, 0x0E7F), (0x0E80, 0x0EFF), (0x1000, 0x109F), (0x1780, 0x17FF), (0x3040, 0x30FF),
+                    (0x31F0, 0x31FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF))
+_UNSPACED_CHARS = "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in _UNSPACED_RANGES)
+_UNSPACED_RE = re.compile(f"[{_UNSPACED_CHARS}]")
+
+
+def _in_unspaced(cp: int) -> bool:
+    return any(lo <= cp <= hi for lo, hi in _UNSPACED_RANGES)
+
+
+def _mark_ranges(code_points) -> str:
+    """A character class of the combining marks (Unicode categories Mn, Mc, Me) among ``code_points`` that are
+    not in an unspaced script."""
+    marks = [cp for cp in code_points if unicodedata.category(chr(cp)).startswith("M") and not _in_unspaced(cp)]
+    runs: list[tuple[int, int]] = []
+    for cp in marks:
+        if runs and runs[-1][1] == cp - 1:
+            runs[-1] = (runs[-1][0], cp)
+        else:
+            runs.append((cp, cp))
+    return "".join(re.escape(chr(lo)) if lo == hi else f"{re.escape(chr(lo))}-{re.escape(chr(hi))}" for lo, hi in runs)
+
+
+@functools.cache
+def _token_patterns() -> tuple[re.Pattern, re.Pattern]:
+    """(words, mixed tokens). A word is a run of word characters and combining marks: a vowel sign or a point
+    belongs to the word it sits in (Devanagari, Bengali, Tamil ... vowel signs, Arabic and Hebrew points), where
+    ``\\w`` alone would cut "हिन्दी" at every sign. A mixed token is one character of an unspaced script, or a
+    run of other word characters and marks. Marks occur in the Basic Multilingual Plane, plane 1 and the
+    variation selectors of plane 14; collecting them takes ~25 ms, once per process, when first needed."""
+    marks = _mark_ranges(list(range(0x20000)) + list(range(0xE0100, 0xE01F0)))
+    return (re.compile(f"[\\w{marks}]+"),
+            re.compile(f"[{_UNSPACED_CHARS}]|(?:[^\\W{_UNSPACED_CHARS}]|[{marks}])+"))
+
 
 _U64 = np.uint64
 _MASK32 = _U64(0xFFFFFFFF)
@@ -77,30 +110,33 @@ def _constants(count: int, salt: int) -> np.ndarray:
 
 
 def tokenize(text: str) -> tuple[list[str], int]:
-    """Normalized tokens of ``text`` and how many of them are CJK characters (the readable reference of
-    ``ShingleHasher``'s tokenization, and the tokenizer of ``shingle_hash="sha1"``)."""
+    """Normalized tokens of ``text`` and how many of them are characters of unspaced scripts (Chinese, Japanese
+    kana, Thai, Lao, Myanmar, Khmer: one token each), the readable reference of ``ShingleHasher``'s tokenization
+    and the tokenizer of ``shingle_hash="sha1"``."""
     if text.isascii():  # NFKC is the identity on ASCII
-        return _WORD_RE.findall(text.lower()), 0
+        return _token_patterns()[0].findall(text.lower()), 0
     text = unicodedata.normalize("NFKC", text).lower()
-    if not _CJK_RE.search(text):
-        return _WORD_RE.findall(text), 0
-    tokens = _MIXED_TOKEN_RE.findall(text)
-    n_cjk = sum(1 for t in tokens if len(t) == 1 and _CJK_RE.match(t))
-    return tokens, n_cjk
+    words, mixed = _token_patterns()
+    if not _UNSPACED_RE.search(text):
+        return words.findall(text), 0
+    tokens = mixed.findall(text)
+    n_unspaced = sum(1 for t in tokens if len(t) == 1 and _UNSPACED_RE.match(t))
+    return tokens, n_unspaced
 
 
-def shingle_units(tokens: list[str], n_cjk: int) -> tuple[list[str], bool]:
-    """The units shingles are made of: for a mostly-CJK document every word character (Latin words embedded in
-    Chinese text are spelled out too, so an edit costs the same anywhere in the text); otherwise the tokens
-    (words, with CJK characters as one-character words). Returns (units, is_character_level)."""
-    if n_cjk * 2 > len(tokens):
+def shingle_units(tokens: list[str], n_unspaced: int) -> tuple[list[str], bool]:
+    """The units shingles are made of: for a document mostly in unspaced scripts every word character (Latin
+    words embedded in Chinese or Thai text are spelled out too, so an edit costs the same anywhere in the text);
+    otherwise the tokens (words, with unspaced characters as one-character words). Returns (units,
+    is_character_level)."""
+    if n_unspaced * 2 > len(tokens):
         return [char for token in tokens for char in token], True
     return tokens, False
 
 
 # ---------------------------------------------------------------- code-point classes
 
-_WORD, _CJK = 1, 2
+_WORD, _UNSPACED = 1, 2
 _NOT_SIMPLE = 4
 _ASCII_LOWER = np.frombuffer(bytes(ord(chr(i).lower()) for i in range(256)), dtype=np.uint8).copy()
 _ASCII_WORD = np.array([i < 128 and (chr(i).isalnum() or chr(i) == "_") for i in range(256)])
@@ -112,16 +148,16 @@ _SPECIAL = 0xFFFFFFFF
 
 
 def _bmp_classes() -> np.ndarray:
-    """uint8 class (``_WORD`` | ``_CJK``) of every code point below 0x10000, as the regular expressions define
+    """uint8 class (``_WORD`` | ``_UNSPACED``) of every code point below 0x10000, as the regular expressions define
     them, and the per-character lower-case table (built once per process, a few tens of milliseconds)."""
     global _BMP_CLASSES, _BMP_LOWER
     if _BMP_CLASSES is None:
         table = np.zeros(0x10000, dtype=np.uint8)
         every = "".join(map(chr, range(0x10000)))
-        for match in _WORD_RE.finditer(every):
+        for match in _token_patterns()[0].finditer(every):
             table[match.start():match.end()] |= _WORD
-        for lo, hi in _CJK_RANGES:
-            table[lo:hi + 1] |= _CJK
+        for lo, hi in _UNSPACED_RANGES:
+            table[lo:hi + 1] |= _UNSPACED
         lower = np.arange(0x10000, dtype=np.uint32)
         for start in range(0, 0x10000, 256):  # block by block: str.lower in C; a block that changes length
             block = every[start:start + 256]  # (İ → i + combining dot) is done character by character
@@ -141,7 +177,7 @@ def _classes(cp: np.ndarray) -> np.ndarray:
         return table[cp]
     classes = table[np.minimum(cp, 0xFFFF)]
     for value in np.unique(cp[cp > 0xFFFF]).tolist():  # rare: a per-character regular expression is fine
-        classes[cp == value] = _WORD if _WORD_RE.fullmatch(chr(value)) else 0
+        classes[cp == value] = _WORD if _token_patterns()[0].fullmatch(chr(value)) else 0
     return classes
 
 
@@ -398,7 +434,7 @@ class ShingleHasher:
             self._spans_batch(chunk, _ASCII_LOWER[raw], starts, ends, [len(texts[i]) for i in chunk], None, out)
         for chunk in _chunks(other_idx, [len(texts[i]) for i in other_idx]):
             cp, lengths, classes = self._lowered_chunk([texts[i] for i in chunk])
-            cjk = (classes & _CJK).astype(bool)
+            cjk = (classes & _UNSPACED).astype(bool)
             word = (classes & _WORD).astype(bool)
             if not cjk.any():
                 starts, ends = _runs(word)
