@@ -1,7 +1,8 @@
 """Words, lines and n-grams that work for space-delimited and CJK text alike.
 
 English rules count words split on spaces; Chinese has no spaces, so a CJK character counts as one word and
-runs of other letters/digits count as one word each. The same units feed the filters and the dedup shingles.
+runs of other letters/digits count as one word each. These units feed the filters (near-dedup shingles have
+their own tokenizer, `transforms.near_dedup.minhash.tokenize`).
 """
 from __future__ import annotations
 
