@@ -17,7 +17,8 @@ def register(subparsers) -> None:
         description="Print the shard manifest summary; with --row, decode rows back to text, each document "
         f"segment introduced by {SEGMENT_OPEN}doc ID tokens START:END{SEGMENT_CLOSE}.",
     )
-    inspect.add_argument("shards", help="shard directory (holds manifest.json), e.g. runs/demo/shards")
+    inspect.add_argument("shards", help="shard directory (holds manifest.json), e.g. runs/demo/shards, or the run "
+                                        "directory holding it (runs/demo)")
     inspect.add_argument("--row", type=int, action="append", help="row to decode (repeatable; negative from the end)")
     inspect.add_argument("--split", default="train", help="split to read (default: train)")
     inspect.add_argument("--tokenizer", help="tokenizer.json (default: ../tokenizer/tokenizer.json next to SHARDS)")
@@ -47,7 +48,13 @@ def _inspect(args: argparse.Namespace) -> int:
     from tokenizer.shards import ShardFormatError, ShardReader
 
     try:
-        reader = ShardReader(args.shards, split=args.split)
+        try:
+            reader = ShardReader(args.shards, split=args.split)
+        except ShardFormatError:
+            if not os.path.isfile(os.path.join(args.shards, "shards", "manifest.json")):
+                raise
+            args.shards = os.path.join(args.shards, "shards")  # a run directory: its shards (the path is printed)
+            reader = ShardReader(args.shards, split=args.split)
         if args.verify:  # every split, not only the one being decoded
             for split in reader.manifest["splits"]:
                 ShardReader(args.shards, split=split).verify()

@@ -111,6 +111,18 @@ def test_inspect_marks_document_boundaries(demo_run, capsys):
     text = format_row(reader, tok, multi)
     assert text.count(SEGMENT_OPEN + "doc ") == len(reader.row(multi)[1])
     assert text in out
+    assert main(["inspect", str(run)]) == 0  # the run directory names its shards
+    assert f"shards: {run / 'shards'}" in capsys.readouterr().out
+
+
+def test_inspect_takes_a_run_directory_with_its_own_manifest(demo_run, tmp_path, capsys):
+    from cli.main import main
+
+    run, _, _, _ = demo_run
+    (tmp_path / "manifest.json").write_text(json.dumps({"run": "demo", "stages": {}}))  # a run's manifest
+    (tmp_path / "shards").symlink_to(run / "shards")
+    assert main(["inspect", str(tmp_path)]) == 0
+    assert f"shards: {tmp_path / 'shards'}" in capsys.readouterr().out
 
 
 def test_inspect_reports_a_damaged_directory(demo_run, tmp_path, capsys):
