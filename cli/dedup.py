@@ -254,7 +254,7 @@ def _run(args) -> int:
         print(f"corpusmill dedup: {n_docs} documents, {n_kept} kept, {n_docs - n_kept} removed as near-duplicates, "
               f"{_quarantine_summary(quarantined)}; {elapsed:.1f} s ({n_docs / max(elapsed, 1e-9):.0f} docs/s, in-memory "
               f"path in this process) → {args.out}", file=sys.stderr)
-        return 0
+        return _exit_code(n_docs, quarantined, args.text_field)
 
     if args.runner == "dask" and not args.dask_address:
         _start_local_cluster(args.workers, args.worker_memory)
@@ -327,4 +327,16 @@ def _run(args) -> int:
           f"code busy {counters.get('busy_ms', 0) / 1000:.1f} s, summed over workers; "
           f"{counters.get('cc_crossing_edges', 0)} label pairs in the last component merge after "
           f"{cfg.cc_max_rounds} star rounds) → {args.out}", file=sys.stderr)
-    return 0
+    return _exit_code(n_docs, quarantined, args.text_field)
+
+
+def _exit_code(n_docs: int, quarantined: list[dict], text_field: str) -> int:
+    """1 when records were read but none of them is a document (every one quarantined, most often a text field
+    under another name), as `corpusmill pii` does; 0 otherwise (an empty input is not an error)."""
+    if n_docs or not quarantined:
+        return 0
+    hint = (f"; is the text in another field than {text_field!r}? (--text-field)"
+            if any(r["kind"] == "missing_text" for r in quarantined) else "")
+    print(f"corpusmill dedup: no document to deduplicate: all {len(quarantined)} records were quarantined{hint}",
+          file=sys.stderr)
+    return 1

@@ -50,6 +50,15 @@ def test_dedup_command_reports_bad_settings_by_name(tmp_path, capsys):
     assert code == 2 and "missing.jsonl" in capsys.readouterr().err
     code = main(["dedup", str(tmp_path / "in.jsonl.gz"), "--out", str(tmp_path / "o.jsonl"), "--set", "quality.x=1"])
     assert code == 2 and "near_dedup.KEY" in capsys.readouterr().err
+    # records whose text is under another name: every one quarantined is a failure that names the option
+    (tmp_path / "body.jsonl").write_text("".join(json.dumps({"id": i, "body": f"text number {i}"}) + "\n"
+                                                 for i in range(3)), encoding="utf-8")
+    for extra in ([], ["--runner", "inprocess"]):
+        assert main(["dedup", str(tmp_path / "body.jsonl"), "--out", str(tmp_path / "o.jsonl"), *extra]) == 1
+        assert "all 3 records were quarantined; is the text in another field than 'text'? (--text-field)" in (
+            capsys.readouterr().err)
+    assert main(["dedup", str(tmp_path / "body.jsonl"), "--out", str(tmp_path / "o.jsonl"),
+                 "--text-field", "body"]) == 0
 
 
 def test_the_in_memory_path_runs_in_this_process_and_the_beam_path_on_workers():
