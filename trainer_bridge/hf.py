@@ -374,6 +374,8 @@ def find_checkpoint(paths: RunPaths, step: int | None = None, best: bool = False
     """The newest sound checkpoint, checkpoint ``step``, or the best-validation one (``checkpoints/best`` when the
     trainer recorded it, else the retained checkpoint with the lowest validation loss in ``metrics.jsonl``)."""
     root = paths.checkpoints
+    if not Path(paths.root).is_dir():
+        raise FileNotFoundError(f"{paths.root}: no such run directory")
     if not root.is_dir():
         raise FileNotFoundError(f"{paths.root}: no checkpoints ({root} does not exist); train first")
     candidates = checkpoint_candidates(root)
