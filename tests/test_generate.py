@@ -166,7 +166,7 @@ def test_cli_errors_are_one_line_exit_2(demo_export, tmp_path, capsys):
     assert run_cli("generate", str(demo.paths.root), "--prompt", "x", "--top-p", "2") == 2
     assert run_cli("generate", str(demo.paths.root), "--prompt", "x " * 400, "--temperature", "0") == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and "no checkpoints" in err[0] and "top_p" in err[1] and "max_seq_len" in err[2]
+    assert len(err) == 3 and "no such run directory" in err[0] and "top_p" in err[1] and "max_seq_len" in err[2]
 
 
 def test_cli_greedy_equals_transformers_on_a_sharp_random_llama(tmp_path, capsys):
