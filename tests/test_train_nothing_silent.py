@@ -264,6 +264,16 @@ def test_init_from_another_model_is_refused(shards, tmp_path):
     other = cfg({"steps": 4, "model": {"n_layers": 3}, "init_from": str(base.root)})
     with pytest.raises(TrainRefused, match=r"train.model.n_layers 2 → 3"):
         train(other, run_with_shards(tmp_path / "refresh", shards))
+    # --from-scratch checks train.init_from before it sets anything aside: a refused start moves nothing
+    from trainer_bridge.launch import preflight
+    from trainer_bridge.outcomes import TrainConfigError
+
+    before = sorted(p.name for p in base.checkpoints.iterdir())
+    for init_from, error in ((f"hf:{tmp_path / 'nowhere'}", TrainConfigError), (str(base.shards), TrainRefused)):
+        with pytest.raises(error, match="train.init_from"):
+            preflight(cfg({"steps": 4, "init_from": init_from}), base, from_scratch=True, say=lambda line: None)
+        assert sorted(p.name for p in base.checkpoints.iterdir()) == before
+        assert not any(p.name.startswith("set-aside-") for p in base.train.iterdir())
 
 
 # -- the trainer verifies what it reads ----------------------------------------------------------------------

@@ -271,15 +271,8 @@ def preflight(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool = F
 
 
 def _check_inputs(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool, say: Callable[[str], None]) -> None:
-    from trainer_bridge.checkpoint import (
-        checkpoint_candidates,
-        checkpoint_problem,
-        plan_resume,
-        resume_problem,
-        set_aside,
-    )
+    from trainer_bridge.checkpoint import plan_resume, set_aside
     from trainer_bridge.data import has_split, open_split
-    from trainer_bridge.outcomes import TrainConfigError, TrainRefused
     from trainer_bridge.train import expected_tokenizer_sha256, resolve_model_config, run_identity
 
     tokenizer_sha256 = expected_tokenizer_sha256(paths)
@@ -294,6 +287,7 @@ def _check_inputs(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool
     from trainer_bridge.tiers import durable_tiers, restore_from_durable
 
     if from_scratch:
+        _check_init_from(train_cfg, identity)  # before anything is moved: a refused start leaves the run as it was
         aside = set_aside(paths)
         if aside is not None:
             say(f"--from-scratch: the previous checkpoints and training logs were moved to {aside}")
@@ -309,6 +303,14 @@ def _check_inputs(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool
         restore_from_durable(checkpoint, paths, say)  # the fast tier lost or behind: before it is planned
     if resumes and plan_resume(paths.checkpoints, identity) is not None:
         return
+    _check_init_from(train_cfg, identity)
+
+
+def _check_init_from(train_cfg: TrainConfig, identity) -> None:
+    """``train.init_from`` exists and, for a run directory, has a sound checkpoint of the same model."""
+    from trainer_bridge.checkpoint import checkpoint_candidates, checkpoint_problem, resume_problem
+    from trainer_bridge.outcomes import TrainConfigError, TrainRefused
+
     if train_cfg.init_from and not Path(train_cfg.init_from.removeprefix("hf:")).exists():
         raise TrainConfigError(f"train.init_from: {train_cfg.init_from.removeprefix('hf:')} does not exist")
     if train_cfg.init_from and not train_cfg.init_from.startswith("hf:"):
