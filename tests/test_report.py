@@ -353,6 +353,17 @@ def test_report_cli(full_run, tmp_path, capsys):
     args = parser.parse_args(["report", str(tmp_path / "nope")])
     assert args.handler(args) == 2
     assert "no such run directory" in capsys.readouterr().err
+    # a folder that is not a run (its shards folder, an empty one) is refused, nothing written into it
+    (tmp_path / "empty").mkdir()
+    for folder in (full_run / "shards", tmp_path / "empty"):
+        args = parser.parse_args(["report", str(folder)])
+        assert args.handler(args) == 2 and "not a run directory" in capsys.readouterr().err
+        assert not (folder / "report.html").exists()
+    args = parser.parse_args(["report", str(full_run), "--out", str(tmp_path)])
+    assert args.handler(args) == 2 and "is a directory" in capsys.readouterr().err
+    for bad in ("0", "-5", "many"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["report", str(full_run), "--max-docs", bad])
 
 
 # ------------------------------------------------------------------------------------ headless Chromium
