@@ -99,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, StepConfigError) as err:  # a setting that cannot work, named: exit 2, one message
         print(f"corpusmill {args.command}: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader of stdout left (`corpusmill inspect ... | head`): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # what is still buffered must not fail again at exit
+        return 141  # as a shell reports a process killed by SIGPIPE
     except OSError as err:
         line = _write_error(err)
         if line is None:

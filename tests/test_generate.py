@@ -167,6 +167,15 @@ def test_cli_errors_are_one_line_exit_2(demo_export, tmp_path, capsys):
     assert run_cli("generate", str(demo.paths.root), "--prompt", "x " * 400, "--temperature", "0") == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and "no such run directory" in err[0] and "top_p" in err[1] and "max_seq_len" in err[2]
+    # a checkpoint choice for a Hugging Face folder (one set of weights) is refused, not ignored
+    _, exported = demo_export
+    for choice in (["--step", "1"], ["--best"]):
+        assert run_cli("generate", str(exported), "--prompt", "x", *choice) == 2
+        assert "Hugging Face model folder" in capsys.readouterr().err
+    # export into a path that is a file: one line, not a NotADirectoryError traceback
+    (tmp_path / "a-file").write_text("x")
+    assert run_cli("export", str(demo.paths.root), "--out", str(tmp_path / "a-file")) == 2
+    assert "is a file" in capsys.readouterr().err
 
 
 def test_cli_greedy_equals_transformers_on_a_sharp_random_llama(tmp_path, capsys):

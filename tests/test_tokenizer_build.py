@@ -125,6 +125,22 @@ def test_inspect_takes_a_run_directory_with_its_own_manifest(demo_run, tmp_path,
     assert f"shards: {tmp_path / 'shards'}" in capsys.readouterr().out
 
 
+def test_inspect_into_a_closed_pipe_stops_quietly(demo_run):
+    """`corpusmill inspect ... | head`: the reader leaves early; exit 141 (as for SIGPIPE), no traceback."""
+    import subprocess
+    import sys
+
+    run, _, _, _ = demo_run
+    rows = [arg for r in range(40) for arg in ("--row", str(r))]
+    code = f"import sys; from cli.main import main; sys.exit(main(['inspect', {str(run / 'shards')!r}, *{rows!r}]))"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert proc.stdout.read(100)
+    proc.stdout.close()  # as `head` does once it has its lines
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and "Traceback" not in err, err
+
+
 def test_inspect_reports_a_damaged_directory(demo_run, tmp_path, capsys):
     from cli.main import main
 

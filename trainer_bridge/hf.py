@@ -683,6 +683,8 @@ def export_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike, *, step: 
         raise ValueError(f"dtype {dtype!r} is not one of {sorted(DTYPES)}")
     paths = RunPaths(run_dir)
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out} is a file: --out names the folder to write the model into")
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} exists and is not empty: choose another --out or remove it")
     checkpoint = find_checkpoint(paths, step, best)
@@ -813,6 +815,9 @@ def load_for_inference(source: str | os.PathLike, *, step: int | None = None, be
     """Weights, config, special tokens and tokenizer of a run directory (or an import) or of an HF folder."""
     source_path = Path(str(source).removeprefix(HF_PREFIX))
     if (source_path / "config.json").exists() and not RunPaths(source_path).checkpoints.exists():
+        if step is not None or best:  # an HF folder holds one set of weights: no steps to choose from
+            raise ValueError(f"{source_path} is a Hugging Face model folder (one set of weights): "
+                             f"{'--step' if step is not None else '--best'} applies to a run directory")
         model = read_hf_model(source_path)
         if model.tokenizer_json is None:
             raise ConversionError(f"{source_path}: no tokenizer.json")
