@@ -172,6 +172,9 @@ def test_cli_errors_are_one_line_exit_2(demo_export, tmp_path, capsys):
     for choice in (["--step", "1"], ["--best"]):
         assert run_cli("generate", str(exported), "--prompt", "x", *choice) == 2
         assert "Hugging Face model folder" in capsys.readouterr().err
+    # the weights are as readable as the folder's other files (safetensors alone writes them 0600)
+    modes = {f.name: f.stat().st_mode & 0o777 for f in exported.iterdir()}
+    assert set(modes.values()) == {modes["config.json"]}, modes
     # export into a path that is a file: one line, not a NotADirectoryError traceback
     (tmp_path / "a-file").write_text("x")
     assert run_cli("export", str(demo.paths.root), "--out", str(tmp_path / "a-file")) == 2

@@ -716,6 +716,11 @@ def export_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike, *, step: 
         (tmp / "generation_config.json").write_text(json.dumps(generation, indent=2))
         write_tokenizer_files(tmp, paths.tokenizer_json, special, cfg.max_seq_len)
         (tmp / "README.md").write_text(model_card(paths, checkpoint, cfg, config, special), encoding="utf-8")
+        # safetensors creates its files readable by their owner only: give the weights the mode every other
+        # file of the folder has (the user's umask), or a server running as another user cannot load them
+        mode = (tmp / "config.json").stat().st_mode & 0o777
+        for name in files:
+            os.chmod(tmp / name, mode)
         files += ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                   "special_tokens_map.json", "README.md"]
         if out.exists():
