@@ -23,6 +23,9 @@ def _report(args: argparse.Namespace) -> int:
         print(f"corpusmill report: --out {args.out} is a directory: name the file (e.g. "
               f"{Path(args.out) / 'report.html'})", file=sys.stderr)
         return 2
+    if args.max_docs is not None and args.max_docs < 1:
+        print(f"corpusmill report: --max-docs must be at least 1, got {args.max_docs}", file=sys.stderr)
+        return 2
     cfg = ReportConfig(max_docs_scanned=args.max_docs) if args.max_docs else ReportConfig()
     out = build_report(paths, cfg, Path(args.out) if args.out else None)
     print(f"corpusmill report: wrote {out} ({out.stat().st_size / 1e6:.1f} MB, opens offline)")
@@ -31,16 +34,6 @@ def _report(args: argparse.Namespace) -> int:
 
 # What every run directory has at least one of, once any stage of `prepare`, `run`, `refresh` or `train` began.
 RUN_MARKS = ("config.yaml", "stats.json", "docs", "shards", "train")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def _resume(args: argparse.Namespace) -> int:
@@ -59,8 +52,7 @@ def register(subparsers) -> None:
     report = subparsers.add_parser("report", help="rebuild runs/<name>/report.html from the run directory")
     report.add_argument("run_dir", help="a run directory (runs/<name>)")
     report.add_argument("--out", help="write here instead of RUN_DIR/report.html")
-    report.add_argument("--max-docs", type=_positive_int,
-                        help="documents scanned for the distributions (default 200000)")
+    report.add_argument("--max-docs", type=int, help="documents scanned for the distributions (default 200000)")
     report.set_defaults(handler=_report)
 
     resume = subparsers.add_parser("resume", help="let a trainer paused by an alert continue")

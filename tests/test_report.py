@@ -361,9 +361,11 @@ def test_report_cli(full_run, tmp_path, capsys):
         assert not (folder / "report.html").exists()
     args = parser.parse_args(["report", str(full_run), "--out", str(tmp_path)])
     assert args.handler(args) == 2 and "is a directory" in capsys.readouterr().err
-    for bad in ("0", "-5", "many"):
-        with pytest.raises(SystemExit):
-            parser.parse_args(["report", str(full_run), "--max-docs", bad])
+    for bad in ("0", "-5"):
+        args = parser.parse_args(["report", str(full_run), "--max-docs", bad])
+        assert args.handler(args) == 2 and "--max-docs must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parser.parse_args(["report", str(full_run), "--max-docs", "many"])
 
 
 # ------------------------------------------------------------------------------------ headless Chromium
