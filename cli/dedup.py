@@ -56,14 +56,7 @@ def _report_id(doc: dict, id_field: str):
     """Its ``id_field``, a text file's name, else the internal id (``pipelines.read.reported_id``)."""
     from pipelines.read import reported_id
 
-    reported = reported_id(doc, id_field)
-    return doc["id"] if reported is None else reported
-
-
-def is_text_file(name: str) -> bool:
-    from pipelines.read import detect_format
-
-    return detect_format(name, "auto") == "text"
+    return reported_id(doc, id_field, default=doc["id"])
 
 
 def _what_a_line_needs(doc: dict, id_field: str) -> dict:
@@ -96,6 +89,8 @@ class _TextTwins:
         self.of: dict[str, list[str]] = {}  # source name of the file read -> names of its copies
 
     def add(self, left_out, read) -> None:
+        from pipelines.read import is_text_file
+
         if is_text_file(left_out.name) and is_text_file(read.name):
             self.of.setdefault(read.name, []).append(left_out.name)
 

@@ -103,8 +103,7 @@ def _score(args: argparse.Namespace) -> int:
     id_field = args.id_field
 
     def to_row(doc: dict, keep: bool) -> str:
-        reported = reported_id(doc, id_field)  # its id field, a text file's name, else the internal id
-        doc_id = doc["id"] if reported is None else reported
+        doc_id = reported_id(doc, id_field, default=doc["id"])  # its id field, a text file's name, else the internal id
         mine = step_annotations(doc["annotations"], SECTION)
         row = {"id": doc_id, "score": mine["score"], "keep": keep}
         if mine.get("skipped"):  # a script the model is not trained on (quality.skip_scripts): kept unscored

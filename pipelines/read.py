@@ -90,17 +90,22 @@ def doc_id(key: str, position: int) -> int:
     return int.from_bytes(digest, "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 
-def reported_id(doc: dict, id_field: str | None):
+def is_text_file(name: str) -> bool:
+    """Whether the reader takes ``name`` (a path or a ``source``) as a text file: one document, the whole file."""
+    return detect_format(name, "auto") == "text"
+
+
+def reported_id(doc: dict, id_field: str | None, default=None):
     """The id an analysis command (``corpusmill dedup``, ``pii``, ``quality``) reports for a document: its
     ``id_field``; without one, the ``source`` name of a text file (the file is the document: its name is what a
-    user finds it by), else None (the command reports the internal id, or skips the document)."""
+    user finds it by), else ``default`` (the internal id, or None for a command that skips the document)."""
     meta = doc.get("meta") or {}
     if id_field and id_field in meta:
         return meta[id_field]
     source = doc.get("source")
-    if source is not None and detect_format(source, "auto") == "text":
+    if source is not None and is_text_file(source):
         return source
-    return None
+    return default
 
 
 def detect_format(path: str, configured: str) -> str | None:
