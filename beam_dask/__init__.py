@@ -39,11 +39,11 @@ def make_dask_pipeline(address: str | None = None, workers: int | None = None, e
     LocalCluster of ``workers`` processes (one thread each, each limited to ``memory_limit``), started on first
     use."""
     import apache_beam as beam
-    from apache_beam.options.pipeline_options import PipelineOptions
 
     from beam_dask.runner import DaskRunner
+    from pipelines.option_views import ViewOnceOptions
 
-    options = PipelineOptions(list(extra_args) + ["--default_sdk_harness_log_level=WARNING"])
+    options = ViewOnceOptions(list(extra_args) + ["--default_sdk_harness_log_level=WARNING"])
     return beam.Pipeline(runner=DaskRunner(address=address, client=client, workers=workers, partitions=partitions,
                                            memory_limit=memory_limit, input_bytes=input_bytes),
                          options=options)

@@ -72,7 +72,8 @@ def make_pipeline(runner: str = "direct", workers: int | None = None, extra_args
     Ctrl-C and logs at INFO level).
     """
     import apache_beam as beam
-    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.option_views import ViewOnceOptions
 
     args = list(extra_args)
     if runner == "dask":
@@ -92,7 +93,7 @@ def make_pipeline(runner: str = "direct", workers: int | None = None, extra_args
 
         workers = workers or default_workers()
         level = "INFO" if verbose() else "WARNING"
-        options = PipelineOptions(args + [f"--direct_num_workers={workers}", "--direct_running_mode=in_memory",
+        options = ViewOnceOptions(args + [f"--direct_num_workers={workers}", "--direct_running_mode=in_memory",
                                           f"--default_sdk_harness_log_level={level}"])
         if runner == "direct" and workers > 1:
             _hide_misleading_warning()
@@ -100,7 +101,7 @@ def make_pipeline(runner: str = "direct", workers: int | None = None, extra_args
             return beam.Pipeline(runner=LocalRunner(default_environment=environment), options=options)
         return beam.Pipeline(runner=LocalRunner(), options=options)
     runner_names = {"flink": "FlinkRunner", "spark": "SparkRunner", "dataflow": "DataflowRunner"}
-    options = PipelineOptions(args + [f"--runner={runner_names.get(runner, runner)}"])
+    options = ViewOnceOptions(args + [f"--runner={runner_names.get(runner, runner)}"])
     return beam.Pipeline(options=options)
 
 
