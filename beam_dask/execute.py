@@ -284,15 +284,16 @@ class _ListReceiver(common.Receiver):
 
 
 class _HashReceiver(common.Receiver):
-    """The map side of a GroupByKey fused into the producing stage: (encoded key, value) into buckets."""
+    """The map side of a GroupByKey fused into the producing stage: (encoded key, value) into buckets; for input
+    ``tag`` of a CoGroupByKey, (encoded key, (tag, value))."""
 
-    def __init__(self, buckets: list[list], key_coder):
-        self.buckets, self.n, self.encode = buckets, len(buckets), key_coder.encode
+    def __init__(self, buckets: list[list], key_coder, tag: int | None = None):
+        self.buckets, self.n, self.encode, self.tag = buckets, len(buckets), key_coder.encode, tag
 
     def receive(self, windowed_value):
         key, value = windowed_value.value
         kb = self.encode(key)
-        self.buckets[zlib.crc32(kb) % self.n].append((kb, value))
+        self.buckets[zlib.crc32(kb) % self.n].append((kb, value if self.tag is None else (self.tag, value)))
 
     def flush(self):
         pass
@@ -300,17 +301,17 @@ class _HashReceiver(common.Receiver):
 
 class _DirectReceiver(common.Receiver):
     """The map side of a GroupByKey whose keys are its partitions (``pipelines.beam_options.SHUFFLE_PARTITIONS``): key k into
-    bucket k, encoded as the hash receiver's are (the reduce side is the same)."""
+    bucket k, encoded and tagged as the hash receiver's are (the reduce side is the same)."""
 
-    def __init__(self, buckets: list[list], key_coder, label: str):
-        self.buckets, self.n, self.encode, self.label = buckets, len(buckets), key_coder.encode, label
+    def __init__(self, buckets: list[list], key_coder, label: str, tag: int | None = None):
+        self.buckets, self.n, self.encode, self.label, self.tag = buckets, len(buckets), key_coder.encode, label, tag
 
     def receive(self, windowed_value):
         key, value = windowed_value.value
         if type(key) is not int or not 0 <= key < self.n:
             raise ValueError(f"dask runner: {self.label} groups by partition (shuffle_partitions={self.n}) but got "
                              f"the key {key!r}; its keys must be the ints 0..{self.n - 1}")
-        self.buckets[key].append((self.encode(key), value))
+        self.buckets[key].append((self.encode(key), value if self.tag is None else (self.tag, value)))
 
     def flush(self):
         pass
@@ -456,9 +457,9 @@ def _make_slot_receiver(slot, part_index: int):
         return out, _ListReceiver(out)
     buckets: list = [_Packer() for _ in range(slot.buckets)]
     if kind == "hash":
-        return buckets, _HashReceiver(buckets, slot.key_coder)
+        return buckets, _HashReceiver(buckets, slot.key_coder, slot.tag)
     if kind == "direct":
-        return buckets, _DirectReceiver(buckets, slot.key_coder, slot.label)
+        return buckets, _DirectReceiver(buckets, slot.key_coder, slot.label, slot.tag)
     if kind == "deal":
         return buckets, _DealReceiver(buckets, part_index)
     if kind == "keyhash":
@@ -466,7 +467,7 @@ def _make_slot_receiver(slot, part_index: int):
     raise ValueError(f"unknown slot kind {kind!r}")
 
 
-def _root_elements(root: tuple, key_coder) -> Iterator:
+def _root_elements(root: tuple, key_coder, tags: list | None = None) -> Iterator:
     """A stage's input as fresh objects (see ``Packed``), decoded a chunk at a time as the stage consumes it."""
     kind = root[0]
     if kind == "impulse":
@@ -476,7 +477,7 @@ def _root_elements(root: tuple, key_coder) -> Iterator:
     if kind == "concat":
         return (wv for piece in root[1] for wv in piece)
     if kind == "group":
-        return iter(group_pieces(root[1], key_coder))
+        return iter(group_pieces(root[1], key_coder, tags))
     raise ValueError(f"unknown root kind {kind!r}")
 
 
@@ -531,7 +532,7 @@ def run_stage(job: tuple, stage_id: int, plan_bytes: bytes, part_index: int, roo
                 with states[index]:
                     runners[index].start()
         feed = entry[0]
-        for wv in _root_elements(root, plan.root_key_coder):
+        for wv in _root_elements(root, plan.root_key_coder, plan.root_tags):
             feed.receive(wv)
         for index in range(len(plan.ops)):  # parents first: a finish_bundle may emit into its children
             if runners[index] is not None:
@@ -632,9 +633,12 @@ def split(part: Packed, slot, part_index: int) -> Part:
     return _sealed(out)
 
 
-def group_pieces(pieces: list[Packed], key_coder) -> list:
+def group_pieces(pieces: list[Packed], key_coder, tags: list | None = None) -> list:
     """The reduce side of a GroupByKey: values of equal encoded keys together, in piece order (fresh objects:
-    the pieces are decoded here)."""
+    the pieces are decoded here). With a CoGroupByKey's ``tags``, the values came as (tag index, value) and each
+    group is ``{tag: [values]}``, every tag present, as Beam's expansion gives."""
+    if tags is not None:
+        return _cogroup_pieces(pieces, key_coder, tags)
     groups: dict[bytes, list] = {}
     for piece in pieces:
         for kb, value in piece:
@@ -647,8 +651,22 @@ def group_pieces(pieces: list[Packed], key_coder) -> list:
     return [WindowedValue((decode(kb), values), _GBK_TIMESTAMP, _IN_GLOBAL_WINDOW) for kb, values in groups.items()]
 
 
-def group_task(pieces: list[Packed], key_coder) -> Packed:
-    return Packed.of(group_pieces(pieces, key_coder))
+def _cogroup_pieces(pieces: list[Packed], key_coder, tags: list) -> list:
+    groups: dict[bytes, list[list]] = {}
+    width = len(tags)
+    for piece in pieces:
+        for kb, (tag, value) in piece:
+            lists = groups.get(kb)
+            if lists is None:
+                lists = groups[kb] = [[] for _ in range(width)]
+            lists[tag].append(value)
+    decode = key_coder.decode
+    return [WindowedValue((decode(kb), dict(zip(tags, lists))), _GBK_TIMESTAMP, _IN_GLOBAL_WINDOW)
+            for kb, lists in groups.items()]
+
+
+def group_task(pieces: list[Packed], key_coder, tags: list | None = None) -> Packed:
+    return Packed.of(group_pieces(pieces, key_coder, tags))
 
 
 # -- metrics merge (client side, kept here next to the producer of the format) ------------------------------

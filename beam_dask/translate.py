@@ -5,7 +5,9 @@ Three passes:
 1. ``build_ir``: walk the pipeline's ``AppliedPTransform`` tree down to the primitives Beam's Python SDK
    expands everything into — ``Impulse``, ``ParDo`` (``WindowInto`` included), ``GroupByKey``, ``Flatten`` —
    plus ``Reshuffle``/``ReshufflePerKey``, which are translated as a whole (a repartition, not Beam's
-   random-key GroupByKey with a trigger). Splittable DoFns (every ``Read`` of a bounded source:
+   random-key GroupByKey with a trigger), and ``CoGroupByKey``, grouped as one GroupByKey of its inputs whose
+   buckets record which input each value came from (Beam's expansion adds a tagging DoFn per input and a
+   collecting one after the grouping: each costs a worker ~4 ms to unpickle and inspect, at any size). Splittable DoFns (every ``Read`` of a bounded source:
    ``ReadFromText``, ``ReadFromParquet``, ...) become split → round-robin repartition → process.
    Anything else — state and timers, batched DoFns, windowing other than the global window, triggers,
    unbounded collections, unknown primitives — raises ``UnsupportedPipeline`` here, before any work.
@@ -102,6 +104,7 @@ class Node:
     mode: str | None = None  # shuffle: deal | keyhash
     key_coder: Any = None  # gbk, keyhash shuffle
     partitions: int | None = None  # gbk annotated SHUFFLE_PARTITIONS: its keys are the partitions 0..n-1
+    tags: list | None = None  # gbk of a CoGroupByKey: its tags, one per input of the Flatten it groups, in order
 
 
 @dataclass
@@ -110,6 +113,7 @@ class Slot:
     buckets: int = 0
     key_coder: Any = None
     label: str = ""  # direct: the GroupByKey, named in the error for a key that is not a partition
+    tag: int | None = None  # hash, direct: a CoGroupByKey's input; values are bucketed as (tag, value)
 
 
 @dataclass
@@ -129,6 +133,7 @@ class StagePlan:
     ops: list
     slots: list
     root_key_coder: Any = None
+    root_tags: list | None = None  # the stage reads a CoGroupByKey: (key, {tag: [values]}), as Beam's gives
 
 
 def _describe(applied) -> str:
@@ -147,8 +152,19 @@ def _check_global(pcoll, applied) -> None:
                                   f"{type(windowing.windowfn).__name__}; only the global window is supported")
 
 
-def _key_coder(pcoll, label: str):
-    key_type, _ = trivial_inference.key_value_types(pcoll.element_type)
+def _check_grouping(pcoll, applied) -> None:
+    windowing = pcoll.windowing
+    if windowing.triggerfn != DefaultTrigger():
+        raise UnsupportedPipeline(f"dask runner: {_describe(applied)} groups under trigger "
+                                  f"{windowing.triggerfn}; only the default trigger is supported")
+    if windowing.timestamp_combiner != TimestampCombiner.OUTPUT_AT_EOW:
+        raise UnsupportedPipeline(f"dask runner: {_describe(applied)} uses timestamp combiner "
+                                  f"{windowing.timestamp_combiner}; only OUTPUT_AT_EOW is supported")
+
+
+def _key_coder(pcoll, label: str, key_type=None):
+    if key_type is None:
+        key_type, _ = trivial_inference.key_value_types(pcoll.element_type)
     coder = coders.registry.get_coder(key_type)
     try:
         return coder.as_deterministic_coder(label)
@@ -156,6 +172,12 @@ def _key_coder(pcoll, label: str):
         # the FnApiRunner groups by these same encoded bytes; a value that cannot be encoded
         # deterministically fails at encoding time there as here
         return coders.registry.get_coder(beam.typehints.Any).as_deterministic_coder(label)
+
+
+# CoGroupByKey's inner composite, the one that tags, flattens, groups and collects (string tags; the outer one
+# maps other tags onto strings and back around it). Translated as one grouping (``_IRBuilder.cogroup``); were
+# Beam to rename it, its expansion is translated as it is, as any composite's.
+_COGBK_IMPL = getattr(util, "_CoGBKImpl", None)
 
 
 class _IRBuilder:
@@ -188,6 +210,8 @@ class _IRBuilder:
             self.reshuffle(applied)
         elif type(transform) is core.CombinePerKey and self.liftable(applied):
             self.combine(applied)
+        elif _COGBK_IMPL is not None and type(transform) is _COGBK_IMPL:
+            self.cogroup(applied)
         elif applied.parts:
             for part in applied.parts:
                 self.walk(part)
@@ -239,6 +263,22 @@ class _IRBuilder:
         self.node("pardo", f"{label}/MergeAndExtract", ins=[grouped], outs=self._outputs(applied),
                   payload=pickler.dumps((MergeAndExtractFn(fn, args, kwargs), (), {})), windowing=windowing)
 
+    def cogroup(self, applied) -> None:
+        """``CoGroupByKey``'s expansion (``{tag: pcoll}`` → ``(key, {tag: [values]})``) as one GroupByKey of the
+        Flatten of its inputs: the buckets of input i hold ``(i, value)`` (``Slot.tag``) and the reduce side
+        sorts the values by tag (``StagePlan.root_tags``), where Beam tags and collects them with DoFns."""
+        label = applied.full_label
+        tags = list(applied.main_inputs)
+        inputs = list(applied.main_inputs.values())
+        for pcoll in inputs:
+            _check_global(pcoll, applied)
+            _check_grouping(pcoll, applied)
+        key_type = beam.typehints.Union[tuple(trivial_inference.key_value_types(p.element_type)[0] for p in inputs)]
+        flattened = self.synthetic(f"{label}/Flatten")
+        self.node("flatten", f"{label}/Flatten", ins=[self.pc(p) for p in inputs], outs={None: flattened})
+        self.node("gbk", label, ins=[flattened], outs=self._outputs(applied),
+                  key_coder=_key_coder(None, label, key_type), partitions=_annotated_partitions(applied), tags=tags)
+
     def leaf(self, applied) -> None:
         transform = applied.transform
         label = applied.full_label
@@ -250,13 +290,7 @@ class _IRBuilder:
             self.pardo(applied)
         elif isinstance(transform, core.GroupByKey):
             main = self._main_input(applied)
-            windowing = main.windowing
-            if windowing.triggerfn != DefaultTrigger():
-                raise UnsupportedPipeline(f"dask runner: {_describe(applied)} groups under trigger "
-                                          f"{windowing.triggerfn}; only the default trigger is supported")
-            if windowing.timestamp_combiner != TimestampCombiner.OUTPUT_AT_EOW:
-                raise UnsupportedPipeline(f"dask runner: {_describe(applied)} uses timestamp combiner "
-                                          f"{windowing.timestamp_combiner}; only OUTPUT_AT_EOW is supported")
+            _check_grouping(main, applied)
             self.node("gbk", label, ins=[self.pc(main)], outs=self._outputs(applied),
                       key_coder=_key_coder(main, label), partitions=_annotated_partitions(applied))
         elif isinstance(transform, core.Flatten):
@@ -386,6 +420,14 @@ class Plan:
             use = self.sole_usage(next(iter(use[0].outs.values())))
         return use[0] if use is not None and use[1] == "shuffle" else None
 
+    def source_tags(self, shuffle: Node) -> list:
+        """For each of ``shuffle_sources``: the index of the CoGroupByKey input it belongs to (None for a plain
+        shuffle)."""
+        if shuffle.tags is None:
+            return [None] * len(self.shuffle_sources(shuffle.ins[0]))
+        joined = self.producer[shuffle.ins[0].id]
+        return [tag for tag, top in enumerate(joined.ins) for _ in self.shuffle_sources(top)]
+
     def fused_map_side(self, pc: PC) -> bool:
         """Whether the shuffle reading ``pc`` gets its buckets straight from the stage producing ``pc`` (so an
         input of a join is pickled once, into its buckets, not first as a stage output and again by a split)."""
@@ -439,14 +481,21 @@ class Emitter:
         """Output partitions of a shuffle: its annotated count, or the pipeline's."""
         return shuffle.partitions or self.R
 
-    def map_side(self, shuffle: Node) -> Slot:
+    def map_side(self, shuffle: Node, tag: int | None = None) -> Slot:
         """How a shuffle's input is bucketed, in a fused stage or a split task: a GroupByKey by its keys' hash (or,
-        annotated, by the keys themselves), a Reshuffle by its mode."""
+        annotated, by the keys themselves), a Reshuffle by its mode; ``tag``: the CoGroupByKey input it is."""
         if shuffle.kind == "gbk":
             kind = "direct" if shuffle.partitions else "hash"
         else:
             kind = shuffle.mode
-        return Slot(kind, self.buckets(shuffle), shuffle.key_coder, shuffle.label)
+        return Slot(kind, self.buckets(shuffle), shuffle.key_coder, shuffle.label, tag)
+
+    def source_map_side(self, pc: PC) -> Slot:
+        """The map side of the shuffle reading ``pc`` (a fused one: ``pc`` is among its sources once)."""
+        shuffle = self.plan.shuffle_reading(pc)
+        sources = self.plan.shuffle_sources(shuffle.ins[0])
+        position = next(i for i, source in enumerate(sources) if source is pc)
+        return self.map_side(shuffle, self.plan.source_tags(shuffle)[position])
 
     def name(self, kind: str, node_id: int, label: str) -> str:
         return f"beam-{kind}-{node_id}-{_slug(label)}-{self.tag}"
@@ -469,7 +518,7 @@ class Emitter:
             name = self.name("reduce", producer.id, producer.label)
             if producer.kind == "gbk":
                 keys = [self.add((name, j), execute.group_task, [TaskRef(k) for k in pieces[j]],
-                                 producer.key_coder) for j in range(self.buckets(producer))]
+                                 producer.key_coder, producer.tags) for j in range(self.buckets(producer))]
             else:
                 keys = [self.add((name, j), execute.concat_pieces, [TaskRef(k) for k in pieces[j]])
                         for j in range(self.buckets(producer))]
@@ -488,7 +537,8 @@ class Emitter:
         the shuffle's sources (a GroupByKey's groups list their values in that order, whichever way they moved)."""
         if shuffle.id in self._pieces:
             return self._pieces[shuffle.id]
-        n, map_side = self.buckets(shuffle), self.map_side(shuffle)
+        n = self.buckets(shuffle)
+        tags = self.plan.source_tags(shuffle)
         # Every source partition as (key of the task holding its buckets, the slot they are in, or None for a
         # split task, which holds only them), with the name its direct picks have always had.
         sources: list[tuple[Any, int | None, tuple]] = []
@@ -504,7 +554,8 @@ class Emitter:
                 continue
             split_name = self.name(f"split{position}", shuffle.id, shuffle.label)
             for i, part in enumerate(self.parts(source)):
-                split = self.add((split_name, i), execute.split, TaskRef(part), map_side, offset + i)
+                split = self.add((split_name, i), execute.split, TaskRef(part), self.map_side(shuffle, tags[position]),
+                                 offset + i)
                 sources.append((split, None, (bucket_name, i)))
             offset += len(self.parts(source))
         if len(sources) * n > self.staged_above:
@@ -576,7 +627,7 @@ class Emitter:
                     outputs[tag] = ("drop",)
                 else:
                     if plan.fused_map_side(out):
-                        slots.append(self.map_side(plan.shuffle_reading(out)))
+                        slots.append(self.source_map_side(out))
                     else:
                         slots.append(Slot("list"))
                     slot_of[out.id] = len(slots) - 1
@@ -588,21 +639,21 @@ class Emitter:
                 sides[name] = TaskRef(key)
                 side_specs.append((name, view_class, view_options))
             ops.append(OpSpec(f"{n.id}", n.label, n.kind, n.payload, side_specs, n.windowing, outputs))
-        root_key_coder = None
+        root_key_coder = root_tags = None
         source_producer = plan.producer.get(source.id)
         if plan.fused_reduce_side(source):
             shuffle = source_producer
             pieces = self.pieces(shuffle)
             if shuffle.kind == "gbk":
                 roots = [("group", [TaskRef(k) for k in pieces[j]]) for j in range(self.buckets(shuffle))]
-                root_key_coder = shuffle.key_coder
+                root_key_coder, root_tags = shuffle.key_coder, shuffle.tags
             else:
                 roots = [("concat", [TaskRef(k) for k in pieces[j]]) for j in range(self.buckets(shuffle))]
         elif source_producer is not None and source_producer.kind == "impulse" and plan.sole_usage(source):
             roots = [("impulse",)]
         else:
             roots = [("list", TaskRef(k)) for k in self.parts(source)]
-        stage_plan = StagePlan(_slug(root.label), ops, slots, root_key_coder)
+        stage_plan = StagePlan(_slug(root.label), ops, slots, root_key_coder, root_tags)
         plan_key = self.name("plan", root.id, root.label)
         self.graph[plan_key] = DataNode(plan_key, pickler.dumps(stage_plan))
         name = self.name("stage", root.id, root.label)
