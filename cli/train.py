@@ -44,6 +44,7 @@ def register(subparsers) -> None:
 
 def _handle(args: argparse.Namespace) -> int:
     from pipelines.config import load_config
+    from pipelines.run import record_training
     from runio.layout import RunPaths
     from trainer_bridge.launch import Rendezvous, TrainInterrupted, run_training
 
@@ -58,6 +59,9 @@ def _handle(args: argparse.Namespace) -> int:
                             nproc_per_node=args.nproc_per_node, rdzv_conf=args.rdzv_conf)
     print(f"corpusmill train: run {cfg.name} → {RunPaths.of(cfg).train}", flush=True)
     try:
-        return run_training(cfg, rendezvous, from_scratch=args.from_scratch)
+        code = run_training(cfg, rendezvous, from_scratch=args.from_scratch)
     except TrainInterrupted as interrupted:  # said in one line already
-        return interrupted.code
+        code = interrupted.code
+    if not args.node_rank:  # one node records it (the others share the run directory or have none)
+        record_training(cfg, code)
+    return code

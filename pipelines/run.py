@@ -446,6 +446,35 @@ def run_stages(cfg: RunConfig, stages: tuple[str, ...], *, against: tuple[str, .
         return manifest
 
 
+def record_training(cfg: RunConfig, code: int) -> None:
+    """After `corpusmill train` in a run directory that `corpusmill run` keeps: the manifest's record of the train
+    stage follows what train/ now holds, so that the next `run` neither skips a training of another config as
+    "already done" nor keeps a report of the model before. Done (exit 0): the train stage is recorded with this
+    command's config (a `run` with another one says what changed and trains again; with the same one it skips it)
+    and the report's record goes (the next `run` rebuilds it). A training that did not finish (stopped,
+    interrupted, failed) leaves neither recorded. A refusal before training (exit 2, 4, 5: nothing trained, train/
+    as it was) changes nothing."""
+    from trainer_bridge.outcomes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REFUSED
+
+    paths = RunPaths.of(cfg)
+    if code in (EXIT_CONFIG, EXIT_REFUSED, EXIT_FAILED) or not paths.manifest.is_file():
+        return
+    with run_lock(paths):
+        manifest = read_manifest(paths)
+        records = (manifest or {}).get("stages")
+        if not isinstance(records, dict):
+            return
+        expected = expected_fingerprints(cfg, paths, manifest)
+        records.pop("report", None)
+        if code == EXIT_OK:
+            records["train"] = expected["train"]
+        else:
+            records.pop("train", None)
+        manifest["stages"] = records
+        manifest["stages_done"] = _current(records, expected)
+        write_json(paths.manifest, manifest)
+
+
 def _clear_skipped(stage: str, paths: RunPaths, log: Callable[[str], None]) -> None:
     """A skipped stage leaves no outputs of an earlier run behind; a trained model is moved aside, never deleted
     (only --overwrite deletes one, in ``plan_changes``)."""

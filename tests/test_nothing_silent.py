@@ -274,6 +274,29 @@ def test_a_tokenizer_change_rebuilds_shards_and_training_but_never_the_clean(tmp
     assert not (run_dir / "train" / "checkpoints").exists()
 
 
+def test_a_run_knows_what_corpusmill_train_did_in_its_directory(tmp_path, capsys):
+    """`corpusmill train` on a run's directory updates the run's record of its train stage: the next `run` with
+    the config trained says so and skips it, rebuilding the report of the model before; with another config it
+    names what changed and trains again, never calling a training of other settings "already done". A train
+    refused before training (no shards: a misspelt name) changes nothing and makes no directory."""
+    cfg = _yaml(tmp_path, _tiny_run(tmp_path, "st"))
+    code, out, err = _cli(["run", str(cfg)], capsys)
+    assert code == 0, err
+    code, out, err = _cli(["train", str(cfg), "--from-scratch", "--set", "train.steps=3"], capsys)
+    assert code == 0, err
+    manifest = _manifest(tmp_path, "st")
+    assert manifest["stages"]["train"]["settings"]["train.steps"] == 3 and "report" not in manifest["stages_done"]
+    code, out, err = _cli(["run", str(cfg), "--set", "train.steps=3"], capsys)
+    assert code == 0, err
+    assert "[3/4] train: already done with this config, skipped" in out and "[4/4] report ..." in out, out
+    code, out, err = _cli(["run", str(cfg)], capsys)
+    assert "train: its config changed (train.steps: 3 → 2)" in out and "already done" not in out.split("[3/4]")[1], out
+    before = sorted(p.name for p in tmp_path.joinpath("runs").iterdir())
+    code, out, err = _cli(["train", str(cfg), "--set", "name=stt"], capsys)
+    assert code == 2 and "no shards to train on" in err and "check the config's `name`" in err, (code, err)
+    assert sorted(p.name for p in tmp_path.joinpath("runs").iterdir()) == before
+
+
 @pytest.mark.parametrize("code", [2, 3, 4, 5])
 def test_a_failed_train_stage_is_one_line_naming_it_with_the_trainers_exit_code(tmp_path, capsys, monkeypatch, code):
     import trainer_bridge.launch as launch

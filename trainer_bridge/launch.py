@@ -265,6 +265,11 @@ def preflight(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool = F
     ``outcomes.outcome_of`` maps to an exit code); then writes the train config for the ranks (a refused run
     leaves the previous one in place: ``corpusmill export`` of an older checkpoint may read it). With
     ``from_scratch`` the run's checkpoints and training logs are set aside (``checkpoint.set_aside``)."""
+    if not paths.shards.exists():  # a run not prepared, or a misspelt name: said before train/ is made
+        from trainer_bridge.outcomes import TrainConfigError
+
+        raise TrainConfigError(f"no shards to train on: {paths.shards} does not exist (check the config's `name`; "
+                               f"`corpusmill run CONFIG` or `corpusmill prepare CONFIG` builds them)")
     _check_writable(paths)
     _check_inputs(train_cfg, paths, from_scratch=from_scratch, say=say)
     write_json(paths.train_config, train_cfg.model_dump(mode="json"))
