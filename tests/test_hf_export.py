@@ -204,8 +204,9 @@ def test_config_generation_config_and_model_card(demo, exported):
     last = [r for r in records if "loss" in r][-1]
     last_val = [r for r in records if "val_loss" in r][-1]
     assert f"tokens trained: {last['tokens_seen']}" in card
-    assert f"final train loss: {last['loss']:.4f}" in card
-    assert f"final validation loss: {last_val['val_loss']:.4f}" in card
+    # steps as metrics.jsonl and the console number them (from 0: "10/10 steps completed (last step 9)")
+    assert f"final train loss: {last['loss']:.4f} (step {last['step']})" in card and last["step"] == STEPS - 1
+    assert f"final validation loss: {last_val['val_loss']:.4f} (step {last_val['step']})" in card
     assert f"optimizer steps: {STEPS}" in card and manifest["tokenizer_sha256"] in card
 
 

@@ -616,10 +616,12 @@ def _metrics_summary(paths: RunPaths, step: int) -> dict:
                 continue
             if not isinstance(record.get("step"), int) or record["step"] >= step:
                 continue
+            # steps numbered from 0, as metrics.jsonl and the console number them ("10/10 steps completed
+            # (last step 9)")
             if isinstance(record.get("loss"), (int, float)):
-                last_loss = (record["step"] + 1, record["loss"], record.get("tokens_seen"))
+                last_loss = (record["step"], record["loss"], record.get("tokens_seen"))
             if isinstance(record.get("val_loss"), (int, float)):
-                last_val = (record["step"] + 1, record["val_loss"])
+                last_val = (record["step"], record["val_loss"])
     return {"train": last_loss, "val": last_val}
 
 
@@ -663,7 +665,7 @@ def model_card(paths: RunPaths, checkpoint: Path, cfg: ModelConfig, config: dict
     summary = _metrics_summary(paths, step)
     lines += ["## Training", ""]
     tokens = progress["tokens_seen"] if progress else (summary["train"][2] if summary["train"] else None)
-    lines.append(f"- optimizer steps: {step}")
+    lines.append(f"- optimizer steps: {step} (steps 0 to {step - 1})")
     lines.append(f"- tokens trained: {tokens if tokens is not None else 'unknown (model-only checkpoint)'}")
     if summary["train"]:
         lines.append(f"- final train loss: {summary['train'][1]:.4f} (step {summary['train'][0]})")
