@@ -4,3 +4,16 @@ Every command takes its settings through `pipelines.config` (`load_config` for a
 one section with `--set` overrides) and reads its input through `pipelines.read`, so a command sees the same
 configuration errors, inputs and quarantine reasons as a run.
 """
+
+
+def positive_int(text: str) -> int:
+    """argparse type of a count such as ``--workers``: a whole number ≥ 1 (0 is an error, not the default)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number ≥ 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number ≥ 1, got {value}")
+    return value

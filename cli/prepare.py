@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cli import positive_int
+
 EXIT_CONFIG, EXIT_ACCOUNTING, EXIT_STAGE, EXIT_FAILED = 2, 3, 4, 5
 TRACEBACK_HEADER = "Traceback (most recent call last):"
 
@@ -25,7 +27,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                                          "dataflow, or a Beam runner class")
     parser.add_argument("--dask-address", help="with --runner dask: the scheduler, tcp://host:8786 (default: a "
                                                "LocalCluster of --workers processes on this machine)")
-    parser.add_argument("--workers", type=int, help="local workers (default: one per core)")
+    parser.add_argument("--workers", type=positive_int, help="local workers (default: one per core)")
     parser.add_argument("--overwrite", action="store_true",
                         help="discard outputs that a changed config makes invalid (a different cleaning config, "
                              "or a model trained on shards the change replaces); other changed stages re-run "
