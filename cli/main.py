@@ -90,6 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     args, unknown = parser.parse_known_args(["-v"] * verbose + [a for a in raw if a not in VERBOSE_FLAGS])
     if unknown and not getattr(args, "accepts_beam_args", False):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if unknown:  # the rest go to Beam, which would drop what it does not know with a log line
+        from pipelines.beam_options import unrecognized_pipeline_args
+
+        stray = unrecognized_pipeline_args(unknown)
+        if stray:
+            parser.error(f"unrecognized arguments: {' '.join(stray)} (neither an option of `corpusmill "
+                         f"{args.command}` nor a Beam pipeline option)")
     args.beam_args = unknown
     from pipelines.config_base import ConfigError
     from transforms.base import StepConfigError

@@ -56,6 +56,23 @@ def worker_command() -> str:
     return f"trap '' INT; exec {shlex.quote(sys.executable)} -m {_WORKER_MODULE}"
 
 
+def unrecognized_pipeline_args(args: Sequence[str]) -> list[str]:
+    """Those of ``args`` (what a command's own options left) that no Beam pipeline option knows, as Beam's own
+    parser reads them: a misspelt corpusmill option (``--sett``, ``--overwirte``) or a stray word, which Beam
+    would only log as unparseable and drop."""
+    from apache_beam.options import pipeline_options
+
+    try:
+        import beam_dask.runner  # noqa: F401  (its options, --dask_partitions and the rest, are Beam options too)
+    except ImportError:  # the dask extra is missing: its options are unknown here as they are to the runner
+        pass
+    parser = pipeline_options._BeamArgumentParser(allow_abbrev=False)
+    for options_class in {str(c): c for c in pipeline_options.PipelineOptions.__subclasses__()}.values():
+        options_class._add_argparse_args(parser)  # how PipelineOptions.get_all_options builds its parser
+    _, unknown = parser.parse_known_args(list(args))
+    return unknown
+
+
 def make_pipeline(runner: str = "direct", workers: int | None = None, extra_args: Sequence[str] = (),
                   dask_address: str | None = None, worker_memory: str | None = None, input_bytes: int = 0,
                   partitions: int | None = None):

@@ -714,3 +714,27 @@ def test_a_whole_run_shaped_like_the_demo_prints_no_library_log_lines(tmp_path):
              if re.match(r"(INFO|WARNING|ERROR|DEBUG)\b|[IWE]\d{4} ", line) or "apitools" in line or "harness" in line]
     assert not noise, noise[:5]
     assert not [line for line in done.stderr.splitlines() if line.strip()], done.stderr[-2000:]
+
+
+# ------------------------------------------------------------------------------------ misspelt options
+
+
+@pytest.mark.parametrize("stray", [["--sett", "filters.enabled=false"], ["--overwirte"], ["--from-scratch"],
+                                   ["second.yaml"]])
+def test_a_misspelt_option_is_an_error_not_a_beam_option_dropped(tmp_path, capsys, stray):
+    """The commands that pass what their own options leave to Beam refuse what Beam does not know either (Beam
+    would drop it with a log line, and the run would go on without the user's change)."""
+    cfg = _yaml(tmp_path, _data(tmp_path, "typo", [_jsonl(tmp_path / "in" / "a.jsonl", _records(5, ("austen",)))]))
+    with pytest.raises(SystemExit) as exited:
+        main(["prepare", str(cfg), *stray])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and f"unrecognized arguments: {' '.join(stray)}" in err, err
+    assert not (tmp_path / "runs" / "typo").exists()
+
+
+def test_beam_and_dask_pipeline_options_still_pass():
+    from pipelines.beam_options import unrecognized_pipeline_args
+
+    assert unrecognized_pipeline_args(["--dask_partitions=3", "--direct_num_workers", "2", "--experiments=x",
+                                       "--flink_master=localhost:8081"]) == []
+    assert unrecognized_pipeline_args(["--dask_partitions=3", "--sett", "a=1"]) == ["--sett", "a=1"]
