@@ -171,6 +171,10 @@ def _match_entry(index: int, path: str) -> list[tuple[str, str]]:
         patterns, base = [path], _glob_base(path)
     elif not is_uri(path) and os.path.isfile(path):  # one local file: no match needed
         return [(path, _basename(path))]
+    elif not is_uri(path) and os.path.isdir(path):  # a local folder: its files, none when it holds none yet
+        base = path.rstrip(os.sep) or os.sep
+        found = sorted(os.path.join(root, name) for root, _, names in os.walk(base) for name in names)
+        return [(p, _relative(p, base)) for p in found]
     else:
         patterns, base = [path.rstrip("/") + "/**", path], None
     for pattern in patterns:

@@ -187,6 +187,17 @@ def test_source_names_and_byte_identical_inputs(tmp_path):
     assert len(logged) == 1 and "byte-identical" in logged[0]
 
 
+def test_an_empty_folder_is_an_empty_input_and_a_missing_one_an_error(tmp_path, capsys):
+    """The folder new files arrive in may hold none yet (or only empty sub-folders): no input file, an empty
+    result (exit 0), as a day without new documents is; a folder that does not exist is a config error."""
+    (tmp_path / "incoming" / "2024").mkdir(parents=True)
+    assert resolve_inputs([str(tmp_path / "incoming")]) == []
+    code, out, err = _cli(["dedup", str(tmp_path / "incoming"), "--out", str(tmp_path / "o.jsonl")], capsys)
+    assert code == 0 and "0 documents" in err and "Traceback" not in err, (code, out, err)
+    with pytest.raises(ConfigError, match=r"input.paths\[0\]: no file matches"):
+        resolve_inputs([str(tmp_path / "missing")])
+
+
 # ------------------------------------------------------------------------------------ per-stage fingerprints
 
 
