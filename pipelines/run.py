@@ -138,6 +138,16 @@ def _check_distill(cfg: RunConfig) -> None:
         raise ConfigError(f"train.distill.teacher: {spec} holds no checkpoints ({RunPaths(spec).checkpoints})")
 
 
+def _check_model_fits_rows(cfg: RunConfig) -> None:
+    """A model context shorter than the rows the shards stage packs: the trainer would refuse them, after the
+    clean and the shards."""
+    max_seq_len = cfg.train.model.max_seq_len
+    if max_seq_len is not None and max_seq_len < cfg.packing.seq_len:
+        raise ConfigError(f"train.model.max_seq_len ({max_seq_len}) < packing.seq_len ({cfg.packing.seq_len}): the "
+                          f"model cannot take the rows the shards stage packs; set packing.seq_len to at most "
+                          f"{max_seq_len} or train.model.max_seq_len to at least {cfg.packing.seq_len}")
+
+
 def preflight(cfg: RunConfig, stages: tuple[str, ...], against: tuple[str, ...] = ()) -> None:
     """What can refuse the run, checked before anything is written, cheapest first; a ConfigError naming the
     field (exit 2). Late stages first: they are the ones that would otherwise fail after hours of cleaning."""
@@ -146,6 +156,8 @@ def preflight(cfg: RunConfig, stages: tuple[str, ...], against: tuple[str, ...] 
     if "train" in stages:
         _check_init_from(cfg)
         _check_distill(cfg)
+        if "shards" in stages:
+            _check_model_fits_rows(cfg)
     if "clean" in stages:
         from pipelines.read import expand_inputs
         from pipelines.steps import StepContext, check_steps

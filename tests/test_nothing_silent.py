@@ -355,7 +355,8 @@ def test_late_stage_keys_fail_before_any_stage(tmp_path, capsys):
     cfg = _yaml(tmp_path, _tiny_run(tmp_path, "late"))
     for override, message in (("tokenizer.path=/nonexistent/tokenizer.json",
                                "tokenizer.path: /nonexistent/tokenizer.json does not exist"),
-                              ("train.init_from=/nonexistent/run", "train.init_from: /nonexistent/run does not exist")):
+                              ("train.init_from=/nonexistent/run", "train.init_from: /nonexistent/run does not exist"),
+                              ("train.model.max_seq_len=32", "train.model.max_seq_len (32) < packing.seq_len (64)")):
         started = time.perf_counter()
         code, out, err = _cli(["run", str(cfg), "--set", override], capsys)
         seconds = time.perf_counter() - started
