@@ -65,6 +65,24 @@ def test_repetitive_document_is_removed_and_measurements_kept():
     assert doc["annotations"]["filters"]["dup_line_frac"] > 0.9
 
 
+def test_sentences_end_by_their_own_scripts_rules():
+    """FineWeb's line-punctuation rule counts each script's sentence terminals (Devanagari's danda, the Arabic
+    question mark, Urdu's full stop, Ethiopic, Armenian, Myanmar...): Hindi prose is not removed as unpunctuated."""
+    from transforms.filters import choose_rules
+
+    texts = {
+ "hi": "भारत एक विशाल देश है जिसकी संस्कृति बहुत पुरानी है। यहाँ अनेक भाषाएँ बोली जाती हैं और हर राज्य की अपनी परंपराएँ हैं। गाँवों में लोग खेती करते हैं और शहरों में उद्योग तेजी से बढ़ रहे हैं।\nपिछले वर्ष सरकार ने शिक्षा के लिए नई योजना शुरू की। इस योजना के तहत हर बच्चे को मुफ्त किताबें दी जाएँगी। शिक्षकों का कहना है कि इससे पढ़ाई में सुधार होगा।\nकई विशेषज्ञ मानते हैं कि स्वास्थ्य सेवाओं पर भी ध्यान देना जरूरी है। अस्पतालों में डॉक्टरों की कमी एक बड़ी समस्या है। लोग उम्मीद करते हैं कि आने वाले समय में हालात बेहतर होंगे।",
+ "ar": "تقع المدينة على ضفاف النهر منذ قرون طويلة، وقد عاش فيها الناس من مختلف الثقافات. هل تعرف لماذا اختار الأجداد هذا المكان؟ السبب هو الماء الوفير والأرض الخصبة.\nفي السنوات الأخيرة زاد عدد السكان بشكل كبير، وبنيت مدارس ومستشفيات جديدة. يعمل كثير من الشباب في التجارة والصناعة، بينما يفضل آخرون الزراعة.\nيقول المسؤولون إن المدينة تحتاج إلى خطة جديدة للنقل العام. هل ستنجح هذه الخطة؟ الجميع ينتظر النتائج بفارغ الصبر.",
+}
+    cfg = FiltersConfig()
+    for lang, text in texts.items():
+        _, thresholds, stop_words = choose_rules(cfg, lang, "other")
+        m = measure(text, "other", cfg, thresholds, stop_words)
+        assert m["line_punct_ratio"] == 1.0 and decide(m, thresholds) is None, (lang, m)
+    lines = ["ይህ ዓረፍተ ነገር ነው።", "Սա նախադասություն է։", "ဒါဟာ ဝါကျ ဖြစ်ပါတယ်။", "یہ ایک جملہ ہے۔", "Это предложение.»"]
+    assert measure("\n".join(lines), "other", cfg)["line_punct_ratio"] == 1.0
+
+
 def test_threshold_can_be_retuned_from_stored_measurements():
     cfg = FiltersConfig()
     m = measure("word " * 40 + "the and of.", "other", cfg)

@@ -25,7 +25,11 @@ from transforms.text_units import CJK_RE, words
 
 _BULLETS = ("•", "●", "○", "▪", "◦", "*", "-", "·", "‣", "⁃")
 _ELLIPSES = ("...", "…", "。。。")
-_TERMINAL_PUNCT = (".", "!", "?", '"', "'", "”", "’", "…", "。", "！", "？", "」", "』", "）", ")")
+# Characters that end a sentence in any script: Unicode's Sentence_Terminal property (the full
+# stops, question and exclamation marks of Latin, Arabic and Urdu, Devanagari's danda, Armenian, Ethiopic, Myanmar,
+# Khmer, Mongolian, CJK and the rest), and the closing quotes, brackets and ellipsis a sentence may end with.
+_SENTENCE_TERMINALS = "!.?։؝؞؟۔܀܁܂߹࠷࠹࠽࠾।॥၊။።፧፨᙮᜵᜶។៕᠃᠉᥄᥅᪨᪩᪪᪫᭎᭏᭚᭛᭞᭟᭽᭾᭿᰻᰼᱾᱿․‼‽⁇⁈⁉⳹⳺⳻⸮⸼⹓⹔⹠⹡。꓿꘎꘏꛳꛷꡶꡷꣎꣏꤯꧈꧉꩝꩞꩟꫰꫱꯫︒︕︖﹒﹖﹗！．？｡\U00010a56\U00010a57\U00010f55\U00010f56\U00010f57\U00010f58\U00010f59\U00010f86\U00010f87\U00010f88\U00010f89\U00011047\U00011048\U000110be\U000110bf\U000110c0\U000110c1\U00011141\U00011142\U00011143\U000111c5\U000111c6\U000111cd\U000111de\U000111df\U00011238\U00011239\U0001123b\U0001123c\U000112a9\U000113d4\U000113d5\U0001144b\U0001144c\U000115c2\U000115c3\U000115c9\U000115ca\U000115cb\U000115cc\U000115cd\U000115ce\U000115cf\U000115d0\U000115d1\U000115d2\U000115d3\U000115d4\U000115d5\U000115d6\U000115d7\U00011641\U00011642\U0001173c\U0001173d\U0001173e\U00011944\U00011946\U00011a42\U00011a43\U00011a9b\U00011a9c\U00011c41\U00011c42\U00011ef7\U00011ef8\U00011f43\U00011f44\U00016a6e\U00016a6f\U00016af5\U00016b37\U00016b38\U00016b44\U00016d6e\U00016d6f\U00016e98\U0001bc9f\U0001da88"
+_TERMINAL_PUNCT = tuple(_SENTENCE_TERMINALS) + ('"', "'", "”", "’", "»", "…", "」", "』", "）", ")")
 _PARA_SPLIT_RE = re.compile(r"\n\s*\n")
 _BOILERPLATE_LINE_RE = re.compile(
     r"javascript|terms of use|privacy policy|cookie policy|uses cookies|use of cookies|use cookies", re.IGNORECASE)
