@@ -22,10 +22,14 @@ command accepts the same inputs and quarantines the same records for the same re
 """
 from __future__ import annotations
 
+import base64
 import bz2
+import datetime
+import decimal
 import hashlib
 import json
 import lzma
+import math
 import os
 import posixpath
 import zlib
@@ -481,6 +485,29 @@ def parse_jsonl(fh, source: InputFile, cfg: InputConfig) -> Iterator[tuple[int, 
         yield next_line - 1, _truncated(source, next_line, next_offset, err)
 
 
+def json_value(value):
+    """A Parquet cell as JSON holds it (a document's ``meta`` is written as JSON): dates and times as ISO 8601
+    text, decimals as their exact text, bytes as base64 text, NaN and infinities as null, lists and structs
+    element by element; JSON's own types as they are."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (datetime.date, datetime.time)):  # datetime is a date
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, decimal.Decimal):
+        return str(value) if value.is_finite() else None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, dict):
+        return {str(k): json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):  # lists, and maps (pyarrow gives them as (key, value) pairs)
+        return [json_value(v) for v in value]
+    return str(value)
+
+
 def parse_parquet(fh, source: InputFile, cfg: InputConfig) -> Iterator[tuple[int, dict | Quarantined]]:
     import pyarrow.parquet as pq
 
@@ -498,6 +525,8 @@ def parse_parquet(fh, source: InputFile, cfg: InputConfig) -> Iterator[tuple[int
     for batch in parquet.iter_batches(batch_size=1024):
         for record in batch.to_pylist():
             doc = make_doc(record, cfg, source, row)
+            if isinstance(doc, dict):
+                doc["meta"] = json_value(doc["meta"])
             yield row, Quarantined(name, row, *doc, None, key) if isinstance(doc, tuple) else doc
             row += 1
 

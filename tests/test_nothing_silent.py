@@ -187,6 +187,36 @@ def test_source_names_and_byte_identical_inputs(tmp_path):
     assert len(logged) == 1 and "byte-identical" in logged[0]
 
 
+def test_parquet_cells_of_any_type_reach_meta_as_json(tmp_path):
+    """Hugging Face Parquet files carry timestamps, dates, decimals, bytes, maps and NaN next to the text: they
+    reach ``meta`` as JSON holds them (the docs are written with meta as JSON), instead of failing the run after
+    the clean."""
+    import datetime
+    import decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipelines.config_base import InputConfig
+
+    path = tmp_path / "typed.parquet"
+    pq.write_table(pa.table({
+        "text": ["one document", "another one"],
+        "ts": pa.array([datetime.datetime(2024, 1, 1, 12, 30)] * 2),
+        "day": pa.array([datetime.date(2024, 1, 2)] * 2),
+        "raw": pa.array([b"\x00\xff", b"ab"]),
+        "price": pa.array([decimal.Decimal("1.25"), None], type=pa.decimal128(5, 2)),
+        "score": [float("nan"), 1.5],
+        "tags": pa.array([[("a", 1)], []], type=pa.map_(pa.string(), pa.int64())),
+    }), path)
+    docs = list(read_file(str(path), InputConfig(paths=[str(path)])))
+    assert [d["meta"] for d in docs] == [
+        {"ts": "2024-01-01T12:30:00", "day": "2024-01-02", "raw": "AP8=", "price": "1.25", "score": None,
+         "tags": [["a", 1]]},
+        {"ts": "2024-01-01T12:30:00", "day": "2024-01-02", "raw": "YWI=", "price": None, "score": 1.5, "tags": []}]
+    json.dumps([d["meta"] for d in docs], allow_nan=False)
+
+
 def test_an_empty_folder_is_an_empty_input_and_a_missing_one_an_error(tmp_path, capsys):
     """The folder new files arrive in may hold none yet (or only empty sub-folders): no input file, an empty
     result (exit 0), as a day without new documents is; a folder that does not exist is a config error."""
