@@ -5,6 +5,8 @@ Each component owns its section's model next to its code; this module composes t
 """
 from __future__ import annotations
 
+import datetime
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -36,6 +38,9 @@ class OutputConfig(Strict):
                                                           "stage's counters; stats.json is written always")
 
 
+RUNNER_NAMES = ("direct", "inprocess", "dask", "flink", "spark", "dataflow")
+
+
 class RunnerConfig(Strict):
     name: str = Field("direct", description="direct | inprocess | dask | flink | spark | dataflow | a Beam runner "
                                             "class name")
@@ -51,6 +56,21 @@ class RunnerConfig(Strict):
                     "on a large machine never spills). Workers of a cluster started elsewhere take "
                     "`dask worker --memory-limit`")
     options: list[str] = Field(default_factory=list, description="extra Beam pipeline options, passed through")
+
+    @field_validator("name")
+    @classmethod
+    def _known_runner(cls, value: str) -> str:
+        """A runner Beam cannot create is refused here, before any stage (Beam would fail in the first one)."""
+        if value in RUNNER_NAMES:
+            return value
+        from apache_beam.runners.runner import _RUNNER_MAP  # how Beam's create_runner resolves a runner name
+
+        resolved = _RUNNER_MAP.get(value.lower(), _RUNNER_MAP.get(value.lower() + "runner", value))
+        module = resolved.rsplit(".", 1)[0] if "." in resolved else None
+        if module is None or importlib.util.find_spec(module.split(".")[0]) is None:
+            raise ValueError(f"unknown runner {value!r}: expected one of {', '.join(RUNNER_NAMES)}, a runner Beam "
+                             f"names (e.g. PrismRunner) or the module path of a PipelineRunner class")
+        return value
 
     @model_validator(mode="after")
     def _address_needs_dask(self):
@@ -80,6 +100,21 @@ class RunConfig(Strict):
     report: ReportConfig = ReportConfig()
     sweep: SweepConfig = SweepConfig()
     cost: CostConfig = CostConfig()
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _name_as_written(cls, value: Any) -> Any:
+        """YAML reads ``name: 2024-12-04`` as a date: a run named by its day is common, and a date's ISO text is
+        what was written. A number or a boolean may not be (``0123``, ``1e3``, ``yes``): refused, saying how to
+        quote it."""
+        if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+            return value.isoformat()
+        if not isinstance(value, str) and value is not None:
+            kind = "a boolean" if isinstance(value, bool) else "a number" if isinstance(value, (int, float)) else \
+                type(value).__name__
+            raise ValueError(f"was read as {kind} ({value!r}); quote it to make it a name: name: \"…\" in the "
+                             f"file, --set 'name=\"…\"' on the command line")
+        return value
 
     @field_validator("input", mode="before")
     @classmethod

@@ -64,6 +64,8 @@ def _format_error(err: ValidationError, prefix: str = "") -> str:
             msg = "unknown key (check the spelling against the config reference in README.md)"
         elif e["type"] == "literal_error":
             msg = f"must be one of {e.get('ctx', {}).get('expected', '')}, got {e.get('input')!r}"
+        elif e["type"] == "value_error":  # a validator's own message: without pydantic's "Value error, " before it
+            msg = str(e.get("ctx", {}).get("error", msg))
         lines.append(f"  {field}: {msg}")
     return "invalid configuration:\n" + "\n".join(lines)
 

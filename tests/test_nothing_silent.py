@@ -780,3 +780,17 @@ def test_beam_and_dask_pipeline_options_still_pass():
     assert unrecognized_pipeline_args(["--dask_partitions=3", "--direct_num_workers", "2", "--experiments=x",
                                        "--flink_master=localhost:8081"]) == []
     assert unrecognized_pipeline_args(["--dask_partitions=3", "--sett", "a=1"]) == ["--sett", "a=1"]
+
+
+def test_a_run_named_by_its_day_and_a_misspelt_runner(tmp_path, capsys):
+    """YAML reads `name: 2024-12-04` as a date: it names the run as written; a number is refused saying how to
+    quote it. A runner Beam cannot create is refused before any stage, with corpusmill's runner names."""
+    data = _data(tmp_path, "x", [_jsonl(tmp_path / "in" / "a.jsonl", _records(3, ("austen",)))])
+    cfg = _yaml(tmp_path, data)
+    assert load_config(cfg, ["name=2024-12-04"]).name == "2024-12-04"
+    with pytest.raises(ConfigError, match=r"name: was read as a number \(123\); quote it"):
+        load_config(cfg, ["name=123"])
+    code, out, err = _cli(["prepare", str(cfg), "--set", "runner.name=drect"], capsys)
+    assert code == 2 and "runner.name: unknown runner 'drect': expected one of direct, inprocess, dask" in err, err
+    assert "[1/2]" not in out and not (tmp_path / "runs" / "x").exists()
+    assert load_config(cfg, ["runner.name=PrismRunner"]).runner.name == "PrismRunner"
