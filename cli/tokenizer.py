@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import sys
@@ -33,8 +34,8 @@ def register(subparsers) -> None:
         description="Train a HF tokenizers tokenizer on a deterministic sample; --param KEY=VALUE sets any "
         "tokenizer config key (model, vocab_size, normalization, sample_bytes, sample_seed, special tokens).",
     )
-    train.add_argument("input", help="a docs folder of Parquet files (runs/<name>/docs), or a file the pipeline "
-                                     "reads (JSONL/.gz/.zst with 'text', Parquet, .txt)")
+    train.add_argument("input", help="a docs folder of Parquet files (runs/<name>/docs), or a file or folder the "
+                                     "pipeline reads (JSONL/.gz/.zst with 'text', Parquet, .txt)")
     train.add_argument("--out", required=True, help="where to write tokenizer.json")
     train.add_argument("--param", dest="params", action="append", default=[], metavar="KEY=VALUE")
     train.set_defaults(handler=_train)
@@ -156,7 +157,7 @@ def _train(args: argparse.Namespace) -> int:
     cfg = load_section(None, SECTION, TokenizerConfig, param_overrides(SECTION, args.params))
     if not os.path.exists(args.input):
         raise ConfigError(f"input {args.input} does not exist")
-    if os.path.isdir(args.input):
+    if os.path.isdir(args.input) and glob.glob(os.path.join(glob.escape(args.input), "*.parquet")):
         try:
             texts = sample_texts(list_doc_files(args.input), cfg)
         except (FileNotFoundError, ValueError) as err:

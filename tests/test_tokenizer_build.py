@@ -159,3 +159,17 @@ def test_tokenizer_train_command(tmp_path, capsys):
     assert Tokenizer.from_file(str(out)).token_to_id("<|eos|>") == 2
     assert main(["tokenizer", "train", DEMO, "--out", str(out), "--param", "model=spm"]) == 2
     assert "tokenizer.model" in capsys.readouterr().err
+
+
+def test_tokenizer_train_reads_a_folder_of_text_files(tmp_path, capsys):
+    """A folder without docs Parquet files is read as the pipeline reads an input folder (.txt, JSONL, ...)."""
+    from cli.main import main
+
+    folder = tmp_path / "my texts"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.txt").write_text("The committee met on Tuesday to discuss the budget. " * 40, encoding="utf-8")
+    (folder / "sub" / "b.txt").write_text("Rain is expected over the hills tomorrow morning. " * 40, encoding="utf-8")
+    out = tmp_path / "tok.json"
+    assert main(["tokenizer", "train", str(folder), "--out", str(out), "--param", "vocab_size=300"]) == 0
+    assert json.loads(capsys.readouterr().out)["documents"] == 2
+    assert Tokenizer.from_file(str(out)).get_vocab_size() == 300
