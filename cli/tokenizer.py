@@ -41,6 +41,26 @@ def register(subparsers) -> None:
     train.set_defaults(handler=_train)
 
 
+def _say_why_a_run_has_no_shards(folder: str) -> None:
+    """A run directory without shards (an empty result, or a run stopped before its shards stage): raise the
+    ShardFormatError that says so, instead of reading the run's manifest as a shards manifest."""
+    from runio.layout import RunPaths
+    from tokenizer.shards import ShardFormatError
+
+    paths = RunPaths(folder)
+    try:
+        manifest = json.loads(paths.manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # not a run directory
+    if not isinstance(manifest, dict) or "stages_done" not in manifest:
+        return
+    reason = (manifest.get("skipped") or {}).get("shards")
+    if reason:
+        raise ShardFormatError(f"{folder} is a run without shards: its shards stage was skipped ({reason})")
+    raise ShardFormatError(f"{folder} is a run without shards yet (stages done: "
+                           f"{', '.join(manifest['stages_done']) or 'none'}): `corpusmill prepare` or `run` builds them")
+
+
 def _inspect(args: argparse.Namespace) -> int:
     from tokenizers import Tokenizer
 
@@ -53,6 +73,7 @@ def _inspect(args: argparse.Namespace) -> int:
             reader = ShardReader(args.shards, split=args.split)
         except ShardFormatError:
             if not os.path.isfile(os.path.join(args.shards, "shards", "manifest.json")):
+                _say_why_a_run_has_no_shards(args.shards)
                 raise
             args.shards = os.path.join(args.shards, "shards")  # a run directory: its shards (the path is printed)
             reader = ShardReader(args.shards, split=args.split)

@@ -116,6 +116,8 @@ def test_empty_results_exit_0_with_a_complete_manifest_and_one_summary_line(tmp_
     manifest = check_empty("empty", "run", out, read=0, quarantined=0)
     assert "train" in manifest["skipped"] and "[3/4] train: skipped: no document survived cleaning" in out
     assert (tmp_path / "runs" / "empty" / "report.html").is_file()
+    code, out, err = _cli(["inspect", str(tmp_path / "runs" / "empty")], capsys)  # what it has instead of shards
+    assert code == 1 and "is a run without shards: its shards stage was skipped (no document survived" in err, err
     # input that is all quarantined
     code, out, err = _cli(["prepare", str(_yaml(tmp_path, _data(tmp_path, "quarantined", [bad])))], capsys)
     assert code == 0, err
