@@ -26,6 +26,7 @@ import base64
 import bz2
 import datetime
 import decimal
+import glob
 import hashlib
 import json
 import lzma
@@ -171,6 +172,14 @@ def _relative(path: str, base: str) -> str:
 
 def _match_entry(index: int, path: str) -> list[tuple[str, str]]:
     """(file, name) for every file one configured entry names: a glob, a folder (recursively) or a file."""
+    if _GLOB_CHARS & set(path) and not is_uri(path):
+        # Python's recursive glob, as a shell's globstar and fsspec read it: `**/` matches no folder too
+        # (`data/**/*.txt` names data/a.txt as well as data/x/b.txt; Beam's matcher misses the first).
+        found = sorted(p for p in glob.glob(path, recursive=True) if os.path.isfile(p))
+        if not found:
+            raise ConfigError(f"input.paths[{index}]: no file matches {path!r}")
+        base = _glob_base(path)
+        return [(p, _relative(p, base)) for p in found]
     if _GLOB_CHARS & set(path):
         patterns, base = [path], _glob_base(path)
     elif not is_uri(path) and os.path.isfile(path):  # one local file: no match needed

@@ -187,6 +187,11 @@ def test_source_names_and_byte_identical_inputs(tmp_path):
     files = resolve_inputs([str(tmp_path / "a")], log=logged.append)
     assert [f.name for f in files] == ["copy.jsonl"] and files[0].key == resolve_inputs([str(one)])[0].key
     assert len(logged) == 1 and "byte-identical" in logged[0]
+    # `**/` matches no folder as well as many, as a shell's globstar does
+    files = resolve_inputs([str(tmp_path / "a" / "**" / "*.jsonl")])
+    assert [f.name for f in files] == ["copy.jsonl"]  # a/copy.jsonl (a/x/part-0.jsonl is its byte-identical twin)
+    assert [f.name for f in resolve_inputs([str(tmp_path / "**" / "part-0.jsonl")])] == ["a/x/part-0.jsonl",
+                                                                                          "b/part-0.jsonl"]
 
 
 def test_parquet_cells_of_any_type_reach_meta_as_json(tmp_path):
