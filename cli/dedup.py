@@ -9,8 +9,7 @@ byte-identical to another input is read once and reported as removed for that fi
 removed for a document of an earlier run (--against) has "cluster_in_earlier_run": true and the earlier
 document's internal id as its cluster.
 Input records that cannot be read are quarantined by the reader: stderr gives their count per kind and the
-first one's place and reason.
-"""
+first one's place and reason."""
 from __future__ import annotations
 
 import argparse
@@ -22,6 +21,9 @@ import shutil
 import sys
 import tempfile
 import time
+
+from cli import positive_int
+from cli.analysis import TextTwins, check_out_path, no_document_exit_code, quarantine_summary, run_config_for
 
 SECTION = "near_dedup"
 
@@ -35,7 +37,8 @@ def register(subparsers) -> None:
                                                      "without it are reported by their file if it is a text file, "
                                                      "otherwise by their internal id)")
     p.add_argument("--text-field", default="text", help="input field holding the text (default: text)")
-    p.add_argument("--config", help="run config YAML; its `near_dedup` section is used (default: built-in defaults)")
+    p.add_argument("--config", help="run config YAML, checked as `prepare` checks it; its `near_dedup` section is "
+                                    "used (default: built-in defaults)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="near_dedup.KEY=VALUE",
                    help="override a near_dedup setting (`dedup.KEY=VALUE` is accepted too); repeatable")
     p.add_argument("--index-out", help="also write the index of kept documents here (for a later --against)")
@@ -43,8 +46,8 @@ def register(subparsers) -> None:
                    help="an earlier run's dedup/ index: its documents win; repeatable")
     p.add_argument("--runner", default="direct",
                    help="direct (default) | inprocess | dask | flink | spark | dataflow")
-    p.add_argument("--workers", type=int, help="local workers (default: one per core; with --runner dask and no "
-                                                 "--dask-address, the LocalCluster's worker processes)")
+    p.add_argument("--workers", type=positive_int, help="local workers (default: one per core; with --runner dask "
+                                                          "and no --dask-address, the LocalCluster's worker processes)")
     p.add_argument("--dask-address", help="with --runner dask: the scheduler, tcp://host:8786 (default: a "
                                           "LocalCluster started and stopped by the command)")
     p.add_argument("--worker-memory", help="with --runner dask and no --dask-address: each LocalCluster worker's "
@@ -79,28 +82,13 @@ def _kept_line_or_head(doc: dict, id_field: str):
         yield json.dumps({"id": user_id, "cluster": user_id, "kept": True}, ensure_ascii=False)
 
 
-class _TextTwins:
-    """Text files left out of the run as byte-identical to an input that is read (``resolve_inputs``): each is a
-    copy of that file's one document, so its line says it is removed for the same document that one's line names
-    (or it is quarantined as that one is). Record files (JSONL, Parquet) copied byte for byte hold the same ids as
-    their original: stderr says they were read once."""
+def _removed_for_the_same_document(row: dict, name: str) -> dict:
+    """A copied text file's line (``TextTwins``): removed, in the cluster of the file it copies (that file, or the
+    document it is removed for, is the one kept)."""
+    return {"id": name, "cluster": row["cluster"], "kept": False}
 
-    def __init__(self):
-        self.of: dict[str, list[str]] = {}  # source name of the file read -> names of its copies
 
-    def add(self, left_out, read) -> None:
-        from pipelines.read import is_text_file
-
-        if is_text_file(left_out.name) and is_text_file(read.name):
-            self.of.setdefault(read.name, []).append(left_out.name)
-
-    def rows(self, row: dict) -> list[dict]:
-        """The copies' rows for the row of the file they copy."""
-        return [{"id": name, "cluster": row["cluster"], "kept": False} for name in self.of.get(row["id"], ())]
-
-    def quarantined(self, records: list[dict]) -> list[dict]:
-        return [{**r, "source": name, "reason": f"{r['reason']} (a copy of {r['source']})"}
-                for r in records for name in self.of.get(r["source"], ())]
+# ------------------------------------------------------------------------------------ the dedup command
 
 
 def _start_local_cluster(workers: int | None, worker_memory: str | None) -> None:
@@ -151,22 +139,8 @@ def _runs_without_beam(cfg, input_bytes: int, args) -> bool:
             and not args.index_out and not args.against and not args.beam_args)
 
 
-def _quarantine_summary(records: list[dict]) -> str:
-    """``N quarantined`` with the count per kind and the first record's place and reason, e.g. ``1 quarantined
-    (empty_text: 1; first: part-001.jsonl.gz record 4250: 'text' is empty)``."""
-    if not records:
-        return "0 quarantined"
-    kinds: dict[str, int] = {}
-    for record in records:
-        kinds[record["kind"]] = kinds.get(record["kind"], 0) + 1
-    first = min(records, key=lambda r: (r["source"], r["position"]))
-    per_kind = ", ".join(f"{kind}: {n}" for kind, n in sorted(kinds.items()))
-    return (f"{len(records)} quarantined ({per_kind}; first: {first['source']} record {first['position']}: "
-            f"{first['reason']})")
-
-
 def _dedup_without_beam(cfg, input_cfg, files, out_path: str, id_field: str,
-                        twins: _TextTwins) -> tuple[int, int, list[dict]]:
+                        twins: TextTwins) -> tuple[int, int, list[dict]]:
     """Read, sketch in batches, ``dedup_in_memory``, write one line per document in input order. Returns
     (documents, kept, quarantine records)."""
     from pipelines.read import Quarantined, iter_records
@@ -218,6 +192,10 @@ def _run(args) -> int:
     from transforms.near_dedup.core import NearDedupConfig
 
     cfg = load_section(args.config, SECTION, NearDedupConfig, args.overrides, aliases=("dedup",))
+    input_cfg = InputConfig(paths=args.input, text_field=args.text_field, id_field=args.id_field)
+    if args.config is not None:  # the rest of the file as prepare checks it (without a file: nothing to check)
+        run_config_for("dedup", args.config, input_cfg, near_dedup=cfg)
+    check_out_path(args.out)
     if (args.dask_address or args.worker_memory) and args.runner != "dask":
         option = "--dask-address" if args.dask_address else "--worker-memory"
         raise ConfigError(f"{option} needs --runner dask (got --runner {args.runner})")
@@ -233,9 +211,8 @@ def _run(args) -> int:
         except ValidationError:
             raise ConfigError(f"--worker-memory {args.worker_memory!r}: expected a size such as 2GiB or "
                               f"1500MB") from None
-    input_cfg = InputConfig(paths=args.input, text_field=args.text_field, id_field=args.id_field)
     # raises ConfigError naming a path that matches nothing; a byte-identical second file is read once
-    twins = _TextTwins()
+    twins = TextTwins(_removed_for_the_same_document)
     files = resolve_inputs(input_cfg.paths, log=lambda line: print(f"corpusmill dedup: {line}", file=sys.stderr),
                            on_twin=twins.add)
     out_dir = os.path.dirname(os.path.abspath(args.out))
@@ -247,9 +224,9 @@ def _run(args) -> int:
         n_docs, n_kept, quarantined = _dedup_without_beam(cfg, input_cfg, files, args.out, id_field, twins)
         elapsed = time.perf_counter() - started
         print(f"corpusmill dedup: {n_docs} documents, {n_kept} kept, {n_docs - n_kept} removed as near-duplicates, "
-              f"{_quarantine_summary(quarantined)}; {elapsed:.1f} s ({n_docs / max(elapsed, 1e-9):.0f} docs/s, in-memory "
-              f"path in this process) → {args.out}", file=sys.stderr)
-        return _exit_code(n_docs, quarantined, args.text_field)
+              f"{quarantine_summary(quarantined)}; {elapsed:.1f} s ({n_docs / max(elapsed, 1e-9):.0f} docs/s, "
+              f"in-memory path in this process) → {args.out}", file=sys.stderr)
+        return no_document_exit_code("dedup", "to deduplicate", n_docs, quarantined, args.text_field)
 
     if args.runner == "dask" and not args.dask_address:
         _start_local_cluster(args.workers, args.worker_memory)
@@ -318,20 +295,9 @@ def _run(args) -> int:
     for r in outcome.metrics().query(MetricsFilter().with_namespace("near_dedup"))["counters"]:
         counters[r.key.metric.name] = counters.get(r.key.metric.name, 0) + (r.committed or 0)  # summed over steps
     print(f"corpusmill dedup: {n_docs} documents, {n_kept} kept, {n_docs - n_kept} removed as near-duplicates, "
-          f"{_quarantine_summary(quarantined)}; {elapsed:.1f} s ({n_docs / max(elapsed, 1e-9):.0f} docs/s; near_dedup's own "
-          f"code busy {counters.get('busy_ms', 0) / 1000:.1f} s, summed over workers; "
+          f"{quarantine_summary(quarantined)}; {elapsed:.1f} s ({n_docs / max(elapsed, 1e-9):.0f} docs/s; "
+          f"near_dedup's own code busy {counters.get('busy_ms', 0) / 1000:.1f} s, summed over workers; "
           f"{counters.get('cc_crossing_edges', 0)} label pairs in the last component merge after "
           f"{cfg.cc_max_rounds} star rounds) → {args.out}", file=sys.stderr)
-    return _exit_code(n_docs, quarantined, args.text_field)
+    return no_document_exit_code("dedup", "to deduplicate", n_docs, quarantined, args.text_field)
 
-
-def _exit_code(n_docs: int, quarantined: list[dict], text_field: str) -> int:
-    """1 when records were read but none of them is a document (every one quarantined, most often a text field
-    under another name), as `corpusmill pii` does; 0 otherwise (an empty input is not an error)."""
-    if n_docs or not quarantined:
-        return 0
-    hint = (f"; is the text in another field than {text_field!r}? (--text-field)"
-            if any(r["kind"] == "missing_text" for r in quarantined) else "")
-    print(f"corpusmill dedup: no document to deduplicate: all {len(quarantined)} records were quarantined{hint}",
-          file=sys.stderr)
-    return 1

@@ -3,7 +3,10 @@
 Runs the pipeline's own step (``transforms.pii.PiiStep``) in batches, so what this prints is what a run masks.
 Each output line: {"id", "spans": [{"start", "end", "entity_type", "score"}], "masked_text"}; offsets are Python
 string offsets into the ORIGINAL text. Input: what a run reads (JSONL, optionally .gz/.zst, Parquet, folders of
-.txt), through the pipeline's reader; a record it quarantines is skipped, with its position and the reason.
+.txt), through the pipeline's reader; a record it quarantines is skipped, with its position and the reason. A
+text file byte-identical to another input is read once and gets the line of the file it copies, under its own name.
+When every record read is skipped (most often a text or id field under another name) the command says which
+option to check and exits 1.
 """
 from __future__ import annotations
 
@@ -13,6 +16,8 @@ import os
 import sys
 import time
 from collections import Counter
+
+from cli import positive_int
 
 SECTION = "pii"
 
@@ -25,12 +30,14 @@ def register(subparsers) -> None:
     p.add_argument("--id-field", default="id", help="record field holding the document id (default: id; a text "
                                                      "file is reported by its name, a record without it is skipped)")
     p.add_argument("--text-field", default="text", help="record field holding the text (default: text)")
-    p.add_argument("--config", help="run config YAML; its `pii` section is used (default: built-in defaults)")
+    p.add_argument("--config", help="run config YAML, checked as `prepare` checks it; its `pii` section is used "
+                                    "(default: built-in defaults)")
     p.add_argument("--ner", choices=["auto", "on", "off"], help="override pii.ner")
     p.add_argument("--operator", choices=["replace", "mask", "hash", "redact"], help="override pii.operator")
     p.add_argument("--hash-salt-env", metavar="VAR",
                    help="take pii.hash_salt from this environment variable (keeps the salt off the command line)")
-    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--batch-size", type=positive_int, default=256, help="documents per call of the step "
+                                                                         "(default: 256)")
     p.set_defaults(handler=_run)
 
 
@@ -47,6 +54,7 @@ def _settings(args) -> dict:
 
 
 def _run(args) -> int:
+    from cli.analysis import MISSING_ID, TextTwins, check_out_path, no_document_exit_code, run_config_for
     from pipelines.config import InputConfig, load_section
     from pipelines.read import Quarantined, iter_records, reported_id, resolve_inputs
     from runio.files import atomic_output
@@ -54,45 +62,59 @@ def _run(args) -> int:
     from transforms.pii.step import check
 
     cfg = load_section(args.config, SECTION, PiiConfig, values=_settings(args))
-    check(cfg)  # the run's build-time check: a required NER model that is missing is a config error (exit 2)
     input_cfg = InputConfig(paths=[args.input], text_field=args.text_field, id_field=args.id_field)
-    # raises ConfigError naming a path that matches nothing; a byte-identical second file is read once
-    files = resolve_inputs(input_cfg.paths, log=lambda line: print(f"corpusmill pii: {line}", file=sys.stderr))
+    if args.config is not None:  # the rest of the file as prepare checks it: a misspelt section is an error
+        run_config_for("pii", args.config, input_cfg, pii=cfg)
+    check(cfg)  # the run's build-time check: a required NER model that is missing is a config error (exit 2)
+    check_out_path(args.out)
+    say = lambda line: print(f"corpusmill pii: {line}", file=sys.stderr)  # noqa: E731
+    # raises ConfigError naming a path that matches nothing; a byte-identical second file is read once, and a
+    # text file's copy gets its line
+    twins = TextTwins()
+    files = resolve_inputs(input_cfg.paths, log=say, on_twin=twins.add)
 
     step = PiiStep(cfg)
     step.setup()
-    print(f"corpusmill pii: engine {step.ner_engine}", file=sys.stderr)
+    say(f"engine {step.ner_engine}")
     counts: Counter = Counter()
-    docs = skipped = 0
+    docs = 0
+    skipped: list[dict] = []  # quarantine records, and MISSING_ID ones: place and reason only (they may hold PII)
     started = time.perf_counter()
     with atomic_output(args.out, "w") as out:
         batch: list[dict] = []
 
         def flush():
+            nonlocal docs
             results, _ = step.process(batch)
             for doc, res in zip(batch, results):
-                counts.update(s.entity_type for s in res.spans)
-                out.write(json.dumps({"id": doc["id"], "spans": [s.to_dict() for s in res.spans],
-                                      "masked_text": res.masked_text}, ensure_ascii=False) + "\n")
+                row = {"id": doc["id"], "spans": [s.to_dict() for s in res.spans], "masked_text": res.masked_text}
+                for line in (row, *twins.rows(row)):
+                    counts.update(s.entity_type for s in res.spans)
+                    out.write(json.dumps(line, ensure_ascii=False) + "\n")
+                    docs += 1
             batch.clear()
 
         for source, index, item in iter_records(input_cfg, files):
+            if isinstance(item, Quarantined):
+                record = item.as_record()
+                copies = twins.quarantined([record])  # a text file's copies are quarantined as it is
+                for where, reason in ((source, item.reason), *((c["source"], c["reason"]) for c in copies)):
+                    say(f"skipped record {index} of {where}: {reason}")
+                skipped += [record, *copies]
+                continue
             # a text file without the field is reported by its name (reported_id); a record without it is skipped
-            doc_id = None if isinstance(item, Quarantined) else reported_id(item, args.id_field)
-            problem = item.reason if isinstance(item, Quarantined) else (
-                None if doc_id is not None else f"no field {args.id_field!r}")
-            if problem:  # place and reason only: the record itself may hold PII
-                skipped += 1
-                print(f"corpusmill pii: skipped record {index} of {source}: {problem}", file=sys.stderr)
+            doc_id = reported_id(item, args.id_field)
+            if doc_id is None:
+                say(f"skipped record {index} of {source}: no field {args.id_field!r}")
+                skipped.append({"kind": MISSING_ID, "source": item["source"], "position": index})
                 continue
             batch.append({"id": doc_id, "text": item["text"], "annotations": {}})
-            docs += 1
             if len(batch) >= args.batch_size:
                 flush()
         if batch:
             flush()
     elapsed = time.perf_counter() - started
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"
-    print(f"corpusmill pii: {docs} documents ({skipped} skipped) in {elapsed:.1f}s; spans: {summary}; "
-          f"wrote {args.out}", file=sys.stderr)
-    return 0 if docs or not skipped else 1
+    say(f"{docs} documents ({len(skipped)} skipped) in {elapsed:.1f}s; spans: {summary}; wrote {args.out}")
+    return no_document_exit_code("pii", "to scan", docs, skipped, args.text_field, args.id_field,
+                                 set_aside_as="skipped")

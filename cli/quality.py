@@ -6,6 +6,8 @@ import json
 import os
 import sys
 
+from cli import positive_int
+
 SECTION = "quality"
 TRAIN_SECTION = "quality.train"
 
@@ -74,13 +76,22 @@ def _metrics_table(card: dict) -> str:
     return "\n".join(lines)
 
 
+# The steps before quality whose work it reads, run by `quality score` as `prepare` runs them: normalize rewrites
+# the text the model scores and judges its script, langid names the language that picks the model (or keeps the
+# document unscored). The other steps before quality only remove documents.
+STEPS_QUALITY_READS = ("normalize", "langid")
+
+
 def _score(args: argparse.Namespace) -> int:
     import apache_beam as beam
 
+    from cli.analysis import TextTwins, check_out_path, no_document_exit_code, quarantine_summary, run_config_for
     from pipelines.beam_options import make_pipeline
     from pipelines.config import ConfigError, InputConfig, load_section, param_overrides
-    from pipelines.read import ReadCorpus, reported_id
+    from pipelines.read import ReadCorpus, reported_id, resolve_inputs
+    from pipelines.steps import STEPS, StepContext
     from runio.files import atomic_output
+    from runio.layout import RunPaths
     from transforms.base import step_annotations
     from transforms.quality.model import sidecar_paths
     from transforms.quality.step import QualityConfig, QualityFilter
@@ -89,14 +100,25 @@ def _score(args: argparse.Namespace) -> int:
     if args.threshold is not None:
         values["threshold"] = args.threshold
     cfg = load_section(args.config, SECTION, QualityConfig, param_overrides(SECTION, args.params), values=values)
+    input_cfg = InputConfig(paths=[args.input], id_field=args.id_field, text_field=args.text_field)
+    run_cfg = run_config_for("quality-score", args.config, input_cfg, quality=cfg)  # a misspelt section: exit 2
+    check_out_path(args.out)
     if args.model:
         for path in (args.model, sidecar_paths(args.model)[0]):
             if not os.path.exists(path):
                 raise ConfigError(f"--model: {path} does not exist (train one with `corpusmill quality train`)")
-        model_path = args.model
-    else:  # the model `prepare` uses: quality.model, else the default one, cached (trained there once if needed)
-        model_path = _default_model(args.config, cfg)
-    input_cfg = InputConfig(paths=[args.input], id_field=args.id_field, text_field=args.text_field)
+    paths = RunPaths.of(run_cfg)  # (its cache, shared by the runs of output.runs_dir, is all that is used)
+    ctx = StepContext(paths=paths, progress=False)
+    before = [step for step in STEPS if step.name in STEPS_QUALITY_READS and step.enabled(run_cfg)]
+    for step in before:
+        step.check(run_cfg, ctx)  # as prepare checks them before any worker starts (a missing langid.model)
+    # raises ConfigError naming a path that matches nothing; a byte-identical second file is read once, and a
+    # text file's copy gets its line
+    twins = TextTwins()
+    files = resolve_inputs(input_cfg.paths, on_twin=twins.add,
+                           log=lambda line: print(f"corpusmill quality score: {line}", file=sys.stderr))
+    # --model alone, else the models `prepare` uses (quality.model and quality.models, else the default ones)
+    model_path = args.model or _default_model(cfg, paths.cache_for(SECTION))
     out_dir = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(out_dir, exist_ok=True)
     tmp_prefix = os.path.join(out_dir, f".{os.path.basename(args.out)}.{os.getpid()}.part")
@@ -105,59 +127,59 @@ def _score(args: argparse.Namespace) -> int:
     def to_row(doc: dict, keep: bool) -> str:
         doc_id = reported_id(doc, id_field, default=doc["id"])  # its id field, a text file's name, else the internal id
         mine = step_annotations(doc["annotations"], SECTION)
-        row = {"id": doc_id, "score": mine["score"], "keep": keep}
-        if mine.get("skipped"):  # a script the model is not trained on (quality.skip_scripts): kept unscored
+        row = {"id": doc_id, "score": mine.get("score"), "keep": keep}
+        if mine.get("skipped"):  # no configured model covers its language (or script): kept unscored
             row["skipped"] = mine["skipped"]
+        if doc.get("removed_by") not in (None, SECTION):  # removed before the quality step, as prepare removes it
+            row.update(removed_by=doc["removed_by"], reason=doc["reason"])
         return json.dumps(row, ensure_ascii=False)
 
     pipeline = make_pipeline(args.runner, args.workers)
     with pipeline:
-        read = pipeline | "Read" >> ReadCorpus(input_cfg)
-        decided = read["docs"] | "Quality" >> QualityFilter(cfg, model_path)
+        read = pipeline | "Read" >> ReadCorpus(input_cfg, files)
+        docs, removed_before = read["docs"], []
+        for step in before:  # prepare's steps, built by prepare's code
+            out = docs | step.name >> step.build(run_cfg, ctx)
+            docs = out["kept"]
+            removed_before.append(out["removed"])
+        decided = docs | "Quality" >> QualityFilter(cfg, model_path)
         kept = decided["kept"] | "KeptRows" >> beam.Map(to_row, True)
-        removed = decided["removed"] | "RemovedRows" >> beam.Map(to_row, False)
+        removed = ((decided["removed"], *removed_before) | "AllRemoved" >> beam.Flatten()
+                   | "RemovedRows" >> beam.Map(to_row, False))
         _ = ((kept, removed) | "AllRows" >> beam.Flatten()
              | "WriteRows" >> beam.io.WriteToText(tmp_prefix + "-rows", file_name_suffix=".jsonl"))
         _ = (read["quarantined"] | "QuarantineRows" >> beam.Map(json.dumps)
              | "WriteQuarantine" >> beam.io.WriteToText(tmp_prefix + "-quarantine", file_name_suffix=".jsonl"))
 
-    rows, quarantined = _collect(tmp_prefix + "-rows"), _collect(tmp_prefix + "-quarantine")
-    rows.sort(key=lambda line: _sort_key(json.loads(line)["id"]))
+    decoded = [json.loads(line) for line in _collect(tmp_prefix + "-rows")]
+    decoded += [copy for row in decoded for copy in twins.rows(row)]
+    decoded.sort(key=lambda row: _sort_key(row["id"]))
+    quarantined = [json.loads(line) for line in _collect(tmp_prefix + "-quarantine")]
+    quarantined += twins.quarantined(quarantined)
     with atomic_output(args.out, "w") as fh:
-        for line in rows:
-            fh.write(line + "\n")
-    decoded = [json.loads(line) for line in rows]
+        for row in decoded:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     kept_n = sum(1 for row in decoded if row["keep"])
     unscored = sum(1 for row in decoded if row.get("skipped"))
-    also = f" (of them {unscored} unscored: quality.skip_scripts {cfg.skip_scripts})" if unscored else ""
-    print(f"scored {len(rows)} documents ({cfg.mode}): kept {kept_n}{also}, removed {len(rows) - kept_n} "
+    earlier = sum(1 for row in decoded if "removed_by" in row)
+    also = f" (of them {unscored} unscored: no configured model covers their language)" if unscored else ""
+    by = f" ({earlier} of them by {'/'.join(s.name for s in before)} before scoring)" if earlier else ""
+    print(f"scored {len(decoded)} documents ({cfg.mode}): kept {kept_n}{also}, removed {len(decoded) - kept_n}{by} "
           f"-> {args.out}")
     if quarantined:
-        print(f"corpusmill quality score: {len(quarantined)} input records quarantined, e.g. "
-              f"{json.loads(quarantined[0])['reason']}", file=sys.stderr)
-    return 0
+        print(f"corpusmill quality score: {quarantine_summary(quarantined)}", file=sys.stderr)
+    return no_document_exit_code("quality score", "to score", len(decoded), quarantined, args.text_field)
 
 
-def _default_model(config_path: str | None, cfg):
+def _default_model(cfg, cache_dir) -> dict[str, str]:
     """The models `prepare` would use: ``quality.model`` (and ``quality.models``), or the default ones in the
-    runs directory's cache (``<output.runs_dir>/.cache/quality``), trained there the first time (no network)."""
-    from pipelines.config import ConfigError, OutputConfig, load_section
-    from runio.layout import RunPaths
-    from transforms.base import StepConfigError
-    from transforms.quality import step as quality_step
+    runs directory's cache (``<output.runs_dir>/.cache/quality``), trained there the first time (no network).
+    A model or training data that does not exist is a StepConfigError naming the field (exit 2)."""
+    from transforms.quality.step import ensure_models
 
-    try:
-        quality_step.check(cfg)
-    except StepConfigError as err:
-        raise ConfigError(str(err)) from None
-    output = load_section(config_path, "output", OutputConfig)
-    cache = RunPaths(os.path.join(output.runs_dir, "quality-score")).cache_for(SECTION)
-    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    # what the pipeline's quality step loads: one model per configured language where the step has them
-    ensure = getattr(quality_step, "ensure_models", None)
-    models = ensure(cache, cfg, log=say) if ensure is not None else quality_step.ensure_default_model(cache, cfg, say)
-    shown = models if isinstance(models, str) else ", ".join(f"{lang} {path}" for lang, path in models.items())
-    print(f"corpusmill quality score: model {shown}", file=sys.stderr)
+    models = ensure_models(cache_dir, cfg, log=lambda m: print(m, file=sys.stderr, flush=True))
+    print(f"corpusmill quality score: model {', '.join(f'{lang} {path}' for lang, path in models.items())}",
+          file=sys.stderr)
     return models
 
 
@@ -196,16 +218,22 @@ def register(subparsers) -> None:
     train.set_defaults(handler=_train)
 
     score = sub.add_parser("score", help="score documents through the pipeline's quality step",
-                           description="Runs the pipeline's QualityFilter (same scores, same decision) over "
-                                       "INPUT and writes one {\"id\", \"score\", \"keep\"} line per document; "
-                                       "a document no configured model covers is kept unscored, as `prepare` "
-                                       "keeps it: score null and \"skipped\": why.")
+                           description="Runs what `prepare` runs up to its quality decision, with its code: the "
+                                       "normalize and langid steps, then the pipeline's QualityFilter (same "
+                                       "scores, same decision), over INPUT, and writes one {\"id\", \"score\", "
+                                       "\"keep\"} line per document; a document no configured model covers is "
+                                       "kept unscored, as `prepare` keeps it: score null and \"skipped\": why; "
+                                       "one an earlier step removes has \"removed_by\" and \"reason\". A text "
+                                       "file byte-identical to another input gets the line of the file it copies.")
     score.add_argument("input", help="JSONL(.gz/.zst), Parquet or a folder of .txt files")
-    score.add_argument("--model", help="model from `corpusmill quality train` (default: quality.model of "
-                                       "--config, else the default model `prepare` uses, from the runs "
-                                       "directory's cache; trained there once if missing)")
-    score.add_argument("--config", help="run config YAML: its `quality` section and output.runs_dir (the model "
-                                        "cache) are used (default: built-in defaults, runs/)")
+    score.add_argument("--model", help="model from `corpusmill quality train`, used alone (as the "
+                                       "quality.model_lang model: other languages are kept unscored) (default: "
+                                       "the models `prepare` uses: quality.model and quality.models of --config, "
+                                       "else the default ones, from the runs directory's cache; trained there "
+                                       "once if missing)")
+    score.add_argument("--config", help="run config YAML, checked as `prepare` checks it: its `quality`, "
+                                        "`normalize` and `langid` sections and output.runs_dir (the model cache) "
+                                        "are used (default: built-in defaults, runs/)")
     score.add_argument("--out", required=True, help="SCORES.jsonl")
     score.add_argument("--id-field", help="input field reported as id (without it: a text file's name, else "
                                           "corpusmill's document id)")
@@ -215,5 +243,5 @@ def register(subparsers) -> None:
     score.add_argument("--param", dest="params", action="append", default=[], metavar="KEY=VALUE",
                        help="another quality setting (top_fraction, pareto_alpha, seed, batch_size); repeatable")
     score.add_argument("--runner", default="direct", help="direct (default), inprocess, or a Beam runner")
-    score.add_argument("--workers", type=int, default=None, help="local workers (default: one per core)")
+    score.add_argument("--workers", type=positive_int, help="local workers (default: one per core)")
     score.set_defaults(handler=_score)

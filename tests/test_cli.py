@@ -121,3 +121,81 @@ def test_commands_check_a_step_like_the_run_does(tmp_path, capsys):
     assert not out.exists()
     assert main(["pii", str(src), "--out", str(out), "--config", str(config), "--ner", "off"]) == 0
     assert json.loads(out.read_text(encoding="utf-8"))["id"] == 1
+
+
+# The analysis commands, each as a user runs it: (argv before --out/--config, with INPUT in place of the input).
+ANALYSIS_COMMANDS = (["dedup", "INPUT"], ["pii", "INPUT", "--ner", "off"], ["quality", "score", "INPUT"])
+
+
+def _analysis_argv(command: list[str], source, *rest: str) -> list[str]:
+    return [str(source) if word == "INPUT" else word for word in command] + list(rest)
+
+
+def test_analysis_commands_check_the_whole_config_as_prepare_does(tmp_path, capsys):
+    """A misspelt section of --config is prepare's unknown-key error in every analysis command (exit 2, naming
+    each key), not its defaults used in silence; the command's own section is checked with its --set applied."""
+    from cli.main import main
+
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"id": "a", "text": "Call John at 555-123-4567 tomorrow please, he is waiting."}\n',
+                      encoding="utf-8")
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(json.dumps({"name": "x", "input": {"paths": [str(source)]}, "pii_": {"operator": "mask"},
+                                "near_dedupe": {"threshold": 0.1}, "qualty": {"threshold": 0.99}}),
+                    encoding="utf-8")
+    assert main(["prepare", str(typo)]) == 2
+    expected = capsys.readouterr().err.split(": ", 1)[1]  # after "corpusmill prepare: "
+    assert "pii_: unknown key" in expected and "qualty: unknown key" in expected
+    out = tmp_path / "out.jsonl"
+    for command in ANALYSIS_COMMANDS:
+        assert main(_analysis_argv(command, source, "--out", str(out), "--config", str(typo))) == 2, command
+        err = capsys.readouterr().err
+        assert err.split(": ", 1)[1] == expected, command
+        assert not out.exists()
+    # a key of another section is checked too; a file without name and input is a config for these commands
+    other = tmp_path / "other.yaml"
+    other.write_text(json.dumps({"normalize": {"unicode_fom": "NFC"}}), encoding="utf-8")
+    for command in ANALYSIS_COMMANDS:
+        assert main(_analysis_argv(command, source, "--out", str(out), "--config", str(other))) == 2, command
+        assert "normalize.unicode_fom: unknown key" in capsys.readouterr().err
+    # the command's own section is validated with the command's overrides (a value --set corrects is no error)
+    fixed = tmp_path / "fixed.yaml"
+    fixed.write_text(json.dumps({"near_dedup": {"threshold": 2}}), encoding="utf-8")
+    assert main(["dedup", str(source), "--out", str(out), "--config", str(fixed)]) == 2
+    assert "near_dedup.threshold" in capsys.readouterr().err
+    assert main(["dedup", str(source), "--out", str(out), "--config", str(fixed),
+                 "--set", "near_dedup.threshold=0.8"]) == 0
+    assert json.loads(out.read_text(encoding="utf-8")) == {"id": "a", "cluster": "a", "kept": True}
+
+
+def test_analysis_commands_refuse_an_out_they_cannot_write_before_any_work(tmp_path, capsys):
+    """--out that is a folder, or under a file: one line naming it, exit 2, before the input is read, a model
+    loaded or trained (never a traceback after the work)."""
+    from cli.main import main
+
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"id": "a", "text": "Some words to read here."}\n', encoding="utf-8")
+    (tmp_path / "a-folder").mkdir()
+    (tmp_path / "a-file").write_text("x\n", encoding="utf-8")
+    for out, says in ((tmp_path / "a-folder", "is a directory"),
+                      (tmp_path / "a-file" / "out.jsonl", f"{tmp_path / 'a-file'} is not a directory"),
+                      (tmp_path / "a-file" / "deeper" / "out.jsonl", f"{tmp_path / 'a-file'} is not a directory")):
+        for command in ANALYSIS_COMMANDS:
+            # (quality score: a --model that does not exist would be the next error, so none is trained here)
+            extra = ["--model", str(tmp_path / "missing.bin")] if command[0] == "quality" else []
+            assert main(_analysis_argv(command, source, "--out", str(out), *extra)) == 2, (command, out)
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and f"--out {out}: " in err and says in err, (command, err)
+            assert "engine" not in err and "Traceback" not in err
+    assert (tmp_path / "a-file").read_text(encoding="utf-8") == "x\n"
+
+
+@pytest.mark.parametrize("command", [["dedup", "INPUT"], ["quality", "score", "INPUT"], ["pii", "INPUT"]])
+def test_a_count_of_zero_is_an_error_not_the_default(tmp_path, capsys, command):
+    from cli.main import main
+
+    option = "--batch-size" if command[0] == "pii" else "--workers"
+    with pytest.raises(SystemExit) as done:
+        main(_analysis_argv(command, tmp_path / "in.jsonl", "--out", str(tmp_path / "o.jsonl"), option, "0"))
+    assert done.value.code == 2
+    assert f"argument {option}: expected a whole number ≥ 1, got 0" in capsys.readouterr().err

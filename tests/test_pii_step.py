@@ -201,6 +201,47 @@ def test_cli_reports_a_folder_of_text_files_by_file_name(tmp_path, capsys):
     assert reported_id({"meta": {}, "source": "a.jsonl"}, "id") is None
 
 
+def test_cli_gives_a_copied_text_file_its_own_line_as_dedup_does(tmp_path, capsys):
+    """A text file byte-identical to another is read once but still gets its line (the same spans and masked text
+    under its own name); a copy of a file the reader quarantines is skipped as that one is, and said."""
+    from cli.main import main
+
+    folder = tmp_path / "letters"
+    folder.mkdir()
+    (folder / "note.txt").write_text("Write to me at jane.roe@example.org any time.", encoding="utf-8")
+    (folder / "z-note-copy.txt").write_text("Write to me at jane.roe@example.org any time.", encoding="utf-8")
+    (folder / "blank.txt").write_text(" \n", encoding="utf-8")
+    (folder / "blank-copy.txt").write_text(" \n", encoding="utf-8")
+    out = tmp_path / "spans.jsonl"
+    assert main(["pii", str(folder), "--out", str(out), "--ner", "off"]) == 0
+    rows = {r["id"]: r for r in map(json.loads, out.read_text(encoding="utf-8").splitlines())}
+    assert set(rows) == {"note.txt", "z-note-copy.txt"}
+    assert rows["z-note-copy.txt"] == {**rows["note.txt"], "id": "z-note-copy.txt"}
+    assert [s["entity_type"] for s in rows["note.txt"]["spans"]] == ["EMAIL_ADDRESS"]
+    err = capsys.readouterr().err
+    assert "z-note-copy.txt is byte-identical to" in err and "read once" in err
+    assert "skipped record 0 of blank.txt: 'text' is empty (a copy of blank-copy.txt)" in err
+    assert "2 documents (2 skipped)" in err and "EMAIL_ADDRESS 2" in err
+
+
+def test_cli_with_every_record_skipped_fails_naming_the_option(tmp_path, capsys):
+    """As dedup: records read but none of them a document is exit 1, with the option to check."""
+    from cli.main import main
+
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"id": 1, "body": "Call 555-123-4567."}\n{"id": 2, "body": "Mail a@example.org."}\n',
+                      encoding="utf-8")
+    out = tmp_path / "spans.jsonl"
+    assert main(["pii", str(source), "--out", str(out), "--ner", "off"]) == 1
+    assert ("no document to scan: all 2 records were skipped; is the text in another field than 'text'? "
+            "(--text-field)") in capsys.readouterr().err
+    assert main(["pii", str(source), "--out", str(out), "--ner", "off", "--text-field", "body", "--id-field",
+                 "doc"]) == 1
+    assert ("all 2 records were skipped; is the id in another field than 'doc'? (--id-field)"
+            in capsys.readouterr().err)
+    assert main(["pii", str(source), "--out", str(out), "--ner", "off", "--text-field", "body"]) == 0
+
+
 def test_no_raw_pii_in_logs_stats_or_manifest(tmp_path, caplog, capsys):
     """A full clean run with the PII step on: values may appear only masked, nowhere in logs or run metadata."""
     from pipelines.config import validate_config

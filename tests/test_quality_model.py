@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import apache_beam as beam
+import pyarrow.parquet as pq
 import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -223,3 +224,129 @@ def test_default_model_on_the_shared_labelled_set(model_path):
     scores = QualityModel.load(model_path).score([r["text"] for r in rows])["score"]
     correct = (scores >= 0.5) == np.array([r["label"] == "hq" for r in rows])
     assert correct.mean() > 0.95
+
+
+def _score_command(*argv: str) -> int:
+    from cli.main import main
+
+    return main(["quality", "score", *argv, "--runner", "inprocess", "--workers", "1"])
+
+
+def _rows(path: Path) -> dict:
+    return {row["id"]: row for row in map(json.loads, path.read_text(encoding="utf-8").splitlines())}
+
+
+def test_cli_score_gives_a_copied_text_file_its_own_line_as_dedup_does(tmp_path, model_path, records, capsys):
+    """A text file byte-identical to another is read once (its document has the same id) but still gets its line,
+    the same score and decision under its own name; a copy of a file the reader quarantines is quarantined too."""
+    folder = tmp_path / "pages"
+    folder.mkdir()
+    texts = [r["text"] for r in records if len(r["text"]) > 400][:3]
+    for i, text in enumerate(texts):
+        (folder / f"page{i}.txt").write_text(text, encoding="utf-8")
+    (folder / "z-page1-copy.txt").write_text(texts[1], encoding="utf-8")
+    (folder / "blank.txt").write_text("  \n", encoding="utf-8")
+    (folder / "blank-copy.txt").write_text("  \n", encoding="utf-8")
+    out = tmp_path / "scores.jsonl"
+    assert _score_command(str(folder), "--model", model_path, "--out", str(out)) == 0
+    captured = capsys.readouterr()
+    rows = _rows(out)
+    assert set(rows) == {"page0.txt", "page1.txt", "page2.txt", "z-page1-copy.txt"}
+    assert rows["z-page1-copy.txt"] == {**rows["page1.txt"], "id": "z-page1-copy.txt"}
+    assert isinstance(rows["page1.txt"]["score"], float)
+    assert "z-page1-copy.txt is byte-identical to" in captured.err and "read once" in captured.err
+    assert "scored 4 documents" in captured.out
+    assert "2 quarantined (empty_text: 2;" in captured.err  # (blank-copy.txt is read: blank.txt is its copy)
+
+
+def test_cli_score_with_every_record_quarantined_fails_with_a_hint(tmp_path, model_path, capsys):
+    """Records whose text is under another name (no --text-field): as dedup and pii, exit 1 naming the option."""
+    source = tmp_path / "content.jsonl"
+    source.write_text("".join(json.dumps({"id": i, "content": f"hello world text {i}"}) + "\n" for i in range(3)),
+                      encoding="utf-8")
+    out = tmp_path / "scores.jsonl"
+    assert _score_command(str(source), "--model", model_path, "--out", str(out)) == 1
+    assert ("no document to score: all 3 records were quarantined; is the text in another field than 'text'? "
+            "(--text-field)") in capsys.readouterr().err
+    assert _score_command(str(source), "--model", model_path, "--out", str(out), "--text-field", "content") == 0
+
+
+RUSSIAN = ("Москва является столицей России и крупнейшим городом страны. В городе проживает более двенадцати "
+           "миллионов человек. Здесь расположены многочисленные музеи, театры, университеты и библиотеки. "
+           "Исторический центр города включает Кремль и Красную площадь, которые входят в список объектов "
+           "всемирного наследия. Московский метрополитен считается одним из самых красивых в мире, его станции "
+           "украшены мозаикой, скульптурами и люстрами. Каждый год город посещают миллионы туристов из разных "
+           "стран, которые приезжают посмотреть на архитектуру и попробовать местную кухню.")
+ARABIC = ("القاهرة هي عاصمة جمهورية مصر العربية وأكبر مدنها من حيث عدد السكان. تقع المدينة على ضفاف نهر النيل في "
+          "شمال البلاد، وتعد من أقدم المدن في العالم. تضم القاهرة العديد من المتاحف والمساجد التاريخية والأسواق "
+          "الشعبية التي يزورها ملايين السياح كل عام. ويعتبر المتحف المصري من أهم معالمها، إذ يحتوي على آلاف القطع "
+          "الأثرية التي تعود إلى عصر الفراعنة. كما تشتهر المدينة بجامعاتها العريقة وبحياتها الثقافية والفنية النشطة.")
+HINDI = ("भारत दक्षिण एशिया में स्थित एक विशाल देश है और जनसंख्या की दृष्टि से दुनिया का सबसे बड़ा देश है। यहाँ अनेक "
+         "भाषाएँ बोली जाती हैं और हर राज्य की अपनी संस्कृति, भोजन और परंपराएँ हैं। देश की राजधानी नई दिल्ली है, जहाँ "
+         "संसद भवन और कई ऐतिहासिक इमारतें स्थित हैं। हर साल लाखों पर्यटक ताजमहल, जयपुर के किले और केरल के समुद्र तट "
+         "देखने आते हैं। भारत की अर्थव्यवस्था तेजी से बढ़ रही है और सूचना प्रौद्योगिकी के क्षेत्र में इसकी "
+         "विशेष पहचान है।")
+CHINESE = ("软件包管理器会解析软件包的依赖关系，并按照正确的顺序安装它们。如果出现冲突，系统会提示用户确认。"
+           "管理员可以在配置文件中指定镜像站点，也可以使用命令行工具更新本地的软件包列表。")
+
+
+def test_cli_score_decides_as_prepare_does_for_every_language(tmp_path, model_path, records, capsys):
+    """`quality score` runs the steps prepare runs before quality (normalize, langid) with prepare's code, so a
+    document of a language no configured model covers (Russian, Arabic, Hindi; Chinese with the English model
+    alone) is kept unscored, as prepare keeps it, instead of being scored low by the English model and dropped:
+    every document gets prepare's score and decision. With langid switched off (quality routes by script), both
+    score a Cyrillic document with the English model; a document langid removes (langid.keep) keeps its line."""
+    import yaml
+
+    from pipelines.config import InputConfig, load_config
+    from pipelines.read import iter_records
+    from pipelines.run import run_stages
+
+    english = [r["text"] for r in records if len(r["text"]) > 400][:4]
+    docs = [*({"id": f"en{i}", "text": t} for i, t in enumerate(english)),
+            {"id": "ru", "text": RUSSIAN}, {"id": "ar", "text": ARABIC}, {"id": "hi", "text": HINDI},
+            {"id": "zh", "text": CHINESE}]
+    source = tmp_path / "docs.jsonl"
+    source.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs), encoding="utf-8")
+    config = tmp_path / "langs.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "langs", "input": {"paths": [str(source)]}, "output": {"runs_dir": str(tmp_path / "runs")},
+        "runner": {"name": "inprocess", "workers": 1}, "filters": {"enabled": False},
+        "exact_dedup": {"enabled": False}, "near_dedup": {"enabled": False}, "pii": {"enabled": False},
+        "quality": {"model": model_path, "models": {}}}), encoding="utf-8")
+    run_stages(load_config(config), ("clean",), log=lambda _: None)
+    named = {doc["id"]: doc["meta"]["id"] for _, _, doc in iter_records(InputConfig(paths=[str(source)]))}
+    prepared = {}
+    for folder, kept in (("docs", True), ("removed", False)):
+        for part in (tmp_path / "runs" / "langs" / folder).glob("*.parquet"):
+            for row in pq.read_table(part, columns=["id", "annotations"]).to_pylist():
+                quality = json.loads(row["annotations"])["quality"]
+                prepared[named[row["id"]]] = {"score": quality["score"], "keep": kept,
+                                                           **({"skipped": quality["skipped"]} if "skipped" in quality
+                                                              else {})}
+    out = tmp_path / "scores.jsonl"
+    assert _score_command(str(source), "--config", str(config), "--id-field", "id", "--out", str(out)) == 0
+    rows = _rows(out)
+    assert {key: {k: v for k, v in row.items() if k != "id"} for key, row in rows.items()} == prepared
+    for lang in ("ru", "ar", "hi", "zh"):
+        assert rows[lang] == {"id": lang, "score": None, "keep": True,
+                              "skipped": f"language {lang}: no quality model (quality.models.{lang})"}
+    assert all(isinstance(rows[f"en{i}"]["score"], float) for i in range(4))
+    assert "4 unscored" in capsys.readouterr().out
+
+    no_langid = tmp_path / "no-langid.yaml"
+    no_langid.write_text(yaml.safe_dump({"langid": {"enabled": False}, "quality": {"model": model_path,
+                                                                                   "models": {}}}), encoding="utf-8")
+    assert _score_command(str(source), "--config", str(no_langid), "--id-field", "id", "--out", str(out)) == 0
+    rows = _rows(out)
+    assert isinstance(rows["ru"]["score"], float) and "skipped" not in rows["ru"]
+    assert rows["zh"]["skipped"] == "script cjk: the model is not trained on it"
+    # a document a step before quality removes (langid.keep) still has its line, saying which step and why
+    english_only = tmp_path / "english-only.yaml"
+    english_only.write_text(yaml.safe_dump({"langid": {"keep": ["en"]}, "quality": {"model": model_path,
+                                                                                    "models": {}}}), encoding="utf-8")
+    assert _score_command(str(source), "--config", str(english_only), "--id-field", "id", "--out", str(out)) == 0
+    rows = _rows(out)
+    assert rows["ru"] == {"id": "ru", "score": None, "keep": False, "removed_by": "langid", "reason": "language"}
+    assert len(rows) == len(docs) and all(isinstance(rows[f"en{i}"]["score"], float) for i in range(4))
+    assert "4 of them by normalize/langid before scoring" in capsys.readouterr().out

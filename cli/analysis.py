@@ -1,0 +1,108 @@
+"""What the analysis commands (`corpusmill dedup`, `pii`, `quality score`) share, so that they check their
+settings, their --out and their inputs alike and report what they set aside the same way: ``run_config_for``,
+``check_out_path``, ``TextTwins``, ``no_document_exit_code`` and ``quarantine_summary``."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable
+
+
+def run_config_for(command: str, config_path: str | None, input_cfg, **own_sections):
+    """The run config of ``config_path`` validated as a whole, as ``prepare`` validates it: every section and key
+    is checked, so a misspelt section (``pii_:``) is an error naming it (exit 2), not a section silently left at
+    its defaults. ``own_sections`` (e.g. ``pii=cfg``) are the command's sections, already loaded by
+    ``load_section`` with its --set/--param/flags applied: they replace the file's (which ``load_section``
+    validated). The file may leave out ``name`` and ``input``: the command reads what its arguments name
+    (``input_cfg``); when the file has them they are checked as ``prepare`` checks them. Imports every step's
+    config, Beam with them: the Beam-free path of ``dedup`` calls this only when a config file is given."""
+    from pipelines.config import read_config_file, validate_config
+
+    data = read_config_file(config_path) if config_path is not None else {}
+    for name in own_sections:
+        data.pop(name, None)
+    data.setdefault("name", command)
+    data.setdefault("input", input_cfg.model_dump())
+    return validate_config(data).model_copy(update={"input": input_cfg, **own_sections})
+
+
+def check_out_path(path: str, option: str = "--out") -> None:
+    """Refuse, before any work, an output file that cannot be written (exit 2, one line naming it): an existing
+    directory, or a parent that is not a directory or cannot be written. Creates nothing: the command makes the
+    missing folders when it writes."""
+    from pipelines.config_base import ConfigError
+
+    target = os.path.abspath(path)
+    if os.path.isdir(target):
+        raise ConfigError(f"{option} {path}: is a directory; give the path of a file (e.g. "
+                          f"{os.path.join(path, 'out.jsonl')})")
+    nearest = os.path.dirname(target)  # the nearest folder that exists holds the ones the command will make
+    while not os.path.lexists(nearest):
+        nearest = os.path.dirname(nearest)
+    if not os.path.isdir(nearest):
+        raise ConfigError(f"{option} {path}: {nearest} is not a directory, so {path} cannot be created in it")
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option} {path}: the directory {nearest} is not writable")
+
+
+def _same_row_renamed(row: dict, name: str) -> dict:
+    return {**row, "id": name}
+
+
+class TextTwins:
+    """Text files left out of a command's reading as byte-identical to an input that is read
+    (``resolve_inputs(..., on_twin=twins.add)``): each is a copy of that file's one document, so it gets that
+    document's output line under its own name (``copy_row(row, name)``; default: the same line), or is
+    quarantined as that one is. A row is matched to its file by its ``id``: a text file is reported by its name
+    (``pipelines.read.reported_id``). Record files (JSONL, Parquet) copied byte for byte hold the same ids as
+    their original: stderr says they were read once."""
+
+    def __init__(self, copy_row: Callable[[dict, str], dict] = _same_row_renamed):
+        self.of: dict[str, list[str]] = {}  # source name of the file read -> names of its copies
+        self.copy_row = copy_row
+
+    def add(self, left_out, read) -> None:
+        from pipelines.read import is_text_file
+
+        if is_text_file(left_out.name) and is_text_file(read.name):
+            self.of.setdefault(read.name, []).append(left_out.name)
+
+    def rows(self, row: dict) -> list[dict]:
+        """The copies' rows for the row of the file they copy."""
+        return [self.copy_row(row, name) for name in self.of.get(row["id"], ())]
+
+    def quarantined(self, records: list[dict]) -> list[dict]:
+        return [{**r, "source": name, "reason": f"{r['reason']} (a copy of {r['source']})"}
+                for r in records for name in self.of.get(r["source"], ())]
+
+
+MISSING_ID = "missing_id"  # the kind of a record set aside for want of its id (a command that needs one: pii)
+
+
+def no_document_exit_code(command: str, task: str, n_docs: int, set_aside: list[dict], text_field: str,
+                          id_field: str | None = None, set_aside_as: str = "quarantined") -> int:
+    """1 when records were read but none of them is a document (every one quarantined, most often a text field
+    under another name: the hint names the option), 0 otherwise (an empty input is not an error). ``set_aside``:
+    the records' quarantine records (``kind``, ...), with ``MISSING_ID`` ones for a command that needs an id."""
+    if n_docs or not set_aside:
+        return 0
+    kinds = {record["kind"] for record in set_aside}
+    hints = [f"; is the text in another field than {text_field!r}? (--text-field)"] * ("missing_text" in kinds)
+    hints += [f"; is the id in another field than {id_field!r}? (--id-field)"] * (MISSING_ID in kinds)
+    print(f"corpusmill {command}: no document {task}: all {len(set_aside)} records were {set_aside_as}"
+          f"{''.join(hints)}", file=sys.stderr)
+    return 1
+
+
+def quarantine_summary(records: list[dict]) -> str:
+    """``N quarantined`` with the count per kind and the first record's place and reason, e.g. ``1 quarantined
+    (empty_text: 1; first: part-001.jsonl.gz record 4250: 'text' is empty)``."""
+    if not records:
+        return "0 quarantined"
+    kinds: dict[str, int] = {}
+    for record in records:
+        kinds[record["kind"]] = kinds.get(record["kind"], 0) + 1
+    first = min(records, key=lambda r: (r["source"], r["position"]))
+    per_kind = ", ".join(f"{kind}: {n}" for kind, n in sorted(kinds.items()))
+    return (f"{len(records)} quarantined ({per_kind}; first: {first['source']} record {first['position']}: "
+            f"{first['reason']})")
