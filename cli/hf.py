@@ -69,8 +69,13 @@ def register(subparsers) -> None:
 
 
 def _fail(command: str, message: str) -> int:
-    print(f"corpusmill {command}: {message}", file=sys.stderr)
+    _note(command, message)
     return EXIT_USAGE
+
+
+def _note(command: str, message: str) -> None:
+    """One line on stderr (stdout is the command's output: a model's continuations, JSON lines)."""
+    print(f"corpusmill {command}: {message}", file=sys.stderr, flush=True)
 
 
 def _guard(command: str, action) -> int:
@@ -89,7 +94,7 @@ def _export(args: argparse.Namespace) -> int:
 
     def run() -> int:
         result = export_run(args.run_dir, args.out, step=args.step, best=args.best, dtype=args.dtype,
-                            max_shard_bytes=parse_size(args.max_shard_size))
+                            max_shard_bytes=parse_size(args.max_shard_size), say=lambda line: _note("export", line))
         print(f"corpusmill export: {result.checkpoint} → {result.out_dir} ({', '.join(result.files)})")
         return 0
 
@@ -112,12 +117,20 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _read_prompts(args) -> list[str]:
+    """The prompts; a --prompts-file that cannot be read as UTF-8 text is a bad argument (ValueError: exit 2)."""
     if args.prompt is not None:
         return [args.prompt]
-    text = Path(args.prompts_file).read_text(encoding="utf-8")
+    path = Path(args.prompts_file)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"--prompts-file {path}: not UTF-8 text (byte {error.start}); one prompt per line, "
+                         "in UTF-8") from None
+    except OSError as error:  # missing, a folder, not readable
+        raise ValueError(f"--prompts-file {path}: cannot be read ({error.strerror})") from None
     prompts = [line for line in text.splitlines() if line.strip()]
     if not prompts:
-        raise ValueError(f"{args.prompts_file}: no prompts (one per line)")
+        raise ValueError(f"--prompts-file {path}: no prompts (one per line)")
     return prompts
 
 
@@ -133,7 +146,8 @@ def _generate(args: argparse.Namespace) -> int:
         if args.batch_size < 1:
             raise ValueError("--batch-size must be >= 1")
         texts = _read_prompts(args)
-        loaded = load_for_inference(args.source, step=args.step, best=args.best)
+        loaded = load_for_inference(args.source, step=args.step, best=args.best,
+                                    say=lambda line: _note("generate", line))
         model = build_model(loaded.config, loaded.state)
         tok = Tokenizer.from_file(str(loaded.tokenizer_json))
         special = loaded.special
@@ -152,6 +166,8 @@ def _generate(args: argparse.Namespace) -> int:
                                       "tokens": result.tokens, "stop": result.stop}, ensure_ascii=False))
                 else:
                     print(completion)
+        sys.stdout.flush()
+        _note("generate", f"{len(texts)} prompt(s) continued by the model of {loaded.description}")
         return 0
 
     return _guard("generate", run)

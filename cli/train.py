@@ -13,9 +13,10 @@ def register(subparsers) -> None:
         "train", help="train the model on runs/<name>/shards (torchrun, FSDP2 × pipeline parallelism)",
         description="Train on runs/<name>/shards; writes runs/<name>/train/{checkpoints/,metrics.jsonl,tensorboard/}. "
                     "Resumes from the newest sound checkpoint automatically; refuses (exit 4, one line) when the "
-                    "checkpoints are all damaged or were trained with another model or on other shards. Exit codes: "
+                    "checkpoints are all damaged, were trained with another model or on other shards, or the newest "
+                    "is past train.steps, and when train.checkpoint.resume is false beside checkpoints. Exit codes: "
                     "0 done, 2 config, 3 stopped by the guards, 4 refused, 5 run directory not writable, "
-                    "130 interrupted (the last checkpoint is kept).")
+                    "130 interrupted, 143 terminated (the last checkpoint is kept).")
     train.add_argument("config", help="run config YAML (its `train` section configures the trainer)")
     train.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                        help="override a config value, e.g. --set train.steps=50; repeatable")

@@ -1,7 +1,8 @@
 """Generation with a KV cache: the cached path computes the training forward's logits, decodes the same tokens
 as full recompute (alone or left-padded in a batch), stops at eos / max_new_tokens / max_seq_len, samples as
 transformers' temperature → top-k → top-p warpers do; and `corpusmill generate` greedy output equals
-`transformers` greedy `generate()` on the exported demo model (3 prompts × 32 tokens)."""
+`transformers` greedy `generate()` on the exported demo model (3 prompts × 32 tokens); it says on stderr which
+checkpoint it used (and which damaged ones it passed over), and a bad argument is one line, exit 2."""
 from __future__ import annotations
 
 import json
@@ -167,6 +168,15 @@ def test_cli_errors_are_one_line_exit_2(demo_export, tmp_path, capsys):
     assert run_cli("generate", str(demo.paths.root), "--prompt", "x " * 400, "--temperature", "0") == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and "no such run directory" in err[0] and "top_p" in err[1] and "max_seq_len" in err[2]
+    # a --prompts-file that is a folder, missing, or not UTF-8 text: one line each, exit 2 (no traceback)
+    (tmp_path / "latin1.txt").write_bytes("café\n".encode("latin-1"))
+    for prompts_file, said in ((tmp_path, "cannot be read (Is a directory)"),
+                               (tmp_path / "missing.txt", "cannot be read (No such file or directory)"),
+                               (tmp_path / "latin1.txt", "not UTF-8 text (byte 3)")):
+        assert run_cli("generate", str(demo.paths.root), "--prompts-file", str(prompts_file)) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"corpusmill generate: --prompts-file {prompts_file}: {said}" + (
+            "; one prompt per line, in UTF-8" if "UTF-8" in said else "")], err
     # a checkpoint choice for a Hugging Face folder (one set of weights) is refused, not ignored
     _, exported = demo_export
     for choice in (["--step", "1"], ["--best"]):
@@ -179,6 +189,30 @@ def test_cli_errors_are_one_line_exit_2(demo_export, tmp_path, capsys):
     (tmp_path / "a-file").write_text("x")
     assert run_cli("export", str(demo.paths.root), "--out", str(tmp_path / "a-file")) == 2
     assert "is a file" in capsys.readouterr().err
+
+
+def test_cli_says_which_checkpoint_it_used_and_which_it_passed_over(demo_export, tmp_path, capsys):
+    import shutil
+
+    from runio.layout import RunPaths
+    from trainer_bridge.checkpoint import step_dir_name
+
+    demo, _ = demo_export
+    copy = RunPaths(tmp_path / "run")
+    shutil.copytree(demo.paths.root, copy.root)
+    capsys.readouterr()
+    assert run_cli("generate", str(copy.root), "--prompt", "The", "--temperature", "0", "--max-new-tokens", "2") == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"corpusmill generate: 1 prompt(s) continued by the model of {copy.root} {step_dir_name(12)}"]
+    victim = copy.checkpoints / step_dir_name(12) / "__0_0.distcp"
+    data = bytearray(victim.read_bytes())
+    data[5000] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    assert run_cli("generate", str(copy.root), "--prompt", "The", "--temperature", "0", "--max-new-tokens", "2") == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"corpusmill generate: checkpoint {step_dir_name(12)} is damaged (__0_0.distcp does not match its checksum); "
+        f"using {step_dir_name(8)}, the newest sound one",
+        f"corpusmill generate: 1 prompt(s) continued by the model of {copy.root} {step_dir_name(8)}"]
 
 
 def test_cli_greedy_equals_transformers_on_a_sharp_random_llama(tmp_path, capsys):

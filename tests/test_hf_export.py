@@ -223,7 +223,7 @@ def test_sharded_safetensors_load_to_the_same_logits(demo, exported, tmp_path):
     assert one.keys() == many.keys() and all(torch.equal(one[k], many[k]) for k in one)
 
 
-def test_step_best_and_damaged_checkpoints(demo, tmp_path):
+def test_step_best_and_damaged_checkpoints(demo, tmp_path, capsys):
     copy = RunPaths(tmp_path / "run")
     shutil.copytree(demo.paths.root, copy.root)
     steps = [hf.step_of(p) for p in checkpoint_candidates(copy.checkpoints)]
@@ -239,14 +239,21 @@ def test_step_best_and_damaged_checkpoints(demo, tmp_path):
     assert hf.step_of(hf.find_checkpoint(copy, best=True)) == -want[1]
     (copy.checkpoints / hf.BEST).write_text(step_dir_name(4) + "\n")
     assert hf.find_checkpoint(copy, best=True).name == step_dir_name(4)
-    # a damaged newest checkpoint is skipped, with a warning; exporting it by --step is refused
+    # a damaged newest checkpoint is skipped, said in one plain line naming it and the one used (not a Python
+    # warning); exporting it by --step is refused
     newest = copy.checkpoints / step_dir_name(12)
     victim = next(p for p in sorted(newest.iterdir()) if p.suffix == ".distcp")
     data = bytearray(victim.read_bytes())
     data[len(data) // 2] ^= 0xFF
     victim.write_bytes(bytes(data))
-    with pytest.warns(UserWarning, match="damaged"):
-        assert hf.find_checkpoint(copy).name == step_dir_name(8)
+    said: list[str] = []
+    assert hf.find_checkpoint(copy, say=said.append).name == step_dir_name(8)
+    assert said == [f"checkpoint {step_dir_name(12)} is damaged ({victim.name} does not match its checksum); using "
+                    f"{step_dir_name(8)}, the newest sound one"]
+    capsys.readouterr()
+    assert run_cli("export", str(copy.root), "--out", str(tmp_path / "older")) == 0
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [f"corpusmill export: {said[0]}"] and step_dir_name(8) in out
     assert run_cli("export", str(copy.root), "--out", str(tmp_path / "bad"), "--step", "12") == 2
     assert not (tmp_path / "bad").exists()
     # exporting --step 4 gives that checkpoint's weights

@@ -141,6 +141,11 @@ def test_export_of_an_import_round_trips_bit_identically(imported, tmp_path):
                 "num_key_value_heads", "head_dim", "rms_norm_eps", "tie_word_embeddings", "rope_parameters",
                 "max_position_embeddings", "bos_token_id", "eos_token_id", "pad_token_id"):
         assert a[key] == b[key], key
+    # the model card says what the folder holds: weights imported from src, not trained here
+    card = (back / "README.md").read_text()
+    assert f"imported from the Hugging Face model folder `{src.resolve()}`" in card and card.startswith("# hf\n")
+    assert "not trained by corpusmill: 0 optimizer steps" in card
+    assert "trained with corpusmill" not in card and "steps 0 to" not in card and "step-00000000" not in card
     # transformers loads the round trip to the same model
     again = transformers.AutoModelForCausalLM.from_pretrained(back).eval()
     tokens, positions, _, _ = inputs(2)
@@ -230,6 +235,9 @@ def test_continued_pretraining_of_an_imported_model(tmp_path, tmp_path_factory):
     trained = hf.build_model(hf.checkpoint_model_config(run, checkpoint), hf.load_model_state(checkpoint))
     assert compare_with_transformers(out, trained, rows) < 1e-4
     assert not torch.equal(trained.output.weight, source.lm_head.weight)  # it did train
+    card = (out / "README.md").read_text()  # trained here after the import: its own steps, not an import's card
+    assert "trained with corpusmill" in card and "optimizer steps: 20 (steps 0 to 19)" in card
+    assert "imported" not in card
 
 
 def test_initial_weights_check_the_tokenizer_and_the_config(tmp_path, tmp_path_factory):

@@ -6,7 +6,9 @@
   other shards is refused in one line (exit 4), before any rank starts;
 - a flipped byte in a shard stops the run, the shard named;
 - SIGINT (one process, and torchrun with 2 ranks) → at most 3 lines on stderr, exit 130, the last checkpoint kept
-  and resumed from; a read-only run directory → one line, exit 5;
+  and resumed from (SIGTERM to one process: the same, exit 143); a read-only run directory → one line, exit 5;
+- a checkpoint past ``train.steps``, and ``checkpoint.resume: false`` beside checkpoints, are refused (exit 4);
+  ``--from-scratch`` sets every training log aside with the checkpoints;
 - during a 2-rank run no socket of the job listens outside 127.0.0.0/8 (the rendezvous store included), as
   /proc/net/tcp{,6} and `ss -ltnp` (where installed) show it;
 - the report's training facts agree with the console, and its restarts table tells a restart after a failure,
@@ -244,6 +246,65 @@ def test_resume_with_another_model_or_other_shards_is_refused_in_one_line(tmp_pa
     assert sorted(p.name for p in paths.checkpoints.iterdir()) == before
 
 
+def test_a_checkpoint_past_train_steps_is_refused_and_one_at_it_is_done(tmp_path, capsys):
+    from trainer_bridge.launch import run_training
+
+    config_file, paths = make_run(tmp_path, "past")
+    train(cfg({"steps": 4}), paths)  # checkpoints 2 and 4
+    metrics_before = paths.metrics_jsonl.read_text()
+    refused = cli(config_file, "--set", "train.steps=3")  # resumed, it used to say "done: 4/3 steps completed"
+    line = assert_one_line(refused, 4)
+    assert "step-00000004, the newest sound checkpoint, is past train.steps (3): nothing to train" in line, line
+    assert "train.steps to 4 or more" in line and "--from-scratch" in line and "export RUN_DIR --step 2" in line
+    with pytest.raises(TrainRefused, match=r"past train.steps \(1\)"):  # the trainer itself, without the launcher
+        train(cfg({"steps": 1}), paths)
+    assert paths.metrics_jsonl.read_text() == metrics_before  # nothing trained
+    # a checkpoint at train.steps is a finished run launched again: done, nothing left to train
+    capsys.readouterr()
+    assert run_training(SimpleNamespace(run_dir=paths.root, train=cfg({"steps": 4}))) == 0
+    assert "done: 4/4 steps completed (last step 3)" in capsys.readouterr().out
+    assert paths.metrics_jsonl.read_text() == metrics_before
+
+
+def test_resume_false_beside_checkpoints_is_refused_and_from_scratch_starts_anew(shards, tmp_path):
+    from trainer_bridge.launch import run_training
+
+    run = run_with_shards(tmp_path / "run", shards)
+    train(cfg({"steps": 4}), run)  # checkpoints 2 and 4
+    before = sorted(p.name for p in run.checkpoints.iterdir())
+    anew = cfg({"steps": 2, "checkpoint": {"interval": 1, "resume": False}})
+    said: list[str] = []
+    assert run_training(SimpleNamespace(run_dir=run.root, train=anew), outcome=said.append) == 4
+    assert len(said) == 1 and "train.checkpoint.resume is false" in said[0], said
+    assert "(step-00000002, step-00000004)" in said[0] and "--from-scratch" in said[0], said
+    with pytest.raises(TrainRefused, match="resume is false"):  # the trainer itself, without the launcher
+        train(anew, run)
+    assert sorted(p.name for p in run.checkpoints.iterdir()) == before  # nothing written beside them
+    # --from-scratch sets the old run aside: the new run's checkpoints are alone in checkpoints/
+    assert run_training(SimpleNamespace(run_dir=run.root, train=anew), from_scratch=True) == 0
+    assert sorted(p.name for p in run.checkpoints.glob("step-*")) == ["step-00000001", "step-00000002"]
+    aside = next(run.train.glob("set-aside-*"))
+    assert sorted(p.name for p in (aside / "checkpoints").glob("step-*")) == ["step-00000002", "step-00000004"]
+
+
+def test_from_scratch_sets_aside_every_training_log(tmp_path):
+    from trainer_bridge.checkpoint import set_aside
+
+    paths = RunPaths(tmp_path / "run")
+    fake_checkpoint(paths.checkpoints, 2)
+    for log in (paths.metrics_jsonl, paths.recovery_jsonl, paths.alerts_jsonl, paths.samples_jsonl, paths.paused):
+        log.write_text("{}\n")
+    paths.tensorboard.mkdir()
+    (paths.tensorboard / "events.out.tfevents.1").write_bytes(b"old run")
+    paths.train_config.write_text("{}")  # rewritten by every start
+    paths.resume.write_text("1\n")  # the operator's resume signal, not the run's
+    aside = set_aside(paths)
+    # the old run's samples and TensorBoard events no longer show in the new run's report
+    assert sorted(p.name for p in aside.iterdir()) == sorted(
+        ["checkpoints", "metrics.jsonl", "recovery.jsonl", "alerts.jsonl", "samples.jsonl", "tensorboard", "PAUSED"])
+    assert sorted(p.name for p in paths.train.iterdir()) == sorted([aside.name, "train_config.json", "RESUME"])
+
+
 def test_a_ranks_failure_under_torchrun_is_one_line_and_a_missing_init_from_is_a_config_error(tmp_path):
     config_file, paths = make_run(tmp_path, "stopped", {"mesh": {"dp": 2}})
     missing = cli(config_file, "--set", f"train.init_from=hf:{tmp_path / 'nowhere'}")
@@ -316,18 +377,18 @@ def wait_for_checkpoint_and_steps(process: subprocess.Popen, paths: RunPaths, st
     raise AssertionError("training made no progress in time")
 
 
-def assert_quiet_interrupt(process: subprocess.Popen) -> tuple[str, str]:
+def assert_quiet_interrupt(process: subprocess.Popen, code: int = 130, said: str = "interrupted") -> tuple[str, str]:
     out, err = process.communicate(timeout=WAIT_S)
     lines = stderr_lines(err)
-    assert process.returncode == 130, (process.returncode, out[-2000:], err[-4000:])
+    assert process.returncode == code, (process.returncode, out[-2000:], err[-4000:])
     assert 1 <= len(lines) <= 3, err
-    assert "interrupted" in lines[-1] and "is kept" in lines[-1]
-    for noise in ("Traceback", "KeyboardInterrupt", "[rank", "SignalException", "ChildFailedError"):
+    assert lines[-1].startswith(f"corpusmill train: {said}; the last checkpoint, step-") and "is kept" in lines[-1]
+    for noise in ("Traceback", "KeyboardInterrupt", "Terminated", "[rank", "SignalException", "ChildFailedError"):
         assert noise not in out + err
     return out, err
 
 
-def test_sigint_single_process_keeps_the_last_checkpoint_and_resumes(tmp_path):
+def test_sigint_and_sigterm_single_process_keep_the_last_checkpoint_and_resume(tmp_path):
     # a checkpoint every step: the interrupt often lands inside a save (DCP used to wrap it in a traceback)
     config_file, paths = make_run(tmp_path, "ctrlc", {"steps": 100000, "checkpoint": {"interval": 1}})
     process = start(config_file)
@@ -336,10 +397,15 @@ def test_sigint_single_process_keeps_the_last_checkpoint_and_resumes(tmp_path):
     assert_quiet_interrupt(process)
     kept = latest_checkpoint(paths.checkpoints)
     assert kept is not None and checkpoint_problem(kept) is None
-    step = int(kept.name.split("-")[1])
-    resumed = cli(config_file, "--set", f"train.steps={step + 1}")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"resumed from {kept.name}" in resumed.stdout
+    # the same command resumes; a SIGTERM to it (one rank: no torchrun) ends it as the Ctrl-C did, with 143
+    steps_before = len(logged_steps(paths))
+    process = start(config_file)
+    wait_for_checkpoint_and_steps(process, paths, steps_before + 2)
+    process.send_signal(signal.SIGTERM)
+    out, _ = assert_quiet_interrupt(process, 143, "terminated")
+    assert f"resumed from {kept.name}" in out
+    last = latest_checkpoint(paths.checkpoints)
+    assert last is not None and last.name > kept.name and checkpoint_problem(last) is None
 
 
 def test_an_interrupt_during_a_save_waits_for_its_end():
@@ -358,6 +424,21 @@ def test_an_interrupt_during_a_save_waits_for_its_end():
         assert finished and signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, previous)
+    # a SIGTERM to training alone (launch.sigterm_raises) waits for the save's end too, then ends it
+    from trainer_bridge.launch import sigterm_raises
+    from trainer_bridge.outcomes import Terminated
+
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    finished = False
+    try:
+        with pytest.raises(Terminated):
+            with sigterm_raises(), interrupts_deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.2)
+                finished = True
+        assert finished and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def listening_sockets(pids: set[int]) -> list[tuple[str, int, int]]:

@@ -259,7 +259,7 @@ def test_torchrun_command_passes_rendezvous_options(tmp_path):
     assert {"--node-rank=1", "--rdzv-endpoint=head:29500"} <= set(static) and "--rdzv-conf=is_host=false" not in static
 
 
-def test_run_training_in_process_writes_metrics(shards, tmp_path):
+def test_run_training_in_process_writes_metrics(shards, tmp_path, capsys):
     import json
     import shutil
     from types import SimpleNamespace
@@ -273,6 +273,10 @@ def test_run_training_in_process_writes_metrics(shards, tmp_path):
     records = [json.loads(line) for line in run.metrics_jsonl.read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 1] and all("val_loss" in r and r["mfu"] > 0 for r in records)
     assert (run.checkpoints / LATEST).read_text().strip() == "step-00000002"
+    # shards without the run's docs/ (as a sweep trial reads them): the true reason, not "did the cleaning run?"
+    out = capsys.readouterr().out
+    assert f"per-domain validation loss is off: this run directory has no cleaned documents ({run.docs} does not " \
+           "exist)" in out and "did the cleaning pipeline run" not in out
 
 
 def test_activation_checkpointing_changes_memory_not_math(shards, tmp_path):

@@ -8,12 +8,14 @@ Layout under ``RunPaths.checkpoints`` (``<run>/train/checkpoints/``):
 Inside a checkpoint, besides DCP's files: ``model_config.json`` (the resolved model config; the name
 ``hf.MODEL_CONFIG_FILE`` reads) and ``provenance.json`` (the step, the run's ``train.steps`` and the shards'
 identity: the manifest's sha256 and each shard's), both covered by ``checksums.json`` like the tensors. A resume
-with another model or other shards is refused, naming what differs (``resume_problem``).
+with another model or other shards is refused, naming what differs (``resume_problem``), and so is one whose
+newest sound checkpoint is past ``train.steps`` (nothing to train: ``past_train_steps``).
 
 Retention keeps the newest ``keep_last`` *sound* checkpoints (verified before pruning): a damaged one never
 counts, so the newest sound checkpoint is never deleted. When checkpoints exist but none is sound, training
-refuses to start from scratch (``TrainRefused``); ``set_aside`` moves a run's checkpoints and logs out of the
-way for ``corpusmill train --from-scratch``.
+refuses to start from scratch (``TrainRefused``), as it does with ``checkpoint.resume: false`` beside any
+checkpoint (``refuse_training_anew_beside``: one folder never holds two runs' checkpoints); ``set_aside`` moves
+a run's checkpoints and training logs out of the way for ``corpusmill train --from-scratch``.
 
 A save is written into ``.partial`` and renamed only once DCP has written its metadata (which DCP does after
 every rank reported its writes), then ``latest`` is replaced by ``os.replace``: an interrupted save can never
@@ -60,7 +62,7 @@ from runio.layout import RunPaths
 from trainer_bridge import device as devices
 from trainer_bridge.config import CheckpointConfig
 from trainer_bridge.data import shards_difference
-from trainer_bridge.outcomes import TrainRefused
+from trainer_bridge.outcomes import TrainRefused, raise_terminated
 
 LATEST = "latest"
 BEST = "best"  # names the sound checkpoint with the lowest validation loss (provenance.json "val_loss")
@@ -77,6 +79,11 @@ MODEL_KEYS_NOT_COMPARED = frozenset({"init_std"})
 
 def step_dir_name(step: int) -> str:
     return f"step-{step:08d}"
+
+
+def step_of(checkpoint: Path) -> int:
+    """The step a ``step-NNNNNNNN`` checkpoint directory was saved after (its completed optimizer steps)."""
+    return int(Path(checkpoint).name.split("-", 1)[1])
 
 
 class _MetadataUnpickler(pickle.Unpickler):
@@ -233,22 +240,29 @@ def prune_checkpoints(root: Path, keep_last: int, cache: SoundnessCache | None =
 
 @contextmanager
 def interrupts_deferred():
-    """A Ctrl-C during a save takes effect when the save is complete (in a process whose SIGINT raises
-    KeyboardInterrupt: training alone). DCP catches every exception of a save, KeyboardInterrupt included, and
-    raises it again wrapped in a CheckpointException with its traceback; and a half-promoted save is worth
+    """A Ctrl-C (or a SIGTERM to training alone) during a save takes effect when the save is complete, in a
+    process where the signal raises an exception: SIGINT's ``KeyboardInterrupt``, SIGTERM's
+    ``outcomes.Terminated`` (``launch.sigterm_raises``). DCP catches every exception of a save, those included,
+    and raises it again wrapped in a CheckpointException with its traceback; and a half-promoted save is worth
     finishing. A torchrun worker exits at once instead (``launch._exit_quietly``): nothing to defer there."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    raising = {}
+    if threading.current_thread() is threading.main_thread():
+        raising = {sig: handler for sig, handler in ((signal.SIGINT, signal.default_int_handler),
+                                                     (signal.SIGTERM, raise_terminated))
+                   if signal.getsignal(sig) is handler}
+    if not raising:
         yield
         return
     received = []
-    signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    for sig in raising:
+        signal.signal(sig, lambda signum, frame: received.append(signum))
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for sig, handler in raising.items():
+            signal.signal(sig, handler)
     if received:
-        raise KeyboardInterrupt
+        raising[received[0]](received[0], None)  # raises what the signal raises
 
 
 def saved_keys(path: Path) -> set[str]:
@@ -371,7 +385,7 @@ class Checkpointer:
         # the save returned on rank 0: the checkpoint is complete.
         if not self.runtime.is_main:
             return
-        step = int(final.name.split("-")[1])
+        step = step_of(final)
         val_loss = self.val_losses.get(step)
         for name, value in (self.describe(step) if self.describe else {}).items():
             if name == PROVENANCE_FILE and val_loss is not None:
@@ -469,7 +483,8 @@ def plan_resume(root: Path, identity: RunIdentity, *, say: Callable[[str], None]
                 soundness: SoundnessCache | None = None) -> Path | None:
     """The checkpoint this run resumes from: the newest sound one (each damaged one skipped is said through
     ``say``), or None when there is no checkpoint at all. Raises ``TrainRefused`` when checkpoints exist but none
-    is sound, or when the newest sound one was trained with another model or on other shards."""
+    is sound, when the newest sound one was trained with another model or on other shards, or when it is past
+    the run's ``train.steps`` (a checkpoint at ``train.steps`` is a finished run: resumed, nothing left to do)."""
     soundness = soundness or SoundnessCache()
     damaged = []
     for path in checkpoint_candidates(root):
@@ -479,6 +494,8 @@ def plan_resume(root: Path, identity: RunIdentity, *, say: Callable[[str], None]
             if mismatch is not None:
                 raise TrainRefused(f"{path.name} was trained with a different configuration ({mismatch}): refusing "
                                    f"to resume; {WHAT_TO_DO}")
+            if step_of(path) > identity.train_steps:
+                raise TrainRefused(past_train_steps(root, path, identity.train_steps))
             return path
         damaged.append(f"{path.name} ({problem})")
         if say is not None:
@@ -489,11 +506,54 @@ def plan_resume(root: Path, identity: RunIdentity, *, say: Callable[[str], None]
     return None
 
 
+def past_train_steps(root: Path, newest: Path, train_steps: int) -> str:
+    """Why a run whose newest sound checkpoint ``newest`` is past ``train_steps`` is refused, and what to do.
+    Resuming it would train nothing and report the run done; starting over beside it would mix two runs'
+    checkpoints."""
+    step = step_of(newest)
+    within = next((p for p in checkpoint_candidates(root)
+                   if step_of(p) <= train_steps and checkpoint_problem(p) is None), None)
+    earlier = (f"; `corpusmill export RUN_DIR --step {step_of(within)}` exports the newest checkpoint within "
+               f"train.steps ({within.name})" if within is not None else "")
+    return (f"{newest.name}, the newest sound checkpoint, is past train.steps ({train_steps}): nothing to train; set "
+            f"train.steps to {step} or more to continue it, or pass --from-scratch to set the checkpoints aside and "
+            f"train anew{earlier}")
+
+
+def refuse_training_anew_beside(root: Path, durable_tiers=()) -> None:
+    """``checkpoint.resume: false`` trains from step 0. Beside checkpoints of an earlier run, in ``root`` or on a
+    durable tier (``tiers.DurableTier``), its saves would mix two runs in one folder (and ``latest``/``best``
+    name either run's): refused (``TrainRefused``); starting over is ``--from-scratch``, which sets them aside
+    first."""
+    places = [(str(root), [p.name for p in complete_checkpoints(root)])]
+    for tier in durable_tiers:
+        try:
+            places.append((tier.uri, tier.names()))
+        except OSError as error:
+            raise TrainRefused(f"train.checkpoint.resume is false, and durable tier {tier.uri} cannot be read "
+                               f"({type(error).__name__}: {error}) to check that it holds no checkpoints of an "
+                               "earlier run") from None
+    for where, names in places:
+        if names:
+            raise TrainRefused(f"train.checkpoint.resume is false, but {where} holds checkpoints "
+                               f"({', '.join(sorted(names))}): training anew there would mix two runs' checkpoints; "
+                               "pass --from-scratch to set them aside and start over, or set "
+                               "train.checkpoint.resume: true to continue from the newest")
+
+
+def training_logs(paths: RunPaths) -> tuple[Path, ...]:
+    """Every file the trainer writes under ``train/`` about one run (besides its checkpoints): what
+    ``set_aside`` moves with them, so that a new run's report shows nothing of the old one. (``train_config.json``
+    is rewritten by every start; ``RESUME`` is the operator's signal, not the run's.)"""
+    return (paths.metrics_jsonl, paths.recovery_jsonl, paths.alerts_jsonl, paths.samples_jsonl, paths.tensorboard,
+            paths.paused)
+
+
 def set_aside(paths: RunPaths) -> Path | None:
-    """For a start from scratch: move the run's checkpoints and training logs into ``train/set-aside-<time>/``
-    (nothing is deleted); return that directory, or None when there was nothing to move."""
-    moving = [p for p in (paths.checkpoints, paths.metrics_jsonl, paths.recovery_jsonl, paths.alerts_jsonl)
-              if p.exists()]
+    """For a start from scratch: move the run's checkpoints and training logs (``training_logs``) into
+    ``train/set-aside-<time>/`` (nothing is deleted); return that directory, or None when there was nothing to
+    move."""
+    moving = [p for p in (paths.checkpoints, *training_logs(paths)) if p.exists()]
     if not moving:
         return None
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
@@ -638,9 +698,15 @@ class CheckpointManager:
     def resume(self) -> Path | None:
         """Load this run's newest checkpoint that passes its checksums (a damaged one is skipped, with a log
         line); None when there is none or checkpointing is off. Refuses (``TrainRefused``, on every rank alike)
-        when checkpoints exist but none is sound, or when the newest sound one belongs to another model or other
-        shards."""
-        if self.checkpointer is None or not self.cfg.resume:
+        when checkpoints exist but none is sound, when the newest sound one belongs to another model or other
+        shards or is past ``train.steps`` (``plan_resume``), and with ``checkpoint.resume: false`` when there are
+        checkpoints at all (``refuse_training_anew_beside``)."""
+        if self.checkpointer is None:
+            return None
+        if not self.cfg.resume:
+            from trainer_bridge.tiers import durable_tiers
+
+            refuse_training_anew_beside(self.root, durable_tiers(self.cfg, self.paths))
             return None
         if self.cfg.durable_tiers:
             if self.runtime.is_main:

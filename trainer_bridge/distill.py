@@ -15,6 +15,7 @@ whole teacher (replicated; the student may be FSDP2-sharded), frozen, in eval mo
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -77,9 +78,10 @@ def _teacher_tokenizer_sha256(paths: RunPaths) -> str | None:
 
 
 def load_teacher(cfg: DistillConfig, student: ModelConfig, *, shard_tokenizer_sha256: str | None,
-                 seq_len: int, device) -> Transformer:
+                 seq_len: int, device, say: Callable[[str], None] | None = None) -> Transformer:
     """The frozen teacher on ``device``; a ``TrainConfigError`` naming ``train.distill.teacher`` when it cannot be
-    loaded or does not fit the student (tokenizer, vocabulary, context)."""
+    loaded or does not fit the student (tokenizer, vocabulary, context). ``say``: where a damaged newer
+    checkpoint of a teacher run, passed over, is said (default: ``hf.say_on_stderr``)."""
     from trainer_bridge import hf
 
     spec, where = cfg.teacher, f"train.distill.teacher ({cfg.teacher})"
@@ -92,7 +94,7 @@ def load_teacher(cfg: DistillConfig, student: ModelConfig, *, shard_tokenizer_sh
             paths = RunPaths(spec)
             if not Path(spec).is_dir():
                 raise TrainConfigError(f"{where}: not a directory (a run directory or hf:PATH)")
-            checkpoint = hf.find_checkpoint(paths)
+            checkpoint = hf.find_checkpoint(paths, say=say or hf.say_on_stderr)
             config = hf.checkpoint_model_config(paths, checkpoint)
             state = hf.load_model_state(checkpoint)
             tokenizer_sha256 = _teacher_tokenizer_sha256(paths)

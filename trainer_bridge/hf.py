@@ -16,7 +16,8 @@ in one process (DCP metadata through the checkpoint module's allow-list, tensors
 
 Import (``import_hf``): a local Llama-family folder (safetensors; MHA/GQA, tied or untied, default/linear/llama3
 rope) becomes a run-shaped directory (``RunPaths``): a model-only DCP checkpoint ``train/checkpoints/step-00000000``
-with ``model_config.json`` and ``special_tokens.json`` beside it (both under its checksums), and the model's
+with ``model_config.json``, ``special_tokens.json`` and ``provenance.json`` (``imported_from``: the folder) beside
+it (all under its checksums), and the model's
 ``tokenizer/tokenizer.json``. ``load_initial_weights`` puts such weights (or ``hf:PATH`` directly) into the
 trainer's model parts for continued pretraining, after checking the run's shards were encoded with that
 tokenizer.
@@ -30,9 +31,11 @@ import math
 import os
 import re
 import shutil
+import sys
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.distributed.checkpoint as dcp
@@ -43,10 +46,13 @@ from trainer_bridge.checkpoint import (
     BEST,
     LATEST,
     PARTIAL_SUFFIX,
+    PROVENANCE_FILE,
     SafeFileSystemReader,
     checkpoint_candidates,
     checkpoint_problem,
+    read_checkpoint_json,
     step_dir_name,
+    step_of,
     write_checksums,
 )
 from trainer_bridge.config import ModelConfig
@@ -70,6 +76,11 @@ class MissingExtra(RuntimeError):
 
 class ConversionError(ValueError):
     """The model, checkpoint or folder cannot be converted exactly; the message names what does not map."""
+
+
+def say_on_stderr(line: str) -> None:
+    """Where a note (a damaged checkpoint passed over) goes unless the caller takes it: one plain line."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def require(module: str):
@@ -366,13 +377,12 @@ def _val_losses(paths: RunPaths) -> dict[int, float]:
     return out
 
 
-def step_of(checkpoint: Path) -> int:
-    return int(checkpoint.name.split("-", 1)[1])
-
-
-def find_checkpoint(paths: RunPaths, step: int | None = None, best: bool = False) -> Path:
+def find_checkpoint(paths: RunPaths, step: int | None = None, best: bool = False, *,
+                    say: Callable[[str], None] = say_on_stderr) -> Path:
     """The newest sound checkpoint, checkpoint ``step``, or the best-validation one (``checkpoints/best`` when the
-    trainer recorded it, else the retained checkpoint with the lowest validation loss in ``metrics.jsonl``)."""
+    trainer recorded it, else the retained checkpoint with the lowest validation loss in ``metrics.jsonl``).
+    Newer checkpoints found damaged on the way to the newest sound one are said through ``say``, in one line
+    naming them and the one used."""
     root = paths.checkpoints
     if not Path(paths.root).is_dir():
         raise FileNotFoundError(f"{paths.root}: no such run directory")
@@ -400,12 +410,18 @@ def find_checkpoint(paths: RunPaths, step: int | None = None, best: bool = False
             raise FileNotFoundError(f"{paths.root}: no retained checkpoint has a validation loss (eval.interval must "
                                     "be a multiple of checkpoint.interval, or the trainer must keep checkpoints/best)")
         return min(scored, key=lambda sp: (sp[0], -step_of(sp[1])))[1]
+    damaged: list[tuple[str, str]] = []  # (name, problem) of each newer checkpoint passed over
     for path in candidates:
         problem = checkpoint_problem(path)
         if problem is None:
+            if damaged:
+                what = (f"checkpoint {damaged[0][0]} is damaged ({damaged[0][1]})" if len(damaged) == 1 else
+                        f"checkpoints {', '.join(f'{name} ({why})' for name, why in damaged)} are damaged")
+                say(f"{what}; using {path.name}, the newest sound one")
             return path
-        warnings.warn(f"checkpoint {path.name} is damaged ({problem}); trying an older one", stacklevel=2)
-    raise FileNotFoundError(f"no sound checkpoint in {root}")
+        damaged.append((path.name, problem))
+    raise FileNotFoundError(f"no sound checkpoint in {root}"
+                            + "".join(f"; {name} is damaged ({why})" for name, why in damaged))
 
 
 def load_model_state(checkpoint: Path) -> dict[str, torch.Tensor]:
@@ -459,9 +475,10 @@ def checkpoint_model_config(paths: RunPaths, checkpoint: Path) -> ModelConfig:
 
 
 def save_model_checkpoint(root: Path, step: int, state: dict[str, torch.Tensor], cfg: ModelConfig,
-                          special: SpecialTokens) -> Path:
-    """A model-only DCP checkpoint (``latest`` updated), self-describing: its resolved config and special ids are
-    files inside it, covered by its checksums like the tensors."""
+                          special: SpecialTokens, provenance: dict) -> Path:
+    """A model-only DCP checkpoint (``latest`` updated), self-describing: its resolved config, special ids and
+    provenance (where the weights came from: ``imported_from``) are files inside it, covered by its checksums
+    like the tensors."""
     root.mkdir(parents=True, exist_ok=True)
     final = root / step_dir_name(step)
     partial = root / (final.name + PARTIAL_SUFFIX)
@@ -471,6 +488,7 @@ def save_model_checkpoint(root: Path, step: int, state: dict[str, torch.Tensor],
         dcp.save({"model": dict(state)}, checkpoint_id=str(partial), no_dist=True)
     (partial / MODEL_CONFIG_FILE).write_text(cfg.model_dump_json(indent=2))
     (partial / SPECIAL_TOKENS_FILE).write_text(json.dumps(asdict(special), indent=2))
+    (partial / PROVENANCE_FILE).write_text(json.dumps({"step": step, **provenance}, indent=2))
     write_checksums(partial)
     if final.exists():
         shutil.rmtree(final)
@@ -619,27 +637,41 @@ def _metrics_summary(paths: RunPaths, step: int) -> dict:
             # steps numbered from 0, as metrics.jsonl and the console number them ("10/10 steps completed
             # (last step 9)")
             if isinstance(record.get("loss"), (int, float)):
-                last_loss = (record["step"], record["loss"], record.get("tokens_seen"))
+                last_loss = (record["step"], record["loss"])
             if isinstance(record.get("val_loss"), (int, float)):
                 last_val = (record["step"], record["val_loss"])
     return {"train": last_loss, "val": last_val}
 
 
 def model_card(paths: RunPaths, checkpoint: Path, cfg: ModelConfig, config: dict, special: SpecialTokens) -> str:
-    """README.md: where the model came from (data funnel, shards, tokens trained, losses) and its config."""
+    """README.md: where the model came from (data funnel, shards, tokens trained, losses; or, for the model-only
+    checkpoint of ``import_hf``, the folder its weights were imported from) and its config."""
     step = step_of(checkpoint)
-    lines = [f"# {paths.name}", "",
-             f"A Llama-style decoder trained with corpusmill, exported from checkpoint `{checkpoint.name}` of run "
-             f"`{paths.name}`: {config['num_hidden_layers']} layers, hidden size {config['hidden_size']}, "
+    progress = load_train_progress(checkpoint)
+    # A model-only checkpoint (no train state) is an import's: its weights were not trained here.
+    imported = progress is None
+    imported_from = (read_checkpoint_json(checkpoint, PROVENANCE_FILE) or {}).get("imported_from")
+    shape = (f"{config['num_hidden_layers']} layers, hidden size {config['hidden_size']}, "
              f"{config['num_attention_heads']} heads ({config['num_key_value_heads']} kv), vocabulary "
-             f"{config['vocab_size']}, context {config['max_position_embeddings']}.", "",
-             "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
+             f"{config['vocab_size']}, context {config['max_position_embeddings']}.")
+    usage = ["```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
              "model = AutoModelForCausalLM.from_pretrained(PATH)", "tokenizer = AutoTokenizer.from_pretrained(PATH)",
-             "```", "",
-             "Packed training rows restart `position_ids` at every document; transformers masks attention per "
-             "document by itself when given such `position_ids` with no `attention_mask` and `use_cache=False`."
-             + (" Documents were trained with a leading bos token: the tokenizer adds it." if special.add_bos else "")
-             + (" Every document ended with the eos token." if special.add_eos else ""), ""]
+             "```", ""]
+    if imported:
+        source = (f"the Hugging Face model folder `{imported_from}`" if imported_from else
+                  "a Hugging Face model folder (import-hf did not record which)")
+        lines = [f"# {Path(imported_from).name if imported_from else paths.name}", "",
+                 f"A Llama-style decoder whose weights were imported from {source} (`corpusmill import-hf`, into "
+                 f"`{paths.root}`), not trained by corpusmill: {shape}", "", *usage]
+    else:
+        lines = [f"# {paths.name}", "",
+                 f"A Llama-style decoder trained with corpusmill, exported from checkpoint `{checkpoint.name}` of "
+                 f"run `{paths.name}`: {shape}", "", *usage,
+                 "Packed training rows restart `position_ids` at every document; transformers masks attention per "
+                 "document by itself when given such `position_ids` with no `attention_mask` and `use_cache=False`."
+                 + (" Documents were trained with a leading bos token: the tokenizer adds it." if special.add_bos
+                    else "")
+                 + (" Every document ended with the eos token." if special.add_eos else ""), ""]
     stats = json.loads(paths.stats.read_text()) if paths.stats.exists() else None
     if stats:
         lines += ["## Data funnel", "", "| step | in | kept | removed |", "|---|---:|---:|---:|",
@@ -661,16 +693,17 @@ def model_card(paths: RunPaths, checkpoint: Path, cfg: ModelConfig, config: dict
             lines.append(f"| {split} | {t.get('docs', '')} | {t.get('rows')} | {t.get('tokens')} | "
                          f"{100 * float(t.get('fill_ratio', 0)):.2f}% |")
         lines.append("")
-    progress = load_train_progress(checkpoint)
-    summary = _metrics_summary(paths, step)
     lines += ["## Training", ""]
-    tokens = progress["tokens_seen"] if progress else (summary["train"][2] if summary["train"] else None)
-    lines.append(f"- optimizer steps: {step} (steps 0 to {step - 1})")
-    lines.append(f"- tokens trained: {tokens if tokens is not None else 'unknown (model-only checkpoint)'}")
-    if summary["train"]:
-        lines.append(f"- final train loss: {summary['train'][1]:.4f} (step {summary['train'][0]})")
-    if summary["val"]:
-        lines.append(f"- final validation loss: {summary['val'][1]:.4f} (step {summary['val'][0]})")
+    if imported:
+        lines.append("- not trained by corpusmill: 0 optimizer steps here; the weights are the imported model's")
+    else:
+        summary = _metrics_summary(paths, step)
+        lines.append(f"- optimizer steps: {step}" + (f" (steps 0 to {step - 1})" if step > 0 else ""))
+        lines.append(f"- tokens trained: {progress['tokens_seen']}")
+        if summary["train"]:
+            lines.append(f"- final train loss: {summary['train'][1]:.4f} (step {summary['train'][0]})")
+        if summary["val"]:
+            lines.append(f"- final validation loss: {summary['val'][1]:.4f} (step {summary['val'][0]})")
     lines += ["", "## Config", "", "Model (corpusmill `train.model`, resolved):", "", "```json",
               cfg.model_dump_json(indent=2), "```", "", "transformers `config.json`:", "", "```json",
               json.dumps(config, indent=2), "```", ""]
@@ -678,8 +711,10 @@ def model_card(paths: RunPaths, checkpoint: Path, cfg: ModelConfig, config: dict
 
 
 def export_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike, *, step: int | None = None, best: bool = False,
-               dtype: str = "float32", max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> ExportResult:
-    """Write a Hugging Face model folder for a checkpoint of ``run_dir`` (see the module docstring)."""
+               dtype: str = "float32", max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+               say: Callable[[str], None] = say_on_stderr) -> ExportResult:
+    """Write a Hugging Face model folder for a checkpoint of ``run_dir`` (see the module docstring); a damaged
+    newer checkpoint passed over is said through ``say`` (``find_checkpoint``)."""
     require("safetensors.torch")
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r} is not one of {sorted(DTYPES)}")
@@ -689,7 +724,7 @@ def export_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike, *, step: 
         raise FileExistsError(f"{out} is a file: --out names the folder to write the model into")
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} exists and is not empty: choose another --out or remove it")
-    checkpoint = find_checkpoint(paths, step, best)
+    checkpoint = find_checkpoint(paths, step, best, say=say)
     cfg = checkpoint_model_config(paths, checkpoint)
     state = load_model_state(checkpoint)
     if cfg.tie_embeddings and "output.weight" not in state:
@@ -804,7 +839,8 @@ def import_hf(model_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Impor
     state = {k: v.to(torch.float32) for k, v in model.state.items()}
     if model.config.tie_embeddings:
         state.pop("output.weight")  # one tensor, not two copies; restored from the embedding on load
-    checkpoint = save_model_checkpoint(paths.checkpoints, 0, state, model.config, model.special)
+    checkpoint = save_model_checkpoint(paths.checkpoints, 0, state, model.config, model.special,
+                                       {"imported_from": str(Path(model_dir).resolve())})
     return ImportResult(out_dir=paths.root, checkpoint=checkpoint, config=model.config, special=model.special)
 
 
@@ -815,11 +851,13 @@ class LoadedModel:
     state: dict[str, torch.Tensor]
     special: SpecialTokens
     tokenizer_json: Path
-    description: str
+    description: str  # what was loaded: "<run dir> step-NNNNNNNN", or "<folder> (HF)"
 
 
-def load_for_inference(source: str | os.PathLike, *, step: int | None = None, best: bool = False) -> LoadedModel:
-    """Weights, config, special tokens and tokenizer of a run directory (or an import) or of an HF folder."""
+def load_for_inference(source: str | os.PathLike, *, step: int | None = None, best: bool = False,
+                       say: Callable[[str], None] = say_on_stderr) -> LoadedModel:
+    """Weights, config, special tokens and tokenizer of a run directory (or an import) or of an HF folder; a
+    damaged newer checkpoint passed over is said through ``say`` (``find_checkpoint``)."""
     source_path = Path(str(source).removeprefix(HF_PREFIX))
     if (source_path / "config.json").exists() and not RunPaths(source_path).checkpoints.exists():
         if step is not None or best:  # an HF folder holds one set of weights: no steps to choose from
@@ -830,7 +868,7 @@ def load_for_inference(source: str | os.PathLike, *, step: int | None = None, be
             raise ConversionError(f"{source_path}: no tokenizer.json")
         return LoadedModel(model.config, model.state, model.special, model.tokenizer_json, f"{source_path} (HF)")
     paths = RunPaths(source_path)
-    checkpoint = find_checkpoint(paths, step, best)
+    checkpoint = find_checkpoint(paths, step, best, say=say)
     cfg = checkpoint_model_config(paths, checkpoint)
     state = load_model_state(checkpoint)
     if cfg.tie_embeddings and "output.weight" not in state:
@@ -860,14 +898,15 @@ def _model_fields(cfg: ModelConfig) -> dict:
 
 
 def load_initial_weights(spec: str, parts, model_cfg: ModelConfig, *, shard_vocab_size: int | None = None,
-                         shard_tokenizer_sha256: str | None = None) -> str:
+                         shard_tokenizer_sha256: str | None = None,
+                         say: Callable[[str], None] = say_on_stderr) -> str:
     """Load ``hf:PATH`` or an import directory's weights into the model ``parts`` (whole model or pipeline
     stages, plain or FSDP2-sharded: every rank reads the full tensors and keeps its shard). Checks first that
     the run's model config is the init's, and that the shards were encoded with the init's tokenizer (same
     sha256; vocabulary no larger than the model's). Returns a description of what was loaded."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 
-    loaded = load_for_inference(spec)
+    loaded = load_for_inference(spec, say=say)
     where = f"train.init_from {spec}"
     ours, theirs = _model_fields(model_cfg), _model_fields(loaded.config)
     differ = {k: (ours[k], theirs[k]) for k in ours if ours[k] != theirs[k]}

@@ -21,9 +21,12 @@ it (``--rdzv-conf=is_host=false``, ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``) and
 
 Interrupts. torchrun runs in a session of its own, so a Ctrl-C reaches only the launcher, which stops the job
 once (SIGINT to torchrun, which passes it to the workers; they exit at once and quietly), drops the output that
-follows, and says in one line that the last checkpoint is kept; a second Ctrl-C kills torchrun. A rank that
-meets an expected failure (``outcomes.outcome_of``) leaves its one line in the launcher's outcome directory; the
-launcher then stops the job and prints that line instead of every rank's traceback and torchrun's report.
+follows, and says in one line that the last checkpoint is kept; a second Ctrl-C kills torchrun. A SIGTERM to
+the launcher does the same (exit code 143 instead of 130). Training in this process (one rank) ends after a
+Ctrl-C or a SIGTERM with the same line and code (``sigterm_raises``), a save in progress finished first. A rank
+that meets an expected failure (``outcomes.outcome_of``) leaves its one line in the launcher's outcome
+directory; the launcher then stops the job and prints that line instead of every rank's traceback and
+torchrun's report.
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ import tempfile
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable
@@ -51,7 +55,9 @@ from trainer_bridge.outcomes import (
     EXIT_TERMINATED,
     OUTCOME_DIR_ENV,
     OUTCOME_FILE,
+    Terminated,
     outcome_of,
+    raise_terminated,
     read_outcome,
     report_outcome,
 )
@@ -276,7 +282,7 @@ def preflight(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool = F
 
 
 def _check_inputs(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool, say: Callable[[str], None]) -> None:
-    from trainer_bridge.checkpoint import plan_resume, set_aside
+    from trainer_bridge.checkpoint import plan_resume, refuse_training_anew_beside, set_aside
     from trainer_bridge.data import has_split, open_split
     from trainer_bridge.train import expected_tokenizer_sha256, resolve_model_config, run_identity
 
@@ -303,6 +309,8 @@ def _check_inputs(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool
                 say(f"--from-scratch: the durable tier's checkpoints were moved to {moved}")
         return
     checkpoint = train_cfg.checkpoint
+    if checkpoint.enabled and not checkpoint.resume:
+        refuse_training_anew_beside(paths.checkpoints, durable_tiers(checkpoint, paths))
     resumes = checkpoint.enabled and checkpoint.resume
     if resumes:
         restore_from_durable(checkpoint, paths, say)  # the fast tier lost or behind: before it is planned
@@ -532,6 +540,24 @@ def sample_log_hooks():
     return TrainHooks(on_batch=lambda step, ids: pending.__setitem__(step, list(ids)), on_step=on_step)
 
 
+@contextmanager
+def sigterm_raises():
+    """While training in this process: SIGTERM raises ``outcomes.Terminated`` (a ``KeyboardInterrupt``), so
+    that it ends as a Ctrl-C does (a save in progress finished, one line naming the checkpoint kept, exit 143)
+    rather than killing the process without a word. Only where SIGTERM still has its default action, in the main
+    thread: a handler already installed (a torchrun worker's quiet exit, ``_exit_quietly``; an embedding
+    program's own) is left as it is."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def train_in_process(train_cfg: TrainConfig, paths: RunPaths, *, shards_verified: bool = False,
                      outcome: Callable[[str], None] = say_outcome) -> int:
     """Train in this process. Alone, an expected failure is said in one line (to ``outcome``); as a torchrun
@@ -541,10 +567,12 @@ def train_in_process(train_cfg: TrainConfig, paths: RunPaths, *, shards_verified
 
     runtime = init_runtime(train_cfg.device, train_cfg.collective_timeout_s, train_cfg.connect_timeout_s)
     try:
-        result = train(train_cfg, paths, shards_verified=shards_verified, hooks=sample_log_hooks())
-    except KeyboardInterrupt:
-        print(interrupted_line(paths, EXIT_INTERRUPTED), file=sys.stderr, flush=True)
-        raise TrainInterrupted(EXIT_INTERRUPTED) from None
+        with sigterm_raises():
+            result = train(train_cfg, paths, shards_verified=shards_verified, hooks=sample_log_hooks())
+    except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM (outcomes.Terminated)
+        code = EXIT_TERMINATED if isinstance(interrupt, Terminated) else EXIT_INTERRUPTED
+        print(interrupted_line(paths, code), file=sys.stderr, flush=True)
+        raise TrainInterrupted(code) from None
     except Exception as error:  # noqa: BLE001 - expected failures end in one line, the rest keeps its traceback
         found = outcome_of(error)
         if found is None:
@@ -572,7 +600,12 @@ def _exit_quietly(signum, _frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """torchrun worker entry point."""
+    from pipelines.beam_options import quiet_logging
     from trainer_bridge.torchrun import die_with_parent
+
+    # before anything logs: the launcher's format and filters (no "WARNING:root:" lines, no Beam import noise when
+    # per-domain validation reads the docs), loud only with -v (CORPUSMILL_VERBOSE, inherited)
+    quiet_logging()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _exit_quietly)

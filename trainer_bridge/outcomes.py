@@ -4,7 +4,8 @@
     2    a setting that cannot work (the field named)
     3    stopped by the guards: persistent bad steps and no rollback left
     4    refused: what is on disk cannot be trusted or does not fit the config — every checkpoint damaged, a
-         checkpoint trained with another model or on other shards, a damaged shard. Nothing was trained.
+         checkpoint trained with another model or on other shards or past ``train.steps``, checkpoints where
+         ``checkpoint.resume: false`` would train anew, a damaged shard. Nothing was trained.
     5    failed: the run directory cannot be written (read-only, permissions, disk full)
     130  interrupted (SIGINT); 143 terminated (SIGTERM). The last complete checkpoint is kept: re-run to resume.
 
@@ -33,6 +34,17 @@ OUTCOME_FILE = "outcome.json"
 
 # Errors of the file system that are the environment's, not the program's: said in one line.
 _ENVIRONMENT_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM to a training that runs in the calling process (one rank, no torchrun): raised where the signal
+    lands, as a Ctrl-C raises ``KeyboardInterrupt``, so that it ends the same way (a save in progress finishes
+    first, one line names the checkpoint kept) with exit code 143."""
+
+
+def raise_terminated(_signum, _frame) -> None:
+    """SIGTERM's handler while training alone (``launch.sigterm_raises``)."""
+    raise Terminated()
 
 
 class TrainRefused(RuntimeError):

@@ -379,7 +379,7 @@ class Trainer:
                 described = hf.load_initial_weights(
                     self.cfg.init_from, self.model.parts, self.cfg.model,
                     shard_vocab_size=self.train_source.vocab_size,
-                    shard_tokenizer_sha256=self.train_source.tokenizer_sha256)
+                    shard_tokenizer_sha256=self.train_source.tokenizer_sha256, say=self._say)
                 self.result.initialized_from = described
                 self._say(f"initialized the weights from {described}: fresh optimizer, step 0")
                 return
@@ -395,7 +395,7 @@ class Trainer:
         from trainer_bridge.distill import Distiller, load_teacher
 
         teacher = load_teacher(self.cfg.distill, self.cfg.model, shard_tokenizer_sha256=self.train_source.tokenizer_sha256,
-                               seq_len=self.train_source.seq_len, device=self.runtime.device)
+                               seq_len=self.train_source.seq_len, device=self.runtime.device, say=self._say)
         self._say(f"distilling from {self.cfg.distill.teacher} ({teacher.cfg.n_layers} layers, dim {teacher.cfg.dim}): "
                   f"alpha {self.cfg.distill.alpha}, temperature {self.cfg.distill.temperature}")
         return Distiller(self.cfg.distill, teacher)

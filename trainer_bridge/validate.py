@@ -100,6 +100,12 @@ class Validator:
         rows = range(min(cfg.eval.max_rows, len(source)) // cfg.mesh.dp * cfg.mesh.dp)  # the slice's rows
         segments = [source.row(r)[1:] for r in rows]
         ids = {int(i) for _, doc_ids in segments for i in doc_ids}
+        if not paths.docs.exists():
+            # A run directory that reads shards made elsewhere (a sweep trial links the run's shards and tokenizer,
+            # not its docs/): the cleaning may well have run, but not into this directory.
+            say(f"per-domain validation loss is off: this run directory has no cleaned documents ({paths.docs} "
+                "does not exist) to tell each validation document's domain")
+            return
         try:
             names = read_domains(paths, ids, cfg.eval.domain_key)
         except (FileNotFoundError, ValueError) as error:
