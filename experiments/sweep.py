@@ -173,9 +173,10 @@ def trial_config(base: dict, overrides: list[str], trial_paths: RunPaths) -> Run
 
 
 def link_shards(run: RunPaths, trial: RunPaths) -> None:
-    """The trial's run directory reads the run's shards and tokenizer (symbolic links, nothing copied)."""
+    """The trial's run directory reads the run's shards, tokenizer and cleaned documents (symbolic links, nothing
+    copied): the documents give the trial its per-domain validation losses, as they give the run its own."""
     trial.root.mkdir(parents=True, exist_ok=True)
-    for source, link in ((run.shards, trial.shards), (run.tokenizer_dir, trial.tokenizer_dir)):
+    for source, link in ((run.shards, trial.shards), (run.tokenizer_dir, trial.tokenizer_dir), (run.docs, trial.docs)):
         if source.exists() and not link.exists():
             link.symlink_to(source.resolve(), target_is_directory=True)
 

@@ -337,8 +337,9 @@ def test_a_run_knows_what_corpusmill_train_did_in_its_directory(tmp_path, capsys
     code, out, err = _cli(["run", str(cfg), "--set", "train.steps=3"], capsys)
     assert code == 0, err
     assert "[3/4] train: already done with this config, skipped" in out and "[4/4] report ..." in out, out
-    code, out, err = _cli(["run", str(cfg)], capsys)
+    code, out, err = _cli(["run", str(cfg)], capsys)  # the model has 3 steps: not "already done" with 2, refused
     assert "train: its config changed (train.steps: 3 → 2)" in out and "already done" not in out.split("[3/4]")[1], out
+    assert code == 4 and "is past train.steps (2): nothing to train" in err, (code, err)
     before = sorted(p.name for p in tmp_path.joinpath("runs").iterdir())
     code, out, err = _cli(["train", str(cfg), "--set", "name=stt"], capsys)
     assert code == 2 and "no shards to train on" in err and "check the config's `name`" in err, (code, err)
@@ -751,7 +752,8 @@ def test_a_whole_run_shaped_like_the_demo_prints_no_library_log_lines(tmp_path):
     corpus = _jsonl(tmp_path / "c.jsonl", _records(200))
     data = {**_data(tmp_path, "quiet", [corpus]), "runner": {"name": "direct", "workers": 2}}
     data["train"] = {"device": "cpu", "model": {"dim": 32, "n_layers": 1, "n_heads": 2}, "mesh": {"dp": 2},
-                     "batch": {"global_batch_size": 4, "micro_batch_size": 2}, "steps": 2, "eval": {"interval": 0},
+                     "batch": {"global_batch_size": 4, "micro_batch_size": 2}, "steps": 2,
+                     "eval": {"interval": 2, "max_rows": 4, "domain_key": "source"},  # the ranks read the docs
                      "checkpoint": {"interval": 1, "keep_last": 1}, "monitoring": {"port": 0}}
     done = subprocess.run([PYTHON, "-m", "cli.main", "run", str(_yaml(tmp_path, data))], cwd=tmp_path,
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=900)
