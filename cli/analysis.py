@@ -26,6 +26,22 @@ def run_config_for(command: str, config_path: str | None, input_cfg, **own_secti
     return validate_config(data).model_copy(update={"input": input_cfg, **own_sections})
 
 
+def resolve_input_fields(args, id_default: str = "id") -> None:
+    """``args.text_field`` / ``args.id_field`` as the flags give them, else as the ``--config`` file's ``input``
+    section names them, else ``text`` / ``id_default``: a config whose documents keep their text under another
+    name is not read with the default one."""
+    from pipelines.config_base import read_config_file
+
+    section = {}
+    if getattr(args, "config", None):
+        raw = read_config_file(args.config).get("input")
+        section = raw if isinstance(raw, dict) else {}
+    if args.text_field is None:
+        args.text_field = section.get("text_field") or "text"
+    if args.id_field is None:
+        args.id_field = section.get("id_field") or id_default
+
+
 def check_out_path(path: str, option: str = "--out") -> None:
     """Refuse, before any work, an output file that cannot be written (exit 2, one line naming it): an existing
     directory, or a parent that is not a directory or cannot be written. Creates nothing: the command makes the

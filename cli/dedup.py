@@ -23,7 +23,8 @@ import tempfile
 import time
 
 from cli import positive_int
-from cli.analysis import TextTwins, check_out_path, no_document_exit_code, quarantine_summary, run_config_for
+from cli.analysis import (TextTwins, check_out_path, no_document_exit_code, quarantine_summary,
+                          resolve_input_fields, run_config_for)
 
 SECTION = "near_dedup"
 
@@ -33,10 +34,11 @@ def register(subparsers) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("input", nargs="+", help="files, folders or globs (local paths or Beam FileSystems URIs)")
     p.add_argument("--out", required=True, help="output JSONL: one {id, cluster, kept} line per document")
-    p.add_argument("--id-field", default="id", help="input field reported as the id (default: id; documents "
-                                                     "without it are reported by their file if it is a text file, "
-                                                     "otherwise by their internal id)")
-    p.add_argument("--text-field", default="text", help="input field holding the text (default: text)")
+    p.add_argument("--id-field", help="input field reported as the id (default: --config's input.id_field, else id; "
+                                      "documents without it are reported by their file if it is a text file, "
+                                      "otherwise by their internal id)")
+    p.add_argument("--text-field", help="input field holding the text (default: --config's input.text_field, else "
+                                        "text)")
     p.add_argument("--config", help="run config YAML, checked as `prepare` checks it; its `near_dedup` section is "
                                     "used (default: built-in defaults)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="near_dedup.KEY=VALUE",
@@ -192,6 +194,7 @@ def _run(args) -> int:
     from transforms.near_dedup.core import NearDedupConfig
 
     cfg = load_section(args.config, SECTION, NearDedupConfig, args.overrides, aliases=("dedup",))
+    resolve_input_fields(args)
     input_cfg = InputConfig(paths=args.input, text_field=args.text_field, id_field=args.id_field)
     if args.config is not None:  # the rest of the file as prepare checks it (without a file: nothing to check)
         run_config_for("dedup", args.config, input_cfg, near_dedup=cfg)

@@ -27,9 +27,10 @@ def register(subparsers) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("input", help="a file, folder or glob: JSONL (.gz/.zst), Parquet or .txt files")
     p.add_argument("--out", required=True, help="output JSONL path")
-    p.add_argument("--id-field", default="id", help="record field holding the document id (default: id; a text "
-                                                     "file is reported by its name, a record without it is skipped)")
-    p.add_argument("--text-field", default="text", help="record field holding the text (default: text)")
+    p.add_argument("--id-field", help="record field holding the document id (default: --config's input.id_field, "
+                                      "else id; a text file is reported by its name, a record without it is skipped)")
+    p.add_argument("--text-field", help="record field holding the text (default: --config's input.text_field, else "
+                                        "text)")
     p.add_argument("--config", help="run config YAML, checked as `prepare` checks it; its `pii` section is used "
                                     "(default: built-in defaults)")
     p.add_argument("--ner", choices=["auto", "on", "off"], help="override pii.ner")
@@ -54,7 +55,8 @@ def _settings(args) -> dict:
 
 
 def _run(args) -> int:
-    from cli.analysis import MISSING_ID, TextTwins, check_out_path, no_document_exit_code, run_config_for
+    from cli.analysis import (MISSING_ID, TextTwins, check_out_path, no_document_exit_code, resolve_input_fields,
+                              run_config_for)
     from pipelines.config import InputConfig, load_section
     from pipelines.read import Quarantined, iter_records, reported_id, resolve_inputs
     from runio.files import atomic_output
@@ -62,6 +64,7 @@ def _run(args) -> int:
     from transforms.pii.step import check
 
     cfg = load_section(args.config, SECTION, PiiConfig, values=_settings(args))
+    resolve_input_fields(args)
     input_cfg = InputConfig(paths=[args.input], text_field=args.text_field, id_field=args.id_field)
     if args.config is not None:  # the rest of the file as prepare checks it: a misspelt section is an error
         run_config_for("pii", args.config, input_cfg, pii=cfg)

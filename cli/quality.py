@@ -85,7 +85,8 @@ STEPS_QUALITY_READS = ("normalize", "langid")
 def _score(args: argparse.Namespace) -> int:
     import apache_beam as beam
 
-    from cli.analysis import TextTwins, check_out_path, no_document_exit_code, quarantine_summary, run_config_for
+    from cli.analysis import (TextTwins, check_out_path, no_document_exit_code, quarantine_summary,
+                              resolve_input_fields, run_config_for)
     from pipelines.beam_options import make_pipeline
     from pipelines.config import ConfigError, InputConfig, load_section, param_overrides
     from pipelines.read import ReadCorpus, reported_id, resolve_inputs
@@ -100,6 +101,7 @@ def _score(args: argparse.Namespace) -> int:
     if args.threshold is not None:
         values["threshold"] = args.threshold
     cfg = load_section(args.config, SECTION, QualityConfig, param_overrides(SECTION, args.params), values=values)
+    resolve_input_fields(args)
     input_cfg = InputConfig(paths=[args.input], id_field=args.id_field, text_field=args.text_field)
     run_cfg = run_config_for("quality-score", args.config, input_cfg, quality=cfg)  # a misspelt section: exit 2
     check_out_path(args.out)
@@ -235,9 +237,10 @@ def register(subparsers) -> None:
                                         "`normalize` and `langid` sections and output.runs_dir (the model cache) "
                                         "are used (default: built-in defaults, runs/)")
     score.add_argument("--out", required=True, help="SCORES.jsonl")
-    score.add_argument("--id-field", help="input field reported as id (without it: a text file's name, else "
-                                          "corpusmill's document id)")
-    score.add_argument("--text-field", default="text", help="input field holding the text (default: text)")
+    score.add_argument("--id-field", help="input field reported as id (default: --config's input.id_field, else id; "
+                                          "without it: a text file's name, else corpusmill's document id)")
+    score.add_argument("--text-field", help="input field holding the text (default: --config's input.text_field, "
+                                            "else text)")
     score.add_argument("--mode", choices=["threshold", "top_fraction", "pareto"], help="decision (default threshold)")
     score.add_argument("--threshold", type=float, help="mode=threshold: keep when score >= it (default 0.5)")
     score.add_argument("--param", dest="params", action="append", default=[], metavar="KEY=VALUE",

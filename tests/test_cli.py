@@ -168,6 +168,27 @@ def test_analysis_commands_check_the_whole_config_as_prepare_does(tmp_path, caps
     assert json.loads(out.read_text(encoding="utf-8")) == {"id": "a", "cluster": "a", "kept": True}
 
 
+def test_analysis_commands_read_the_fields_the_config_names(tmp_path, capsys):
+    """A --config whose input section names the text and id fields is read with them (the flags still win):
+    its documents are not all quarantined for want of a 'text' field."""
+    from cli.main import main
+
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"doc": f"d{i}", "content": f"Call John at 555-123-456{i} tomorrow, "
+                                          f"he is waiting for the parcel number {i}."}) + "\n" for i in range(3)),
+                      encoding="utf-8")
+    config = tmp_path / "fields.yaml"
+    config.write_text(json.dumps({"input": {"paths": [str(source)], "text_field": "content", "id_field": "doc"}}),
+                      encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    for command in ("dedup", "pii"):
+        assert main([command, str(source), "--out", str(out), "--config", str(config)]) == 0, command
+        assert [json.loads(line)["id"] for line in out.read_text(encoding="utf-8").splitlines()] == ["d0", "d1", "d2"]
+    capsys.readouterr()
+    assert main(["dedup", str(source), "--out", str(out), "--config", str(config), "--text-field", "text"]) == 1
+    assert "all 3 records were quarantined" in capsys.readouterr().err
+
+
 def test_analysis_commands_refuse_an_out_they_cannot_write_before_any_work(tmp_path, capsys):
     """--out that is a folder, or under a file: one line naming it, exit 2, before the input is read, a model
     loaded or trained (never a traceback after the work)."""
