@@ -19,7 +19,9 @@ another worker, or spills it to disk, as those chunks, one frame each (``_serial
 
 DoFn instances are pooled per worker process and job: the first task of a transform on a worker unpickles
 the DoFn and calls ``setup()`` once; later tasks of that transform on that worker reuse it (one instance per
-concurrently running task, so with one thread per worker, exactly one per worker).
+concurrently running task, so with one thread per worker, exactly one per worker). Each pooled instance keeps
+its ``DoFnRunner`` too (as Beam's own worker keeps a bundle processor for many bundles): building one inspects
+every method of the DoFn, ~1 ms, which a shuffle-heavy job paid for every op of every task.
 """
 from __future__ import annotations
 
@@ -356,6 +358,21 @@ class _Discard(common.Receiver):
 _DISCARD = _Discard()
 
 
+class _Redirect(common.Receiver):
+    """A pooled runner's receiver for one output tag: what the current task wires there."""
+
+    __slots__ = ("target",)
+
+    def __init__(self):
+        self.target = _DISCARD
+
+    def receive(self, windowed_value):
+        self.target.receive(windowed_value)
+
+    def flush(self):
+        pass
+
+
 class _Receivers(dict):
     """Tag -> receiver; outputs to a tag nobody declared are dropped, as in Beam's worker."""
 
@@ -409,19 +426,36 @@ class _SplitReceiver(common.Receiver):
 
 # -- DoFn pool -------------------------------------------------------------------------------------------
 
-def _acquire(job: _JobState, op, state) -> Any:
+class _Pooled:
+    """A set-up DoFn instance ``(fn, args, kwargs)`` and, except for an SDF's split, its runner, whose output
+    tags lead to ``redirects`` (each task points them at its own receivers)."""
+
+    __slots__ = ("instance", "runner", "redirects")
+
+    def __init__(self, instance, runner=None, redirects=None):
+        self.instance, self.runner, self.redirects = instance, runner, redirects or {}
+
+
+def _acquire(job: _JobState, op, state, sides: dict[str, list]) -> _Pooled:
     with _lock:
         pool = job.pools.setdefault(op.op_id, [])
         if pool:
             return pool.pop()
     instance = pickler.loads(op.fn_payload)  # (fn, args, kwargs): a fresh copy per instance
+    pooled = _Pooled(instance)
     if op.kind != "sdf_split":
         with state:
             instance[0].setup()
+        fn, args, kwargs = instance
+        pooled.redirects = {tag: _Redirect() for tag in (None, *op.outputs)}
+        side_maps = [_side_map(job, (op.op_id, position), sides[name], view_class, view_options)
+                     for position, (name, view_class, view_options) in enumerate(op.side_inputs)]
+        pooled.runner = common.DoFnRunner(fn, args, kwargs, side_maps, op.windowing,
+                                          tagged_receivers=_Receivers(pooled.redirects), step_name=op.label)
     with _lock:
         job.all_instances.append(instance)
         job.setups += op.kind != "sdf_split"
-    return instance
+    return pooled
 
 
 def _release(job: _JobState, op, fn) -> None:
@@ -429,7 +463,8 @@ def _release(job: _JobState, op, fn) -> None:
         job.pools.setdefault(op.op_id, []).append(fn)
 
 
-def _discard_instance(job: _JobState, instance) -> None:
+def _discard_instance(job: _JobState, pooled: _Pooled) -> None:
+    instance = pooled.instance
     with _lock:
         job.all_instances = [i for i in job.all_instances if i is not instance]
     try:
@@ -475,7 +510,7 @@ def _root_elements(root: tuple, key_coder, tags: list | None = None) -> Iterator
     if kind == "list":
         return iter(root[1])
     if kind == "concat":
-        return (wv for piece in root[1] for wv in piece)
+        return (wv for piece in root[1] for wv in _piece(piece))
     if kind == "group":
         return iter(group_pieces(root[1], key_coder, tags))
     raise ValueError(f"unknown root kind {kind!r}")
@@ -508,25 +543,20 @@ def run_stage(job: tuple, stage_id: int, plan_bytes: bytes, part_index: int, roo
         # build from the leaves up: an op's receivers are its children's entries and its slots
         for index in reversed(range(len(plan.ops))):
             op = plan.ops[index]
-            instance = _acquire(state_of_job, op, states[index])
-            acquired.append((op, instance))
-            fn, args, kwargs = instance
+            pooled = _acquire(state_of_job, op, states[index], sides)
+            acquired.append((op, pooled))
 
             def target(t):
                 return entry[t[1]] if t[0] == "op" else slot_receivers[t[1]] if t[0] == "slot" else _DISCARD
 
             if op.kind == "sdf_split":
-                entry[index] = _SplitReceiver(fn, target(op.outputs.get(None, ("drop",))), states[index])
+                entry[index] = _SplitReceiver(pooled.instance[0], target(op.outputs.get(None, ("drop",))),
+                                              states[index])
                 continue
-            receivers = _Receivers({tag: target(t) for tag, t in op.outputs.items()})
-            if None not in receivers:
-                receivers[None] = _DISCARD
-            side_maps = [_side_map(state_of_job, (op.op_id, position), sides[name], view_class, view_options)
-                         for position, (name, view_class, view_options) in enumerate(op.side_inputs)]
-            runner = common.DoFnRunner(fn, args, kwargs, side_maps, op.windowing, tagged_receivers=receivers,
-                                       step_name=op.label)
-            runners[index] = runner
-            entry[index] = _OpReceiver(runner, states[index], op.kind == "sdf_process")
+            for tag, redirect in pooled.redirects.items():
+                redirect.target = target(op.outputs[tag]) if tag in op.outputs else _DISCARD
+            runners[index] = pooled.runner
+            entry[index] = _OpReceiver(pooled.runner, states[index], op.kind == "sdf_process")
         for index in reversed(range(len(plan.ops))):
             if runners[index] is not None:
                 with states[index]:
@@ -552,11 +582,13 @@ def run_stage(job: tuple, stage_id: int, plan_bytes: bytes, part_index: int, roo
         raise
     finally:
         statesampler.set_current_tracker(previous_tracker)
-        for op, instance in acquired:
+        for op, pooled in acquired:
+            for redirect in pooled.redirects.values():
+                redirect.target = _DISCARD  # a pooled runner holds no task's buckets
             if failed and op.kind != "sdf_split":
-                _discard_instance(state_of_job, instance)  # Beam discards a DoFn whose bundle failed
+                _discard_instance(state_of_job, pooled)  # Beam discards a DoFn whose bundle failed
             else:
-                _release(state_of_job, op, instance)
+                _release(state_of_job, op, pooled)
         _return_free_memory()
 
 
@@ -597,6 +629,12 @@ def pick_bucket(result: list, slot: int | None, bucket: int) -> Packed:
     return _buckets(result, slot)[bucket]
 
 
+def _piece(piece) -> Packed:
+    """A shuffle piece: a picked bucket, or ``(result, slot, bucket)``, a whole source's output from which the
+    reading task picks its bucket itself (a small job's shuffle: ``translate.Emitter`` ``whole_sources``)."""
+    return pick_bucket(*piece) if isinstance(piece, tuple) else piece
+
+
 def bucket_range(result: list, slot: int | None, lo: int, hi: int) -> Part:
     """Buckets ``lo``..``hi - 1``: a staged shuffle's first round."""
     return Part(_buckets(result, slot)[lo:hi])
@@ -616,8 +654,8 @@ def concat(parts: list[Packed]) -> Packed:
     return Packed.joined(parts)
 
 
-def concat_pieces(pieces: list[Packed]) -> Packed:
-    return Packed.joined(pieces)
+def concat_pieces(pieces: list) -> Packed:
+    return Packed.joined([_piece(p) for p in pieces])
 
 
 def count(part: Packed) -> int:
@@ -641,7 +679,7 @@ def group_pieces(pieces: list[Packed], key_coder, tags: list | None = None) -> l
         return _cogroup_pieces(pieces, key_coder, tags)
     groups: dict[bytes, list] = {}
     for piece in pieces:
-        for kb, value in piece:
+        for kb, value in _piece(piece):
             values = groups.get(kb)
             if values is None:
                 groups[kb] = [value]
@@ -655,7 +693,7 @@ def _cogroup_pieces(pieces: list[Packed], key_coder, tags: list) -> list:
     groups: dict[bytes, list[list]] = {}
     width = len(tags)
     for piece in pieces:
-        for kb, (tag, value) in piece:
+        for kb, (tag, value) in _piece(piece):
             lists = groups.get(kb)
             if lists is None:
                 lists = groups[kb] = [[] for _ in range(width)]

@@ -15,7 +15,9 @@ process), ``--dask_workers N`` (its worker processes), ``--dask_worker_memory 2.
 its shuffle data spills to disk beyond 60-70% of it), ``--dask_partitions N`` (partitions of every shuffle's
 output; default 2 per worker thread, between 2 and 32, or one per 8 MB of input when the pipeline's input size
 is given, ``DaskRunner(input_bytes=...)``), ``--dask_staged_shuffle_above N`` (a shuffle of more source ×
-output partition pairs goes in two rounds; default ``translate.STAGED_SHUFFLE_ABOVE``).
+output partition pairs goes in two rounds; default ``translate.STAGED_SHUFFLE_ABOVE``),
+``--dask_whole_source_shuffle_max_bytes N`` (a job whose given input is at most N bytes, default one partition's
+8 MB, shuffles without pick tasks: one scheduling round trip less per shuffle, see ``translate._WholeSource``).
 """
 from __future__ import annotations
 
@@ -46,6 +48,9 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+PARTITION_INPUT_BYTES = 8 << 20  # input bytes (as stored, e.g. gzip) per shuffle partition when the size is known
+
+
 class DaskRunnerOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
@@ -64,6 +69,12 @@ class DaskRunnerOptions(PipelineOptions):
                             help="a shuffle with more source x output partition pairs than this goes in two rounds "
                                  "of about sources x sqrt(outputs) tasks each, instead of one pick task per pair "
                                  f"(default {STAGED_SHUFFLE_ABOVE})")
+        parser.add_argument("--dask_whole_source_shuffle_max_bytes", type=_non_negative_int,
+                            default=PARTITION_INPUT_BYTES,
+                            help="a job whose input size is given and at most this many bytes shuffles without "
+                                 "pick tasks: each reducer reads its sources' whole outputs (a worker may hold a "
+                                 "copy of a whole shuffle; one scheduling round trip less per shuffle); 0: never "
+                                 f"(default {PARTITION_INPUT_BYTES}, one partition's input)")
 
 
 _KIND_TO_FIELD = {"counter": MetricResults.COUNTERS, "distribution": MetricResults.DISTRIBUTIONS,
@@ -213,7 +224,6 @@ def _ensure_watch(client: distributed.Client) -> None:
     _watched.add(address)
 
 
-PARTITION_INPUT_BYTES = 8 << 20  # input bytes (as stored, e.g. gzip) per shuffle partition when the size is known
 MAX_PARTITIONS = 512
 
 
@@ -258,7 +268,9 @@ class DaskRunner(PipelineRunner):
             partitions = self.partitions or opts.dask_partitions or default_partitions(client, self.input_bytes)
             job_id = uuid.uuid4().hex
             options_dict: dict[str, Any] = options.get_all_options(drop_default=True, retain_unknown_options=True)
-            translation = translate(plan, job_id, partitions, options_dict, opts.dask_staged_shuffle_above)
+            whole_sources = 0 < (self.input_bytes or 0) <= opts.dask_whole_source_shuffle_max_bytes
+            translation = translate(plan, job_id, partitions, options_dict, opts.dask_staged_shuffle_above,
+                                    whole_sources)
             tracked = [watch.key_id(k) for k in translation.stage_keys + translation.terminal_keys]
             _ensure_watch(client)
             client.run_on_scheduler(watch.register_job, job_id, job_id[:8], tracked,

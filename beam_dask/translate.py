@@ -81,6 +81,20 @@ def _annotated_partitions(applied) -> int | None:
 # 1.4× / 1.9× faster at 32 × 32 / 64 × 64; at 8 × 8 direct is faster (0.70 against 0.79 s).
 STAGED_SHUFFLE_ABOVE = 16 * 16
 
+# A small job (``whole_sources``: the runner's input is at most one partition's budget) shuffles without pick
+# tasks: each reducing task depends on its sources' whole outputs and picks its buckets itself. Each pick task
+# costs the job one scheduling round trip per shuffle (Dask batches the scheduler's messages every 5 ms and the
+# workers' every 2 ms), which on 2 workers was most of a small job's time between its stages; the price, a
+# worker holding copies of the whole shuffle rather than its share, is bounded by the input's size.
+
+
+@dataclass(frozen=True)
+class _WholeSource:
+    """A piece of a whole-source shuffle: bucket ``bucket`` of the output held by task ``key`` (in ``slot``)."""
+    key: Any
+    slot: int | None
+    bucket: int
+
 
 # -- intermediate representation -------------------------------------------------------------------------
 
@@ -457,9 +471,10 @@ def _slug(text: str) -> str:
 
 class Emitter:
     def __init__(self, plan: Plan, job_id: str, partitions: int, options: dict | None,
-                 staged_above: int = STAGED_SHUFFLE_ABOVE):
+                 staged_above: int = STAGED_SHUFFLE_ABOVE, whole_sources: bool = False):
         self.plan = plan
         self.staged_above = staged_above
+        self.whole_sources = whole_sources
         self.job = (job_id, options)
         self.tag = job_id[:8]
         self.R = partitions
@@ -476,6 +491,11 @@ class Emitter:
     def add(self, key, func, *args):
         self.graph[key] = Task(key, func, *(parse_input(a) for a in args))
         return key
+
+    @staticmethod
+    def piece_refs(pieces: list) -> list:
+        """A reducer's pieces as task arguments (see ``execute._piece``)."""
+        return [(TaskRef(p.key), p.slot, p.bucket) if isinstance(p, _WholeSource) else TaskRef(p) for p in pieces]
 
     def buckets(self, shuffle: Node) -> int:
         """Output partitions of a shuffle: its annotated count, or the pipeline's."""
@@ -517,10 +537,10 @@ class Emitter:
             pieces = self.pieces(producer)
             name = self.name("reduce", producer.id, producer.label)
             if producer.kind == "gbk":
-                keys = [self.add((name, j), execute.group_task, [TaskRef(k) for k in pieces[j]],
+                keys = [self.add((name, j), execute.group_task, self.piece_refs(pieces[j]),
                                  producer.key_coder, producer.tags) for j in range(self.buckets(producer))]
             else:
-                keys = [self.add((name, j), execute.concat_pieces, [TaskRef(k) for k in pieces[j]])
+                keys = [self.add((name, j), execute.concat_pieces, self.piece_refs(pieces[j]))
                         for j in range(self.buckets(producer))]
         else:
             stage = self.plan.stage_of[producer.id]
@@ -558,7 +578,9 @@ class Emitter:
                                  offset + i)
                 sources.append((split, None, (bucket_name, i)))
             offset += len(self.parts(source))
-        if len(sources) * n > self.staged_above:
+        if self.whole_sources:
+            pieces = [[_WholeSource(key, slot, j) for key, slot, _ in sources] for j in range(n)]
+        elif len(sources) * n > self.staged_above:
             pieces = self.staged_pieces(shuffle, sources, n)
         else:
             pieces = [[] for _ in range(n)]
@@ -645,10 +667,10 @@ class Emitter:
             shuffle = source_producer
             pieces = self.pieces(shuffle)
             if shuffle.kind == "gbk":
-                roots = [("group", [TaskRef(k) for k in pieces[j]]) for j in range(self.buckets(shuffle))]
+                roots = [("group", self.piece_refs(pieces[j])) for j in range(self.buckets(shuffle))]
                 root_key_coder, root_tags = shuffle.key_coder, shuffle.tags
             else:
-                roots = [("concat", [TaskRef(k) for k in pieces[j]]) for j in range(self.buckets(shuffle))]
+                roots = [("concat", self.piece_refs(pieces[j])) for j in range(self.buckets(shuffle))]
         elif source_producer is not None and source_producer.kind == "impulse" and plan.sole_usage(source):
             roots = [("impulse",)]
         else:
@@ -691,10 +713,10 @@ class Translation:
 
 
 def translate(plan: Plan, job_id: str, partitions: int, options: dict | None,
-              staged_above: int = STAGED_SHUFFLE_ABOVE) -> Translation:
+              staged_above: int = STAGED_SHUFFLE_ABOVE, whole_sources: bool = False) -> Translation:
     """The plan as one Dask graph; a shuffle with more than ``staged_above`` source × output pairs goes in two
-    rounds."""
-    emitter = Emitter(plan, job_id, partitions, options, staged_above)
+    rounds; with ``whole_sources`` (a small job) every shuffle's reducers read their sources' whole outputs."""
+    emitter = Emitter(plan, job_id, partitions, options, staged_above, whole_sources)
     emitter.emit_all()
     return Translation(emitter.graph, emitter.stage_keys, emitter.terminal_keys, len(plan.stages),
                        emitter.stage_tasks, len(emitter.graph))

@@ -105,11 +105,11 @@ def _canonical(x):
     return x
 
 
-def run_on(runner: str, build, out_dir: Path, dask_client=None, dask_args=()):
+def run_on(runner: str, build, out_dir: Path, dask_client=None, dask_args=(), input_bytes=0):
     if runner == "fnapi":
         p = beam.Pipeline(runner=FnApiRunner())
     else:
-        p = make_dask_pipeline(client=dask_client, extra_args=dask_args)
+        p = make_dask_pipeline(client=dask_client, extra_args=dask_args, input_bytes=input_bytes)
     build(p, str(out_dir))
     result = p.run()
     state = result.wait_until_finish()
@@ -117,13 +117,14 @@ def run_on(runner: str, build, out_dir: Path, dask_client=None, dask_args=()):
     return result
 
 
-def compare(tmp_path: Path, build, dask_cluster, counters_too: bool = True, dask_args=()):
-    """Run ``build`` on both runners; assert equal captured multisets; return (fnapi, dask) captures and results."""
+def compare(tmp_path: Path, build, dask_cluster, counters_too: bool = True, dask_args=(), input_bytes=0):
+    """Run ``build`` on both runners; assert equal captured multisets; return (fnapi, dask) captures and results.
+    ``input_bytes``: the input size the Dask runner is told (a small one: whole-source shuffles)."""
     ref_dir, dask_dir = tmp_path / "fnapi", tmp_path / "dask"
     ref_dir.mkdir()
     dask_dir.mkdir()
     ref_result = run_on("fnapi", build, ref_dir)
-    dask_result = run_on("dask", build, dask_dir, dask_cluster.client, dask_args)
+    dask_result = run_on("dask", build, dask_dir, dask_cluster.client, dask_args, input_bytes)
     ref, got = captured(ref_dir), captured(dask_dir)
     assert set(ref) == set(got)
     for name in ref:
@@ -330,13 +331,21 @@ def _shuffles_through_flattens(p, out):
     capture((again, right) | "Dealt" >> beam.Flatten() | beam.Reshuffle(), out, "reshuffled")
 
 
-@pytest.mark.parametrize("dask_args", [(), ("--dask_staged_shuffle_above=0", "--dask_partitions=7")],
-                         ids=["direct", "staged"])
-def test_shuffles_through_flattens_equal_the_fnapi_runner(tmp_path, dask_cluster, dask_args):
+# A direct shuffle (a pick task per source and output), a staged one (two rounds) and a small job's whole-source one
+# (no pick tasks: an input of 1,000 bytes, at most --dask_whole_source_shuffle_max_bytes)
+SHUFFLE_FORMS = pytest.mark.parametrize("dask_args, input_bytes", [
+    ((), 0), (("--dask_staged_shuffle_above=0", "--dask_partitions=7"), 0), (("--dask_partitions=7",), 1000)],
+    ids=["direct", "staged", "whole_sources"])
+
+
+@SHUFFLE_FORMS
+def test_shuffles_through_flattens_equal_the_fnapi_runner(tmp_path, dask_cluster, dask_args, input_bytes):
     """Fused and unfused inputs of one shuffle (a stage's output, a grouped output, the same input twice, a
     nested Flatten, one that is read elsewhere too) meet in the same groups as on Beam's own runner; so they do
-    when every shuffle goes in two rounds (7 outputs: ranges of 3, 3 and 1 buckets)."""
-    _, got, _, result = compare(tmp_path, _shuffles_through_flattens, dask_cluster, dask_args=dask_args)
+    when every shuffle goes in two rounds (7 outputs: ranges of 3, 3 and 1 buckets), and when each reducer picks
+    its buckets from whole sources."""
+    _, got, _, result = compare(tmp_path, _shuffles_through_flattens, dask_cluster, dask_args=dask_args,
+                                input_bytes=input_bytes)
     assert len(got["cogbk"]) == 11 and got["inner_read_elsewhere"] == [N + 60]
     assert len(got["reshuffled"]) == N + 60
 
@@ -358,9 +367,8 @@ def _cogroup_cases(p, out):
             out, "tuple")
 
 
-@pytest.mark.parametrize("dask_args", [(), ("--dask_staged_shuffle_above=0", "--dask_partitions=7")],
-                         ids=["direct", "staged"])
-def test_a_cogroupbykey_is_one_grouping_with_beams_groups(tmp_path, dask_cluster, dask_args):
+@SHUFFLE_FORMS
+def test_a_cogroupbykey_is_one_grouping_with_beams_groups(tmp_path, dask_cluster, dask_args, input_bytes):
     """CoGroupByKey runs as one GroupByKey whose buckets carry each value's input (no tagging or collecting
     DoFn): every form of its inputs (a dict, other tags than short strings, a tuple, an input twice, an empty
     one, one read elsewhere too, a Flatten) gives Beam's own runner's groups, every tag present in each."""
@@ -370,7 +378,7 @@ def test_a_cogroupbykey_is_one_grouping_with_beams_groups(tmp_path, dask_cluster
     _cogroup_cases(p, "/nonexistent")
     labels = [n.label for n in plan_pipeline(p).nodes]
     assert not [label for label in labels if "Tag[" in label or "collect_values" in label]
-    _, got, _, _ = compare(tmp_path, _cogroup_cases, dask_cluster, dask_args=dask_args)
+    _, got, _, _ = compare(tmp_path, _cogroup_cases, dask_cluster, dask_args=dask_args, input_bytes=input_bytes)
     five = dict(got["five"])
     assert len(five) == 11 and set(five["k3"]) == {"left", "right", "mapped", "none", "nested"}
     assert five["k3"]["none"] == [] and five["k10"]["right"] == []
@@ -398,6 +406,47 @@ def test_a_shuffle_of_many_partitions_goes_in_two_rounds_of_fewer_tasks():
     assert group_picks(graph(16, STAGED_SHUFFLE_ABOVE)) == Counter({"bucket0": 256})
     staged = group_picks(graph(17, STAGED_SHUFFLE_ABOVE))  # 4 groups of up to 5 sources, 4 ranges of up to 5
     assert staged == Counter({"ranges": 17 * 4, "merged": 4 * 4, "piece": 4 * 17})
+
+
+def test_a_small_jobs_shuffle_has_no_pick_tasks_and_the_runner_decides_by_the_input_size(dask_cluster):
+    """Whole sources: no bucket task of any kind, each reducer depends on its sources' whole outputs (the job
+    is one scheduling round trip per shuffle shorter). The runner chooses it for a known input of at most
+    --dask_whole_source_shuffle_max_bytes (default one partition's 8 MB), never for an unknown one."""
+    from beam_dask.runner import PARTITION_INPUT_BYTES
+    from beam_dask.translate import plan_pipeline, translate
+
+    def build(p):
+        (p | beam.Create(range(10)) | beam.Reshuffle() | beam.Map(lambda x: (x % 3, x))
+         | "Group" >> beam.GroupByKey() | beam.Map(len))
+
+    def task_kinds(whole_sources: bool) -> Counter:
+        p = beam.Pipeline()
+        build(p)
+        graph = translate(plan_pipeline(p), "job", 5, None, whole_sources=whole_sources).graph
+        return Counter(key[0].split("-")[1] for key in graph if isinstance(key, tuple))
+
+    direct, whole = task_kinds(False), task_kinds(True)
+    assert sum(n for kind, n in direct.items() if kind.startswith("bucket")) >= 5 * 5  # the GroupByKey's alone
+    assert not [kind for kind in whole if kind.startswith(("bucket", "ranges", "merged", "piece"))], whole
+    assert whole["stage"] == direct["stage"]
+
+    seen = []
+    real_translate = beam_dask.runner.translate
+
+    def spy(*args):
+        seen.append(args[-1])
+        return real_translate(*args)
+
+    beam_dask.runner.translate = spy
+    try:
+        for input_bytes, args in ((0, ()), (1000, ()), (PARTITION_INPUT_BYTES, ()), (PARTITION_INPUT_BYTES + 1, ()),
+                                  (1000, ("--dask_whole_source_shuffle_max_bytes=0",))):
+            p = make_dask_pipeline(client=dask_cluster.client, extra_args=args, input_bytes=input_bytes)
+            build(p)
+            assert p.run().wait_until_finish() == "DONE"
+    finally:
+        beam_dask.runner.translate = real_translate
+    assert seen == [False, True, True, False, False]
 
 
 def test_the_staged_shuffle_threshold_is_a_whole_number_not_below_zero(capsys):
