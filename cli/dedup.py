@@ -130,6 +130,18 @@ def _local_runner(dedup, args) -> tuple[str, int | None]:
     return args.runner, args.workers
 
 
+def _components_where(dedup, counters: dict) -> str:
+    """Where the path found the components: the size of the Beam path's last, single-worker label merge is
+    ``cc_max_rounds``' trade-off."""
+    path = dedup.path()
+    if path == "memory":
+        return "components on one worker, the in-memory path"
+    if path == "beam" and dedup.components_on_one_worker():
+        return "components on one worker: a small input (near_dedup.cc_one_worker_max_input_bytes)"
+    return (f"{counters.get('cc_crossing_edges', 0)} label pairs in the last component merge after "
+            f"{dedup.cfg.cc_max_rounds} star rounds")
+
+
 def _runs_without_beam(cfg, input_bytes: int, args) -> bool:
     """The in-memory path on the local runner, without earlier runs' indexes or an index to write: the pure core
     runs in this process on a stream of records (Beam is not even imported; only the sketches are kept).
@@ -300,7 +312,6 @@ def _run(args) -> int:
     print(f"corpusmill dedup: {n_docs} documents, {n_kept} kept, {n_docs - n_kept} removed as near-duplicates, "
           f"{quarantine_summary(quarantined)}; {elapsed:.1f} s ({n_docs / max(elapsed, 1e-9):.0f} docs/s; "
           f"near_dedup's own code busy {counters.get('busy_ms', 0) / 1000:.1f} s, summed over workers; "
-          f"{counters.get('cc_crossing_edges', 0)} label pairs in the last component merge after "
-          f"{cfg.cc_max_rounds} star rounds) → {args.out}", file=sys.stderr)
+          f"{_components_where(dedup, counters)}) → {args.out}", file=sys.stderr)
     return no_document_exit_code("dedup", "to deduplicate", n_docs, quarantined, args.text_field)
 

@@ -6,7 +6,8 @@ between workers, as named sub-transforms (see ``NearDedup``'s docstring):
 
     Sketch → CandidateEdges → VerifiedEdges → ConnectedComponents → VerifiedStars → Decisions → routing tail
 
-(or, on the in-memory path, Sketch → DedupInMemory → Decide). What crosses a shuffle is a block: the rows of
+(for a small input, Sketch → CandidateEdges → VerifiedEdges → ComponentsOnOneWorker → Decisions; on the
+in-memory path, Sketch → DedupInMemory → Decide). What crosses a shuffle is a block: the rows of
 many documents as numpy columns, keyed by a partition number (``blocks.partition_of``), so that a runner moves a
 few hundred elements where it moved several per document. Every function doing the step's work is timed into
 the ``near_dedup`` ``busy_ms`` counter.
@@ -23,11 +24,12 @@ from apache_beam.pipeline import transform_annotations
 from apache_beam.transforms.window import GlobalWindows
 
 from pipelines.beam_options import SHUFFLE_PARTITIONS
-from transforms.beam_step import Route, StepFn, timed
+from transforms.beam_step import Route, StepFn, any_output_type, timed
 from transforms.near_dedup import blocks
 from transforms.near_dedup.blocks import DecisionRows, Labelled, SketchRows, partition_of
 from transforms.near_dedup.core import (SKETCH_BATCH, STEP_NAME, NearDedupConfig, SketchBuilder, bucket_key_matrix,
-                                        check_unique_ids, chosen_path, decide, dedup_in_memory)
+                                        check_unique_ids, chosen_path, components_on_one_worker, decide,
+                                        dedup_in_memory)
 from transforms.near_dedup.index import ReadIndex, WriteIndex, check_index_params, index_bytes, sketch_row
 
 SKETCHES, DOCS, BANDS = "sketches", "docs", "bands"
@@ -80,6 +82,8 @@ class _SketchFn(StepFn):
         self._cfg, self._parts, self._bands, self._docs, self._carry = cfg, parts, bands, docs, carry
         self._no_tokens = Metrics.counter(STEP_NAME, "docs_without_tokens")
         self._batch: list = []
+
+    infer_output_type = any_output_type
 
     def setup(self):
         self._builder = SketchBuilder(self._cfg)
@@ -243,8 +247,9 @@ def _edge_ends(element, parts: int):
 
 
 def _verify(element, cfg: NearDedupConfig, parts: int, rejected):
-    """At the members' partition: the verified edges, both ways, by the partition of their first end (the
-    components' grouping), and on ``rows`` the verified ends' sketch rows by the partition of their id."""
+    """At the members' partition: the verified edges, both ways, by the partition (of ``parts``) of their first
+    end (the components' grouping), and on ``rows`` the verified ends' sketch rows by the partition of their
+    id."""
     verified, n_rejected, ends = blocks.verify_probes(list(element[1]), cfg)
     if n_rejected:
         rejected.inc(n_rejected)
@@ -255,28 +260,42 @@ def _verify(element, cfg: NearDedupConfig, parts: int, rejected):
             yield beam.pvalue.TaggedOutput("rows", (p, rows))
 
 
+def _verify_for_one_worker(element, cfg: NearDedupConfig, rejected):
+    """``_verify`` for ``ComponentsOnOneWorker``: the verified edges (both directions) and their ends' rows, all
+    keyed 0, on one output."""
+    verified, n_rejected, ends = blocks.verify_probes(list(element[1]), cfg)
+    if n_rejected:
+        rejected.inc(n_rejected)
+    yield 0, blocks.both_directions(verified)
+    if ends is not None:
+        yield 0, ends
+
+
 class VerifiedEdges(beam.PTransform):
     """``{"sketches", "centres", "members"}`` (the candidate edges by the partition of each end) → ``.edges``: the
     distinct candidate edges whose two documents are similar enough, in both directions, keyed by the partition
     of their first end, and ``.rows``: their ends' sketch rows, by the partition of their id. Two shuffles: the
     sketches meet the edges of their documents (the only join that reads every sketch), and each edge meets its
     centre's and its member's rows at the member's partition; estimates settle the clear cases, an exact
-    Jaccard the others."""
+    Jaccard the others. With ``one_worker``, one output instead: the edge blocks and row blocks, all keyed 0
+    (``ComponentsOnOneWorker``'s input)."""
 
-    def __init__(self, cfg: NearDedupConfig, parts: int):
+    def __init__(self, cfg: NearDedupConfig, parts: int, one_worker: bool = False):
         super().__init__()
-        self.cfg, self.parts = cfg, parts
+        self.cfg, self.parts, self.one_worker = cfg, parts, one_worker
 
     def expand(self, inputs):
         rejected = Metrics.counter(STEP_NAME, "candidate_edges_rejected")
-        return (
+        probes = (
             {"sketch": inputs["sketches"], "centre_of": inputs["centres"], "member_of": inputs["members"]}
             | "JoinEnds" >> ByPartition(self.parts)
             | "EdgeEnds" >> timed(STEP_NAME, _edge_ends, self.parts)
             | "GroupProbes" >> ByPartition(self.parts)
-            | "VerifyEdges" >> timed(STEP_NAME, _verify, self.cfg, self.parts, rejected).with_outputs(
-                "rows", main="edges")
         )
+        if self.one_worker:
+            return probes | "VerifyEdges" >> timed(STEP_NAME, _verify_for_one_worker, self.cfg, rejected)
+        return probes | "VerifyEdges" >> timed(STEP_NAME, _verify, self.cfg, self.parts, rejected).with_outputs(
+            "rows", main="edges")
 
 
 def _large_star(element, parts: int):
@@ -397,18 +416,54 @@ class VerifiedStars(beam.PTransform):
         )
 
 
-class DistributedDecisions(beam.PTransform):
-    """``{"sketches", "bands"}`` blocks → ``(partition, DecisionRows)`` by shuffles only: memory per worker bounded
-    by a partition's band entries, sketches or components, whose number grows with the input."""
+def _components_on_one_worker(element, cfg: NearDedupConfig, parts: int, decisions_made, without_sketch):
+    _, pieces = element
+    pieces = list(pieces)
+    labelled, missing = blocks.one_worker_components(
+        blocks.concat_columns([p for p in pieces if isinstance(p, blocks.Edges)]),
+        SketchRows.concat([p for p in pieces if isinstance(p, SketchRows)]))
+    if missing:
+        without_sketch.inc(missing)
+    yield from _resolve((0, [labelled]), cfg, parts, decisions_made)
+
+
+class ComponentsOnOneWorker(beam.PTransform):
+    """Blocks of every verified edge (both directions) and of their ends' sketch rows, all keyed 0 →
+    ``(partition, DecisionRows)``: one worker labels the components by an array union-find and resolves each
+    into verified stars, in one step. For a graph known to be small (``cc_one_worker_max_input_bytes``): it
+    spares the star rounds, the labelling and the shuffles that bring each component together (on Dask each
+    shuffle costs two scheduling round trips, however little it moves)."""
 
     def __init__(self, cfg: NearDedupConfig, parts: int):
         super().__init__()
         self.cfg, self.parts = cfg, parts
 
     def expand(self, inputs):
+        return (
+            inputs
+            | "GatherGraph" >> ByPartition(1)
+            | "ResolveComponents" >> timed(STEP_NAME, _components_on_one_worker, self.cfg, self.parts,
+                                           Metrics.counter(STEP_NAME, DECISIONS_MADE),
+                                           Metrics.counter(STEP_NAME, LABELS_WITHOUT_SKETCH))
+        )
+
+
+class DistributedDecisions(beam.PTransform):
+    """``{"sketches", "bands"}`` blocks → ``(partition, DecisionRows)`` by shuffles only: memory per worker bounded
+    by a partition's band entries, sketches or components, whose number grows with the input. With
+    ``one_worker_components`` (a small input) the components are found and resolved on one worker instead
+    (``ComponentsOnOneWorker``)."""
+
+    def __init__(self, cfg: NearDedupConfig, parts: int, one_worker_components: bool = False):
+        super().__init__()
+        self.cfg, self.parts, self.one_worker_components = cfg, parts, one_worker_components
+
+    def expand(self, inputs):
         edges = inputs["bands"] | "CandidateEdges" >> CandidateEdges(self.parts)
         verified = ({"sketches": inputs["sketches"], "centres": edges.centres, "members": edges.members}
-                    | "VerifiedEdges" >> VerifiedEdges(self.cfg, self.parts))
+                    | "VerifiedEdges" >> VerifiedEdges(self.cfg, self.parts, self.one_worker_components))
+        if self.one_worker_components:
+            return verified | "ComponentsOnOneWorker" >> ComponentsOnOneWorker(self.cfg, self.parts)
         labelled = ({"edges": verified.edges, "rows": verified.rows}
                     | "ConnectedComponents" >> ConnectedComponents(self.cfg.cc_max_rounds, self.parts))
         return labelled | "VerifiedStars" >> VerifiedStars(self.cfg, self.parts)
@@ -507,6 +562,8 @@ class _DecideFn(StepFn):
         self._cfg = cfg
         self._applied = Metrics.counter(STEP_NAME, DECISIONS_APPLIED)
 
+    infer_output_type = any_output_type
+
     def process(self, element):
         _, groups = element
         docs = [doc for block in groups["doc"] for doc in block]
@@ -566,10 +623,12 @@ class NearDedupDecide(beam.PTransform):
     when ``index_out_dir`` is given). See ``NearDedup``."""
 
     def __init__(self, cfg: NearDedupConfig, index_out_dir: Optional[str] = None, against_dirs: Sequence[str] = (),
-                 path: str = "auto", parts: int = blocks.MIN_PARTITIONS, carry: Optional[Callable[[dict], dict]] = None):
+                 path: str = "auto", parts: int = blocks.MIN_PARTITIONS, carry: Optional[Callable[[dict], dict]] = None,
+                 one_worker_components: bool = False):
         super().__init__()
         self.cfg, self.index_out_dir, self.against_dirs = cfg, index_out_dir, list(against_dirs)
         self.path, self.parts, self.carry = path, parts, carry
+        self.one_worker_components = one_worker_components
 
     def expand(self, docs):
         cfg, parts = self.cfg, self.parts
@@ -591,7 +650,8 @@ class NearDedupDecide(beam.PTransform):
             else:
                 sketches, bands = sketched[SKETCHES], sketched[BANDS]
             if self.path == "beam":
-                decisions = {"sketches": sketches, "bands": bands} | "Distributed" >> DistributedDecisions(cfg, parts)
+                decisions = ({"sketches": sketches, "bands": bands}
+                             | "Distributed" >> DistributedDecisions(cfg, parts, self.one_worker_components))
             else:  # auto: choose at run time from the number of sketches; the other path then sees empty inputs
                 count = beam.pvalue.AsSingleton(
                     sketches | "SketchRows" >> beam.Map(_rows_in) | "CountSketches" >> beam.CombineGlobally(sum))
@@ -632,7 +692,8 @@ class NearDedup(beam.PTransform):
     ``memory`` gathers all sketches on one worker and runs ``dedup_in_memory``; ``beam`` groups band entries by
     partitions of their keys (``CandidateEdges``), verifies star edges by joins (``VerifiedEdges``), finds
     components by large-star/small-star rounds (``ConnectedComponents``) and resolves each component on its own
-    (``VerifiedStars``). Its partitions (``blocks.partitions_for(input_bytes, workers)``; ``workers``: how many
+    (``VerifiedStars``), or, for a known input of at most ``cc_one_worker_max_input_bytes``, finds and resolves
+    them on one worker (``ComponentsOnOneWorker``). Its partitions (``blocks.partitions_for(input_bytes, workers)``; ``workers``: how many
     workers share the shuffles, when the caller knows) grow with the input, so memory per worker is bounded by
     a partition's band entries, sketches, components or documents. Both paths give the same decisions; both
     are deterministic on any number of workers and partitions. The documents are in the global window.
@@ -661,6 +722,11 @@ class NearDedup(beam.PTransform):
             return self.cfg.mode
         return chosen_path(self.cfg, self.input_bytes, index_bytes(self.against_dirs))
 
+    def components_on_one_worker(self) -> bool:
+        """Whether the Beam path finds and resolves its components on one worker (a known input size within
+        ``cc_one_worker_max_input_bytes``, earlier runs' indexes included) rather than by star rounds."""
+        return components_on_one_worker(self.cfg, self.input_bytes, index_bytes(self.against_dirs))
+
     def partitions(self) -> int:
         """The partitions of the distributed path's blocks (and of every shuffle of either path):
         ``blocks.partitions_for`` of the input (earlier runs' indexes included; unknown when neither the input's
@@ -674,5 +740,6 @@ class NearDedup(beam.PTransform):
             decided = docs | "NotEnabled" >> beam.Map(lambda doc: (doc, None))
         else:
             decided = docs | "Decide" >> NearDedupDecide(self.cfg, self.index_out_dir, self.against_dirs,
-                                                         self.path(), self.partitions(), self.carry)
+                                                         self.path(), self.partitions(), self.carry,
+                                                         self.components_on_one_worker())
         return decided | "Tail" >> Route(STEP_NAME, self.progress_dir)
