@@ -188,7 +188,7 @@ def test_duplicate_ids_are_refused_on_the_in_memory_path():
     with pytest.raises(ValueError, match="occurs more than once"):
         list(_resolve_all((0, [block, block]), cfg, False))
     with pytest.raises(ValueError, match="occurs more than once"):  # the distributed path, where ids meet docs
-        _DecideFn(cfg).process((0, {"doc": [docs, [dict(docs[0])]], "decision": []}))
+        _DecideFn(cfg).process((0, [docs, [dict(docs[0])]]))
 
 
 def _chain_family(rng: random.Random) -> list[str]:

@@ -49,16 +49,21 @@ def _windowed(value):
 
 
 class ByPartition(beam.PTransform):
-    """``GroupByKey`` (``CoGroupByKey`` of a dict of inputs) of blocks keyed by their partition, an int in
-    0..parts-1. Annotated as such, so that a runner can give every partition its own reducer instead of hashing
-    ``parts`` keys into its own number of buckets (the Dask runner: ``parts`` × ``parts`` bucket tasks per
-    shuffle, none empty, none doubled, where hashing cost its partition count squared)."""
+    """``GroupByKey`` of blocks keyed by their partition, an int in 0..parts-1: of one input; of a tuple of inputs
+    whose blocks differ in type, one ``Flatten`` before it (the consumer tells them apart: ``blocks.by_type``);
+    of a dict of inputs, ``CoGroupByKey`` (whose tagging and collecting DoFns cost 8-12 ms of graph building
+    each time: a fixed cost of every run, which the typed form spares). Annotated as such, so that a runner can
+    give every partition its own reducer instead of hashing ``parts`` keys into its own number of buckets (the
+    Dask runner: ``parts`` × ``parts`` bucket tasks per shuffle, none empty, none doubled, where hashing cost its
+    partition count squared)."""
 
     def __init__(self, parts: int):
         super().__init__()
         self.parts = parts
 
     def expand(self, inputs):
+        if isinstance(inputs, tuple):
+            inputs = inputs | "Blocks" >> beam.Flatten()
         with transform_annotations(**{SHUFFLE_PARTITIONS: str(self.parts)}):
             return inputs | (beam.CoGroupByKey() if isinstance(inputs, dict) else beam.GroupByKey())
 
@@ -212,18 +217,18 @@ class SketchesAndBands(beam.PTransform):
 
 def _bucket_edges(element, parts: int):
     """A partition of band entries (every entry of its buckets) → star edges, to the partition of their centre
-    and, on ``members``, to that of their other end."""
+    (``Edges``) and to that of their other end (``MemberEdges``)."""
     _, entries = element
     edges = blocks.bucket_star_edges(blocks.concat_columns(entries))
     yield from blocks.split_columns(edges, partition_of(edges.a, parts), parts)
     for p, block in blocks.split_columns(edges, partition_of(edges.b, parts), parts):
-        yield beam.pvalue.TaggedOutput("members", (p, block))
+        yield p, blocks.MemberEdges(*block)
 
 
 class CandidateEdges(beam.PTransform):
-    """Band entries → candidate edges ``(centre, other member)``, by the partition of their centre (``.centres``)
-    and by that of their other end (``.members``): a linear star per bucket (the same edge from several bands is
-    merged where the edges meet their centre, ``VerifiedEdges``)."""
+    """Band entries → candidate edges ``(centre, other member)``: ``Edges`` blocks by the partition of their
+    centre and ``MemberEdges`` blocks by that of their other end, a linear star per bucket (the same edge from
+    several bands is merged where the edges meet their centre, ``VerifiedEdges``)."""
 
     def __init__(self, parts: int):
         super().__init__()
@@ -233,17 +238,17 @@ class CandidateEdges(beam.PTransform):
         return (
             bands
             | "GroupBuckets" >> ByPartition(self.parts)
-            | "StarEdges" >> timed(STEP_NAME, _bucket_edges, self.parts).with_outputs("members", main="centres")
+            | "StarEdges" >> timed(STEP_NAME, _bucket_edges, self.parts)
         )
 
 
 def _edge_ends(element, parts: int):
     """At a partition of ids: its candidate edges' centre rows and member rows, towards the members' partitions."""
-    _, groups = element
-    rows = SketchRows.concat(groups["sketch"])
+    groups = blocks.by_type(element[1])
+    rows = SketchRows.concat(groups.get(SketchRows, []))
     if rows is not None:
-        yield from blocks.edge_ends(rows, blocks.concat_columns(groups["centre_of"]),
-                                    blocks.concat_columns(groups["member_of"]), parts)
+        yield from blocks.edge_ends(rows, blocks.concat_columns(groups.get(blocks.Edges, [])),
+                                    blocks.concat_columns(groups.get(blocks.MemberEdges, [])), parts)
 
 
 def _verify(element, cfg: NearDedupConfig, parts: int, rejected):
@@ -272,7 +277,7 @@ def _verify_for_one_worker(element, cfg: NearDedupConfig, rejected):
 
 
 class VerifiedEdges(beam.PTransform):
-    """``{"sketches", "centres", "members"}`` (the candidate edges by the partition of each end) → ``.edges``: the
+    """``(sketches, candidate edges)`` (the candidate edges by the partition of each end) → ``.edges``: the
     distinct candidate edges whose two documents are similar enough, in both directions, keyed by the partition
     of their first end, and ``.rows``: their ends' sketch rows, by the partition of their id. Two shuffles: the
     sketches meet the edges of their documents (the only join that reads every sketch), and each edge meets its
@@ -287,7 +292,7 @@ class VerifiedEdges(beam.PTransform):
     def expand(self, inputs):
         rejected = Metrics.counter(STEP_NAME, "candidate_edges_rejected")
         probes = (
-            {"sketch": inputs["sketches"], "centre_of": inputs["centres"], "member_of": inputs["members"]}
+            inputs
             | "JoinEnds" >> ByPartition(self.parts)
             | "EdgeEnds" >> timed(STEP_NAME, _edge_ends, self.parts)
             | "GroupProbes" >> ByPartition(self.parts)
@@ -460,7 +465,7 @@ class DistributedDecisions(beam.PTransform):
 
     def expand(self, inputs):
         edges = inputs["bands"] | "CandidateEdges" >> CandidateEdges(self.parts)
-        verified = ({"sketches": inputs["sketches"], "centres": edges.centres, "members": edges.members}
+        verified = ((inputs["sketches"], edges)
                     | "VerifiedEdges" >> VerifiedEdges(self.cfg, self.parts, self.one_worker_components))
         if self.one_worker_components:
             return verified | "ComponentsOnOneWorker" >> ComponentsOnOneWorker(self.cfg, self.parts)
@@ -565,8 +570,8 @@ class _DecideFn(StepFn):
     infer_output_type = any_output_type
 
     def process(self, element):
-        _, groups = element
-        docs = [doc for block in groups["doc"] for doc in block]
+        groups = blocks.by_type(element[1])
+        docs = [doc for block in groups.get(list, ()) for doc in block]
         if not docs:  # an old run's document: nothing to emit
             return []
         started = time.perf_counter()
@@ -577,7 +582,7 @@ class _DecideFn(StepFn):
 
     def _decide(self, docs, groups):
         check_unique_ids([int(doc["id"]) for doc in docs])
-        decided = blocks.concat_columns(groups["decision"])
+        decided = blocks.concat_columns(groups.get(DecisionRows, []))
         by_id = {d.id: d for d in decided.decisions()} if decided is not None else {}
         applied, kept_ids = 0, []
         for doc in docs:
@@ -589,7 +594,7 @@ class _DecideFn(StepFn):
             yield doc, reason
         if applied:
             self._applied.inc(applied)
-        rows = SketchRows.concat(groups.get("sketch", ())) if "sketch" in groups else None
+        rows = SketchRows.concat(groups.get(SketchRows, []))
         if rows is not None and kept_ids:
             at = rows.index_of(np.array(kept_ids, dtype=np.int64))
             at = at[at >= 0]
@@ -598,8 +603,9 @@ class _DecideFn(StepFn):
 
 
 class Decisions(beam.PTransform):
-    """``{"doc", "decision"[, "sketch"]}`` blocks keyed by the partition of ids → ``(doc, reason)`` pairs on the
-    main output, and the kept documents' ``index_sketches`` / ``index_bands`` rows when the sketches are given."""
+    """``(docs, decisions[, sketches])``: blocks (lists of documents, ``DecisionRows``, ``SketchRows``) keyed by the
+    partition of ids → ``(doc, reason)`` pairs on the main output, and the kept documents' ``index_sketches`` /
+    ``index_bands`` rows when the sketches are given."""
 
     def __init__(self, cfg: NearDedupConfig, parts: int):
         super().__init__()
@@ -666,9 +672,7 @@ class NearDedupDecide(beam.PTransform):
                     | "AllDecisions" >> beam.Flatten()
                 )
             # The sketches join the decisions only when the kept documents' index is wanted.
-            to_join = {"doc": sketched[DOCS], "decision": decisions}
-            if self.index_out_dir:
-                to_join["sketch"] = sketches
+            to_join = (sketched[DOCS], decisions, sketches) if self.index_out_dir else (sketched[DOCS], decisions)
             joined = to_join | "Decisions" >> Decisions(cfg, parts)
             decided, index = joined.decided, joined
         if self.index_out_dir:

@@ -201,6 +201,21 @@ class Edges(NamedTuple):
     b: np.ndarray
 
 
+class MemberEdges(NamedTuple):
+    """Candidate edges sent to the partition of their other end ``b`` (``Edges`` go to their centre ``a``'s): a
+    type of its own, so that one grouping carries both and the sketches (``beam.ByPartition`` of a tuple)."""
+    a: np.ndarray
+    b: np.ndarray
+
+
+def by_type(values: Iterable) -> dict[type, list]:
+    """A grouped partition's blocks by their type (``beam.ByPartition`` of inputs whose blocks differ in type)."""
+    out: dict[type, list] = {}
+    for value in values:
+        out.setdefault(type(value), []).append(value)
+    return out
+
+
 class Probes(NamedTuple):
     """What a members' partition verifies: edges ``(centre, member)`` with their centres' sketch rows, or its own
     member rows (``edge_ends``)."""
