@@ -1,11 +1,11 @@
 """What the analysis commands (`corpusmill dedup`, `pii`, `quality score`) share, so that they check their
 settings, their --out and their inputs alike and report what they set aside the same way: ``run_config_for``,
-``check_out_path``, ``TextTwins``, ``no_document_exit_code`` and ``quarantine_summary``."""
+``check_out_path``, ``check_new_folder``, ``TextTwins``, ``no_document_exit_code`` and ``quarantine_summary``."""
 from __future__ import annotations
 
 import os
 import sys
-from typing import Callable
+from typing import Callable, Sequence
 
 
 def run_config_for(command: str, config_path: str | None, input_cfg, **own_sections):
@@ -57,6 +57,35 @@ def check_out_path(path: str, option: str = "--out") -> None:
         nearest = os.path.dirname(nearest)
     if not os.path.isdir(nearest):
         raise ConfigError(f"{option} {path}: {nearest} is not a directory, so {path} cannot be created in it")
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option} {path}: the directory {nearest} is not writable")
+
+
+def check_new_folder(path: str, option: str, read_from: Sequence[str] = ()) -> None:
+    """Refuse, before any work, a local output folder that cannot be a new one (exit 2, one line): a file, a
+    folder that already holds files (what is written there is whole, never merged with what was there: an
+    index with fewer parts than the one before it would be read back mixed with that one's left-over parts),
+    one of the inputs ``read_from``, or one whose nearest existing parent cannot be written. URIs
+    (``gs://...``) are left to their file system."""
+    from pipelines.config_base import ConfigError
+
+    if "://" in path:
+        return
+    target = os.path.abspath(path)
+    if any(os.path.abspath(other) == target for other in read_from if "://" not in other):
+        raise ConfigError(f"{option} {path}: is also an input of this run; write into a new folder")
+    if os.path.lexists(target) and not os.path.isdir(target):
+        raise ConfigError(f"{option} {path}: is a file; give a folder")
+    if os.path.isdir(target):
+        if any(os.scandir(target)):
+            raise ConfigError(f"{option} {path}: the folder already holds files; give a new or empty folder")
+        nearest = target
+    else:
+        nearest = os.path.dirname(target)
+        while not os.path.lexists(nearest):
+            nearest = os.path.dirname(nearest)
+        if not os.path.isdir(nearest):
+            raise ConfigError(f"{option} {path}: {nearest} is not a directory, so {path} cannot be created in it")
     if not os.access(nearest, os.W_OK | os.X_OK):
         raise ConfigError(f"{option} {path}: the directory {nearest} is not writable")
 

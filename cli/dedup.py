@@ -23,7 +23,7 @@ import tempfile
 import time
 
 from cli import positive_int
-from cli.analysis import (TextTwins, check_out_path, no_document_exit_code, quarantine_summary,
+from cli.analysis import (TextTwins, check_new_folder, check_out_path, no_document_exit_code, quarantine_summary,
                           resolve_input_fields, run_config_for)
 
 SECTION = "near_dedup"
@@ -211,6 +211,8 @@ def _run(args) -> int:
     if args.config is not None:  # the rest of the file as prepare checks it (without a file: nothing to check)
         run_config_for("dedup", args.config, input_cfg, near_dedup=cfg)
     check_out_path(args.out)
+    if args.index_out:
+        check_new_folder(args.index_out, "--index-out", read_from=args.against)
     if (args.dask_address or args.worker_memory) and args.runner != "dask":
         option = "--dask-address" if args.dask_address else "--worker-memory"
         raise ConfigError(f"{option} needs --runner dask (got --runner {args.runner})")

@@ -73,6 +73,8 @@ def __getattr__(name: str):
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".deflate", ".xz")
+UNSUPPORTED_REASON = (f"unsupported file type (expected {' '.join(JSONL_SUFFIXES)}, .parquet or .txt, each may be "
+                      f"compressed: {' '.join(COMPRESSION_SUFFIXES)}; or set input.format)")
 _GLOB_CHARS = set("*?[")
 _READ_CHUNK = 1 << 20
 _RAW_CHUNK = 1 << 16
@@ -170,8 +172,14 @@ def _relative(path: str, base: str) -> str:
     return rel.replace(os.sep, "/")
 
 
-def _match_entry(index: int, path: str) -> list[tuple[str, str]]:
-    """(file, name) for every file one configured entry names: a glob, a folder (recursively) or a file."""
+def _is_hidden(relative: str) -> bool:
+    return any(part.startswith(".") for part in relative.split("/"))
+
+
+def _match_entry(index: int, path: str, hidden: list | None = None) -> list[tuple[str, str]]:
+    """(file, name) for every file one configured entry names: a glob, a folder (recursively) or a file. In a
+    folder, hidden files and folders (names starting with '.': .git, .DS_Store, an editor's swap file) are left
+    out, as a glob leaves them out; their names go to ``hidden``."""
     if _GLOB_CHARS & set(path) and not is_uri(path):
         # Python's recursive glob, as a shell's globstar and fsspec read it: `**/` matches no folder too
         # (`data/**/*.txt` names data/a.txt as well as data/x/b.txt; Beam's matcher misses the first).
@@ -186,8 +194,15 @@ def _match_entry(index: int, path: str) -> list[tuple[str, str]]:
         return [(path, _basename(path))]
     elif not is_uri(path) and os.path.isdir(path):  # a local folder: its files, none when it holds none yet
         base = path.rstrip(os.sep) or os.sep
-        found = sorted(os.path.join(root, name) for root, _, names in os.walk(base) for name in names)
-        return [(p, _relative(p, base)) for p in found]
+        found, left_out = [], []
+        for root, folders, names in os.walk(base):
+            left_out += [os.path.join(root, name) + os.sep for name in folders if name.startswith(".")]
+            folders[:] = [name for name in folders if not name.startswith(".")]  # hidden ones not walked into
+            for name in names:
+                (left_out if name.startswith(".") else found).append(os.path.join(root, name))
+        if hidden is not None:
+            hidden.extend(_relative(p, base) + ("/" if p.endswith(os.sep) else "") for p in left_out)
+        return [(p, _relative(p, base)) for p in sorted(found)]
     else:
         patterns, base = [path.rstrip("/") + "/**", path], None
     for pattern in patterns:
@@ -203,17 +218,22 @@ def _match_entry(index: int, path: str) -> list[tuple[str, str]]:
             entry_base = base
         elif pattern == path:  # a single file: named by its base name
             return [(found[0], _basename(found[0]))]
-        else:
+        else:  # a folder: hidden files and folders left out, as above
             entry_base = path.rstrip("/") or "/"
+            named = [(p, _relative(p, entry_base)) for p in found]
+            if hidden is not None:
+                hidden.extend(name for _, name in named if _is_hidden(name))
+            return [(p, name) for p, name in named if not _is_hidden(name)]
         return [(p, _relative(p, entry_base)) for p in found]
     raise ConfigError(f"input.paths[{index}]: no file matches {path!r}")
 
 
-def _matched(paths: Sequence[str]) -> list[tuple[str, str]]:
-    """(file, name) of every file the configured paths name, sorted by name, each file once."""
+def _matched(paths: Sequence[str], hidden: list | None = None) -> list[tuple[str, str]]:
+    """(file, name) of every file the configured paths name, sorted by name, each file once (the hidden ones
+    left out of folders: to ``hidden``)."""
     by_file: dict[str, str] = {}
     for index, path in enumerate(paths):
-        for file, name in _match_entry(index, path):
+        for file, name in _match_entry(index, path, hidden):
             by_file.setdefault(file, name)
     names = list(by_file.values())
     if len(set(names)) < len(names):
@@ -241,7 +261,13 @@ def resolve_inputs(paths: Sequence[str], log=None, on_twin=None) -> list[InputFi
     read)`` when given."""
     files: list[InputFile] = []
     seen: dict[str, InputFile] = {}
-    for file, name in _matched(paths):
+    hidden: list[str] = []
+    matched = _matched(paths, hidden)
+    if hidden and log is not None:
+        shown = ", ".join(sorted(hidden)[:3]) + (", ..." if len(hidden) > 3 else "")
+        log(f"{len(hidden)} hidden file(s) or folder(s) in the input folders left out (names starting with '.': "
+            f"{shown})")
+    for file, name in matched:
         size = _size_of(file)
         item = InputFile(file, name, sha256_file(file), size)
         if item.key in seen:
@@ -578,8 +604,7 @@ def read_file_indexed(path: str, cfg: InputConfig,
     name, key = source.name, source.key
     fmt = detect_format(path, cfg.format)
     if fmt is None:
-        yield 0, Quarantined(name, 0, "unsupported_file", "unsupported file type (expected .jsonl[.gz|.zst], "
-                                                          ".parquet or .txt)", None, key)
+        yield 0, Quarantined(name, 0, "unsupported_file", UNSUPPORTED_REASON, None, key)
         return
     try:
         fh = _open_bytes(path)

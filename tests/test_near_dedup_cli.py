@@ -165,6 +165,33 @@ def test_a_second_input_is_deduplicated_against_the_first_ones_index(tmp_path, c
     assert copy["kept"] is False and copy["cluster_in_earlier_run"] is True
 
 
+def test_an_index_out_that_cannot_be_a_new_index_is_refused_before_any_work(tmp_path, capsys):
+    """An index is written whole into a new folder: a file, a folder holding files (an earlier index's parts
+    would be read back with the new ones), the --against folder itself, an unwritable place: one line, exit 2,
+    no output written."""
+    _write_input(tmp_path / "in.jsonl.gz")
+    index = tmp_path / "index"
+    out = tmp_path / "o.jsonl"
+    assert main(["dedup", str(tmp_path / "in.jsonl.gz"), "--out", str(out), "--index-out", str(index)]) == 0
+    capsys.readouterr()
+    (tmp_path / "a_file").write_text("x")
+    cases = {str(index): "the folder already holds files", str(tmp_path / "a_file"): "is a file",
+             str(tmp_path / "a_file" / "idx"): "is not a directory"}
+    for path, said in cases.items():
+        out.unlink(missing_ok=True)
+        assert main(["dedup", str(tmp_path / "in.jsonl.gz"), "--out", str(out), "--index-out", path]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        assert not out.exists()
+    assert main(["dedup", str(tmp_path / "in.jsonl.gz"), "--out", str(out), "--against", str(index),
+                 "--index-out", str(index)]) == 2
+    assert "is also an input of this run" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()  # an empty folder is a new one
+    assert main(["dedup", str(tmp_path / "in.jsonl.gz"), "--out", str(out), "--index-out",
+                 str(tmp_path / "empty")]) == 0
+    assert (tmp_path / "empty" / "index_params.json").exists()
+
+
 def test_a_folder_of_text_files_is_reported_by_file_and_a_copied_file_as_removed(tmp_path, capsys):
     """Text files have no id field: their lines name the file. A file byte-identical to another is read once
     (its document has the same id) but still gets its line, removed for what the file it copies is kept as or

@@ -235,6 +235,27 @@ def test_an_empty_folder_is_an_empty_input_and_a_missing_one_an_error(tmp_path, 
         resolve_inputs([str(tmp_path / "missing")])
 
 
+def test_hidden_files_and_folders_of_an_input_folder_are_left_out_and_said(tmp_path, capsys):
+    """A corpus folder under version control or copied from a Mac holds .git/, .DS_Store, an editor's swap
+    file: a folder's hidden entries are left out (as a glob leaves them out) and counted in one line, instead of
+    each being read and quarantined as an unsupported file. A hidden file named on its own is read."""
+    folder = tmp_path / "corpus"
+    (folder / "sub" / ".git").mkdir(parents=True)
+    (folder / "a.jsonl").write_text(json.dumps({"id": "a", "text": "one document about the weather"}) + "\n")
+    (folder / "sub" / "b.jsonl").write_text(json.dumps({"id": "b", "text": "another, about the sea"}) + "\n")
+    (folder / "sub" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (folder / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")
+    (folder / ".a.jsonl.swp").write_bytes(b"b0VIM 9.0")
+    logged: list[str] = []
+    files = resolve_inputs([str(folder)], log=logged.append)
+    assert [f.name for f in files] == ["a.jsonl", "sub/b.jsonl"]
+    assert logged == ["3 hidden file(s) or folder(s) in the input folders left out (names starting with '.': "
+                      ".DS_Store, .a.jsonl.swp, sub/.git/)"]
+    code, out, err = _cli(["dedup", str(folder), "--out", str(tmp_path / "o.jsonl")], capsys)
+    assert code == 0 and "2 documents" in err and "0 quarantined" in err and "hidden" in err, (code, err)
+    assert [f.name for f in resolve_inputs([str(folder / ".a.jsonl.swp")])] == [".a.jsonl.swp"]
+
+
 # ------------------------------------------------------------------------------------ per-stage fingerprints
 
 
