@@ -58,7 +58,7 @@ def _run(args) -> int:
     from cli.analysis import (MISSING_ID, TextTwins, check_out_path, no_document_exit_code, resolve_input_fields,
                               run_config_for)
     from pipelines.config import InputConfig, load_section
-    from pipelines.read import Quarantined, iter_records, reported_id, resolve_inputs
+    from pipelines.read import Quarantined, iter_records, record_position, reported_id, resolve_inputs
     from runio.files import atomic_output
     from transforms.pii import PiiConfig, PiiStep
     from transforms.pii.step import check
@@ -102,14 +102,15 @@ def _run(args) -> int:
                 record = item.as_record()
                 copies = twins.quarantined([record])  # a text file's copies are quarantined as it is
                 for where, reason in ((source, item.reason), *((c["source"], c["reason"]) for c in copies)):
-                    say(f"skipped record {index} of {where}: {reason}")
+                    say(f"skipped record {item.position} of {where}: {reason}")
                 skipped += [record, *copies]
                 continue
             # a text file without the field is reported by its name (reported_id); a record without it is skipped
             doc_id = reported_id(item, args.id_field)
             if doc_id is None:
-                say(f"skipped record {index} of {source}: no field {args.id_field!r}")
-                skipped.append({"kind": MISSING_ID, "source": item["source"], "position": index})
+                position = record_position(source, index, input_cfg)
+                say(f"skipped record {position} of {source}: no field {args.id_field!r}")
+                skipped.append({"kind": MISSING_ID, "source": item["source"], "position": position})
                 continue
             batch.append({"id": doc_id, "text": item["text"], "annotations": {}})
             if len(batch) >= args.batch_size:

@@ -102,6 +102,13 @@ def is_text_file(name: str) -> bool:
     return detect_format(name, "auto") == "text"
 
 
+def record_position(path: str, index: int, cfg: InputConfig) -> int:
+    """The place of a file's record at ``index`` (from 0, as the parsers count) as quarantine records and the
+    commands' lines name it: a JSONL line number from 1, a Parquet row from 0, 0 for a text file."""
+    fmt = detect_format(path, cfg.format)
+    return index + 1 if fmt == "jsonl" else 0 if fmt == "text" else index
+
+
 def reported_id(doc: dict, id_field: str | None, default=None):
     """The id an analysis command (``corpusmill dedup``, ``pii``, ``quality``) reports for a document: its
     ``id_field``; without one, the ``source`` name of a text file (the file is the document: its name is what a
@@ -554,7 +561,12 @@ def parse_parquet(fh, source: InputFile, cfg: InputConfig) -> Iterator[tuple[int
                              key)
         return
     if cfg.text_field not in parquet.schema_arrow.names:
-        yield 0, Quarantined(name, 0, "missing_text", f"Parquet file has no {cfg.text_field!r} column", None, key)
+        # one record for the file (its rows are one mistake, not N), saying how many rows it holds and which
+        # columns it has: the text is most often under another name (input.text_field / --text-field)
+        names = parquet.schema_arrow.names
+        shown = ", ".join(repr(n) for n in names[:8]) + (", ..." if len(names) > 8 else "")
+        yield 0, Quarantined(name, 0, "missing_text", f"Parquet file has no {cfg.text_field!r} column; none of its "
+                             f"{parquet.metadata.num_rows} rows read (its columns: {shown or 'none'})", None, key)
         return
     row = 0
     for batch in parquet.iter_batches(batch_size=1024):

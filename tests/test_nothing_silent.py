@@ -256,6 +256,22 @@ def test_hidden_files_and_folders_of_an_input_folder_are_left_out_and_said(tmp_p
     assert [f.name for f in resolve_inputs([str(folder / ".a.jsonl.swp")])] == [".a.jsonl.swp"]
 
 
+def test_a_parquet_file_without_the_text_column_says_how_many_rows_and_which_columns(tmp_path):
+    """One quarantine record for the file (one mistake, not one per row), naming its row count and columns: the
+    text is most often under another name (input.text_field)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipelines.config_base import InputConfig
+
+    path = tmp_path / "crawl.parquet"
+    pq.write_table(pa.table({"content": ["a page", "another"], "url": ["https://a", "https://b"]}), path)
+    items = list(read_file(str(path), InputConfig(paths=[str(path)])))
+    assert len(items) == 1 and items[0].kind == "missing_text"
+    assert items[0].reason == ("Parquet file has no 'text' column; none of its 2 rows read (its columns: 'content', "
+                               "'url')")
+
+
 # ------------------------------------------------------------------------------------ per-stage fingerprints
 
 

@@ -159,7 +159,7 @@ def test_cli_writes_spans_into_original_text(tmp_path, capsys):
     with gzip.open(src, "wt", encoding="utf-8") as fh:
         for d in pii_docs():
             fh.write(json.dumps({"doc": d["id"], "text": d["text"]}, ensure_ascii=False) + "\n")
-        fh.write('{"doc": 9, "text": 42}\n{broken\n')
+        fh.write('{"doc": 9, "text": 42}\n{broken\n\n{"text": "a record without its id"}\n')
     out = tmp_path / "spans.jsonl"
     assert main(["pii", str(src), "--out", str(out), "--id-field", "doc", "--ner", "off"]) == 0
     rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
@@ -170,7 +170,9 @@ def test_cli_writes_spans_into_original_text(tmp_path, capsys):
             assert set(s) == {"start", "end", "entity_type", "score"}
             assert texts[r["id"]][s["start"]:s["end"]] in PII_VALUES
     err = capsys.readouterr().err
-    assert "skipped record 4" in err and "skipped record 5" in err
+    # the JSONL line numbers (from 1), as the quarantine records and `corpusmill dedup` name them
+    assert f"skipped record 5 of {src}: 'text' is a number" in err and f"skipped record 6 of {src}: not valid JSON" in err
+    assert f"skipped record 8 of {src}: no field 'doc'" in err  # line 8: the blank line 7 counts as a line
     assert not any(v in err for v in PII_VALUES)
 
 
