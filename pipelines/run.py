@@ -337,6 +337,8 @@ def plan_changes(cfg: RunConfig, paths: RunPaths, manifest: dict | None, against
         elif stage == "train" and restart:
             log(f"train: changed ({reason}): --from-scratch: training starts over at step 0, the checkpoints "
                 f"are set aside")
+        elif stage == "train" and not cfg.train.checkpoint.enabled:
+            log(f"train: its config changed ({reason}): training runs again from step 0 (checkpoints are off)")
         elif stage == "train":
             log(f"train: its config changed ({reason}): training runs again, resuming from its checkpoint")
         else:

@@ -214,7 +214,7 @@ def test_continued_pretraining_of_an_imported_model(tmp_path, tmp_path_factory):
     imported_cfg = hf.load_for_inference(str(init)).config
     cfg = base_config({"model": imported_cfg.model_dump(), "steps": 20, "eval": {"interval": 0},
                        "optimizer": {"lr": 3e-3, "warmup_steps": 2, "clip_grad_norm": 1.0},
-                       "checkpoint": {"interval": 20}})
+                       "checkpoint": {"interval": 20}, "init_from": str(init)})
     trainer = Trainer(cfg, run)
     # what train.init_from: <init> (or hf:<src>) does before the first step
     loaded = hf.load_initial_weights(str(init), trainer.model.parts, trainer.cfg.model,
@@ -237,7 +237,8 @@ def test_continued_pretraining_of_an_imported_model(tmp_path, tmp_path_factory):
     assert not torch.equal(trained.output.weight, source.lm_head.weight)  # it did train
     card = (out / "README.md").read_text()  # trained here after the import: its own steps, not an import's card
     assert "trained with corpusmill" in card and "optimizer steps: 20 (steps 0 to 19)" in card
-    assert "imported" not in card
+    assert f"Its training started from the weights of `{init}` (`train.init_from: {init}`)." in card
+    assert f"after initialization from `{init}`" in card and "imported" not in card
 
 
 def test_initial_weights_check_the_tokenizer_and_the_config(tmp_path, tmp_path_factory):

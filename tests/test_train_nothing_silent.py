@@ -287,6 +287,29 @@ def test_resume_false_beside_checkpoints_is_refused_and_from_scratch_starts_anew
     assert sorted(p.name for p in (aside / "checkpoints").glob("step-*")) == ["step-00000002", "step-00000004"]
 
 
+def test_training_without_checkpoints_never_appends_to_another_runs_logs(shards, tmp_path):
+    """checkpoint.enabled: false starts at step 0: beside checkpoints it is refused (they may be meant to be
+    continued); an earlier attempt's logs alone are set aside with a line, so metrics.jsonl holds one run."""
+    from trainer_bridge.launch import run_training
+
+    run = run_with_shards(tmp_path / "run", shards)
+    off = cfg({"steps": 2, "checkpoint": {"enabled": False}})
+    assert run_training(SimpleNamespace(run_dir=run.root, train=off)) == 0
+    first = [json.loads(line)["step"] for line in run.metrics_jsonl.read_text().splitlines() if '"step"' in line]
+    said: list[str] = []
+    assert run_training(SimpleNamespace(run_dir=run.root, train=off), outcome=said.append) == 0
+    steps = [json.loads(line)["step"] for line in run.metrics_jsonl.read_text().splitlines() if '"step"' in line]
+    assert steps == first  # the second run's log alone, not appended to the first's
+    aside = next(run.train.glob("set-aside-*"))
+    assert (aside / run.metrics_jsonl.name).exists()
+    shutil.rmtree(aside)
+    train(cfg({"steps": 2}), run)  # a run with checkpoints
+    said.clear()
+    assert run_training(SimpleNamespace(run_dir=run.root, train=off), outcome=said.append) == 4
+    assert len(said) == 1 and "train.checkpoint.enabled is false" in said[0] and "--from-scratch" in said[0], said
+    assert not list(run.train.glob("set-aside-*"))  # refused: nothing moved
+
+
 def test_from_scratch_sets_aside_every_training_log(tmp_path):
     from trainer_bridge.checkpoint import set_aside
 

@@ -435,6 +435,7 @@ class RunIdentity:
     shards: dict | None
     train_steps: int
     world_size: int | None = None  # recorded in provenance.json (an elastic resume names the change), not matched
+    init_from: str | None = None  # ``train.init_from``: recorded (a model card names what training started from)
 
     def files(self, step: int) -> dict[str, dict]:
         """The JSON files written into the checkpoint of ``step``."""
@@ -443,6 +444,8 @@ class RunIdentity:
             provenance["world_size"] = self.world_size
         if self.shards is not None:
             provenance["shards"] = self.shards
+        if self.init_from:
+            provenance["init_from"] = self.init_from
         return {MODEL_CONFIG_FILE: self.model, PROVENANCE_FILE: provenance}
 
 
@@ -539,6 +542,21 @@ def refuse_training_anew_beside(root: Path, durable_tiers=()) -> None:
                                f"({', '.join(sorted(names))}): training anew there would mix two runs' checkpoints; "
                                "pass --from-scratch to set them aside and start over, or set "
                                "train.checkpoint.resume: true to continue from the newest")
+
+
+def start_without_checkpoints(paths: RunPaths, say: Callable[[str], None]) -> None:
+    """``checkpoint.enabled: false`` trains from step 0 and saves nothing. Beside an earlier training's
+    checkpoints (which the user may have meant to continue) that is refused (``TrainRefused``); an earlier
+    attempt's training logs alone are set aside (``set_aside``, nothing deleted, said in a line), so the new
+    run's ``metrics.jsonl`` is never appended to another run's."""
+    names = [p.name for p in complete_checkpoints(paths.checkpoints)]
+    if names:
+        raise TrainRefused(f"train.checkpoint.enabled is false, so training starts at step 0, but {paths.checkpoints}"
+                           f" holds checkpoints ({', '.join(sorted(names))}): enable checkpoints to continue from "
+                           "the newest, or pass --from-scratch to set them aside and start over")
+    if any(p.exists() for p in training_logs(paths)):
+        say(f"train.checkpoint.enabled is false, so training starts at step 0: an earlier attempt's training logs "
+            f"were moved to {set_aside(paths)}")
 
 
 def training_logs(paths: RunPaths) -> tuple[Path, ...]:

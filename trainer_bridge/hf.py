@@ -650,7 +650,9 @@ def model_card(paths: RunPaths, checkpoint: Path, cfg: ModelConfig, config: dict
     progress = load_train_progress(checkpoint)
     # A model-only checkpoint (no train state) is an import's: its weights were not trained here.
     imported = progress is None
-    imported_from = (read_checkpoint_json(checkpoint, PROVENANCE_FILE) or {}).get("imported_from")
+    provenance = read_checkpoint_json(checkpoint, PROVENANCE_FILE) or {}
+    imported_from = provenance.get("imported_from")
+    init_from = provenance.get("init_from")  # train.init_from: the weights training started from
     shape = (f"{config['num_hidden_layers']} layers, hidden size {config['hidden_size']}, "
              f"{config['num_attention_heads']} heads ({config['num_key_value_heads']} kv), vocabulary "
              f"{config['vocab_size']}, context {config['max_position_embeddings']}.")
@@ -666,7 +668,9 @@ def model_card(paths: RunPaths, checkpoint: Path, cfg: ModelConfig, config: dict
     else:
         lines = [f"# {paths.name}", "",
                  f"A Llama-style decoder trained with corpusmill, exported from checkpoint `{checkpoint.name}` of "
-                 f"run `{paths.name}`: {shape}", "", *usage,
+                 f"run `{paths.name}`: {shape}"
+                 + (f" Its training started from the weights of `{init_from.removeprefix('hf:')}` "
+                    f"(`train.init_from: {init_from}`)." if init_from else ""), "", *usage,
                  "Packed training rows restart `position_ids` at every document; transformers masks attention per "
                  "document by itself when given such `position_ids` with no `attention_mask` and `use_cache=False`."
                  + (" Documents were trained with a leading bos token: the tokenizer adds it." if special.add_bos
@@ -698,7 +702,8 @@ def model_card(paths: RunPaths, checkpoint: Path, cfg: ModelConfig, config: dict
         lines.append("- not trained by corpusmill: 0 optimizer steps here; the weights are the imported model's")
     else:
         summary = _metrics_summary(paths, step)
-        lines.append(f"- optimizer steps: {step}" + (f" (steps 0 to {step - 1})" if step > 0 else ""))
+        lines.append(f"- optimizer steps: {step}" + (f" (steps 0 to {step - 1})" if step > 0 else "")
+                     + (f", after initialization from `{init_from.removeprefix('hf:')}`" if init_from else ""))
         lines.append(f"- tokens trained: {progress['tokens_seen']}")
         if summary["train"]:
             lines.append(f"- final train loss: {summary['train'][1]:.4f} (step {summary['train'][0]})")

@@ -282,7 +282,8 @@ def preflight(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool = F
 
 
 def _check_inputs(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool, say: Callable[[str], None]) -> None:
-    from trainer_bridge.checkpoint import plan_resume, refuse_training_anew_beside, set_aside
+    from trainer_bridge.checkpoint import (plan_resume, refuse_training_anew_beside, set_aside,
+                                           start_without_checkpoints)
     from trainer_bridge.data import has_split, open_split
     from trainer_bridge.train import expected_tokenizer_sha256, resolve_model_config, run_identity
 
@@ -309,6 +310,8 @@ def _check_inputs(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool
                 say(f"--from-scratch: the durable tier's checkpoints were moved to {moved}")
         return
     checkpoint = train_cfg.checkpoint
+    if not checkpoint.enabled:
+        start_without_checkpoints(paths, say)
     if checkpoint.enabled and not checkpoint.resume:
         refuse_training_anew_beside(paths.checkpoints, durable_tiers(checkpoint, paths))
     resumes = checkpoint.enabled and checkpoint.resume

@@ -258,7 +258,7 @@ def run_identity(cfg: TrainConfig, paths: RunPaths, world_size: int | None = Non
     """What this run's checkpoints record and a resume must match (``cfg``: with the model config resolved);
     ``world_size``: the processes that save (recorded, not matched: a resume may use another world size)."""
     return RunIdentity(model=cfg.model.model_dump(mode="json"), shards=shards_identity(paths.shards),
-                       train_steps=cfg.steps, world_size=world_size)
+                       train_steps=cfg.steps, world_size=world_size, init_from=cfg.init_from)
 
 
 class Trainer:
