@@ -52,7 +52,15 @@ def check_out_path(path: str, option: str = "--out") -> None:
     if os.path.isdir(target):
         raise ConfigError(f"{option} {path}: is a directory; give the path of a file (e.g. "
                           f"{os.path.join(path, 'out.jsonl')})")
-    nearest = os.path.dirname(target)  # the nearest folder that exists holds the ones the command will make
+    _check_can_create(path, os.path.dirname(target), option)
+
+
+def _check_can_create(path: str, parent: str, option: str) -> None:
+    """``path`` can be made in ``parent``: the nearest folder that exists (it holds the ones the command will
+    make) is a directory the command may write."""
+    from pipelines.config_base import ConfigError
+
+    nearest = parent
     while not os.path.lexists(nearest):
         nearest = os.path.dirname(nearest)
     if not os.path.isdir(nearest):
@@ -76,18 +84,9 @@ def check_new_folder(path: str, option: str, read_from: Sequence[str] = ()) -> N
         raise ConfigError(f"{option} {path}: is also an input of this run; write into a new folder")
     if os.path.lexists(target) and not os.path.isdir(target):
         raise ConfigError(f"{option} {path}: is a file; give a folder")
-    if os.path.isdir(target):
-        if any(os.scandir(target)):
-            raise ConfigError(f"{option} {path}: the folder already holds files; give a new or empty folder")
-        nearest = target
-    else:
-        nearest = os.path.dirname(target)
-        while not os.path.lexists(nearest):
-            nearest = os.path.dirname(nearest)
-        if not os.path.isdir(nearest):
-            raise ConfigError(f"{option} {path}: {nearest} is not a directory, so {path} cannot be created in it")
-    if not os.access(nearest, os.W_OK | os.X_OK):
-        raise ConfigError(f"{option} {path}: the directory {nearest} is not writable")
+    if os.path.isdir(target) and any(os.scandir(target)):
+        raise ConfigError(f"{option} {path}: the folder already holds files; give a new or empty folder")
+    _check_can_create(path, target if os.path.isdir(target) else os.path.dirname(target), option)
 
 
 def _same_row_renamed(row: dict, name: str) -> dict:
