@@ -458,9 +458,9 @@ def _acquire(job: _JobState, op, state, sides: dict[str, list]) -> _Pooled:
     return pooled
 
 
-def _release(job: _JobState, op, fn) -> None:
+def _release(job: _JobState, op, pooled: _Pooled) -> None:
     with _lock:
-        job.pools.setdefault(op.op_id, []).append(fn)
+        job.pools.setdefault(op.op_id, []).append(pooled)
 
 
 def _discard_instance(job: _JobState, pooled: _Pooled) -> None:

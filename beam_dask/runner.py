@@ -51,6 +51,12 @@ def _non_negative_int(text: str) -> int:
 PARTITION_INPUT_BYTES = 8 << 20  # input bytes (as stored, e.g. gzip) per shuffle partition when the size is known
 
 
+def whole_source_shuffles(input_bytes: int | None, max_bytes: int = PARTITION_INPUT_BYTES) -> bool:
+    """Whether a job of ``input_bytes`` (0 or None: unknown) shuffles from whole sources, without pick tasks
+    (``translate._WholeSource``): a known input of at most ``max_bytes``."""
+    return 0 < (input_bytes or 0) <= max_bytes
+
+
 class DaskRunnerOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
@@ -268,9 +274,8 @@ class DaskRunner(PipelineRunner):
             partitions = self.partitions or opts.dask_partitions or default_partitions(client, self.input_bytes)
             job_id = uuid.uuid4().hex
             options_dict: dict[str, Any] = options.get_all_options(drop_default=True, retain_unknown_options=True)
-            whole_sources = 0 < (self.input_bytes or 0) <= opts.dask_whole_source_shuffle_max_bytes
             translation = translate(plan, job_id, partitions, options_dict, opts.dask_staged_shuffle_above,
-                                    whole_sources)
+                                    whole_source_shuffles(self.input_bytes, opts.dask_whole_source_shuffle_max_bytes))
             tracked = [watch.key_id(k) for k in translation.stage_keys + translation.terminal_keys]
             _ensure_watch(client)
             client.run_on_scheduler(watch.register_job, job_id, job_id[:8], tracked,

@@ -19,7 +19,7 @@ import time
 
 import apache_beam as beam
 
-from beam_dask.runner import PARTITION_INPUT_BYTES
+from beam_dask.runner import whole_source_shuffles
 from beam_dask.translate import plan_pipeline, translate
 from pipelines.beam_options import make_pipeline
 from pipelines.config_base import InputConfig
@@ -52,8 +52,8 @@ def build_and_translate(path: str, corpus: str, workers: int) -> dict:
     read = pipeline | "Read" >> ReadCorpus(InputConfig(paths=[corpus]), files, spread_documents=len(files) < 2 * parts)
     read["docs"] | "NearDedup" >> dedup
     built = time.perf_counter()
-    whole_sources = 0 < input_bytes <= PARTITION_INPUT_BYTES  # as the runner decides by default
-    translation = translate(plan_pipeline(pipeline), "bench", parts, {}, whole_sources=whole_sources)
+    translation = translate(plan_pipeline(pipeline), "bench", parts, {},
+                            whole_sources=whole_source_shuffles(input_bytes))  # as the runner decides by default
     translated = time.perf_counter()
     return {"build_s": built - started, "translate_s": translated - built, "applied": pipeline.applied,
             "tasks": len(translation.graph), "partitions": parts}
