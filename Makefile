@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench clean
+.PHONY: install system-tools demo test bench clean
 
 install: $(STAMP)
 
@@ -18,7 +18,21 @@ $(STAMP): pyproject.toml constraints.txt
 demo: install
 	$(BIN)/corpusmill run configs/demo.yaml
 
-test: install
+# The report's browser test (headless Chromium) and the alert-rule check (promtool) need two Debian packages.
+# Installed here when missing (root with apt-get); elsewhere one line says what to install and those tests fail.
+SYSTEM_TOOLS := chromium:chromium chromedriver:chromium-driver promtool:prometheus
+system-tools:
+	@need=""; for pair in $(SYSTEM_TOOLS); do command -v $${pair%%:*} >/dev/null 2>&1 || need="$$need $${pair#*:}"; done; \
+	if [ -z "$$need" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing$$need (Debian packages for the browser and promtool tests)"; \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$need >/dev/null; \
+	else \
+		echo "missing Debian packages:$$need (apt-get install -y$$need as root); the browser and promtool tests will fail" >&2; \
+	fi
+
+test: install system-tools
 	$(BIN)/python -m pytest
 
 bench: install

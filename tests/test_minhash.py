@@ -44,9 +44,8 @@ def test_different_seeds_give_different_signatures():
 
 
 def test_lsh_params_match_datasketch():
-    lsh = pytest.importorskip("datasketch.lsh")
-    if not hasattr(lsh, "_optimal_param"):
-        pytest.skip("datasketch no longer exposes _optimal_param")
+    from datasketch import lsh  # a dependency; its private _optimal_param is the reference: gone means re-check
+    assert hasattr(lsh, "_optimal_param"), "datasketch no longer exposes _optimal_param: compare lsh_params anew"
     for threshold, num_perm in [(0.8, 128), (0.7, 128), (0.5, 64), (0.9, 256)]:
         assert minhash.lsh_params(threshold, num_perm) == lsh._optimal_param(threshold, num_perm, 0.5, 0.5)
 

@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-optuna = pytest.importorskip("optuna")  # the `sweep` extra (Makefile installs it for the tests)
-
-from experiments.sweep import SweepPaths, read_overlay, run_sweep, shares  # noqa: E402
+import optuna  # the `sweep` extra, which `make test` installs: missing is an error, not a skip
+from experiments.sweep import SweepPaths, read_overlay, run_sweep, shares
 from pipelines.config import ConfigError, load_config  # noqa: E402
 from runio.layout import RunPaths  # noqa: E402
 from test_report import CHROMEDRIVER, CHROMIUM, chromium, colored_pixels, empty_charts  # noqa: E402,F401
