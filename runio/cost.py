@@ -22,6 +22,7 @@ change) adds to its entry: money spent on an interrupted attempt was spent all t
 """
 from __future__ import annotations
 
+import logging
 import os
 import resource
 import time
@@ -32,6 +33,8 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from runio.files import read_json, write_json
+
+log = logging.getLogger(__name__)
 
 POWERCAP_ROOT = Path("/sys/class/powercap")
 JOULES_PER_KWH = 3.6e6
@@ -102,6 +105,7 @@ class Nvml:
 
     def __init__(self, module: Any = None):
         self.nvml, self.handles = None, []
+        self._said: set[str] = set()  # which missing readings were logged (once each)
         if module is None:
             try:
                 import pynvml as module  # optional: not a dependency
@@ -111,12 +115,18 @@ class Nvml:
             module.nvmlInit()
             self.handles = [module.nvmlDeviceGetHandleByIndex(i) for i in range(module.nvmlDeviceGetCount())]
             self.nvml = module
-        except Exception:  # noqa: BLE001 - no driver, no device: NVML is simply not a source
+        except Exception as error:  # noqa: BLE001 - NVML raises its own error classes: no driver, no device
             self.handles = []
+            log.info("NVML not usable (%s: %s): GPU energy is not measured", type(error).__name__, error)
 
     @property
     def available(self) -> bool:
         return bool(self.handles)
+
+    def _say_once(self, what: str, error: Exception) -> None:
+        if what not in self._said:
+            self._said.add(what)
+            log.info("NVML: no %s (%s: %s)", what, type(error).__name__, error)
 
     def read(self) -> list[tuple[str, float]]:
         """Per device ("energy", millijoules so far) or ("power", milliwatts now)."""
@@ -124,10 +134,12 @@ class Nvml:
         for handle in self.handles:
             try:
                 out.append(("energy", float(self.nvml.nvmlDeviceGetTotalEnergyConsumption(handle))))
-            except Exception:  # noqa: BLE001 - older GPUs have no energy counter
+            except Exception as error:  # noqa: BLE001 - older GPUs have no energy counter (NVML's own error class)
+                self._say_once("energy counter", error)
                 try:
                     out.append(("power", float(self.nvml.nvmlDeviceGetPowerUsage(handle))))
-                except Exception:  # noqa: BLE001
+                except Exception as error:  # noqa: BLE001 - nor a power reading: this device is not counted
+                    self._say_once("power reading", error)
                     out.append(("none", 0.0))
         return out
 

@@ -193,3 +193,15 @@ def test_cost_gauges_carry_cost_json(tmp_path):
     assert registry.get_sample_value("corpusmill_cost_money", {"stage": "shards", "currency": "USD"}) == \
         pytest.approx(80.0 / 3.6e6)
     assert not push_cost(cost, None)
+
+
+def test_nvml_says_what_it_cannot_read(caplog):
+    """Nothing silent: no NVML at all, and a device without an energy counter, each give one log line with the error."""
+    caplog.set_level("INFO", logger="runio.cost")
+    assert not Nvml(module=SimpleNamespace()).available
+    assert "NVML not usable (AttributeError" in caplog.text
+    caplog.clear()
+    nvml = Nvml(FakeNvml())
+    nvml.read(), nvml.read()
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["NVML: no energy counter (RuntimeError: NVML_ERROR_NOT_SUPPORTED)"]

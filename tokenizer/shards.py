@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import logging
 import os
 from typing import Iterable, Iterator, Sequence
 
@@ -22,6 +23,8 @@ import pyarrow as pa
 
 from runio.files import atomic_path, sha256_file, write_json
 from runio.layout import shard_set_manifest
+
+log = logging.getLogger(__name__)
 
 FORMAT_NAME = "corpusmill-shards"
 FORMAT_VERSION = 1
@@ -131,8 +134,8 @@ class _ShardWriter:
         try:
             self._writer.close()
             self._sink.close()
-        except Exception:  # the temp file is removed either way; the original error is what matters
-            pass
+        except Exception as error:  # noqa: BLE001 - the temp file is removed either way; the first error is the one raised
+            log.warning("%s: closing the unfinished shard failed too (%s: %s)", self.path, type(error).__name__, error)
 
 
 def _check_row(index: int, tokens: np.ndarray, doc_lens: Sequence[int], doc_ids: Sequence[int],
