@@ -24,8 +24,10 @@ class Strict(BaseModel):
 
 class InputConfig(Strict):
     paths: list[str] = Field(min_length=1, description="files, folders or globs; local paths or any Beam FileSystems URI")
-    format: Literal["auto", "jsonl", "parquet", "text"] = "auto"
-    text_field: str = "text"
+    format: Literal["auto", "jsonl", "parquet", "text"] = Field("auto",
+                                                                description="auto (by file extension), jsonl, parquet "
+                                                                            "or text (one document per file)")
+    text_field: str = Field("text", description="record field holding the document text; the other fields go to meta")
     id_field: str | None = Field(None, description="input field reported as the document's id by analysis commands")
     max_doc_bytes: int = Field(8_000_000, gt=0, description="larger documents are quarantined, never loaded whole")
 
