@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test bench docs clean
 
 install: $(STAMP)
 
@@ -23,6 +23,10 @@ test: install
 
 bench: install
 	$(BIN)/python benchmarks/bench_backbone.py
+
+# docs/config.md is generated from the config models' field descriptions (tests/test_docs.py checks it is current).
+docs: install
+	$(BIN)/python -m pipelines.config_reference
 
 clean:
 	rm -rf runs .pytest_cache
