@@ -63,7 +63,7 @@ def _format_error(err: ValidationError, prefix: str = "") -> str:
         field = ".".join([*([prefix] if prefix else []), *(str(p) for p in e["loc"])]) or "(top level)"
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
-            msg = "unknown key (check the spelling against the config reference in README.md)"
+            msg = "unknown key (check the spelling against the config reference in docs/config.md)"
         elif e["type"] == "literal_error":
             msg = f"must be one of {e.get('ctx', {}).get('expected', '')}, got {e.get('input')!r}"
         elif e["type"] == "value_error":  # a validator's own message: without pydantic's "Value error, " before it
