@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install system-tools demo test bench clean
+.PHONY: install system-tools demo test bench docs clean
 
 install: $(STAMP)
 
@@ -37,6 +37,10 @@ test: install system-tools
 
 bench: install
 	$(BIN)/python benchmarks/bench_backbone.py
+
+# docs/config.md is generated from the config models' field descriptions (tests/test_docs.py checks it is current).
+docs: install
+	$(BIN)/python -m pipelines.config_reference
 
 clean:
 	rm -rf runs .pytest_cache

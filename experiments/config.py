@@ -24,12 +24,12 @@ class _Strict(BaseModel):
 class ParamSpec(_Strict):
     """One dimension of the search space (Optuna's ``suggest_float`` / ``suggest_int`` / ``suggest_categorical``)."""
 
-    type: Literal["float", "int", "categorical"]
-    low: float | None = None
-    high: float | None = None
-    log: bool = False
+    type: Literal["float", "int", "categorical"] = Field(description="float, int or categorical (Optuna's suggest_*)")
+    low: float | None = Field(None, description="float/int: lower bound")
+    high: float | None = Field(None, description="float/int: upper bound")
+    log: bool = Field(False, description="float/int: sample on a log scale (needs low > 0)")
     step: float | None = Field(None, gt=0, description="float/int: grid step (not with log)")
-    choices: list[Any] | None = None
+    choices: list[Any] | None = Field(None, description="categorical: the values to choose from")
 
     @model_validator(mode="after")
     def _bounds(self) -> "ParamSpec":
@@ -55,10 +55,11 @@ class SweepConfig(_Strict):
                                         description="dotted train.* key -> distribution; see experiments/config.py")
     trials: int = Field(20, ge=1, description="finished (complete or pruned) trials the study should end with")
     parallel: int = Field(1, ge=1, description="trials running at once (one worker process each)")
-    sampler: Literal["tpe", "gp", "random"] = "tpe"
+    sampler: Literal["tpe", "gp", "random"] = Field("tpe", description="Optuna sampler: tpe, gp or random")
     startup_trials: int | None = Field(None, ge=0, description="tpe/gp: random trials before the model is used; "
                                                               "None: Optuna's default (10)")
-    pruner: Literal["median", "hyperband", "none"] = "median"
+    pruner: Literal["median", "hyperband", "none"] = Field("median",
+                                                           description="Optuna pruner: median, hyperband or none")
     pruner_startup_trials: int = Field(1, ge=0, description="median: finished trials before any pruning")
     pruner_warmup_steps: int = Field(0, ge=0, description="median: steps before a trial may be pruned")
     budget_steps: int | None = Field(None, ge=1, description="training steps per trial; None: train.steps")

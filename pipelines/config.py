@@ -32,7 +32,8 @@ from transforms.quality import QualityConfig
 
 
 class OutputConfig(Strict):
-    runs_dir: str = "runs"
+    runs_dir: str = Field("runs", description="parent folder of run directories (local path or a Beam FileSystems "
+                                              "URI)")
     target_shard_bytes: int = Field(64_000_000, gt=0, description="approximate size of each docs/ Parquet file")
     pushgateway_url: str | None = Field(None, description="Prometheus Pushgateway (host:port) that receives each "
                                                           "stage's counters; stats.json is written always")
@@ -83,23 +84,31 @@ class RunnerConfig(Strict):
 
 
 class RunConfig(Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
-    input: InputConfig
-    output: OutputConfig = OutputConfig()
-    runner: RunnerConfig = RunnerConfig()
-    normalize: NormalizeConfig = NormalizeConfig()
-    langid: LangIdConfig = LangIdConfig()
-    filters: FiltersConfig = FiltersConfig()
-    exact_dedup: ExactDedupConfig = ExactDedupConfig()
-    near_dedup: NearDedupConfig = NearDedupConfig()
-    quality: QualityConfig = QualityConfig()
-    pii: PiiConfig = PiiConfig()
-    tokenizer: TokenizerConfig = TokenizerConfig()
-    packing: PackingConfig = PackingConfig()
-    train: TrainConfig = TrainConfig()
-    report: ReportConfig = ReportConfig()
-    sweep: SweepConfig = SweepConfig()
-    cost: CostConfig = CostConfig()
+    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$", description="run name: outputs go to <output.runs_dir>/<name> "
+                                                                "(letters, digits, . _ -)")
+    input: InputConfig = Field(description="what to read: files, folders or globs and how to parse them")
+    output: OutputConfig = Field(OutputConfig(), description="where the run directory goes and how its files are "
+                                                             "sized")
+    runner: RunnerConfig = Field(RunnerConfig(), description="the Beam runner of the cleaning and shard stages")
+    normalize: NormalizeConfig = Field(NormalizeConfig(), description="the normalize step: Unicode form, whitespace, "
+                                                                      "script detection")
+    langid: LangIdConfig = Field(LangIdConfig(), description="the langid step: language of each document (picks its "
+                                                             "quality model)")
+    filters: FiltersConfig = Field(FiltersConfig(), description="the heuristic filters (Gopher, C4, FineWeb rules)")
+    exact_dedup: ExactDedupConfig = Field(ExactDedupConfig(), description="the exact-duplicate removal step")
+    near_dedup: NearDedupConfig = Field(NearDedupConfig(), description="the near-duplicate removal step (MinHash or "
+                                                                       "SimHash)")
+    quality: QualityConfig = Field(QualityConfig(), description="the quality scoring and decision step")
+    pii: PiiConfig = Field(PiiConfig(), description="the PII masking step (Presidio)")
+    tokenizer: TokenizerConfig = Field(TokenizerConfig(), description="the tokenizer trained (or loaded) by the shard "
+                                                                      "stage")
+    packing: PackingConfig = Field(PackingConfig(), description="how encoded documents are packed into rows and "
+                                                                "shards")
+    train: TrainConfig = Field(TrainConfig(), description="the trainer: model, mesh, optimizer, checkpoints, "
+                                                          "monitoring")
+    report: ReportConfig = Field(ReportConfig(), description="the run report (report.html)")
+    sweep: SweepConfig = Field(SweepConfig(), description="the hyper-parameter search of `corpusmill sweep`")
+    cost: CostConfig = Field(CostConfig(), description="prices and assumptions of cost.json (energy, money, carbon)")
 
     @field_validator("name", mode="before")
     @classmethod

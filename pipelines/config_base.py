@@ -24,8 +24,10 @@ class Strict(BaseModel):
 
 class InputConfig(Strict):
     paths: list[str] = Field(min_length=1, description="files, folders or globs; local paths or any Beam FileSystems URI")
-    format: Literal["auto", "jsonl", "parquet", "text"] = "auto"
-    text_field: str = "text"
+    format: Literal["auto", "jsonl", "parquet", "text"] = Field("auto",
+                                                                description="auto (by file extension), jsonl, parquet "
+                                                                            "or text (one document per file)")
+    text_field: str = Field("text", description="record field holding the document text; the other fields go to meta")
     id_field: str | None = Field(None, description="input field reported as the document's id by analysis commands")
     max_doc_bytes: int = Field(8_000_000, gt=0, description="larger documents are quarantined, never loaded whole")
 
@@ -61,7 +63,7 @@ def _format_error(err: ValidationError, prefix: str = "") -> str:
         field = ".".join([*([prefix] if prefix else []), *(str(p) for p in e["loc"])]) or "(top level)"
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
-            msg = "unknown key (check the spelling against the config reference in README.md)"
+            msg = "unknown key (check the spelling against the config reference in docs/config.md)"
         elif e["type"] == "literal_error":
             msg = f"must be one of {e.get('ctx', {}).get('expected', '')}, got {e.get('input')!r}"
         elif e["type"] == "value_error":  # a validator's own message: without pydantic's "Value error, " before it

@@ -12,4 +12,4 @@ class ReportConfig(BaseModel):
     enabled: bool = Field(True, description="write report.html at the end of `corpusmill run`")
     max_docs_scanned: int = Field(200_000, ge=1, description="documents read from docs/ and from removed/ for "
                                                              "the distributions (a deterministic prefix by file)")
-    histogram_bins: int = Field(40, ge=2, le=500)
+    histogram_bins: int = Field(40, ge=2, le=500, description="bins of each distribution histogram")

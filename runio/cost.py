@@ -57,10 +57,11 @@ class CostConfig(BaseModel):
     price_per_gpu_hour: float | None = Field(None, ge=0, description="per GPU and hour of a stage that uses GPUs")
     price_per_cpu_hour: float | None = Field(None, ge=0, description="per CPU-core hour (CPU seconds / 3600)")
     carbon_g_per_kwh: float | None = Field(None, ge=0, description="grid carbon intensity, g CO₂ per kWh")
-    currency: str = Field("USD", min_length=1, max_length=8)
+    currency: str = Field("USD", min_length=1, max_length=8, description="currency name of the prices (text, at most "
+                                                                         "8 characters)")
     watts_per_core: float = Field(10.0, gt=0, description="CPU energy estimate when RAPL is not readable: W per "
                                                           "busy core (the result is labelled 'estimate')")
-    project: CostProjectConfig = CostProjectConfig()
+    project: CostProjectConfig = Field(CostProjectConfig(), description="a training target whose cost is projected")
 
 
 # ------------------------------------------------------------------------------------------ energy sources

@@ -253,7 +253,7 @@ def test_torchrun_command_passes_rendezvous_options(tmp_path):
         nnodes="2", rdzv_backend="c10d", rdzv_endpoint="head:29500", rdzv_id="job7"), "head:29500")
     assert "--standalone" not in multi and "--nproc-per-node=4" in multi and "--nnodes=2" in multi
     assert {"--rdzv-backend=c10d", "--rdzv-endpoint=head:29500", "--rdzv-id=job7"} <= set(multi)
-    # torchrun's default static backend: passed through, torchrun keeps its own store (README: what to firewall)
+    # torchrun's default static backend: passed through, torchrun keeps its own store (see docs/scale-out.md)
     static = torchrun_command(tmp_path / "c.json", tmp_path, 8, Rendezvous(nnodes="2", node_rank=1,
                                                                          rdzv_endpoint="head:29500"))
     assert {"--node-rank=1", "--rdzv-endpoint=head:29500"} <= set(static) and "--rdzv-conf=is_host=false" not in static

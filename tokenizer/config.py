@@ -21,16 +21,18 @@ class TokenizerConfig(BaseModel):
     model: Literal["bpe", "wordpiece", "unigram"] = Field(
         default="bpe", description="bpe = byte-level BPE (no unknown tokens); wordpiece; unigram (SentencePiece-style)."
     )
-    vocab_size: int = Field(default=32000, ge=64, le=1 << 22)
+    vocab_size: int = Field(default=32000, ge=64, le=1 << 22, description="Vocabulary size including special tokens; "
+                                                                          "<= 65536 gives uint16 shards.")
     min_frequency: int = Field(default=2, ge=1, description="bpe/wordpiece: minimum pair/word frequency to merge.")
     normalization: Literal["none", "nfc", "nfkc", "nfkc_lowercase"] = Field(
         default="nfc", description="Unicode normalization applied before pre-tokenization."
     )
-    pad_token: str = "<|pad|>"
-    bos_token: str = "<|bos|>"
-    eos_token: str = "<|eos|>"
+    pad_token: str = Field("<|pad|>", description="Padding token (id 0).")
+    bos_token: str = Field("<|bos|>", description="Beginning-of-document token (id 1).")
+    eos_token: str = Field("<|eos|>", description="End-of-document token (id 2).")
     unk_token: str = Field(default="<|unk|>", description="Used by wordpiece/unigram; byte-level BPE never needs it.")
-    extra_special_tokens: list[str] = Field(default_factory=list)
+    extra_special_tokens: list[str] = Field(default_factory=list, description="More special tokens, with ids after "
+                                                                              "pad/bos/eos (/unk).")
     sample_bytes: int = Field(
         default=64 * 1024 * 1024, ge=1024, description="Train on at most this many UTF-8 bytes of documents."
     )
@@ -58,7 +60,7 @@ class PackingConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    seq_len: int = Field(default=2048, ge=8, le=1 << 20)
+    seq_len: int = Field(default=2048, ge=8, le=1 << 20, description="Tokens per row.")
     window: int = Field(
         default=4096, ge=1, description="Documents (in id order) packed together by best-fit-decreasing."
     )
@@ -67,7 +69,8 @@ class PackingConfig(BaseModel):
     )
     add_bos: bool = Field(default=False, description="Prefix every document with the tokenizer's bos token.")
     add_eos: bool = Field(default=True, description="End every document with the tokenizer's eos token.")
-    rows_per_shard: int = Field(default=8192, ge=1)
+    rows_per_shard: int = Field(default=8192, ge=1, description="Rows per .arrow file (32 MiB at seq_len 2048, "
+                                                                "uint16).")
     val_fraction: float = Field(
         default=0.01, ge=0.0, lt=1.0,
         description="Share of documents held out as split 'val' (chosen by a stable hash of the id; never trained on).",

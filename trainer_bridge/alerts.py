@@ -54,8 +54,9 @@ def resume_signal(paths: RunPaths) -> Path:
 class _Rule(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = True
-    action: Action = "warn"
+    enabled: bool = Field(True, description="check this rule")
+    action: Action = Field("warn", description="when it fires: warn, pause (checkpoint and wait) or stop (checkpoint "
+                                               "and end)")
 
 
 class NanRule(_Rule):
@@ -65,7 +66,7 @@ class NanRule(_Rule):
 class LossSpikeRule(_Rule):
     factor: float = Field(2.0, gt=1, description="alert when loss > factor × running mean of earlier losses")
     warmup_steps: int = Field(20, ge=0, description="finite losses seen before spikes are judged")
-    ema_beta: float = Field(0.9, gt=0, lt=1)
+    ema_beta: float = Field(0.9, gt=0, lt=1, description="smoothing of the running mean of losses")
 
 
 class ThroughputDropRule(_Rule):
@@ -80,16 +81,16 @@ class DataWaitRule(_Rule):
 
 
 class GpuTemperatureRule(_Rule):
-    max_celsius: float = Field(85.0, gt=0)
+    max_celsius: float = Field(85.0, gt=0, description="alert above this GPU temperature (degrees Celsius)")
 
 
 class WebhookConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     url: str | None = Field(None, description="POST each alert as JSON here; None: no webhook")
-    timeout_s: float = Field(5.0, gt=0)
+    timeout_s: float = Field(5.0, gt=0, description="seconds one POST may take")
     retries: int = Field(3, ge=0, description="retries after the first attempt, with doubling back-off")
-    backoff_s: float = Field(1.0, ge=0)
+    backoff_s: float = Field(1.0, ge=0, description="seconds before the first retry, doubling after each")
     close_timeout_s: float = Field(30.0, ge=0, description="at the end of training, the longest wait for alerts "
                                                              "still queued")
 
@@ -99,14 +100,15 @@ class AlertsConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = True
-    nan: NanRule = NanRule()
-    loss_spike: LossSpikeRule = LossSpikeRule()
-    throughput_drop: ThroughputDropRule = ThroughputDropRule()
-    data_wait: DataWaitRule = DataWaitRule()
-    gpu_temperature: GpuTemperatureRule = GpuTemperatureRule()
+    enabled: bool = Field(True, description="check the alert rules")
+    nan: NanRule = Field(NanRule(), description="loss or grad norm not finite")
+    loss_spike: LossSpikeRule = Field(LossSpikeRule(), description="loss above factor x its running mean")
+    throughput_drop: ThroughputDropRule = Field(ThroughputDropRule(),
+                                                description="tokens/s below (1 - drop_fraction) x the recent median")
+    data_wait: DataWaitRule = Field(DataWaitRule(), description="data-wait share of step time above max_share")
+    gpu_temperature: GpuTemperatureRule = Field(GpuTemperatureRule(), description="a GPU hotter than max_celsius")
     cooldown_steps: int = Field(50, ge=0, description="steps a rule stays quiet after it fired")
-    webhook: WebhookConfig = WebhookConfig()
+    webhook: WebhookConfig = Field(WebhookConfig(), description="POST each alert as JSON from a background thread")
     resume_poll_s: float = Field(5.0, gt=0, description="how often a paused trainer looks for the resume signal")
 
 

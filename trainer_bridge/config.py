@@ -22,20 +22,22 @@ class ModelConfig(_Strict):
     """A Llama-style decoder. ``vocab_size`` and ``max_seq_len`` default to the shards' manifest."""
 
     vocab_size: int | None = Field(None, gt=0, description="None: the shards' vocab_size")
-    dim: int = Field(256, gt=0)
-    n_layers: int = Field(4, gt=0)
-    n_heads: int = Field(4, gt=0)
+    dim: int = Field(256, gt=0, description="model width (hidden size)")
+    n_layers: int = Field(4, gt=0, description="transformer blocks")
+    n_heads: int = Field(4, gt=0, description="attention heads (divides dim; the head dim must be even)")
     n_kv_heads: int | None = Field(None, gt=0, description="grouped-query attention; None: = n_heads")
     ffn_hidden: int | None = Field(None, gt=0, description="None: 8/3·dim rounded up to multiple_of")
-    multiple_of: int = Field(64, gt=0)
-    norm_eps: float = Field(1e-5, gt=0)
-    rope_theta: float = Field(10000.0, gt=0)
-    rope_scaling: Literal["none", "linear", "llama3"] = "none"
-    rope_scaling_factor: float = Field(1.0, ge=1.0)
+    multiple_of: int = Field(64, gt=0, description="the SwiGLU width is rounded up to a multiple of this")
+    norm_eps: float = Field(1e-5, gt=0, description="RMSNorm epsilon")
+    rope_theta: float = Field(10000.0, gt=0, description="RoPE base")
+    rope_scaling: Literal["none", "linear", "llama3"] = Field("none",
+                                                              description="long-context RoPE scaling: none, linear or "
+                                                                          "llama3")
+    rope_scaling_factor: float = Field(1.0, ge=1.0, description="RoPE scaling factor (1.0: none)")
     rope_original_max_len: int = Field(8192, gt=0, description="llama3 scaling: the pre-training context")
     max_seq_len: int | None = Field(None, gt=0, description="None: the shards' seq_len")
-    tie_embeddings: bool = False
-    init_std: float = Field(0.02, gt=0)
+    tie_embeddings: bool = Field(False, description="share the input embedding and the output projection")
+    init_std: float = Field(0.02, gt=0, description="standard deviation of the initial weights")
     # Mixture of Experts (trainer_bridge/moe.py); n_experts 0: a dense model.
     n_experts: int = Field(0, ge=0, description="experts per MoE layer; 0: dense feed-forward everywhere")
     top_k: int = Field(2, ge=1, description="experts per token")
@@ -43,9 +45,9 @@ class ModelConfig(_Strict):
     moe_hidden: int | None = Field(None, gt=0, description="expert hidden size; None: the dense FFN's")
     capacity_factor: float | None = Field(None, gt=0, description="per expert at most ceil(cf·tokens·top_k/"
                                                                   "n_experts) assignments per call; None: no drop")
-    load_balance_coef: float = Field(0.01, ge=0)
-    router_z_loss_coef: float = Field(0.001, ge=0)
-    moe_shared_expert: bool = False
+    load_balance_coef: float = Field(0.01, ge=0, description="MoE load-balancing auxiliary loss weight")
+    router_z_loss_coef: float = Field(0.001, ge=0, description="MoE router z-loss weight")
+    moe_shared_expert: bool = Field(False, description="MoE: add one expert every token goes through")
 
     @model_validator(mode="after")
     def _heads(self) -> "ModelConfig":
@@ -66,7 +68,7 @@ class MeshConfig(_Strict):
     (tensor + sequence parallel, innermost: neighbouring ranks); pp·dp·tp processes in all. Or, with context
     parallelism, ``dp × cp`` (cp innermost; FSDP2 over the flattened dp·cp ranks); dp·cp processes."""
 
-    pp: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1, description="pipeline stages")
     dp: int | Literal["auto"] = Field(1, description="data-parallel (FSDP2) ranks, or 'auto': the started "
                                                      "processes / (pp·tp), resolved at every (re)start: what an "
                                                      "elastic job (--nnodes MIN:MAX) needs; the global batch, and "
@@ -97,40 +99,45 @@ class MeshConfig(_Strict):
 
 
 class PipelineConfig(_Strict):
-    schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
+    schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = Field("1f1b",
+                                                                   description="pipeline schedule: gpipe, 1f1b or "
+                                                                               "interleaved_1f1b")
     microbatches: int = Field(2, ge=1, description="pipeline micro-batches per micro_batch_size rows")
     stages_per_rank: int = Field(1, ge=1, description="virtual stages per rank (interleaved_1f1b: >= 2)")
 
 
 class LossScaleConfig(_Strict):
-    init_scale: float = Field(2.0**16, gt=0)
-    growth_factor: float = Field(2.0, gt=1)
-    backoff_factor: float = Field(0.5, gt=0, lt=1)
-    growth_interval: int = Field(1000, ge=1)
+    init_scale: float = Field(2.0**16, gt=0, description="initial loss scale")
+    growth_factor: float = Field(2.0, gt=1, description="scale multiplier after growth_interval good steps")
+    backoff_factor: float = Field(0.5, gt=0, lt=1, description="scale multiplier after an overflow")
+    growth_interval: int = Field(1000, ge=1, description="overflow-free steps before the scale grows")
 
 
 class PrecisionConfig(_Strict):
     """fp32; bf16 (bf16 compute, fp32 reductions and master weights); fp16 with dynamic loss scaling."""
 
-    dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
-    loss_scale: LossScaleConfig = LossScaleConfig()
+    dtype: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="compute precision: fp32, bf16 or fp16 (fp32 "
+                                                                       "master weights)")
+    loss_scale: LossScaleConfig = Field(LossScaleConfig(), description="fp16: dynamic loss scaling")
 
 
 class ActivationCheckpointConfig(_Strict):
-    mode: Literal["none", "every", "every_n"] = "none"
+    mode: Literal["none", "every", "every_n"] = Field("none", description="recompute activations: none, every block, "
+                                                                          "or every_n-th block")
     every_n: int = Field(2, ge=1, description="mode every_n: recompute every n-th block")
 
 
 class OptimizerConfig(_Strict):
     """AdamW; warmup then cosine decay, or warmup-stable-decay (WSD)."""
 
-    lr: float = Field(3e-4, gt=0)
-    min_lr_ratio: float = Field(0.1, ge=0, le=1)
-    betas: tuple[float, float] = (0.9, 0.95)
-    eps: float = Field(1e-8, gt=0)
-    weight_decay: float = Field(0.1, ge=0)
-    schedule: Literal["cosine", "wsd"] = "cosine"
-    warmup_steps: int = Field(100, ge=0)
+    lr: float = Field(3e-4, gt=0, description="peak AdamW learning rate")
+    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="final learning rate as a share of lr")
+    betas: tuple[float, float] = Field((0.9, 0.95), description="AdamW betas")
+    eps: float = Field(1e-8, gt=0, description="AdamW epsilon")
+    weight_decay: float = Field(0.1, ge=0, description="AdamW weight decay (none on norm gains)")
+    schedule: Literal["cosine", "wsd"] = Field("cosine", description="learning-rate schedule after warmup: cosine or "
+                                                                     "wsd")
+    warmup_steps: int = Field(100, ge=0, description="linear warmup steps")
     decay_fraction: float = Field(0.2, gt=0, le=1, description="wsd: final fraction of steps spent decaying")
     clip_grad_norm: float | None = Field(1.0, gt=0, description="global norm across FSDP and PP ranks; None: off")
 
@@ -142,8 +149,8 @@ class BatchConfig(_Strict):
     same samples, are used whatever the number of data-parallel ranks.
     """
 
-    global_batch_size: int = Field(8, ge=1)
-    micro_batch_size: int = Field(2, ge=1)
+    global_batch_size: int = Field(8, ge=1, description="rows per optimizer step, all ranks together")
+    micro_batch_size: int = Field(2, ge=1, description="rows per forward pass on one rank")
     prefetch_batches: int = Field(2, ge=1, description="optimizer-step batches loaded ahead in the background")
 
 
@@ -179,11 +186,11 @@ class CheckpointTier(_Strict):
 
 
 class CheckpointConfig(_Strict):
-    enabled: bool = True
+    enabled: bool = Field(True, description="save checkpoints (false: train from step 0, refused beside checkpoints)")
     interval: int = Field(100, ge=1, description="save every N steps (and at the end)")
     keep_last: int = Field(3, ge=1, description="without tiers: sound checkpoints kept; with tiers: tiers[0]'s")
-    async_save: bool = False
-    resume: bool = True
+    async_save: bool = Field(False, description="stage to CPU and write in the background")
+    resume: bool = Field(True, description="resume from the newest sound checkpoint (false: refused while any exist)")
     tiers: list[CheckpointTier] = Field(default_factory=list, description="[] : one tier, train/checkpoints; else "
                                                                           "the fast tier first, then durable ones")
 
@@ -218,7 +225,8 @@ class EvalConfig(_Strict):
     sample_interval: int | None = Field(None, ge=0, description="greedy samples from sample_prompts every N steps "
                                                                 "(train/samples.jsonl); None: at every "
                                                                 "validation; 0: never")
-    sample_prompts: list[str] = Field(["The", "In the beginning"], max_length=16)
+    sample_prompts: list[str] = Field(["The", "In the beginning"], max_length=16,
+                                      description="prompts of the greedy samples (at most 16)")
     sample_tokens: int = Field(24, ge=1, description="new tokens per sample (greedy)")
 
 
@@ -236,49 +244,51 @@ class DistillConfig(_Strict):
 class GuardConfig(_Strict):
     """Skip a step whose loss or gradient is NaN/Inf or whose loss spikes; act after K bad steps in a row."""
 
-    enabled: bool = True
+    enabled: bool = Field(True, description="skip bad steps (NaN/Inf, loss spikes)")
     spike_factor: float = Field(3.0, gt=1, description="bad if loss > factor · running mean of good losses")
     spike_warmup_steps: int = Field(20, ge=0, description="good steps seen before spikes are judged")
-    ema_beta: float = Field(0.9, gt=0, lt=1)
-    max_consecutive_bad: int = Field(3, ge=1)
-    on_persistent: Literal["rollback", "stop"] = "rollback"
-    max_rollbacks: int = Field(2, ge=0)
+    ema_beta: float = Field(0.9, gt=0, lt=1, description="smoothing of the running mean of good losses")
+    max_consecutive_bad: int = Field(3, ge=1, description="bad steps in a row before on_persistent acts")
+    on_persistent: Literal["rollback", "stop"] = Field("rollback", description="after max_consecutive_bad: rollback "
+                                                                               "to latest, or stop")
+    max_rollbacks: int = Field(2, ge=0, description="rollbacks allowed before the run stops")
 
 
 class MetricsConfig(_Strict):
-    log_interval: int = Field(1, ge=1)
-    tensorboard: bool = True
+    log_interval: int = Field(1, ge=1, description="write metrics.jsonl every N steps")
+    tensorboard: bool = Field(True, description="also write tensorboard/ (when the package is installed)")
     peak_flops: float | None = Field(None, gt=0, description="per device; None: table (CUDA) or measured (CPU)")
 
 
 class TrainConfig(_Strict):
-    model: ModelConfig = ModelConfig()
-    mesh: MeshConfig = MeshConfig()
-    pipeline: PipelineConfig = PipelineConfig()
-    precision: PrecisionConfig = PrecisionConfig()
-    activation_checkpointing: ActivationCheckpointConfig = ActivationCheckpointConfig()
-    optimizer: OptimizerConfig = OptimizerConfig()
-    batch: BatchConfig = BatchConfig()
-    checkpoint: CheckpointConfig = CheckpointConfig()
-    eval: EvalConfig = EvalConfig()
-    guards: GuardConfig = GuardConfig()
-    metrics: MetricsConfig = MetricsConfig()
-    monitoring: MonitoringConfig = MonitoringConfig()
-    alerts: AlertsConfig = AlertsConfig()
-    distill: DistillConfig | None = None
-    schedule: ScheduleConfig = ScheduleConfig()
+    model: ModelConfig = Field(ModelConfig(), description="the Llama-style decoder")
+    mesh: MeshConfig = Field(MeshConfig(), description="the device mesh: pp x dp x tp (or dp x cp)")
+    pipeline: PipelineConfig = Field(PipelineConfig(), description="pipeline-parallel schedule")
+    precision: PrecisionConfig = Field(PrecisionConfig(), description="compute precision and loss scaling")
+    activation_checkpointing: ActivationCheckpointConfig = Field(ActivationCheckpointConfig(),
+                                                                 description="activation recomputation")
+    optimizer: OptimizerConfig = Field(OptimizerConfig(), description="AdamW and the learning-rate schedule")
+    batch: BatchConfig = Field(BatchConfig(), description="global and micro batch sizes")
+    checkpoint: CheckpointConfig = Field(CheckpointConfig(), description="saving, retention, resume and tiers")
+    eval: EvalConfig = Field(EvalConfig(), description="validation loss, per-domain loss and samples")
+    guards: GuardConfig = Field(GuardConfig(), description="bad-step detection, rollback and stop")
+    metrics: MetricsConfig = Field(MetricsConfig(), description="metrics.jsonl, tensorboard and MFU")
+    monitoring: MonitoringConfig = Field(MonitoringConfig(), description="Prometheus endpoint and hardware sampling")
+    alerts: AlertsConfig = Field(AlertsConfig(), description="alert rules on the training record")
+    distill: DistillConfig | None = Field(None, description="knowledge distillation from a teacher; null: off")
+    schedule: ScheduleConfig = Field(ScheduleConfig(), description="time windows in which training may run")
     device: str = Field("auto", pattern=r"^[a-z][a-z0-9_]*$",
                         description="auto (the available accelerator, else cpu), cpu, or an accelerator type: "
                                     "cuda (also ROCm), xpu, mps, npu, ... (trainer_bridge/device.py)")
     attention: Literal["auto", "sdpa", "flex"] = Field("auto", description="auto: flex on CUDA, sdpa elsewhere")
-    compile: bool = False
+    compile: bool = Field(False, description="torch.compile the model")
     verify_shards: Literal["full", "manifest", "off"] = Field(
         "full", description="checks of the shards when a split is opened, once per run: 'full' hashes every shard "
                             "against the manifest's sha256 and checks its rows (a flipped byte stops the run, the "
                             "shard named); 'manifest' only compares each file's size, schema and row count with the "
                             "manifest (nothing hashed; says so once); 'off': the same without the note (the reader "
                             "always makes those checks)")
-    seed: int = 1234
+    seed: int = Field(1234, description="seed of initialization and data order")
     init_from: str | None = Field(None, description="a run directory whose newest sound checkpoint initializes the "
                                                     "model, optimizer and step when this run has none of its own "
                                                     "(continue training after a refresh; the data position starts "
@@ -290,7 +300,7 @@ class TrainConfig(_Strict):
     connect_timeout_s: float = Field(300.0, gt=0, description="how long a starting (or restarted) rank waits for "
                                                               "every rank of its group to arrive before the process "
                                                               "group is formed; then it fails, and torchrun restarts")
-    steps: int = Field(1000, ge=1)
+    steps: int = Field(1000, ge=1, description="optimizer steps to train in all (numbered from 0)")
 
     @property
     def grad_accum_steps(self) -> int:

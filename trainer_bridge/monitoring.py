@@ -36,7 +36,7 @@ class MonitoringConfig(BaseModel):
     port: int = Field(9464, ge=0, le=65535, description="rank r serves on port + r; 0: any free port (logged)")
     pushgateway_url: str | None = Field(None, description="e.g. http://127.0.0.1:9091; pipelines push their "
                                                           "counters there at the end of a stage; None: no push")
-    push_timeout_s: float = Field(5.0, gt=0)
+    push_timeout_s: float = Field(5.0, gt=0, description="seconds a Pushgateway push may take")
     hardware_interval_s: float = Field(5.0, ge=0, description="hardware sampling period; 0: no sampling")
     gpu: bool = Field(True, description="sample GPUs through NVML when present")
 

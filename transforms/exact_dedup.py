@@ -23,7 +23,7 @@ REASON = "exact_duplicate"
 
 class ExactDedupConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    enabled: bool = True
+    enabled: bool = Field(True, description="remove exact duplicates (the smallest id of each group stays)")
     casefold: bool = Field(True, description="ignore case when comparing texts")
 
 

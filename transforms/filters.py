@@ -45,28 +45,44 @@ class Thresholds(BaseModel):
     """Decision thresholds; ``None`` switches a rule off."""
 
     model_config = ConfigDict(extra="forbid")
-    min_words: int | None = 50
-    max_words: int | None = 100_000
-    min_mean_word_len: float | None = 3.0
-    max_mean_word_len: float | None = 10.0
-    max_symbol_word_ratio: float | None = 0.1
-    max_bullet_line_frac: float | None = 0.9
-    max_ellipsis_line_frac: float | None = 0.3
-    min_alpha_word_frac: float | None = 0.8
-    min_stop_words: int | None = 2
-    max_dup_line_frac: float | None = 0.3
-    max_dup_para_frac: float | None = 0.3
-    max_dup_line_char_frac: float | None = 0.2
-    max_dup_para_char_frac: float | None = 0.2
-    max_top_ngram_char_frac: dict[int, float] = Field(default_factory=lambda: {2: 0.20, 3: 0.18, 4: 0.16})
+    min_words: int | None = Field(50, description="fewer words than this: removed (CJK: characters count as words)")
+    max_words: int | None = Field(100_000, description="more words than this: removed")
+    min_mean_word_len: float | None = Field(3.0, description="mean word length below this (characters, "
+                                                             "space-delimited words): removed")
+    max_mean_word_len: float | None = Field(10.0, description="mean word length above this (characters, "
+                                                              "space-delimited words): removed")
+    max_symbol_word_ratio: float | None = Field(0.1, description="'#' and ellipsis symbols per word above this: "
+                                                                 "removed")
+    max_bullet_line_frac: float | None = Field(0.9, description="share of lines starting with a bullet above this: "
+                                                                "removed")
+    max_ellipsis_line_frac: float | None = Field(0.3, description="share of lines ending in an ellipsis above this: "
+                                                                  "removed")
+    min_alpha_word_frac: float | None = Field(0.8, description="share of words with a letter below this: removed")
+    min_stop_words: int | None = Field(2, description="fewer distinct stop words than this: removed (en: the, be, to, "
+                                                      "of, ...)")
+    max_dup_line_frac: float | None = Field(0.3, description="share of lines that repeat an earlier line above this: "
+                                                             "removed")
+    max_dup_para_frac: float | None = Field(0.3, description="share of paragraphs that repeat an earlier one above "
+                                                             "this: removed")
+    max_dup_line_char_frac: float | None = Field(0.2, description="share of characters in repeated lines above this: "
+                                                                  "removed")
+    max_dup_para_char_frac: float | None = Field(0.2, description="share of characters in repeated paragraphs above "
+                                                                  "this: removed")
+    max_top_ngram_char_frac: dict[int, float] = Field(default_factory=lambda: {2: 0.20, 3: 0.18, 4: 0.16},
+                                                      description="n -> largest share of characters the most frequent "
+                                                                  "n-gram may cover (CJK: character n-grams)")
     max_dup_ngram_char_frac: dict[int, float] = Field(
-        default_factory=lambda: {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10})
-    min_line_punct_ratio: float | None = 0.12
-    max_short_line_ratio: float | None = 0.67
-    max_char_dup_ratio: float | None = 0.01
-    max_newline_ratio: float | None = 0.3
-    drop_lorem_ipsum: bool = True
-    drop_curly_brace: bool = False
+        default_factory=lambda: {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10},
+        description="n -> largest share of characters in repeated n-grams (CJK: character n-grams)")
+    min_line_punct_ratio: float | None = Field(0.12, description="FineWeb: share of lines ending in punctuation below "
+                                                                 "this: removed")
+    max_short_line_ratio: float | None = Field(0.67, description="FineWeb: share of short lines "
+                                                                 "(filters.short_line_chars) above this: removed")
+    max_char_dup_ratio: float | None = Field(0.01, description="FineWeb: share of characters in duplicated lines "
+                                                               "above this: removed")
+    max_newline_ratio: float | None = Field(0.3, description="FineWeb: newlines per word above this: removed")
+    drop_lorem_ipsum: bool = Field(True, description="C4: remove documents containing 'lorem ipsum'")
+    drop_curly_brace: bool = Field(False, description="C4: remove documents containing a curly brace (code)")
     stop_words: list[str] | None = Field(None, description="stop words of min_stop_words (null: the built-in list "
                                                            "of the document's language: en, zh)")
 
@@ -84,10 +100,11 @@ def _cjk_defaults() -> Thresholds:
 
 class FiltersConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    enabled: bool = True
+    enabled: bool = Field(True, description="run the heuristic filters")
     drop_boilerplate_lines: bool = Field(True, description="C4: drop lines about javascript, cookies, policies")
     short_line_chars: int = Field(30, gt=0, description="FineWeb: a line this short or shorter is 'short'")
-    default: Thresholds = Field(default_factory=Thresholds)
+    default: Thresholds = Field(default_factory=Thresholds, description="thresholds for space-delimited text "
+                                                                        "(Gopher/FineWeb values)")
     cjk: Thresholds = Field(default_factory=_cjk_defaults, description="thresholds for documents marked script=cjk")
     by_lang: dict[str, Thresholds] = Field(default_factory=dict, description="thresholds by langid language; "
                                                                              "others: cjk or default")

@@ -57,7 +57,7 @@ class LangIdConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = True
+    enabled: bool = Field(True, description="run the step (false: quality routes by normalize's CJK-share heuristic)")
     model: str | None = Field(None, description="a fastText language-ID model; null: the shipped lid.176.ftz")
     keep: list[str] | None = Field(None, description="languages kept (lid.176 codes: en, zh, ...); null keeps all")
     min_score: float = Field(0.0, ge=0.0, le=1.0, description="documents identified less surely are not kept")
@@ -73,7 +73,7 @@ class LangIdConfig(BaseModel):
     kana_min_share: float = Field(0.05, ge=0.0, le=1.0, description="kana among CJK letters needed for ja")
     hangul_min_share: float = Field(0.3, ge=0.0, le=1.0, description="hangul among CJK letters needed for ko")
     top_k: int = Field(5, ge=1, le=20, description="lid.176 answers considered under the script constraint")
-    batch_size: int = Field(512, ge=1, le=65536)
+    batch_size: int = Field(512, ge=1, le=65536, description="documents per model call")
 
 
 def resolve_model(path: str | None) -> str:

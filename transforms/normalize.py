@@ -21,7 +21,8 @@ _SPACES_RE = re.compile(r"[ \t\u00a0\u2000-\u200a\u3000]+")
 
 class NormalizeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    unicode_form: Literal["NFC", "NFKC", "none"] = "NFC"
+    unicode_form: Literal["NFC", "NFKC", "none"] = Field("NFC", description="Unicode normalization of the text: NFC, "
+                                                                            "NFKC or none")
     collapse_spaces: bool = Field(True, description="runs of spaces/tabs inside a line become one space")
     max_blank_lines: int = Field(1, ge=0, description="longer runs of blank lines are shortened to this")
     cjk_threshold: float = Field(0.3, ge=0, le=1, description="share of CJK letters above which a doc is 'cjk'")

@@ -59,19 +59,20 @@ class NearDedupConfig(BaseModel):
     """The ``near_dedup`` config section."""
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = True
-    method: Literal["minhash", "simhash"] = "minhash"
+    enabled: bool = Field(True, description="run the step")
+    method: Literal["minhash", "simhash"] = Field("minhash", description="candidate generation: minhash (LSH bands) "
+                                                                         "or simhash (permuted blocks)")
     threshold: float = Field(0.8, gt=0.0, le=1.0, description="similarity to the kept document needed for removal")
     verify: Literal["exact", "estimated"] = Field(
         "exact", description="exact: Jaccard of the shingle-hash sets; estimated: MinHash agreement "
                              "(simhash: Hamming distance <= simhash_max_distance)")
-    word_ngram: int = Field(5, ge=1, le=minhash.MAX_NGRAM)
+    word_ngram: int = Field(5, ge=1, le=minhash.MAX_NGRAM, description="shingle size in words")
     cjk_ngram: int = Field(5, ge=1, le=minhash.MAX_NGRAM, description="character n-gram for documents mostly in "
                                                                       "scripts without spaces (CJK, Thai, Lao, ...)")
     shingle_hash: Literal["fast", "sha1"] = Field(
         "fast", description="sha1: datasketch's sha1_hash32 of each shingle string (slower, bit-compatible)")
-    num_perm: int = Field(128, ge=8, le=1024)
-    seed: int = Field(1, ge=0)
+    num_perm: int = Field(128, ge=8, le=1024, description="MinHash signature length (permutations)")
+    seed: int = Field(1, ge=0, description="MinHash seed")
     scheme: Literal["oph", "affine32", "legacy"] = Field(
         "oph", description="oph: one-permutation MinHash with optimal densification (one sort per document); "
                            "affine32 / legacy: datasketch's num_perm permutations (>= 2.0 / < 2.0), the same "
@@ -79,10 +80,14 @@ class NearDedupConfig(BaseModel):
     lsh_threshold: Optional[float] = Field(
         0.7, gt=0.0, lt=1.0, description="candidate threshold for the optimal bands x rows; below `threshold` "
                                          "for recall, verification restores precision (default 0.7)")
-    bands: Optional[int] = Field(None, ge=1)
-    rows: Optional[int] = Field(None, ge=1)
-    simhash_blocks: int = Field(6, ge=2, le=64)
-    simhash_max_distance: int = Field(3, ge=0, le=16)
+    bands: Optional[int] = Field(None, ge=1, description="explicit LSH bands instead of the optimum for lsh_threshold "
+                                                         "(with rows)")
+    rows: Optional[int] = Field(None, ge=1, description="explicit LSH rows per band instead of the optimum for "
+                                                        "lsh_threshold (with bands)")
+    simhash_blocks: int = Field(6, ge=2, le=64, description="simhash: blocks of the 64-bit hash; tables choose blocks "
+                                                            "- distance of them")
+    simhash_max_distance: int = Field(3, ge=0, le=16, description="simhash: largest Hamming distance (bits) of a "
+                                                                  "candidate pair")
     keep: Literal["smallest_id", "highest_quality"] = Field(
         "smallest_id", description="rank order: which document wins among equals (and always, with resolution=rank)")
     resolution: Literal["degree", "rank"] = Field(

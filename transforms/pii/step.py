@@ -50,25 +50,26 @@ class PiiConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = True
+    enabled: bool = Field(True, description="run the step")
     entities: list[str] = Field(default_factory=lambda: list(DEFAULT_ENTITIES),
                                 description="entity types to detect and mask")
     operator: Literal["replace", "mask", "hash", "redact"] = Field(
         "replace", description="replace: typed token like <EMAIL_ADDRESS>; mask: overwrite characters; "
                                "hash: salted sha256/sha512 hex digest; redact: delete")
-    mask_char: str = Field("*", min_length=1, max_length=1)
-    hash_type: Literal["sha256", "sha512"] = "sha256"
+    mask_char: str = Field("*", min_length=1, max_length=1, description="operator=mask: the character every character "
+                                                                        "of a value becomes")
+    hash_type: Literal["sha256", "sha512"] = Field("sha256", description="operator=hash: sha256 or sha512")
     hash_salt: Optional[str] = Field(None, description="salt for operator=hash, at least 16 characters; the same "
                                                        "salt gives the same digest for the same value across runs")
     ner: Literal["auto", "on", "off"] = Field(
         "auto", description="auto: use the spaCy model when installed, else patterns only (warned once); "
                             "on: the model is required; off: patterns only")
-    ner_model: str = DEFAULT_NER_MODEL
-    ner_batch_size: int = Field(64, ge=1)
+    ner_model: str = Field(DEFAULT_NER_MODEL, description="spaCy package of the NER model")
+    ner_batch_size: int = Field(64, ge=1, description="sentences per spaCy nlp.pipe batch")
     ner_confirms_untitled: bool = Field(False, description="also accept an untitled name whose given name is not "
                                                            "in the lexicon when spaCy calls it PERSON (more recall "
                                                            "on rare names, less precision)")
-    score_threshold: float = Field(0.5, ge=0.0, le=1.0)
+    score_threshold: float = Field(0.5, ge=0.0, le=1.0, description="minimum recognizer score of a span")
     max_spans: Optional[int] = Field(None, ge=0, description="drop a document with more PII spans than this "
                                                              "(dolma's rule); None keeps every document")
     phone_regions: list[str] = Field(default_factory=lambda: ["US", "GB", "DE", "CN", "FR", "AT", "CH", "IN",

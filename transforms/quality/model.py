@@ -43,21 +43,21 @@ class QualityTrainConfig(BaseModel):
 
     tokenizer: Literal["whitespace", "cjk"] = Field("whitespace", description="how both stages read text: whitespace (space-delimited "
                                                      "languages) or cjk (characters: Chinese, Japanese, Korean)")
-    text_field: str = "text"
-    label_field: str = "label"
+    text_field: str = Field("text", description="record field holding the text")
+    label_field: str = Field("label", description="record field holding the label (positive_label or anything else)")
     group_field: str | None = Field("group", description="records sharing it never straddle a split; "
                                                           "missing field -> each record is its own group")
     positive_label: str = Field("hq", description="label value of high-quality text (score = its probability)")
     breakdown_field: str | None = Field("subtype", description="field used only to break metrics down")
     heldout_fraction: float = Field(0.2, ge=0.0, lt=1.0, description="share of groups held out for metrics")
     folds: int = Field(4, ge=2, le=10, description="cross-fitting folds for the stacker's training scores")
-    seed: int = 0
+    seed: int = Field(0, description="seed of the split, the folds and fastText")
     # fastText supervised hyper-parameters
-    epoch: int = Field(10, ge=1)
+    epoch: int = Field(10, ge=1, description="fastText training epochs")
     lr: float = Field(0.5, gt=0, description="fastText learning rate (halved and retried if training diverges)")
-    dim: int = Field(32, ge=2)
-    word_ngrams: int = Field(2, ge=1, le=5)
-    min_count: int = Field(1, ge=1)
+    dim: int = Field(32, ge=2, description="fastText vector dimension")
+    word_ngrams: int = Field(2, ge=1, le=5, description="fastText word n-gram length (2: words + bigrams)")
+    min_count: int = Field(1, ge=1, description="fastText: words seen fewer times are ignored")
     bucket: int = Field(200_000, ge=1000, description="hash buckets of word n-grams (model size ~ bucket*dim*4 B)")
     threads: int = Field(1, ge=1, description="fastText training threads (1 is deterministic)")
     quantize: bool = Field(False, description="also write a quantized .ftz next to the model")

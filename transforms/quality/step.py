@@ -74,7 +74,9 @@ class LanguageModelConfig(BaseModel):
 
     model: str | None = Field(None, description="a model from `corpusmill quality train` (with its .order.npz)")
     train_data: str | None = Field(None, description="labelled JSONL(.gz) to train the default model from")
-    train: QualityTrainConfig = Field(default_factory=QualityTrainConfig)
+    train: QualityTrainConfig = Field(default_factory=QualityTrainConfig,
+                                      description="how this language's default model is trained (keys of "
+                                                  "quality.train)")
 
 
 def _default_language_models() -> dict[str, LanguageModelConfig]:
@@ -86,13 +88,15 @@ class QualityConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = True
+    enabled: bool = Field(True, description="run the step (false: every document passes untouched)")
     model: str | None = Field(None, description="path of a model from `corpusmill quality train` (.bin or .ftz "
                                                 "with its .order.npz next to it); null: train the default model "
                                                 "from `train_data` at run time (cached)")
     train_data: str = Field(DEFAULT_TRAIN_DATA, description="labelled JSONL(.gz) for the default model; a relative "
                                                             "path is looked up in the cwd, then in the repository")
-    mode: Literal["threshold", "top_fraction", "pareto"] = "threshold"
+    mode: Literal["threshold", "top_fraction", "pareto"] = Field("threshold",
+                                                                 description="decision: threshold, top_fraction (by "
+                                                                             "logit) or pareto (seeded draw)")
     threshold: float = Field(0.5, ge=0.0, le=1.0, description="mode=threshold: keep when quality.score >= it")
     top_fraction: float = Field(0.8, gt=0.0, le=1.0, description="mode=top_fraction: share of documents kept")
     pareto_alpha: float = Field(9.0, gt=0.0, description="mode=pareto: shape of the Pareto draw (GPT-3 used 9)")
@@ -104,7 +108,8 @@ class QualityConfig(BaseModel):
                     "quality.model_lang model, which would reject text it was not trained on")
     batch_size: int = Field(256, ge=1, le=65536, description="documents scored per model call")
     max_chars: int = Field(20_000, ge=100, description="characters of each document fastText reads")
-    train: QualityTrainConfig = QualityTrainConfig()
+    train: QualityTrainConfig = Field(QualityTrainConfig(), description="how the model_lang model is trained (keys of "
+                                                                        "`corpusmill quality train --param`)")
     model_lang: str = Field("en", description="language of quality.model / train_data / train")
     models: dict[str, LanguageModelConfig] = Field(
         default_factory=_default_language_models,
