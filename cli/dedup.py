@@ -136,8 +136,6 @@ def _components_where(dedup, counters: dict) -> str:
     path = dedup.path()
     if path == "memory":
         return "components on one worker, the in-memory path"
-    if path == "beam" and dedup.components_on_one_worker():
-        return "components on one worker: a small input (near_dedup.cc_one_worker_max_input_bytes)"
     return (f"{counters.get('cc_crossing_edges', 0)} label pairs in the last component merge after "
             f"{dedup.cfg.cc_max_rounds} star rounds")
 

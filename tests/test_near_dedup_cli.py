@@ -86,11 +86,9 @@ def test_the_local_in_memory_path_runs_without_beam_and_gives_the_beam_clusters(
     rows = {}
     beam_path = ["--runner", "inprocess", "--set", "near_dedup.mode=beam"]
     said = {"beam": "components on one worker, the in-memory path",
-            "one_worker": "components on one worker: a small input (near_dedup.cc_one_worker_max_input_bytes)",
             # the size of the last, single-worker label merge: cc_max_rounds' trade-off
             "rounds": "0 label pairs in the last component merge after 1 star rounds"}
-    for name, extra in (("local", []), ("beam", ["--runner", "inprocess"]), ("one_worker", beam_path),
-                        ("rounds", [*beam_path, "--set", "near_dedup.cc_one_worker_max_input_bytes=0"])):
+    for name, extra in (("local", []), ("beam", ["--runner", "inprocess"]), ("rounds", beam_path)):
         out = tmp_path / f"{name}.jsonl"
         assert main(["dedup", str(tmp_path / "in.jsonl.gz"), "--out", str(out), *extra]) == 0
         err = capsys.readouterr().err
@@ -98,7 +96,7 @@ def test_the_local_in_memory_path_runs_without_beam_and_gives_the_beam_clusters(
         assert ("in this process" in err) == (name == "local")
         assert name == "local" or said[name] in err, err  # where each path found the components
         rows[name] = sorted(out.read_text(encoding="utf-8").splitlines())
-    assert rows["local"] == rows["beam"] == rows["one_worker"] == rows["rounds"] and len(rows["local"]) == len(records)
+    assert rows["local"] == rows["beam"] == rows["rounds"] and len(rows["local"]) == len(records)
     assert sum('"kept": false' in line for line in rows["local"]) == 2
     plain = dict(runner="direct", workers=None, index_out=None, against=[], beam_args=[])
     assert _runs_without_beam(NearDedupConfig(), 10_000, Namespace(**plain))

@@ -103,13 +103,13 @@ class NearDedupConfig(BaseModel):
     cc_max_rounds: int = Field(1, ge=0, le=64, description="large-star/small-star rounds of the Beam path; the "
                                                            "few edges still crossing labels afterwards are merged "
                                                            "on one worker (exact components for any value)")
+    # Kept, with no effect, so that configs naming it stay valid and run directories cleaned before stay current:
+    # the clean stage fingerprints the whole near_dedup section, so dropping the field would make every earlier
+    # run's clean look changed (refused without --overwrite).
     cc_one_worker_max_input_bytes: int = Field(
-        200_000_000, ge=0, description="Beam path, when the caller passes the input size: up to this many input "
-                                       "bytes (plus earlier runs' index files) the verified near-duplicate graph "
-                                       "and its documents' sketches (at most what the in-memory path holds) go to "
-                                       "one worker, which finds and resolves the components in one step; above "
-                                       "it, cc_max_rounds star rounds, a labelling and a merge (memory per worker "
-                                       "bounded by a partition). 0: always the rounds")
+        200_000_000, ge=0, description="no effect (accepted so that older configs stay valid): the Beam path "
+                                       "always finds components by cc_max_rounds star rounds and a merge; a small "
+                                       "input takes the in-memory path instead (mode auto, memory_max_input_bytes)")
 
     @model_validator(mode="after")
     def _check(self) -> "NearDedupConfig":
@@ -610,12 +610,6 @@ def chosen_path(cfg: NearDedupConfig, input_bytes: Optional[int], index_bytes: i
     if cfg.mode != "auto" or input_bytes is None:
         return cfg.mode
     return "memory" if input_bytes + index_bytes <= cfg.memory_max_input_bytes else "beam"
-
-
-def components_on_one_worker(cfg: NearDedupConfig, input_bytes: Optional[int], index_bytes: int = 0) -> bool:
-    """Whether the Beam path finds its components on one worker (``cc_one_worker_max_input_bytes``): only for a
-    known input size, input plus earlier runs' index files."""
-    return input_bytes is not None and input_bytes + index_bytes <= cfg.cc_one_worker_max_input_bytes
 
 
 def check_unique_ids(ids: Sequence[int]) -> None:
