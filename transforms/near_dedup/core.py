@@ -646,6 +646,27 @@ def dedup_in_memory(sketches: Iterable[Sketch], cfg: NearDedupConfig) -> list[De
     return sorted(decisions)
 
 
+def dedup_documents(docs: Iterable[Doc], cfg: NearDedupConfig) -> dict[int, Decision]:
+    """The in-memory path in this process, without Beam: ``docs`` (any iterable, read once) sketched
+    ``SKETCH_BATCH`` at a time, only the sketches kept, then ``dedup_in_memory``, the function the Beam in-memory
+    step (``beam.DedupInMemory``) runs on the sketches it gathers. Returns the decisions by document id (a
+    document in no cluster has none). Refuses (ValueError) a document id that occurs twice."""
+    builder = SketchBuilder(cfg)
+    ids: list[int] = []
+    sketches: list[Sketch] = []
+    batch: list[Doc] = []
+    for doc in docs:
+        ids.append(doc["id"])
+        batch.append(doc)
+        if len(batch) >= SKETCH_BATCH:
+            sketches.extend(s for s in builder.sketch_batch(batch) if s is not None)
+            batch.clear()
+    if batch:
+        sketches.extend(s for s in builder.sketch_batch(batch) if s is not None)
+    check_unique_ids(ids)
+    return {d.id: d for d in dedup_in_memory(sketches, cfg)}
+
+
 def decide(doc: Doc, decision: Optional[Decision]) -> Optional[str]:
     """Record the decision under ``annotations["near_dedup"]``; return the removal reason, or None to keep.
 
