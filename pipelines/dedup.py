@@ -57,11 +57,6 @@ class ClustersWritten:
         return self.busy_seconds is None
 
 
-def report_id(doc: dict, id_field: str):
-    """Its ``id_field``, a text file's name, else the internal id (``pipelines.read.reported_id``)."""
-    return reported_id(doc, id_field, default=doc["id"])
-
-
 def removed_for_the_same_document(row: dict, name: str) -> dict:
     """A copied text file's line (``TextTwins``): removed, in the cluster of the file it copies (that file, or the
     document it is removed for, is the one kept)."""
@@ -98,8 +93,9 @@ def write_clusters(cfg: NearDedupConfig, input_cfg: InputConfig, out_path: str, 
     from pipelines.dedup_beam import write_clusters_on_beam
 
     n_docs, n_kept, quarantined, busy, components = write_clusters_on_beam(
-        cfg, input_cfg, files, out_path, twins, index_out=index_out, against=against, execution=execution,
-        input_bytes=input_bytes)
+        cfg, input_cfg, files, out_path, twins, index_out=index_out, against=against, input_bytes=input_bytes,
+        runner=execution.runner, workers=execution.workers, dask_address=execution.dask_address,
+        worker_memory=execution.worker_memory, beam_args=execution.beam_args)
     return ClustersWritten(n_docs, n_kept, quarantined, time.perf_counter() - started, busy, components)
 
 
@@ -119,7 +115,7 @@ def _write_in_this_process(cfg: NearDedupConfig, input_cfg: InputConfig, files: 
                 quarantined.append(item.as_record())
                 continue
             internal_ids.append(item["id"])
-            reported[item["id"]] = report_id(item, id_field)
+            reported[item["id"]] = reported_id(item, id_field, default=item["id"])
             yield item
 
     decisions = dedup_documents(documents(), cfg)

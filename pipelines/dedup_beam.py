@@ -1,6 +1,6 @@
 """The Beam graph of `corpusmill dedup` (``pipelines.dedup.write_clusters`` when Beam is asked for): read →
 ``NearDedup`` → one line per document, the lines of the documents removed for a kept one joined to its
-reported id."""
+reported id. (It imports nothing from ``pipelines.dedup``, which imports it only when Beam is asked for.)"""
 from __future__ import annotations
 
 import functools
@@ -16,14 +16,18 @@ from apache_beam.metrics.metric import MetricsFilter
 
 from pipelines.beam_options import make_pipeline, shuffle_workers
 from pipelines.config_base import ConfigError, InputConfig
-from pipelines.dedup import Execution, report_id
-from pipelines.read import InputFile
+from pipelines.read import InputFile, reported_id
 from pipelines.read_beam import ReadCorpus
 from pipelines.twins import TextTwins
 from runio.files import atomic_output
 from transforms.base import step_annotations
 from transforms.near_dedup import NearDedup
 from transforms.near_dedup.core import STEP_NAME, NearDedupConfig
+
+
+def report_id(doc: dict, id_field: str):
+    """Its ``id_field``, a text file's name, else the internal id (``pipelines.read.reported_id``)."""
+    return reported_id(doc, id_field, default=doc["id"])
 
 
 def _what_a_line_needs(doc: dict, id_field: str) -> dict:
@@ -71,13 +75,13 @@ def _has_option(beam_args: Sequence[str], name: str) -> bool:
     return any(arg == name or arg.startswith(name + "=") for arg in beam_args)
 
 
-def local_runner(dedup: NearDedup, execution: Execution) -> tuple[str, Optional[int]]:
+def local_runner(dedup: NearDedup, runner: str, workers: Optional[int]) -> tuple[str, Optional[int]]:
     """The in-memory near-dedup path gathers every sketch on one worker: on the local runner, unless workers are
     given, it runs in this process (worker processes would add only their start-up and the transfer of every
     document to them)."""
-    if execution.runner == "direct" and execution.workers is None and dedup.cfg.enabled and dedup.path() == "memory":
+    if runner == "direct" and workers is None and dedup.cfg.enabled and dedup.path() == "memory":
         return "inprocess", 1
-    return execution.runner, execution.workers
+    return runner, workers
 
 
 def components_where(dedup: NearDedup, counters: dict) -> str:
@@ -90,12 +94,14 @@ def components_where(dedup: NearDedup, counters: dict) -> str:
 
 
 def write_clusters_on_beam(cfg: NearDedupConfig, input_cfg: InputConfig, files: list[InputFile], out_path: str,
-                           twins: TextTwins, *, index_out: Optional[str], against: Sequence[str],
-                           execution: Execution, input_bytes: int) -> tuple[int, int, list[dict], float, str]:
-    """The command's graph on ``execution``'s runner; returns (documents, kept, quarantine records, near-dedup's
-    busy seconds summed over workers, where the components were found)."""
-    if execution.runner == "dask" and not execution.dask_address:
-        _start_local_cluster(execution.workers, execution.worker_memory)
+                           twins: TextTwins, *, index_out: Optional[str], against: Sequence[str], input_bytes: int,
+                           runner: str, workers: Optional[int], dask_address: Optional[str],
+                           worker_memory: Optional[str], beam_args: Sequence[str]
+                           ) -> tuple[int, int, list[dict], float, str]:
+    """The command's graph on ``runner`` (``pipelines.dedup.Execution``'s fields); returns (documents, kept,
+    quarantine records, near-dedup's busy seconds summed over workers, where the components were found)."""
+    if runner == "dask" and not dask_address:
+        _start_local_cluster(workers, worker_memory)
     id_field = input_cfg.id_field
     work = tempfile.mkdtemp(prefix=".dedup-", dir=os.path.dirname(os.path.abspath(out_path)))
     try:
@@ -104,15 +110,15 @@ def write_clusters_on_beam(cfg: NearDedupConfig, input_cfg: InputConfig, files: 
                               carry=functools.partial(_what_a_line_needs, id_field=id_field))
         except (FileNotFoundError, ValueError) as err:
             raise ConfigError(str(err)) from None
-        runner, workers = local_runner(dedup, execution)  # (the path, hence the runner, counts the indexes)
-        dedup.workers = shuffle_workers(runner, workers, execution.dask_address)  # its partitions: as many per worker
+        runner, workers = local_runner(dedup, runner, workers)  # (the path, hence the runner, counts the indexes)
+        dedup.workers = shuffle_workers(runner, workers, dask_address)  # its partitions: as many per worker
         parts = dedup.partitions()
         # On Dask every shuffle of this command has near-dedup's partition count (one per 64 MB of input, as many
         # for each worker): its blocks are a few elements per partition, and each shuffle costs the runner that
         # count squared in tasks
-        pipeline = make_pipeline(runner, workers, list(execution.beam_args), dask_address=execution.dask_address,
-                                 worker_memory=execution.worker_memory, input_bytes=input_bytes,
-                                 partitions=None if _has_option(execution.beam_args, "--dask_partitions") else parts)
+        pipeline = make_pipeline(runner, workers, list(beam_args), dask_address=dask_address,
+                                 worker_memory=worker_memory, input_bytes=input_bytes,
+                                 partitions=None if _has_option(beam_args, "--dask_partitions") else parts)
         # Many files per partition: each worker already reads a share, and the sketching fuses with the reading
         read = pipeline | "Read" >> ReadCorpus(input_cfg, files, spread_documents=len(files) < 2 * parts)
         result = read["docs"] | "NearDedup" >> dedup

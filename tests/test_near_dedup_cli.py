@@ -62,16 +62,15 @@ def test_dedup_command_reports_bad_settings_by_name(tmp_path, capsys):
 
 
 def test_the_in_memory_path_runs_in_this_process_and_the_beam_path_on_workers():
-    from pipelines.dedup import Execution
     from pipelines.dedup_beam import local_runner
     from transforms.near_dedup import NearDedup, NearDedupConfig
 
-    args = Execution(runner="direct", workers=None)
-    assert local_runner(NearDedup(NearDedupConfig(), input_bytes=10_000), args) == ("inprocess", 1)
-    assert local_runner(NearDedup(NearDedupConfig(mode="beam"), input_bytes=10_000), args) == ("direct", None)
+    args = dict(runner="direct", workers=None)
+    assert local_runner(NearDedup(NearDedupConfig(), input_bytes=10_000), **args) == ("inprocess", 1)
+    assert local_runner(NearDedup(NearDedupConfig(mode="beam"), input_bytes=10_000), **args) == ("direct", None)
     big = NearDedup(NearDedupConfig(memory_max_input_bytes=100), input_bytes=10_000)  # auto → beam
-    assert local_runner(big, args) == ("direct", None)
-    assert local_runner(NearDedup(NearDedupConfig(), input_bytes=10), Execution(runner="direct", workers=2)) == (
+    assert local_runner(big, **args) == ("direct", None)
+    assert local_runner(NearDedup(NearDedupConfig(), input_bytes=10), runner="direct", workers=2) == (
         "direct", 2)  # an explicit --workers is kept
 
 
