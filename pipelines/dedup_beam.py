@@ -21,7 +21,7 @@ from pipelines.read_beam import ReadCorpus
 from pipelines.twins import TextTwins
 from runio.files import atomic_output
 from transforms.base import step_annotations
-from transforms.near_dedup import NearDedup
+from transforms.near_dedup.beam import NearDedup
 from transforms.near_dedup.core import STEP_NAME, NearDedupConfig
 
 
