@@ -560,7 +560,7 @@ PROFILE_STAGES = [  # the innermost frame matching a pattern decides a sample's 
     ("decisions, routing", [f"decide ({_ND}", f"_decide ({_ND}", f"_index_rows ({_ND}", "_RouteFn",
                             "beam_step.py"]),
     ("writing the clusters", ["_cluster_lines", "filebasedsink", "textio", "atomic_output",
-                              "<genexpr> (/work/main/cli/dedup.py"]),
+                              "<genexpr> (/work/main/pipelines/dedup_beam.py"]),
     ("Beam: coders, (de)serialization", ["coder_impl", "coders.py", "pickle", "cloudpickle", "dill"]),
     ("Beam: graph construction", ["apply (", "_apply_internal", "to_runner_api", "from_runner_api", "expand (",
                                   "translations.py", "get_dofn_specs"]),

@@ -2,9 +2,10 @@
 
     PYTHONPATH=. .venv/bin/python benchmarks/profile_dedup.py FILE.jsonl.gz [...]
 
-Runs what ``cli.dedup._dedup_without_beam`` runs (the same functions, in the same order), with a CPU timer
-(``time.process_time``) around each phase, and a cProfile of the sketching to split it into tokenization (code
-points, NFKC / lower-case tables, word runs), word and shingle hashing and signatures. Prints one Markdown row
+Runs what ``pipelines.dedup.write_clusters`` runs in this process (``core.dedup_documents``: the same functions,
+in the same order), with a CPU timer (``time.process_time``) around each phase, and a cProfile of the sketching
+to split it into tokenization (code points, NFKC / lower-case tables, word runs), word and shingle hashing and
+signatures. Prints one Markdown row
 per phase. The Beam path's fixed costs are measured by bench_dedup.py (whole runs; its workers are processes).
 """
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """What the analysis commands (`corpusmill dedup`, `pii`, `quality score`) share, so that they check their
 settings, their --out and their inputs alike and report what they set aside the same way: ``run_config_for``,
-``check_out_path``, ``check_new_folder``, ``TextTwins``, ``no_document_exit_code`` and ``quarantine_summary``."""
+``check_out_path``, ``check_new_folder``, ``no_document_exit_code`` and ``quarantine_summary`` (and
+``pipelines.twins.TextTwins`` for the copies of a text file)."""
 from __future__ import annotations
 
 import os
 import sys
-from typing import Callable, Sequence
+from typing import Sequence
 
 
 def run_config_for(command: str, config_path: str | None, input_cfg, **own_sections):
@@ -87,37 +88,6 @@ def check_new_folder(path: str, option: str, read_from: Sequence[str] = ()) -> N
     if os.path.isdir(target) and any(os.scandir(target)):
         raise ConfigError(f"{option} {path}: the folder already holds files; give a new or empty folder")
     _check_can_create(path, target if os.path.isdir(target) else os.path.dirname(target), option)
-
-
-def _same_row_renamed(row: dict, name: str) -> dict:
-    return {**row, "id": name}
-
-
-class TextTwins:
-    """Text files left out of a command's reading as byte-identical to an input that is read
-    (``resolve_inputs(..., on_twin=twins.add)``): each is a copy of that file's one document, so it gets that
-    document's output line under its own name (``copy_row(row, name)``; default: the same line), or is
-    quarantined as that one is. A row is matched to its file by its ``id``: a text file is reported by its name
-    (``pipelines.read.reported_id``). Record files (JSONL, Parquet) copied byte for byte hold the same ids as
-    their original: stderr says they were read once."""
-
-    def __init__(self, copy_row: Callable[[dict, str], dict] = _same_row_renamed):
-        self.of: dict[str, list[str]] = {}  # source name of the file read -> names of its copies
-        self.copy_row = copy_row
-
-    def add(self, left_out, read) -> None:
-        from pipelines.read import is_text_file
-
-        if is_text_file(left_out.name) and is_text_file(read.name):
-            self.of.setdefault(read.name, []).append(left_out.name)
-
-    def rows(self, row: dict) -> list[dict]:
-        """The copies' rows for the row of the file they copy."""
-        return [self.copy_row(row, name) for name in self.of.get(row["id"], ())]
-
-    def quarantined(self, records: list[dict]) -> list[dict]:
-        return [{**r, "source": name, "reason": f"{r['reason']} (a copy of {r['source']})"}
-                for r in records for name in self.of.get(r["source"], ())]
 
 
 MISSING_ID = "missing_id"  # the kind of a record set aside for want of its id (a command that needs one: pii)

@@ -62,6 +62,7 @@ def add_from_scratch(parser: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace, stages: tuple[str, ...], against: tuple[str, ...], resume: bool,
          scheduled: bool = False) -> int:
     from pipelines.run import run_stages, summary_line
+    from report.build import build_report
     from runio.layout import RunPaths
 
     cfg = load_with_cli(args, args.beam_args)
@@ -83,7 +84,7 @@ def _run(args: argparse.Namespace, stages: tuple[str, ...], against: tuple[str, 
     try:
         manifest = run_stages(cfg, stages, against=against, resume=resume, overwrite=args.overwrite,
                               from_scratch=getattr(args, "from_scratch", False),
-                              log=lambda line: print(line, flush=True))
+                              log=lambda line: print(line, flush=True), build_report=build_report)
     except Exception as err:  # noqa: BLE001 — every failure ends as an exit code and one line
         code, reason = failure(err)
         if not isinstance(reason, str):

@@ -85,11 +85,12 @@ STEPS_QUALITY_READS = ("normalize", "langid")
 def _score(args: argparse.Namespace) -> int:
     import apache_beam as beam
 
-    from cli.analysis import (TextTwins, check_out_path, no_document_exit_code, quarantine_summary,
-                              resolve_input_fields, run_config_for)
+    from cli.analysis import (check_out_path, no_document_exit_code, quarantine_summary, resolve_input_fields,
+                              run_config_for)
     from pipelines.beam_options import make_pipeline
     from pipelines.config import ConfigError, InputConfig, load_section, param_overrides
     from pipelines.read import ReadCorpus, reported_id, resolve_inputs
+    from pipelines.twins import TextTwins
     from pipelines.steps import STEPS, StepContext
     from runio.files import atomic_output
     from runio.layout import RunPaths

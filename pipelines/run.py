@@ -35,7 +35,9 @@ import json
 import os
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
 
 from pipelines.config import ConfigError, RunConfig
 from pipelines.prepare import base_manifest, previously_processed, run_clean, run_shards, summary_table
@@ -46,16 +48,6 @@ from runio.files import is_uri, read_json, read_jsonl, sha256_bytes, sha256_file
 from runio.layout import RunPaths
 
 DATA_STAGES = ("clean", "shards")
-ALL_STAGES = ("clean", "shards", "train", "report")
-# The config keys (dotted prefixes) each stage's outputs depend on. The runner is not among them: outputs are
-# byte-identical on any runner and number of workers; nor are the keys below that change only how fast.
-STAGE_KEYS = {
-    "clean": ("input", "output.target_shard_bytes", "normalize", "filters", "exact_dedup", "near_dedup",
-              "quality", "pii"),
-    "shards": ("tokenizer", "packing"),
-    "train": ("train",),
-    "report": ("report",),
-}
 # Keys that change how fast a stage runs, how much it checks, when training runs or where its checkpoints are
 # copied, never its outputs: not fingerprinted, so changing one never invalidates a run (``train.verify_shards``
 # only decides how the trainer checks the shards it reads).
@@ -168,6 +160,201 @@ def preflight(cfg: RunConfig, stages: tuple[str, ...], against: tuple[str, ...] 
         check_steps(cfg, StepContext(RunPaths.of(cfg), tuple(RunPaths(run) for run in against)))
 
 
+# ------------------------------------------------------------------------------------------------- stages
+
+
+# Builds report.html of a run directory from its ``report`` config section: ``report.build.build_report``,
+# which the command running the report stage passes in (report sits on a floor above pipelines).
+ReportBuilder = Callable[[RunPaths, Any], Path]
+
+
+@dataclass(frozen=True)
+class StageRun:
+    """What a stage's ``run`` is given. ``build_report``: the report builder (``report.build.build_report``),
+    supplied by the caller, a floor above this one (the CLI), for a run with the report stage."""
+    cfg: RunConfig
+    paths: RunPaths
+    against: tuple[str, ...]
+    log: Callable[[str], None]
+    from_scratch: bool = False
+    build_report: Optional[ReportBuilder] = None
+
+
+def _no_settings(cfg: RunConfig, against: tuple[str, ...]) -> dict[str, Any]:
+    return {}
+
+
+def _no_digest(paths: RunPaths, manifest: dict) -> str | None:
+    return None
+
+
+def _never_skipped(manifest: dict) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a run, described once; ``STAGES`` lists them in order.
+
+    ``keys``: the config keys (dotted prefixes) its outputs depend on: a change to one re-runs it and the stages
+    after it (the runner is not among them: outputs are byte-identical on any runner and number of workers; nor
+    are ``SPEED_ONLY_KEYS``); ``settings(cfg, against)``: what else its fingerprint covers, as settings.
+    ``outputs(paths)``: what it writes (removed when it is discarded or skipped). ``digest(paths, manifest)``:
+    what the stages after it read of its outputs (part of their fingerprint), None if nothing.
+    ``skip(manifest)``: why it has nothing to do (an empty result), or None. ``run(StageRun)``: does the work;
+    returns what it adds to the manifest."""
+    name: str
+    keys: tuple[str, ...]
+    outputs: Callable[[RunPaths], tuple[Path, ...]]
+    run: Callable[[StageRun], dict]
+    settings: Callable[[RunConfig, tuple[str, ...]], dict[str, Any]] = _no_settings
+    digest: Callable[[RunPaths, dict], str | None] = _no_digest
+    skip: Callable[[dict], str | None] = _never_skipped
+
+
+def _clean_settings(cfg: RunConfig, against: tuple[str, ...]) -> dict[str, Any]:
+    """Local input paths made absolute (their spelling is irrelevant), and the earlier runs it is cleaned against."""
+    return {"input.paths": [_local_abspath(p) for p in cfg.input.paths],
+            "against": sorted(_local_abspath(str(a)) for a in against)}
+
+
+def _clean_digest(paths: RunPaths, manifest: dict) -> str | None:
+    """The clean's outputs are a function of its inputs' content (and its config)."""
+    if "inputs" not in manifest:
+        return None
+    return _digest([sorted(i.get("sha256", "") for i in manifest.get("inputs", [])),
+                    sorted(manifest.get("inputs_seen", []))])
+
+
+def _clean_stage(run: StageRun) -> dict:
+    cfg = run.cfg
+    stats = run_clean(cfg, run.against, run.log)
+    run.log(summary_table(stats))
+    if cfg.output.pushgateway_url:
+        from runio.pushgateway import push_pipeline_stats
+
+        push_pipeline_stats(stats, cfg.output.pushgateway_url, run=cfg.name, stage="clean")
+    return {"inputs": stats.pop("inputs"), "inputs_seen": stats.pop("inputs_seen"),
+            "inputs_stat": input_stamps(cfg), "against": list(run.against),
+            "steps": [row["step"] for row in stats["steps"]], "counts": stats["accounting"],
+            "pii_engine": _pii_engine(cfg)}
+
+
+def _shards_settings(cfg: RunConfig, against: tuple[str, ...]) -> dict[str, Any]:
+    """``tokenizer.path`` by its content's sha256."""
+    path = cfg.tokenizer.path
+    if not path:
+        return {}
+    return {"tokenizer.path": f"sha256:{sha256_file(path)}" if os.path.isfile(path) else path}
+
+
+def _shards_digest(paths: RunPaths, manifest: dict) -> str | None:
+    """The shards are named by their manifest (per-shard sha256 inside)."""
+    shard_manifest = paths.shards_manifest
+    return sha256_file(shard_manifest)[:16] if shard_manifest.is_file() else "empty"
+
+
+def _empty_result(manifest: dict, what: str) -> str | None:
+    if not manifest.get("empty"):
+        return None
+    c = manifest.get("counts", {})
+    return (f"{EMPTY_REASON} (read {c.get('read', 0)}: removed {c.get('removed', 0)}, quarantined "
+            f"{c.get('quarantined', 0)}); {what}")
+
+
+def _skip_shards(manifest: dict) -> str | None:
+    return _empty_result(manifest, "no shards written")
+
+
+def _shards_stage(run: StageRun) -> dict:
+    cfg, log = run.cfg, run.log
+    shards = run_shards(cfg, log)
+    totals = shards.get("totals", {})
+    for split, t in sorted(totals.items()):
+        if not t.get("docs"):
+            log(f"shards/{split}: no document (packing.val_fraction {cfg.packing.val_fraction} of "
+                f"{sum(x.get('docs', 0) for x in totals.values())} documents)" if split == "val" else
+                f"shards/{split}: no document")
+            continue
+        log(f"shards/{split}: {t.get('docs', 0)} documents → {t.get('tokens', 0)} tokens in {t.get('rows', 0)} "
+            f"rows of {shards.get('seq_len')}, fill {t.get('fill_ratio', 0):.2%}, documents split "
+            f"{t.get('docs_split', 0)}")
+    check = shards.get("tokenizer_check") or {}
+    if check.get("by_language"):
+        log("tokenizer: bytes per token " + ", ".join(
+            f"{lang} {row['bytes_per_token']}" for lang, row in check["by_language"].items()))
+    for warning in check.get("warnings", []):
+        log(f"warning: {warning}")
+    return {"shards": {"tokenizer_sha256": shards.get("tokenizer_sha256"), "totals": totals,
+                       "seq_len": shards.get("seq_len"), "packing": shards.get("packing")}}
+
+
+def _skip_train(manifest: dict) -> str | None:
+    empty = _empty_result(manifest, "nothing to train on")
+    if empty is not None:
+        return empty
+    rows = (manifest.get("shards", {}).get("totals", {}).get("train") or {}).get("rows", 0)
+    if not rows:
+        return "the train split has no rows (every document fell into the val split or has no token); " \
+               "nothing to train on"
+    return None
+
+
+def _train_stage(run: StageRun) -> dict:
+    from trainer_bridge.launch import run_training  # deferred: imports torch, which the data stages never need
+
+    said: list[str] = []
+    code = run_training(run.cfg, from_scratch=run.from_scratch, outcome=said.append)
+    if code in TRAIN_EXIT_CODES:  # the trainer's one line, as `corpusmill train` would end, naming the stage
+        raise StageFailed(f"train stage failed (exit {code}): {said[-1] if said else 'see the output above'}",
+                          code=code)
+    if code != 0:
+        raise StageFailed(f"train stage failed with exit code {code}; re-run to resume from the last checkpoint")
+    return {}
+
+
+def _report_stage(run: StageRun) -> dict:
+    if not run.cfg.report.enabled:
+        run.log("report: disabled (report.enabled: false)")
+        return {}
+    path = run.build_report(run.paths, run.cfg.report)
+    run.log(f"report: {path}")
+    return {"report": str(path)}
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("clean", keys=("input", "output.target_shard_bytes", "normalize", "filters", "exact_dedup", "near_dedup",
+                         "quality", "pii"),
+          outputs=lambda p: (p.docs, p.removed, p.quarantine, p.dedup, p.stats, p.progress),
+          run=_clean_stage, settings=_clean_settings, digest=_clean_digest),
+    Stage("shards", keys=("tokenizer", "packing"), outputs=lambda p: (p.shards, p.tokenizer_dir),
+          run=_shards_stage, settings=_shards_settings, digest=_shards_digest, skip=_skip_shards),
+    Stage("train", keys=("train",), outputs=lambda p: (p.train,), run=_train_stage, skip=_skip_train),
+    # its builder comes from the caller (report is a floor above pipelines): StageRun.build_report
+    Stage("report", keys=("report",), outputs=lambda p: (p.report_html,), run=_report_stage),
+)
+STAGE = {stage.name: stage for stage in STAGES}
+ALL_STAGES = tuple(STAGE)
+STAGE_KEYS = {stage.name: stage.keys for stage in STAGES}
+STAGE_OUTPUTS = {stage.name: stage.outputs for stage in STAGES}
+
+
+def output_digest(stage: str, paths: RunPaths, manifest: dict) -> str | None:
+    """What the stages after ``stage`` read of its outputs, as a digest (``Stage.digest``)."""
+    return STAGE[stage].digest(paths, manifest)
+
+
+def _skip_reason(stage: str, manifest: dict) -> str | None:
+    """Why ``stage`` has nothing to do (an empty result), or None."""
+    return STAGE[stage].skip(manifest)
+
+
+def _run_stage(cfg: RunConfig, paths: RunPaths, stage: str, against: tuple[str, ...],
+               log: Callable[[str], None], *, from_scratch: bool = False,
+               build_report: Optional[ReportBuilder] = None) -> dict:
+    return STAGE[stage].run(StageRun(cfg, paths, against, log, from_scratch, build_report))
+
+
 # -------------------------------------------------------------------------------------------- fingerprints
 
 
@@ -191,31 +378,12 @@ def stage_settings(cfg: RunConfig, stage: str, against: tuple[str, ...] = ()) ->
     keys = STAGE_KEYS[stage]
     settings = {k: v for k, v in flat.items()
                 if any(k == p or k.startswith(p + ".") for p in keys) and k not in SPEED_ONLY_KEYS}
-    if stage == "clean":
-        settings["input.paths"] = [_local_abspath(p) for p in cfg.input.paths]
-        settings["against"] = sorted(_local_abspath(str(a)) for a in against)
-    if stage == "shards" and cfg.tokenizer.path:
-        path = cfg.tokenizer.path
-        settings["tokenizer.path"] = f"sha256:{sha256_file(path)}" if os.path.isfile(path) else path
+    settings.update(STAGE[stage].settings(cfg, against))
     return settings
 
 
 def _digest(value: Any) -> str:
     return sha256_bytes(json.dumps(value, sort_keys=True, default=str).encode("utf-8"))[:16]
-
-
-def output_digest(stage: str, paths: RunPaths, manifest: dict) -> str | None:
-    """What the stages after ``stage`` read of its outputs, as a digest: the clean's outputs are a function of
-    its inputs' content (and its config), the shards are named by their manifest (per-shard sha256 inside)."""
-    if stage == "clean":
-        if "inputs" not in manifest:
-            return None
-        return _digest([sorted(i.get("sha256", "") for i in manifest.get("inputs", [])),
-                        sorted(manifest.get("inputs_seen", []))])
-    if stage == "shards":
-        shard_manifest = paths.shards_manifest
-        return sha256_file(shard_manifest)[:16] if shard_manifest.is_file() else "empty"
-    return None
 
 
 def expected_fingerprints(cfg: RunConfig, paths: RunPaths, manifest: dict,
@@ -267,14 +435,6 @@ def _stage_why(stage: str, records: dict, expected: dict) -> str:
         if earlier in records and records[earlier].get("config") != expected[earlier]["config"]:
             return f"{earlier}: " + _changed_keys(records[earlier].get("settings"), expected[earlier]["settings"])
     return f"the outputs of {ALL_STAGES[index - 1]} changed"
-
-
-STAGE_OUTPUTS = {
-    "clean": lambda p: (p.docs, p.removed, p.quarantine, p.dedup, p.stats, p.progress),
-    "shards": lambda p: (p.shards, p.tokenizer_dir),
-    "train": lambda p: (p.train,),
-    "report": lambda p: (p.report_html,),
-}
 
 
 def _has_training(paths: RunPaths) -> bool:
@@ -398,9 +558,6 @@ def _current(records: dict[str, dict], expected: dict[str, dict]) -> list[str]:
     return [s for s in ALL_STAGES if s in records and records[s].get("fingerprint") == expected[s]["fingerprint"]]
 
 
-# ------------------------------------------------------------------------------------------------- stages
-
-
 def _pii_engine(cfg: RunConfig) -> str | None:
     if not cfg.pii.enabled:
         return None
@@ -410,10 +567,15 @@ def _pii_engine(cfg: RunConfig) -> str | None:
 
 
 def run_stages(cfg: RunConfig, stages: tuple[str, ...], *, against: tuple[str, ...] = (), resume: bool = False,
-               overwrite: bool = False, from_scratch: bool = False, log: Callable[[str], None] = print) -> dict:
+               overwrite: bool = False, from_scratch: bool = False, log: Callable[[str], None] = print,
+               build_report: Optional[ReportBuilder] = None) -> dict:
     """Run ``stages`` in order; return the final manifest. ``resume`` skips stages done with the same
     fingerprint (``prepare`` and ``refresh`` re-run theirs). ``from_scratch``: the train stage starts at step 0,
-    the run's checkpoints set aside (``corpusmill train --from-scratch``)."""
+    the run's checkpoints set aside (``corpusmill train --from-scratch``). ``build_report``: the report stage's
+    builder (``report.build.build_report``), needed when ``stages`` has the report stage."""
+    if "report" in stages and cfg.report.enabled and build_report is None:  # a caller's mistake, said before any work
+        raise ValueError("the report stage needs its builder: run_stages(..., build_report=report.build."
+                         "build_report), passed by the command that runs it")
     paths = RunPaths.of(cfg)
     preflight(cfg, stages, against)
     with run_lock(paths):
@@ -442,7 +604,8 @@ def run_stages(cfg: RunConfig, stages: tuple[str, ...], *, against: tuple[str, .
             else:
                 log(f"{prefix} ...")
                 with metered(cfg, paths, stage, log):
-                    result = _run_stage(cfg, paths, stage, against, log, from_scratch=train_anew)
+                    result = _run_stage(cfg, paths, stage, against, log, from_scratch=train_anew,
+                                        build_report=build_report)
             manifest.update(result)
             if stage == "clean":
                 manifest["empty"] = manifest["counts"]["kept"] == 0
@@ -538,77 +701,6 @@ def metered(cfg: RunConfig, paths: RunPaths, stage: str, log: Callable[[str], No
                     from runio.pushgateway import push_cost
 
                     push_cost(cost, cfg.output.pushgateway_url, run=cfg.name)
-
-
-def _skip_reason(stage: str, manifest: dict) -> str | None:
-    """Why ``stage`` has nothing to do (an empty result), or None."""
-    if stage in ("shards", "train") and manifest.get("empty"):
-        c = manifest.get("counts", {})
-        what = "no shards written" if stage == "shards" else "nothing to train on"
-        return (f"{EMPTY_REASON} (read {c.get('read', 0)}: removed {c.get('removed', 0)}, quarantined "
-                f"{c.get('quarantined', 0)}); {what}")
-    if stage == "train":
-        rows = (manifest.get("shards", {}).get("totals", {}).get("train") or {}).get("rows", 0)
-        if not rows:
-            return "the train split has no rows (every document fell into the val split or has no token); " \
-                   "nothing to train on"
-    return None
-
-
-def _run_stage(cfg: RunConfig, paths: RunPaths, stage: str, against: tuple[str, ...],
-               log: Callable[[str], None], *, from_scratch: bool = False) -> dict:
-    if stage == "clean":
-        stats = run_clean(cfg, against, log)
-        log(summary_table(stats))
-        if cfg.output.pushgateway_url:
-            from runio.pushgateway import push_pipeline_stats
-
-            push_pipeline_stats(stats, cfg.output.pushgateway_url, run=cfg.name, stage="clean")
-        return {"inputs": stats.pop("inputs"), "inputs_seen": stats.pop("inputs_seen"),
-                "inputs_stat": input_stamps(cfg), "against": list(against),
-                "steps": [row["step"] for row in stats["steps"]], "counts": stats["accounting"],
-                "pii_engine": _pii_engine(cfg)}
-    if stage == "shards":
-        shards = run_shards(cfg, log)
-        totals = shards.get("totals", {})
-        for split, t in sorted(totals.items()):
-            if not t.get("docs"):
-                log(f"shards/{split}: no document (packing.val_fraction {cfg.packing.val_fraction} of "
-                    f"{sum(x.get('docs', 0) for x in totals.values())} documents)" if split == "val" else
-                    f"shards/{split}: no document")
-                continue
-            log(f"shards/{split}: {t.get('docs', 0)} documents → {t.get('tokens', 0)} tokens in {t.get('rows', 0)} "
-                f"rows of {shards.get('seq_len')}, fill {t.get('fill_ratio', 0):.2%}, documents split "
-                f"{t.get('docs_split', 0)}")
-        check = shards.get("tokenizer_check") or {}
-        if check.get("by_language"):
-            log("tokenizer: bytes per token " + ", ".join(
-                f"{lang} {row['bytes_per_token']}" for lang, row in check["by_language"].items()))
-        for warning in check.get("warnings", []):
-            log(f"warning: {warning}")
-        return {"shards": {"tokenizer_sha256": shards.get("tokenizer_sha256"), "totals": totals,
-                           "seq_len": shards.get("seq_len"), "packing": shards.get("packing")}}
-    if stage == "train":
-        from trainer_bridge.launch import run_training
-
-        said: list[str] = []
-        code = run_training(cfg, from_scratch=from_scratch, outcome=said.append)
-        if code in TRAIN_EXIT_CODES:  # the trainer's one line, as `corpusmill train` would end, naming the stage
-            raise StageFailed(f"train stage failed (exit {code}): {said[-1] if said else 'see the output above'}",
-                              code=code)
-        if code != 0:
-            raise StageFailed(f"train stage failed with exit code {code}; re-run to resume from the last checkpoint")
-        return {}
-    if stage == "report":
-        from report.build import build_report
-
-        if not cfg.report.enabled:
-            log("report: disabled (report.enabled: false)")
-            return {}
-        path = build_report(paths, cfg.report)
-        log(f"report: {path}")
-        return {"report": str(path)}
-    raise ValueError(f"unknown stage {stage!r}")
 
 
 def summary_line(manifest: dict) -> str:

@@ -372,7 +372,7 @@ def _beam_corpus() -> list[dict]:
 def run_near_dedup(docs, cfg, tmp_path, runner="inprocess", workers=1, index_out=None, against=(), counters=None,
                    input_bytes=None):
     """Kept and removed rows by id; ``counters``: a dict filled with the run's near_dedup counters;
-    ``input_bytes``: the input size NearDedup is told (a small one: the Beam path's components on one worker)."""
+    ``input_bytes``: the input size NearDedup is told (it sizes the partitions)."""
     import glob
 
     import apache_beam as beam
@@ -409,7 +409,6 @@ def beam_runs(tmp_path_factory):
     counters = {"memory": {}, "beam": {}, "two_workers": {}}
     memory = run_near_dedup(docs, NearDedupConfig(mode="memory"), tmp, counters=counters["memory"])
     distributed = run_near_dedup(docs, NearDedupConfig(mode="beam"), tmp, counters=counters["beam"])
-    # a small input's Beam path: its components found and resolved on one worker (no star rounds)
     two_workers = run_near_dedup(docs, NearDedupConfig(mode="beam"), tmp, runner="direct", workers=2,
                                  counters=counters["two_workers"], input_bytes=100_000)
     return docs, memory, distributed, two_workers, counters
@@ -431,33 +430,7 @@ def test_beam_path_equals_in_memory_path_and_pure_core(beam_runs):
 
 def test_same_kept_set_with_one_and_two_workers(beam_runs):
     _, memory, _, two_workers, _ = beam_runs
-    assert two_workers == memory  # (its input size given: components on one worker)
-
-
-def test_the_beam_path_finds_components_on_one_worker_only_for_a_known_small_input():
-    import apache_beam as beam
-
-    from transforms.near_dedup import NearDedup
-
-    def labels(dedup) -> str:
-        """Every transform's label in the graph ``dedup`` builds."""
-        pipeline = beam.Pipeline()
-        _ = pipeline | beam.Create([{"id": 1, "text": "a b c"}]) | dedup
-        stack, found = [pipeline.transforms_stack[0]], []
-        while stack:
-            node = stack.pop()
-            found.append(node.full_label)
-            stack.extend(node.parts)
-        return " ".join(found)
-
-    beam_cfg = NearDedupConfig(mode="beam")
-    for dedup, one_worker in ((NearDedup(beam_cfg, input_bytes=100_000), True), (NearDedup(beam_cfg), False),
-                              (NearDedup(beam_cfg, input_bytes=200_000_001), False),
-                              (NearDedup(NearDedupConfig(mode="beam", cc_one_worker_max_input_bytes=0),
-                                         input_bytes=10), False)):
-        assert dedup.components_on_one_worker() == one_worker
-        graph = labels(dedup)
-        assert ("ComponentsOnOneWorker" in graph) == one_worker and ("LargeStar0" in graph) != one_worker
+    assert two_workers == memory
 
 
 def test_every_decision_made_reaches_its_document_on_both_paths(beam_runs):

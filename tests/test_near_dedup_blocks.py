@@ -4,11 +4,9 @@ Beam: the Beam graph itself is tested in test_near_dedup.py (its decisions equal
 and two workers)."""
 from __future__ import annotations
 
-import itertools
 import pickle
 import random
 from collections import defaultdict
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -159,9 +157,8 @@ def test_connected_components_are_exact_for_any_number_of_rounds():
     assert components(edges_of([]), 1) == ({}, 0)
 
 
-def _distributed(sketches: list[Sketch], cfg: NearDedupConfig, parts: int, one_worker: bool = False) -> list:
-    """The distributed path's steps on these sketches, each partition on its own, grouped as the shuffles group;
-    with ``one_worker``, the components found and resolved in one place (``ComponentsOnOneWorker``)."""
+def _distributed(sketches: list[Sketch], cfg: NearDedupConfig, parts: int) -> list:
+    """The distributed path's steps on these sketches, each partition on its own, grouped as the shuffles group."""
     def grouped(pieces):
         out = defaultdict(list)
         for p, block in pieces:
@@ -186,12 +183,6 @@ def _distributed(sketches: list[Sketch], cfg: NearDedupConfig, parts: int, one_w
         verified.append(edges_here)
         if rows_here is not None:
             ends.extend(rows_here.split(partition_of(rows_here.ids, parts), parts))
-    if one_worker:
-        labelled, missing = blocks.one_worker_components(
-            blocks.concat_columns([blocks.both_directions(v) for v in verified]),
-            SketchRows.concat([rows for _, rows in ends]))
-        assert missing == 0
-        return sorted(blocks.resolve_components([labelled], cfg))
     ends = grouped(ends)
     labels, _ = components(blocks.concat_columns(verified), cfg.cc_max_rounds, parts)
     nodes = np.array(sorted(labels), dtype=np.int64)
@@ -214,25 +205,6 @@ def test_each_partition_on_its_own_gives_the_in_memory_decisions(overrides):
     assert sum(d.removed for d in expected) >= 20
     for parts in (1, 4, 16):
         assert _distributed(sketches, cfg, parts) == expected, parts
-        assert _distributed(sketches, cfg, parts, one_worker=True) == expected, parts
-
-
-def test_components_on_one_worker_are_the_rounds_components_and_count_nodes_without_a_row():
-    rng = random.Random(5)
-    ids = rng.sample(range(10**6), 400)
-    pairs = [(ids[i], ids[i + 1]) for i in range(149)] + [(ids[150], ids[j]) for j in range(151, 300)]
-    pairs += [(ids[rng.randrange(300, j)], ids[j]) for j in range(301, 400)]
-    edges = blocks.both_directions(Edges(np.array([a for a, _ in pairs], dtype=np.int64),
-                                         np.array([b for _, b in pairs], dtype=np.int64)))
-    expected, _ = components(edges, 1, 4)
-    cfg = NearDedupConfig()
-    rows = SketchRows.of([replace(s, id=i, rank=(*s.rank[:2], i))
-                          for s, i in zip(itertools.cycle(_corpus_sketches(cfg)[:5]), ids)])
-    labelled, missing = blocks.one_worker_components(edges, rows)
-    assert missing == 0 and dict(zip(labelled.rows.ids.tolist(), labelled.labels.tolist())) == expected
-    _, missing = blocks.one_worker_components(edges, rows.take(np.arange(390)))
-    assert missing == 10  # a lost row is counted (the run then fails on labels_without_sketch), never guessed
-    assert blocks.one_worker_components(Edges(np.empty(0, np.int64), np.empty(0, np.int64)), None) == (None, 0)
 
 
 def test_verification_rejects_what_the_in_memory_path_rejects_and_counts_it():

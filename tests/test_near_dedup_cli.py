@@ -62,35 +62,34 @@ def test_dedup_command_reports_bad_settings_by_name(tmp_path, capsys):
 
 
 def test_the_in_memory_path_runs_in_this_process_and_the_beam_path_on_workers():
-    from argparse import Namespace
-
-    from cli.dedup import _local_runner
+    from pipelines.dedup_beam import local_runner
     from transforms.near_dedup import NearDedup, NearDedupConfig
 
-    args = Namespace(runner="direct", workers=None)
-    assert _local_runner(NearDedup(NearDedupConfig(), input_bytes=10_000), args) == ("inprocess", 1)
-    assert _local_runner(NearDedup(NearDedupConfig(mode="beam"), input_bytes=10_000), args) == ("direct", None)
+    args = dict(runner="direct", workers=None)
+    assert local_runner(NearDedup(NearDedupConfig(), input_bytes=10_000), **args) == ("inprocess", 1)
+    assert local_runner(NearDedup(NearDedupConfig(mode="beam"), input_bytes=10_000), **args) == ("direct", None)
     big = NearDedup(NearDedupConfig(memory_max_input_bytes=100), input_bytes=10_000)  # auto → beam
-    assert _local_runner(big, args) == ("direct", None)
-    assert _local_runner(NearDedup(NearDedupConfig(), input_bytes=10), Namespace(runner="direct", workers=2)) == (
+    assert local_runner(big, **args) == ("direct", None)
+    assert local_runner(NearDedup(NearDedupConfig(), input_bytes=10), runner="direct", workers=2) == (
         "direct", 2)  # an explicit --workers is kept
 
 
 def test_the_local_in_memory_path_runs_without_beam_and_gives_the_beam_clusters(tmp_path, capsys):
-    from argparse import Namespace
-
-    from cli.dedup import _runs_without_beam
+    from pipelines.dedup import Execution, runs_without_beam
     from transforms.near_dedup import NearDedup, NearDedupConfig
+
+    def _runs_without_beam(cfg, input_bytes, args: dict) -> bool:
+        return runs_without_beam(cfg, input_bytes, Execution(args["runner"], args["workers"],
+                                                             beam_args=tuple(args["beam_args"])),
+                                 args["index_out"], args["against"])
 
     records = _write_input(tmp_path / "in.jsonl.gz")
     rows = {}
     beam_path = ["--runner", "inprocess", "--set", "near_dedup.mode=beam"]
     said = {"beam": "components on one worker, the in-memory path",
-            "one_worker": "components on one worker: a small input (near_dedup.cc_one_worker_max_input_bytes)",
             # the size of the last, single-worker label merge: cc_max_rounds' trade-off
             "rounds": "0 label pairs in the last component merge after 1 star rounds"}
-    for name, extra in (("local", []), ("beam", ["--runner", "inprocess"]), ("one_worker", beam_path),
-                        ("rounds", [*beam_path, "--set", "near_dedup.cc_one_worker_max_input_bytes=0"])):
+    for name, extra in (("local", []), ("beam", ["--runner", "inprocess"]), ("rounds", beam_path)):
         out = tmp_path / f"{name}.jsonl"
         assert main(["dedup", str(tmp_path / "in.jsonl.gz"), "--out", str(out), *extra]) == 0
         err = capsys.readouterr().err
@@ -98,16 +97,16 @@ def test_the_local_in_memory_path_runs_without_beam_and_gives_the_beam_clusters(
         assert ("in this process" in err) == (name == "local")
         assert name == "local" or said[name] in err, err  # where each path found the components
         rows[name] = sorted(out.read_text(encoding="utf-8").splitlines())
-    assert rows["local"] == rows["beam"] == rows["one_worker"] == rows["rounds"] and len(rows["local"]) == len(records)
+    assert rows["local"] == rows["beam"] == rows["rounds"] and len(rows["local"]) == len(records)
     assert sum('"kept": false' in line for line in rows["local"]) == 2
     plain = dict(runner="direct", workers=None, index_out=None, against=[], beam_args=[])
-    assert _runs_without_beam(NearDedupConfig(), 10_000, Namespace(**plain))
+    assert _runs_without_beam(NearDedupConfig(), 10_000, plain)
     for change in ({"runner": "inprocess"}, {"workers": 2}, {"index_out": "x"}, {"against": ["y"]},
                    {"beam_args": ["--direct_num_workers=2"]}):
-        assert not _runs_without_beam(NearDedupConfig(), 10_000, Namespace(**{**plain, **change}))
+        assert not _runs_without_beam(NearDedupConfig(), 10_000, {**plain, **change})
     for cfg, size in ((NearDedupConfig(mode="beam"), 10_000), (NearDedupConfig(memory_max_input_bytes=100), 10_000),
                       (NearDedupConfig(enabled=False), 10)):
-        assert not _runs_without_beam(cfg, size, Namespace(**plain))
+        assert not _runs_without_beam(cfg, size, plain)
     from transforms.near_dedup.core import chosen_path
 
     for cfg, size in ((NearDedupConfig(mode="beam"), 10), (NearDedupConfig(mode="memory"), 10**12),

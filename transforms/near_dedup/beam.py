@@ -6,8 +6,7 @@ between workers, as named sub-transforms (see ``NearDedup``'s docstring):
 
     Sketch → CandidateEdges → VerifiedEdges → ConnectedComponents → VerifiedStars → Decisions → routing tail
 
-(for a small input, Sketch → CandidateEdges → VerifiedEdges → ComponentsOnOneWorker → Decisions; on the
-in-memory path, Sketch → DedupInMemory → Decide). What crosses a shuffle is a block: the rows of
+(on the in-memory path, Sketch → DedupInMemory → Decide). What crosses a shuffle is a block: the rows of
 many documents as numpy columns, keyed by a partition number (``blocks.partition_of``), so that a runner moves a
 few hundred elements where it moved several per document. Every function doing the step's work is timed into
 the ``near_dedup`` ``busy_ms`` counter.
@@ -28,7 +27,7 @@ from transforms.beam_step import Route, StepFn, any_output_type, timed
 from transforms.near_dedup import blocks
 from transforms.near_dedup.blocks import DecisionRows, Labelled, SketchRows, partition_of
 from transforms.near_dedup.core import (SKETCH_BATCH, STEP_NAME, NearDedupConfig, SketchBuilder, bucket_key_matrix,
-                                        check_unique_ids, chosen_path, components_on_one_worker, decide,
+                                        check_unique_ids, chosen_path, decide,
                                         dedup_in_memory)
 from transforms.near_dedup.index import ReadIndex, WriteIndex, check_index_params, index_bytes, sketch_row
 
@@ -265,29 +264,17 @@ def _verify(element, cfg: NearDedupConfig, parts: int, rejected):
             yield beam.pvalue.TaggedOutput("rows", (p, rows))
 
 
-def _verify_for_one_worker(element, cfg: NearDedupConfig, rejected):
-    """``_verify`` for ``ComponentsOnOneWorker``: the verified edges (both directions) and their ends' rows, all
-    keyed 0, on one output."""
-    verified, n_rejected, ends = blocks.verify_probes(list(element[1]), cfg)
-    if n_rejected:
-        rejected.inc(n_rejected)
-    yield 0, blocks.both_directions(verified)
-    if ends is not None:
-        yield 0, ends
-
-
 class VerifiedEdges(beam.PTransform):
     """``(sketches, candidate edges)`` (the candidate edges by the partition of each end) → ``.edges``: the
     distinct candidate edges whose two documents are similar enough, in both directions, keyed by the partition
     of their first end, and ``.rows``: their ends' sketch rows, by the partition of their id. Two shuffles: the
     sketches meet the edges of their documents (the only join that reads every sketch), and each edge meets its
     centre's and its member's rows at the member's partition; estimates settle the clear cases, an exact
-    Jaccard the others. With ``one_worker``, one output instead: the edge blocks and row blocks, all keyed 0
-    (``ComponentsOnOneWorker``'s input)."""
+    Jaccard the others."""
 
-    def __init__(self, cfg: NearDedupConfig, parts: int, one_worker: bool = False):
+    def __init__(self, cfg: NearDedupConfig, parts: int):
         super().__init__()
-        self.cfg, self.parts, self.one_worker = cfg, parts, one_worker
+        self.cfg, self.parts = cfg, parts
 
     def expand(self, inputs):
         rejected = Metrics.counter(STEP_NAME, "candidate_edges_rejected")
@@ -297,8 +284,6 @@ class VerifiedEdges(beam.PTransform):
             | "EdgeEnds" >> timed(STEP_NAME, _edge_ends, self.parts)
             | "GroupProbes" >> ByPartition(self.parts)
         )
-        if self.one_worker:
-            return probes | "VerifyEdges" >> timed(STEP_NAME, _verify_for_one_worker, self.cfg, rejected)
         return probes | "VerifyEdges" >> timed(STEP_NAME, _verify, self.cfg, self.parts, rejected).with_outputs(
             "rows", main="edges")
 
@@ -421,54 +406,18 @@ class VerifiedStars(beam.PTransform):
         )
 
 
-def _components_on_one_worker(element, cfg: NearDedupConfig, parts: int, decisions_made, without_sketch):
-    _, pieces = element
-    pieces = list(pieces)
-    labelled, missing = blocks.one_worker_components(
-        blocks.concat_columns([p for p in pieces if isinstance(p, blocks.Edges)]),
-        SketchRows.concat([p for p in pieces if isinstance(p, SketchRows)]))
-    if missing:
-        without_sketch.inc(missing)
-    yield from _resolve((0, [labelled]), cfg, parts, decisions_made)
-
-
-class ComponentsOnOneWorker(beam.PTransform):
-    """Blocks of every verified edge (both directions) and of their ends' sketch rows, all keyed 0 →
-    ``(partition, DecisionRows)``: one worker labels the components by an array union-find and resolves each
-    into verified stars, in one step. For a graph known to be small (``cc_one_worker_max_input_bytes``): it
-    spares the star rounds, the labelling and the shuffles that bring each component together (on Dask each
-    shuffle costs two scheduling round trips, however little it moves)."""
+class DistributedDecisions(beam.PTransform):
+    """``{"sketches", "bands"}`` blocks → ``(partition, DecisionRows)`` by shuffles only: memory per worker bounded
+    by a partition's band entries, sketches or components, whose number grows with the input."""
 
     def __init__(self, cfg: NearDedupConfig, parts: int):
         super().__init__()
         self.cfg, self.parts = cfg, parts
 
     def expand(self, inputs):
-        return (
-            inputs
-            | "GatherGraph" >> ByPartition(1)
-            | "ResolveComponents" >> timed(STEP_NAME, _components_on_one_worker, self.cfg, self.parts,
-                                           Metrics.counter(STEP_NAME, DECISIONS_MADE),
-                                           Metrics.counter(STEP_NAME, LABELS_WITHOUT_SKETCH))
-        )
-
-
-class DistributedDecisions(beam.PTransform):
-    """``{"sketches", "bands"}`` blocks → ``(partition, DecisionRows)`` by shuffles only: memory per worker bounded
-    by a partition's band entries, sketches or components, whose number grows with the input. With
-    ``one_worker_components`` (a small input) the components are found and resolved on one worker instead
-    (``ComponentsOnOneWorker``)."""
-
-    def __init__(self, cfg: NearDedupConfig, parts: int, one_worker_components: bool = False):
-        super().__init__()
-        self.cfg, self.parts, self.one_worker_components = cfg, parts, one_worker_components
-
-    def expand(self, inputs):
         edges = inputs["bands"] | "CandidateEdges" >> CandidateEdges(self.parts)
         verified = ((inputs["sketches"], edges)
-                    | "VerifiedEdges" >> VerifiedEdges(self.cfg, self.parts, self.one_worker_components))
-        if self.one_worker_components:
-            return verified | "ComponentsOnOneWorker" >> ComponentsOnOneWorker(self.cfg, self.parts)
+                    | "VerifiedEdges" >> VerifiedEdges(self.cfg, self.parts))
         labelled = ({"edges": verified.edges, "rows": verified.rows}
                     | "ConnectedComponents" >> ConnectedComponents(self.cfg.cc_max_rounds, self.parts))
         return labelled | "VerifiedStars" >> VerifiedStars(self.cfg, self.parts)
@@ -629,12 +578,10 @@ class NearDedupDecide(beam.PTransform):
     when ``index_out_dir`` is given). See ``NearDedup``."""
 
     def __init__(self, cfg: NearDedupConfig, index_out_dir: Optional[str] = None, against_dirs: Sequence[str] = (),
-                 path: str = "auto", parts: int = blocks.MIN_PARTITIONS, carry: Optional[Callable[[dict], dict]] = None,
-                 one_worker_components: bool = False):
+                 path: str = "auto", parts: int = blocks.MIN_PARTITIONS, carry: Optional[Callable[[dict], dict]] = None):
         super().__init__()
         self.cfg, self.index_out_dir, self.against_dirs = cfg, index_out_dir, list(against_dirs)
         self.path, self.parts, self.carry = path, parts, carry
-        self.one_worker_components = one_worker_components
 
     def expand(self, docs):
         cfg, parts = self.cfg, self.parts
@@ -657,7 +604,7 @@ class NearDedupDecide(beam.PTransform):
                 sketches, bands = sketched[SKETCHES], sketched[BANDS]
             if self.path == "beam":
                 decisions = ({"sketches": sketches, "bands": bands}
-                             | "Distributed" >> DistributedDecisions(cfg, parts, self.one_worker_components))
+                             | "Distributed" >> DistributedDecisions(cfg, parts))
             else:  # auto: choose at run time from the number of sketches; the other path then sees empty inputs
                 count = beam.pvalue.AsSingleton(
                     sketches | "SketchRows" >> beam.Map(_rows_in) | "CountSketches" >> beam.CombineGlobally(sum))
@@ -696,10 +643,10 @@ class NearDedup(beam.PTransform):
     ``memory`` gathers all sketches on one worker and runs ``dedup_in_memory``; ``beam`` groups band entries by
     partitions of their keys (``CandidateEdges``), verifies star edges by joins (``VerifiedEdges``), finds
     components by large-star/small-star rounds (``ConnectedComponents``) and resolves each component on its own
-    (``VerifiedStars``), or, for a known input of at most ``cc_one_worker_max_input_bytes``, finds and resolves
-    them on one worker (``ComponentsOnOneWorker``). Its partitions (``blocks.partitions_for(input_bytes, workers)``; ``workers``: how many
+    (``VerifiedStars``). Its partitions (``blocks.partitions_for(input_bytes, workers)``; ``workers``: how many
     workers share the shuffles, when the caller knows) grow with the input, so memory per worker is bounded by
-    a partition's band entries, sketches, components or documents. Both paths give the same decisions; both
+    a partition's band entries, sketches, components or documents. A small input needs no shortcut of the
+    distributed path: ``auto`` gives it the in-memory path (``memory_max_input_bytes``). Both paths give the same decisions; both
     are deterministic on any number of workers and partitions. The documents are in the global window.
 
     ``carry``: what of each document the distributed path carries from its sketching to its decision (default:
@@ -726,11 +673,6 @@ class NearDedup(beam.PTransform):
             return self.cfg.mode
         return chosen_path(self.cfg, self.input_bytes, index_bytes(self.against_dirs))
 
-    def components_on_one_worker(self) -> bool:
-        """Whether the Beam path finds and resolves its components on one worker (a known input size within
-        ``cc_one_worker_max_input_bytes``, earlier runs' indexes included) rather than by star rounds."""
-        return components_on_one_worker(self.cfg, self.input_bytes, index_bytes(self.against_dirs))
-
     def partitions(self) -> int:
         """The partitions of the distributed path's blocks (and of every shuffle of either path):
         ``blocks.partitions_for`` of the input (earlier runs' indexes included; unknown when neither the input's
@@ -744,6 +686,5 @@ class NearDedup(beam.PTransform):
             decided = docs | "NotEnabled" >> beam.Map(lambda doc: (doc, None))
         else:
             decided = docs | "Decide" >> NearDedupDecide(self.cfg, self.index_out_dir, self.against_dirs,
-                                                         self.path(), self.partitions(), self.carry,
-                                                         self.components_on_one_worker())
+                                                         self.path(), self.partitions(), self.carry)
         return decided | "Tail" >> Route(STEP_NAME, self.progress_dir)

@@ -18,8 +18,8 @@ sees:
    Jaccard only for the ambiguous ones (``core.verify_pairs``, as the in-memory path); the verified ends' rows
    go on to the components.
 4. ``large_star`` / ``small_star`` / ``node_labels`` / ``crossing_labels`` / ``merge_labels``: connected
-   components of the verified edges, the same large-star/small-star rounds as before, vectorized; or, for a
-   graph small enough for one worker, ``one_worker_components`` in one step.
+   components of the verified edges, the same large-star/small-star rounds as before, vectorized (the
+   distributed path's one way of finding components; a small input takes the in-memory path instead).
 5. ``resolve_components``: every component of a partition resolved by ``core.resolve_component``.
 
 The rank of a document is ``core.doc_rank``'s tuple ``(class, score, id)``, kept as two columns beside the ids.
@@ -481,17 +481,6 @@ def final_labels(labels: np.ndarray, merged: Sequence[Edges]) -> np.ndarray:
     keys, roots = merged.a[order], merged.b[order]
     at = np.minimum(np.searchsorted(keys, labels), len(keys) - 1)
     return np.where(keys[at] == labels, roots[at], labels)
-
-
-def one_worker_components(edges: Optional[Edges], rows: Optional[SketchRows]) -> tuple[Optional[Labelled], int]:
-    """Every verified edge and its ends' rows in one place (a small graph, ``cc_one_worker_max_input_bytes``) →
-    the rows labelled with their component (its smallest id) by one array union-find, no rounds; and how many
-    nodes have no row (never, unless a runner lost data)."""
-    if edges is None or not len(edges.a):
-        return None, 0
-    nodes = np.unique(np.concatenate((edges.a, edges.b)))
-    labels = nodes[component_labels(len(nodes), np.searchsorted(nodes, edges.a), np.searchsorted(nodes, edges.b))]
-    return labelled_rows(Edges(nodes, labels), rows)
 
 
 # ---------------------------------------------------------------- 5. components → decisions

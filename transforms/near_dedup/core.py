@@ -108,13 +108,13 @@ class NearDedupConfig(BaseModel):
     cc_max_rounds: int = Field(1, ge=0, le=64, description="large-star/small-star rounds of the Beam path; the "
                                                            "few edges still crossing labels afterwards are merged "
                                                            "on one worker (exact components for any value)")
+    # Kept, with no effect, so that configs naming it stay valid and run directories cleaned before stay current:
+    # the clean stage fingerprints the whole near_dedup section, so dropping the field would make every earlier
+    # run's clean look changed (refused without --overwrite).
     cc_one_worker_max_input_bytes: int = Field(
-        200_000_000, ge=0, description="Beam path, when the caller passes the input size: up to this many input "
-                                       "bytes (plus earlier runs' index files) the verified near-duplicate graph "
-                                       "and its documents' sketches (at most what the in-memory path holds) go to "
-                                       "one worker, which finds and resolves the components in one step; above "
-                                       "it, cc_max_rounds star rounds, a labelling and a merge (memory per worker "
-                                       "bounded by a partition). 0: always the rounds")
+        200_000_000, ge=0, description="no effect (accepted so that older configs stay valid): the Beam path "
+                                       "always finds components by cc_max_rounds star rounds and a merge; a small "
+                                       "input takes the in-memory path instead (mode auto, memory_max_input_bytes)")
 
     @model_validator(mode="after")
     def _check(self) -> "NearDedupConfig":
@@ -617,12 +617,6 @@ def chosen_path(cfg: NearDedupConfig, input_bytes: Optional[int], index_bytes: i
     return "memory" if input_bytes + index_bytes <= cfg.memory_max_input_bytes else "beam"
 
 
-def components_on_one_worker(cfg: NearDedupConfig, input_bytes: Optional[int], index_bytes: int = 0) -> bool:
-    """Whether the Beam path finds its components on one worker (``cc_one_worker_max_input_bytes``): only for a
-    known input size, input plus earlier runs' index files."""
-    return input_bytes is not None and input_bytes + index_bytes <= cfg.cc_one_worker_max_input_bytes
-
-
 def check_unique_ids(ids: Sequence[int]) -> None:
     """The in-memory path's check that no new document id occurs twice (ValueError naming one that does)."""
     if len(set(ids)) != len(ids):
@@ -655,6 +649,27 @@ def dedup_in_memory(sketches: Iterable[Sketch], cfg: NearDedupConfig) -> list[De
         decisions.extend(resolve_component([ordered[i] for i in component.tolist()], cfg, cache,
                                            signatures[component]))
     return sorted(decisions)
+
+
+def dedup_documents(docs: Iterable[Doc], cfg: NearDedupConfig) -> dict[int, Decision]:
+    """The in-memory path in this process, without Beam: ``docs`` (any iterable, read once) sketched
+    ``SKETCH_BATCH`` at a time, only the sketches kept, then ``dedup_in_memory``, the function the Beam in-memory
+    step (``beam.DedupInMemory``) runs on the sketches it gathers. Returns the decisions by document id (a
+    document in no cluster has none). Refuses (ValueError) a document id that occurs twice."""
+    builder = SketchBuilder(cfg)
+    ids: list[int] = []
+    sketches: list[Sketch] = []
+    batch: list[Doc] = []
+    for doc in docs:
+        ids.append(doc["id"])
+        batch.append(doc)
+        if len(batch) >= SKETCH_BATCH:
+            sketches.extend(s for s in builder.sketch_batch(batch) if s is not None)
+            batch.clear()
+    if batch:
+        sketches.extend(s for s in builder.sketch_batch(batch) if s is not None)
+    check_unique_ids(ids)
+    return {d.id: d for d in dedup_in_memory(sketches, cfg)}
 
 
 def decide(doc: Doc, decision: Optional[Decision]) -> Optional[str]:
