@@ -12,7 +12,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[ner,test,hf,sweep,dask]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[ner,test,hf,sweep,dask,web]'
 	touch $(STAMP)
 
 demo: install
