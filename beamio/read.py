@@ -37,7 +37,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from pipelines.config_base import ConfigError, InputConfig
+from beamio.config_base import ConfigError, InputConfig
 from runio.files import is_uri, sha256_file
 
 
@@ -62,14 +62,6 @@ def _open_bytes(path: str):
 
     return _filesystems().open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
-
-def __getattr__(name: str):
-    """``ReadCorpus`` (and its DoFn) live in ``pipelines.read_beam``, imported on first use."""
-    if name in ("ReadCorpus", "_ReadFileFn"):
-        from pipelines import read_beam
-
-        return getattr(read_beam, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".deflate", ".xz")

@@ -30,7 +30,7 @@ def resolve_input_fields(args, id_default: str = "id") -> None:
     """``args.text_field`` / ``args.id_field`` as the flags give them, else as the ``--config`` file's ``input``
     section names them, else ``text`` / ``id_default``: a config whose documents keep their text under another
     name is not read with the default one."""
-    from pipelines.config_base import read_config_file
+    from beamio.config_base import read_config_file
 
     section = {}
     if getattr(args, "config", None):
@@ -46,7 +46,7 @@ def check_out_path(path: str, option: str = "--out") -> None:
     """Refuse, before any work, an output file that cannot be written (exit 2, one line naming it): an existing
     directory, or a parent that is not a directory or cannot be written. Creates nothing: the command makes the
     missing folders when it writes."""
-    from pipelines.config_base import ConfigError
+    from beamio.config_base import ConfigError
 
     target = os.path.abspath(path)
     if os.path.isdir(target):
@@ -58,7 +58,7 @@ def check_out_path(path: str, option: str = "--out") -> None:
 def _check_can_create(path: str, parent: str, option: str) -> None:
     """``path`` can be made in ``parent``: the nearest folder that exists (it holds the ones the command will
     make) is a directory the command may write."""
-    from pipelines.config_base import ConfigError
+    from beamio.config_base import ConfigError
 
     nearest = parent
     while not os.path.lexists(nearest):
@@ -75,7 +75,7 @@ def check_new_folder(path: str, option: str, read_from: Sequence[str] = ()) -> N
     index with fewer parts than the one before it would be read back mixed with that one's left-over parts),
     one of the inputs ``read_from``, or one whose nearest existing parent cannot be written. URIs
     (``gs://...``) are left to their file system."""
-    from pipelines.config_base import ConfigError
+    from beamio.config_base import ConfigError
 
     if "://" in path:
         return
@@ -98,7 +98,7 @@ class TextTwins:
     (``resolve_inputs(..., on_twin=twins.add)``): each is a copy of that file's one document, so it gets that
     document's output line under its own name (``copy_row(row, name)``; default: the same line), or is
     quarantined as that one is. A row is matched to its file by its ``id``: a text file is reported by its name
-    (``pipelines.read.reported_id``). Record files (JSONL, Parquet) copied byte for byte hold the same ids as
+    (``beamio.read.reported_id``). Record files (JSONL, Parquet) copied byte for byte hold the same ids as
     their original: stderr says they were read once."""
 
     def __init__(self, copy_row: Callable[[dict, str], dict] = _same_row_renamed):
@@ -106,7 +106,7 @@ class TextTwins:
         self.copy_row = copy_row
 
     def add(self, left_out, read) -> None:
-        from pipelines.read import is_text_file
+        from beamio.read import is_text_file
 
         if is_text_file(left_out.name) and is_text_file(read.name):
             self.of.setdefault(read.name, []).append(left_out.name)

@@ -58,8 +58,8 @@ def register(subparsers) -> None:
 
 
 def _report_id(doc: dict, id_field: str):
-    """Its ``id_field``, a text file's name, else the internal id (``pipelines.read.reported_id``)."""
-    from pipelines.read import reported_id
+    """Its ``id_field``, a text file's name, else the internal id (``beamio.read.reported_id``)."""
+    from beamio.read import reported_id
 
     return reported_id(doc, id_field, default=doc["id"])
 
@@ -157,7 +157,7 @@ def _dedup_without_beam(cfg, input_cfg, files, out_path: str, id_field: str,
                         twins: TextTwins) -> tuple[int, int, list[dict]]:
     """Read, sketch in batches, ``dedup_in_memory``, write one line per document in input order. Returns
     (documents, kept, quarantine records)."""
-    from pipelines.read import Quarantined, iter_records
+    from beamio.read import Quarantined, iter_records
     from runio.files import atomic_output
     from runio.heap import numpy_friendly_heap
     from transforms.near_dedup.core import SKETCH_BATCH, SketchBuilder, check_unique_ids, dedup_in_memory
@@ -201,8 +201,8 @@ def _dedup_without_beam(cfg, input_cfg, files, out_path: str, id_field: str,
 
 
 def _run(args) -> int:
-    from pipelines.config_base import ConfigError, InputConfig, load_section
-    from pipelines.read import resolve_inputs
+    from beamio.config_base import ConfigError, InputConfig, load_section
+    from beamio.read import resolve_inputs
     from transforms.near_dedup.core import NearDedupConfig
 
     cfg = load_section(args.config, SECTION, NearDedupConfig, args.overrides, aliases=("dedup",))
@@ -250,8 +250,9 @@ def _run(args) -> int:
     import apache_beam as beam
     from apache_beam.metrics.metric import MetricsFilter
 
-    from pipelines.beam_options import make_pipeline, shuffle_workers
-    from pipelines.read import ReadCorpus
+    from beamio.beam_options import make_pipeline
+    from pipelines.runners import shuffle_workers
+    from beamio.read_beam import ReadCorpus
     from runio.files import atomic_output
     from transforms.base import step_annotations
     from transforms.near_dedup import NearDedup

@@ -58,7 +58,7 @@ def _run(args) -> int:
     from cli.analysis import (MISSING_ID, TextTwins, check_out_path, no_document_exit_code, resolve_input_fields,
                               run_config_for)
     from pipelines.config import InputConfig, load_section
-    from pipelines.read import Quarantined, iter_records, record_position, reported_id, resolve_inputs
+    from beamio.read import Quarantined, iter_records, record_position, reported_id, resolve_inputs
     from runio.files import atomic_output
     from transforms.pii import PiiConfig, PiiStep
     from transforms.pii.step import check

@@ -87,9 +87,10 @@ def _score(args: argparse.Namespace) -> int:
 
     from cli.analysis import (TextTwins, check_out_path, no_document_exit_code, quarantine_summary,
                               resolve_input_fields, run_config_for)
-    from pipelines.beam_options import make_pipeline
+    from beamio.beam_options import make_pipeline
     from pipelines.config import ConfigError, InputConfig, load_section, param_overrides
-    from pipelines.read import ReadCorpus, reported_id, resolve_inputs
+    from beamio.read import reported_id, resolve_inputs
+    from beamio.read_beam import ReadCorpus
     from pipelines.steps import STEPS, StepContext
     from runio.files import atomic_output
     from runio.layout import RunPaths

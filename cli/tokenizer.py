@@ -147,7 +147,7 @@ def _input_sample(path: str, cfg) -> list[str]:
     import numpy as np
 
     from pipelines.config import InputConfig
-    from pipelines.read import Quarantined, iter_records
+    from beamio.read import Quarantined, iter_records
     from tokenizer.docs import stable_hash
 
     input_cfg = InputConfig(paths=[path])

@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from experiments.config import SweepConfig
-from pipelines.config_base import (M, ConfigError, InputConfig, Strict, _format_error, _parse_value,  # noqa: F401
+from beamio.config_base import (M, ConfigError, InputConfig, Strict, _format_error, _parse_value,  # noqa: F401
                                    apply_overrides, load_section, param_overrides, read_config_file)
 from report.config import ReportConfig
 from runio.cost import CostConfig

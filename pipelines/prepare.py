@@ -19,12 +19,14 @@ import apache_beam as beam
 import pyarrow.parquet as pq
 from apache_beam.metrics.metric import MetricsFilter
 
-from pipelines.beam_options import make_pipeline, shuffle_workers
+from beamio.beam_options import make_pipeline
+from beamio.read import InputFile, resolve_inputs
+from beamio.read_beam import ReadCorpus
+from beamio.write import DOCS_SCHEMA, REMOVED_SCHEMA, WriteSorted, doc_row, jsonl_writer, parquet_writer, removed_row
 from pipelines.config import ConfigError, RunConfig
 from pipelines.progress import ProgressPrinter
-from pipelines.read import InputFile, ReadCorpus, resolve_inputs
-from pipelines.rundir import (DOCS_SCHEMA, REMOVED_SCHEMA, WriteSorted, clear_outputs, count_parquet_rows,
-                              doc_row, jsonl_writer, parquet_writer, read_manifest, removed_row)
+from pipelines.rundir import clear_outputs, count_parquet_rows, read_manifest
+from pipelines.runners import shuffle_workers
 from pipelines.steps import CleanDocuments, StepContext, check_steps, enabled_steps
 from runio.files import write_json
 from runio.layout import RunPaths

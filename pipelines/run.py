@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterator
 
 from pipelines.config import ConfigError, RunConfig
 from pipelines.prepare import base_manifest, previously_processed, run_clean, run_shards, summary_table
-from pipelines.read import ID_SCHEME
+from beamio.read import ID_SCHEME
 from pipelines.rundir import clear_outputs, read_manifest, remove_stale_temporaries
 from runio.cost import StageMeter, record_stage
 from runio.files import is_uri, read_json, read_jsonl, sha256_bytes, sha256_file, write_atomic, write_json
@@ -159,7 +159,7 @@ def preflight(cfg: RunConfig, stages: tuple[str, ...], against: tuple[str, ...] 
         if "shards" in stages:
             _check_model_fits_rows(cfg)
     if "clean" in stages:
-        from pipelines.read import expand_inputs
+        from beamio.read import expand_inputs
         from pipelines.steps import StepContext, check_steps
 
         if against:
@@ -360,7 +360,7 @@ def plan_changes(cfg: RunConfig, paths: RunPaths, manifest: dict | None, against
 def input_stamps(cfg: RunConfig) -> dict[str, list[int]]:
     """Size and mtime of each local input file, by absolute path: recorded by the clean, so that a resumed `run`
     knows its inputs unchanged without hashing them again."""
-    from pipelines.read import expand_inputs
+    from beamio.read import expand_inputs
 
     stamps = {}
     for file in expand_inputs(cfg.input.paths):
@@ -375,7 +375,7 @@ def changed_inputs(cfg: RunConfig, manifest: dict) -> str | None:
     added or gone), named in a few words; None when nothing did. Files whose size and mtime are as recorded are
     not read; the others are hashed and compared by content (a touched file with the same bytes is unchanged).
     Inputs on a URI are not checked (a refresh addresses them by content)."""
-    from pipelines.read import expand_inputs
+    from beamio.read import expand_inputs
 
     recorded = {i.get("sha256"): os.path.abspath(i.get("path", "")) for i in manifest.get("inputs", [])}
     seen = set(manifest.get("inputs_seen", [])) | set(recorded)

@@ -25,7 +25,7 @@ class StepContext:
     paths: RunPaths
     against: tuple[RunPaths, ...] = ()
     input_bytes: int | None = None  # lets a step choose its in-memory or distributed path at build time
-    workers: int | None = None  # how many workers share the shuffles, when known (beam_options.shuffle_workers)
+    workers: int | None = None  # how many workers share the shuffles, when known (pipelines.runners.shuffle_workers)
     progress: bool = True  # workers count documents done into paths.progress, for the terminal progress line
 
     @property

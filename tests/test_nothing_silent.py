@@ -20,7 +20,7 @@ import yaml
 
 from cli.main import main
 from pipelines.config import ConfigError, load_config, validate_config
-from pipelines.read import Quarantined, read_file, resolve_inputs
+from beamio.read import Quarantined, read_file, resolve_inputs
 from pipelines.run import run_stages
 
 REPO = Path(__file__).resolve().parents[1]
@@ -204,7 +204,7 @@ def test_parquet_cells_of_any_type_reach_meta_as_json(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipelines.config_base import InputConfig
+    from beamio.config_base import InputConfig
 
     path = tmp_path / "typed.parquet"
     pq.write_table(pa.table({
@@ -262,7 +262,7 @@ def test_a_parquet_file_without_the_text_column_says_how_many_rows_and_which_col
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipelines.config_base import InputConfig
+    from beamio.config_base import InputConfig
 
     path = tmp_path / "crawl.parquet"
     pq.write_table(pa.table({"content": ["a page", "another"], "url": ["https://a", "https://b"]}), path)
@@ -821,7 +821,7 @@ def test_a_misspelt_option_is_an_error_not_a_beam_option_dropped(tmp_path, capsy
 
 
 def test_beam_and_dask_pipeline_options_still_pass():
-    from pipelines.beam_options import unrecognized_pipeline_args
+    from pipelines.runners import unrecognized_pipeline_args
 
     assert unrecognized_pipeline_args(["--dask_partitions=3", "--direct_num_workers", "2", "--experiments=x",
                                        "--flink_master=localhost:8081"]) == []

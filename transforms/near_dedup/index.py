@@ -147,7 +147,7 @@ class WriteIndex(beam.PTransform):
 
         # The run's sorted writer (as docs/): files by id % parts, each sorted, the part count from the data, so
         # dedup/ is byte-identical on any runner and number of workers (Beam's WriteToParquet is not).
-        from pipelines.rundir import WriteSorted, parquet_writer
+        from beamio.write import WriteSorted, parquet_writer
 
         out = self.out_dir
         sketch_schema = pa.schema([("id", pa.int64()), ("signature", pa.binary()), ("shingles", pa.binary())])
