@@ -8,7 +8,7 @@ from apache_beam.metrics import Metrics
 
 from beamio.config_base import InputConfig
 from beamio.read import InputFile, Quarantined, _as_input_files, read_file, resolve_inputs
-from transforms.progress import ProgressFile
+from runio.progress import ProgressFile
 
 
 class _ReadFileFn(beam.DoFn):
