@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator
 
 import yaml
 
-from experiments.config import ParamSpec, SweepConfig
+from pipelines.sweep_config import ParamSpec, SweepConfig
 from pipelines.config import ConfigError, RunConfig, apply_overrides, read_config_file, validate_config
 from runio.files import write_atomic, write_json
 from runio.layout import RunPaths

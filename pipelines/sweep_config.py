@@ -1,4 +1,5 @@
-"""The ``sweep`` section of the run config: the search space, the budget, Optuna's sampler, pruner and storage.
+"""The ``sweep`` section of the run config (composed by ``pipelines/config.py``, read by ``experiments.sweep``): the
+search space, the budget, Optuna's sampler, pruner and storage.
 
 The search space maps dotted ``train.*`` keys (the same keys ``--set`` takes) to a distribution::
 

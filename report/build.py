@@ -6,7 +6,7 @@ import html
 from pathlib import Path
 from typing import Any, Iterable
 
-from report.config import ReportConfig
+from pipelines.report_config import ReportConfig
 from report.data import RunData, _number, load_run
 from report.figures import (_fmt, alerts_figure, cost_figure, distribution_figures, pipeline_edges, pipeline_figure, shard_figure,
                             step_seconds, training_figures)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from report.config import ReportConfig
+from pipelines.report_config import ReportConfig
 from runio.files import read_jsonl
 from runio.layout import RunPaths
 from transforms.base import step_annotations
