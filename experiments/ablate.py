@@ -18,6 +18,7 @@ via ``tokenizer.path``), so the evaluation token ids are the same bytes for all.
 
 Each variant trains in ``<run>/ablate/<variant>/eval_view/``: a run directory whose ``shards/`` holds the
 variant's train shard files and the ``cleaned`` variant's val shard files (symbolic links) under one manifest.
+These paths are ``runio.layout.AblationPaths`` (``RunPaths.ablation``), beside the rest of the run layout.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ import pyarrow as pa
 from pipelines.config import ConfigError, RunConfig, validate_config
 from pipelines.steps import STEPS, enabled_steps
 from runio.files import write_json
-from runio.layout import RunPaths
+from runio.layout import AblationPaths, RunPaths
 
 CLEANING_SECTIONS = ("filters", "exact_dedup", "near_dedup", "quality", "pii")
 
@@ -66,22 +67,6 @@ def parse_variants(text: str, cfg: RunConfig) -> list[Variant]:
     if not variants:
         raise ConfigError("--variants: name at least one variant")
     return variants
-
-
-class AblationPaths:
-    def __init__(self, run: RunPaths):
-        self.run = run
-        self.root = run.root / "ablate"
-
-    def variant(self, variant: Variant) -> RunPaths:
-        return RunPaths(self.root / variant.dir_name)
-
-    def view(self, variant: Variant) -> RunPaths:
-        return RunPaths(self.root / variant.dir_name / "eval_view")
-
-    @property
-    def results(self) -> Path:
-        return self.root / "results.json"
 
 
 def variant_config(cfg: RunConfig, variant: Variant, ablation: AblationPaths, tokenizer: Path | None) -> RunConfig:
@@ -167,7 +152,7 @@ def run_ablation(cfg: RunConfig, variants: list[Variant], log: Callable[[str], N
     from pipelines.run import DATA_STAGES, run_stages
 
     run = RunPaths.of(cfg)
-    ablation = AblationPaths(run)
+    ablation = run.ablation
     ablation.root.mkdir(parents=True, exist_ok=True)
     ordered = [Variant("cleaned")] + [v for v in variants if v.name != "cleaned"]
     cleaned_paths = ablation.variant(ordered[0])
@@ -226,4 +211,4 @@ def run_ablation(cfg: RunConfig, variants: list[Variant], log: Callable[[str], N
     return out
 
 
-__all__ = ["Variant", "parse_variants", "run_ablation", "AblationPaths", "split_doc_ids", "evaluated_tokens", "STEPS"]
+__all__ = ["Variant", "parse_variants", "run_ablation", "split_doc_ids", "evaluated_tokens", "STEPS"]

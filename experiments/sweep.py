@@ -26,7 +26,6 @@ import os
 import subprocess
 import sys
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -35,52 +34,9 @@ import yaml
 from pipelines.sweep_config import ParamSpec, SweepConfig
 from pipelines.config import ConfigError, RunConfig, apply_overrides, read_config_file, validate_config
 from runio.files import write_atomic, write_json
-from runio.layout import RunPaths
+from runio.layout import RunPaths, SweepPaths
 
 FINISHED = ("COMPLETE", "PRUNED")
-
-
-@dataclass(frozen=True)
-class SweepPaths:
-    """``<run>/sweep/``: the study's storage, the base config, the trials' run directories, the best overlay."""
-
-    run: RunPaths
-
-    @property
-    def root(self) -> Path:
-        return self.run.root / "sweep"
-
-    @property
-    def lock(self) -> Path:
-        return self.root / ".lock"
-
-    @property
-    def journal(self) -> Path:
-        return self.root / "study.journal"
-
-    @property
-    def sqlite(self) -> Path:
-        return self.root / "study.db"
-
-    @property
-    def base_config(self) -> Path:
-        """The resolved run config every trial starts from (JSON), read by the worker processes."""
-        return self.root / "base_config.json"
-
-    @property
-    def best_yaml(self) -> Path:
-        return self.root / "best.yaml"
-
-    @property
-    def best_set(self) -> Path:
-        return self.root / "best.set"
-
-    @property
-    def summary(self) -> Path:
-        return self.root / "summary.json"
-
-    def trial(self, number: int) -> RunPaths:
-        return RunPaths(self.root / "trials" / f"{number:04d}")
 
 
 # ------------------------------------------------------------------------------------------ Optuna objects
@@ -98,7 +54,7 @@ def storage_for(cfg: SweepConfig, paths: SweepPaths):
 
 def existing_storage(run_dir: Path):
     """The storage of a run directory's study (either kind), or None when it has none."""
-    paths = SweepPaths(RunPaths(run_dir))
+    paths = RunPaths(run_dir).sweep
     if paths.journal.is_file():
         return storage_for(SweepConfig(storage="journal"), paths)
     if paths.sqlite.is_file():
@@ -235,7 +191,7 @@ def train_one(cfg: RunConfig, paths: RunPaths, on_val: Callable[[int, float], No
 
 def objective_for(base: dict, run: RunPaths) -> Callable:
     base_cfg = validate_config(base)
-    sweep_paths = SweepPaths(run)
+    sweep_paths = run.sweep
 
     def objective(trial) -> float:
         import optuna
@@ -329,7 +285,7 @@ def run_worker(run_dir: Path, n_trials: int, worker: int, threads: int | None = 
 
         torch.set_num_threads(threads)
     run = RunPaths(run_dir)
-    paths = SweepPaths(run)
+    paths = run.sweep
     base = json.loads(paths.base_config.read_text())
     cfg = validate_config(base)
     study = open_study(cfg, paths, worker)
@@ -352,11 +308,11 @@ def run_sweep(cfg: RunConfig, *, overwrite: bool = False, log: Callable[[str], N
     """Run (or resume) the study of run ``cfg`` until it holds ``sweep.trials`` finished trials; write the best
     overlay; return the summary (also ``sweep/summary.json``)."""
     if not cfg.sweep.space:
-        raise ConfigError("sweep.space is empty: name at least one train.* key to search (see experiments/config.py)")
+        raise ConfigError("sweep.space is empty: name at least one train.* key to search (see pipelines/sweep_config.py)")
     budget(cfg)  # fail early on a budget that cannot be validated
     run = RunPaths.of(cfg)
     ensure_shards(cfg, log)
-    paths = SweepPaths(run)
+    paths = run.sweep
     with sweep_lock(paths):
         study = open_study(cfg, paths)
         fingerprint = search_fingerprint(cfg)

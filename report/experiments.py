@@ -4,7 +4,6 @@ neither section."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from runio.layout import RunPaths
 
@@ -135,7 +134,7 @@ def funnel_figure(results: dict):
 def ablation_section(paths: RunPaths) -> str:
     from report.build import _chart, _section, _table
 
-    path = Path(paths.root) / "ablate" / "results.json"
+    path = paths.ablation.results
     if not path.is_file():
         return ""
     results = json.loads(path.read_text())

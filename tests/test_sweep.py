@@ -19,9 +19,9 @@ import yaml
 
 optuna = pytest.importorskip("optuna")  # the `sweep` extra (Makefile installs it for the tests)
 
-from experiments.sweep import SweepPaths, read_overlay, run_sweep, shares  # noqa: E402
+from experiments.sweep import read_overlay, run_sweep, shares  # noqa: E402
 from pipelines.config import ConfigError, load_config  # noqa: E402
-from runio.layout import RunPaths  # noqa: E402
+from runio.layout import RunPaths, SweepPaths  # noqa: E402
 from test_report import CHROMEDRIVER, CHROMIUM, chromium, colored_pixels, empty_charts  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parents[1]
