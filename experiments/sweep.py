@@ -31,8 +31,9 @@ from typing import Any, Callable, Iterator
 
 import yaml
 
-from pipelines.sweep_config import ParamSpec, SweepConfig
+from experiments.storage import storage_for
 from pipelines.config import ConfigError, RunConfig, apply_overrides, read_config_file, validate_config
+from pipelines.sweep_config import ParamSpec, SweepConfig
 from runio.files import write_atomic, write_json
 from runio.layout import RunPaths, SweepPaths
 
@@ -40,27 +41,6 @@ FINISHED = ("COMPLETE", "PRUNED")
 
 
 # ------------------------------------------------------------------------------------------ Optuna objects
-
-def storage_for(cfg: SweepConfig, paths: SweepPaths):
-    if cfg.storage == "sqlite":
-        from optuna.storages import RDBStorage
-
-        return RDBStorage(f"sqlite:///{paths.sqlite.resolve()}", engine_kwargs={"connect_args": {"timeout": 60}})
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    return JournalStorage(JournalFileBackend(str(paths.journal.resolve())))
-
-
-def existing_storage(run_dir: Path):
-    """The storage of a run directory's study (either kind), or None when it has none."""
-    paths = RunPaths(run_dir).sweep
-    if paths.journal.is_file():
-        return storage_for(SweepConfig(storage="journal"), paths)
-    if paths.sqlite.is_file():
-        return storage_for(SweepConfig(storage="sqlite"), paths)
-    return None
-
 
 def make_sampler(cfg: SweepConfig, worker: int = 0):
     """Optuna's sampler; each parallel worker gets its own seed so their random start-up points differ."""
