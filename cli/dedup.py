@@ -22,9 +22,16 @@ import sys
 import tempfile
 import time
 
+from beamio.config_base import ConfigError, InputConfig, load_section
+from beamio.read import Quarantined, iter_records, reported_id, resolve_inputs
 from cli import positive_int
 from cli.analysis import (TextTwins, check_new_folder, check_out_path, no_document_exit_code, quarantine_summary,
                           resolve_input_fields, run_config_for)
+from runio.files import atomic_output
+from runio.heap import numpy_friendly_heap
+from transforms.base import step_annotations
+from transforms.near_dedup.core import (NearDedupConfig, SKETCH_BATCH, SketchBuilder, check_unique_ids, chosen_path,
+                                        dedup_in_memory)
 
 SECTION = "near_dedup"
 
@@ -59,8 +66,6 @@ def register(subparsers) -> None:
 
 def _report_id(doc: dict, id_field: str):
     """Its ``id_field``, a text file's name, else the internal id (``beamio.read.reported_id``)."""
-    from beamio.read import reported_id
-
     return reported_id(doc, id_field, default=doc["id"])
 
 
@@ -73,8 +78,6 @@ def _what_a_line_needs(doc: dict, id_field: str) -> dict:
 def _kept_line_or_head(doc: dict, id_field: str):
     """A kept document's line; one that others were removed for (``cluster_size``) goes to ``heads`` instead, for
     the join that gives their lines its reported id (most documents are in no cluster and join nothing)."""
-    from transforms.base import step_annotations
-
     user_id = _report_id(doc, id_field)
     if step_annotations(doc.get("annotations"), SECTION).get("cluster_size"):
         import apache_beam as beam
@@ -97,6 +100,7 @@ def _start_local_cluster(workers: int | None, worker_memory: str | None) -> None
     """The LocalCluster starts (its workers importing Beam) while this process imports Beam and builds the graph.
     Without the dask extra nothing starts here: building the pipeline then says what is missing."""
     try:
+        # deferred: dask.distributed is an optional extra
         from beam_dask.cluster import start_shared_local_cluster
     except ImportError:
         return
@@ -146,8 +150,6 @@ def _runs_without_beam(cfg, input_bytes: int, args) -> bool:
     """The in-memory path on the local runner, without earlier runs' indexes or an index to write: the pure core
     runs in this process on a stream of records (Beam is not even imported; only the sketches are kept).
     ``--runner inprocess`` (or any other runner, ``--workers`` or Beam options) runs the same decisions on Beam."""
-    from transforms.near_dedup.core import chosen_path
-
     return (args.runner == "direct" and args.workers is None and cfg.enabled
             and chosen_path(cfg, input_bytes) == "memory"
             and not args.index_out and not args.against and not args.beam_args)
@@ -157,11 +159,6 @@ def _dedup_without_beam(cfg, input_cfg, files, out_path: str, id_field: str,
                         twins: TextTwins) -> tuple[int, int, list[dict]]:
     """Read, sketch in batches, ``dedup_in_memory``, write one line per document in input order. Returns
     (documents, kept, quarantine records)."""
-    from beamio.read import Quarantined, iter_records
-    from runio.files import atomic_output
-    from runio.heap import numpy_friendly_heap
-    from transforms.near_dedup.core import SKETCH_BATCH, SketchBuilder, check_unique_ids, dedup_in_memory
-
     numpy_friendly_heap(keep_free_top=True)  # this process does nothing else: the sketching stays on the heap
     builder = SketchBuilder(cfg)
     internal_ids: list[int] = []
@@ -201,10 +198,6 @@ def _dedup_without_beam(cfg, input_cfg, files, out_path: str, id_field: str,
 
 
 def _run(args) -> int:
-    from beamio.config_base import ConfigError, InputConfig, load_section
-    from beamio.read import resolve_inputs
-    from transforms.near_dedup.core import NearDedupConfig
-
     cfg = load_section(args.config, SECTION, NearDedupConfig, args.overrides, aliases=("dedup",))
     resolve_input_fields(args)
     input_cfg = InputConfig(paths=args.input, text_field=args.text_field, id_field=args.id_field)
@@ -222,6 +215,7 @@ def _run(args) -> int:
     if args.worker_memory:  # the same rule as a run config's runner.worker_memory
         from pydantic import ValidationError
 
+        # deferred: the run config imports Beam, which the in-memory path runs without
         from pipelines.config import RunnerConfig
         try:
             RunnerConfig(name="dask", worker_memory=args.worker_memory)
@@ -250,12 +244,11 @@ def _run(args) -> int:
     import apache_beam as beam
     from apache_beam.metrics.metric import MetricsFilter
 
+    # deferred, as Beam above: only this path builds a pipeline (the in-memory path never imports Beam)
     from beamio.beam_options import make_pipeline
-    from pipelines.runners import shuffle_workers
-    from beamio.read_beam import ReadCorpus
-    from runio.files import atomic_output
-    from transforms.base import step_annotations
-    from transforms.near_dedup import NearDedup
+    from beamio.read_beam import ReadCorpus  # deferred: Beam
+    from pipelines.runners import shuffle_workers  # deferred: Beam
+    from transforms.near_dedup.beam import NearDedup  # deferred: Beam
 
     work = tempfile.mkdtemp(prefix=".dedup-", dir=out_dir)
     try:

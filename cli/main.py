@@ -15,7 +15,9 @@ import sys
 import threading
 import warnings
 
+from beamio.config_base import ConfigError
 from beamio.logs import VERBOSE_ENV, quiet_logging
+from transforms.base import StepConfigError
 
 COMMAND_MODULES = (
     "cli.tokenizer",
@@ -99,9 +101,6 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(stray)} (neither an option of `corpusmill "
                          f"{args.command}` nor a Beam pipeline option)")
     args.beam_args = unknown
-    from beamio.config_base import ConfigError
-    from transforms.base import StepConfigError
-
     try:
         return int(args.handler(args) or 0)
     except (ConfigError, StepConfigError) as err:  # a setting that cannot work, named: exit 2, one message

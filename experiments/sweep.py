@@ -33,9 +33,12 @@ import yaml
 
 from experiments.storage import storage_for
 from pipelines.config import ConfigError, RunConfig, apply_overrides, read_config_file, validate_config
+from pipelines.run import DATA_STAGES, run_stages
 from pipelines.sweep_config import ParamSpec, SweepConfig
 from runio.files import write_atomic, write_json
 from runio.layout import RunPaths, SweepPaths
+from tokenizer.shards import manifest_path
+from trainer_bridge.launch import run_training
 
 FINISHED = ("COMPLETE", "PRUNED")
 
@@ -134,11 +137,10 @@ def train_one(cfg: RunConfig, paths: RunPaths, on_val: Callable[[int, float], No
     """Train run ``cfg`` into ``paths`` as ``corpusmill train`` does; ``on_val(completed_steps, val_loss)`` sees
     every validation (in this process: as it happens, and may raise to stop the run; through torchrun: after
     the run, from its metrics.jsonl). Returns (val losses by completed steps, tokens seen)."""
-    from trainer_bridge.launch import run_training
-
     if cfg.train.mesh.world_size == 1:
+        # deferred: the trainer's modules import torch
         from trainer_bridge.device import init_runtime, shutdown
-        from trainer_bridge.train import TrainHooks, train
+        from trainer_bridge.train import TrainHooks, train  # deferred: torch
 
         seen: dict[int, float] = {}
         tokens = {"seen": 0}
@@ -274,12 +276,8 @@ def run_worker(run_dir: Path, n_trials: int, worker: int, threads: int | None = 
 
 def ensure_shards(cfg: RunConfig, log: Callable[[str], None]) -> None:
     paths = RunPaths.of(cfg)
-    from tokenizer.shards import manifest_path
-
     if Path(manifest_path(str(paths.shards))).is_file():
         return
-    from pipelines.run import DATA_STAGES, run_stages
-
     log(f"sweep: no shards in {paths}: preparing them first")
     run_stages(cfg, DATA_STAGES, resume=True, log=log)
 

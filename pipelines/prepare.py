@@ -30,6 +30,7 @@ from pipelines.runners import shuffle_workers
 from pipelines.steps import CleanDocuments, StepContext, check_steps, enabled_steps
 from runio.files import write_json
 from runio.layout import RunPaths
+from tokenizer.build import build_shards
 
 PACKAGES = ("corpusmill", "apache-beam", "datasketch", "presidio-analyzer", "spacy", "fasttext-numpy2",
             "tokenizers", "pyarrow", "torch", "pydantic")
@@ -311,8 +312,6 @@ def run_clean(cfg: RunConfig, against: tuple[str, ...] = (), log: Callable[[str]
 
 def run_shards(cfg: RunConfig, log: Callable[[str], None] = print) -> dict:
     """The shard stage: train or load the tokenizer, then encode, pack and write shards/ from docs/."""
-    from tokenizer.build import build_shards
-
     clear_outputs((RunPaths.of(cfg).shards,))
     pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options, cfg.runner.dask_address,
                              worker_memory=cfg.runner.worker_memory)

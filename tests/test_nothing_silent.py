@@ -385,6 +385,7 @@ def test_a_run_knows_what_corpusmill_train_did_in_its_directory(tmp_path, capsys
 
 @pytest.mark.parametrize("code", [2, 3, 4, 5])
 def test_a_failed_train_stage_is_one_line_naming_it_with_the_trainers_exit_code(tmp_path, capsys, monkeypatch, code):
+    import cli.prepare as cli_prepare
     import trainer_bridge.launch as launch
     from pipelines import run as run_module
     from pipelines.run import StageFailed, _run_stage
@@ -399,7 +400,7 @@ def test_a_failed_train_stage_is_one_line_naming_it_with_the_trainers_exit_code(
         outcome(reasons[code])
         return code
 
-    monkeypatch.setattr(launch, "run_training", fake_run_training)
+    monkeypatch.setattr(run_module, "run_training", fake_run_training)
     cfg = validate_config(_tiny_run(tmp_path, "tf"))
     with pytest.raises(StageFailed) as failed:
         _run_stage(cfg, RunPaths.of(cfg), "train", (), lambda _: None, from_scratch=True)
@@ -411,7 +412,7 @@ def test_a_failed_train_stage_is_one_line_naming_it_with_the_trainers_exit_code(
         asked.update(kwargs)
         raise failed.value
 
-    monkeypatch.setattr(run_module, "run_stages", fake_run_stages)
+    monkeypatch.setattr(cli_prepare, "run_stages", fake_run_stages)
     config = _yaml(tmp_path, _tiny_run(tmp_path, "tf"))
     exit_code, out, err = _cli(["run", str(config), "--from-scratch"], capsys)
     assert exit_code == code and asked["from_scratch"] is True
