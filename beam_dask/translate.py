@@ -45,7 +45,7 @@ from dask._task_spec import DataNode, Task, TaskRef, parse_input
 
 from beam_dask import execute
 from beam_dask.lifting import MergeAndExtractFn, PartialCombineFn
-from beamio.beam_options import SHUFFLE_PARTITIONS
+from beamio.annotations import SHUFFLE_PARTITIONS
 
 
 class UnsupportedPipeline(ValueError):

@@ -22,11 +22,6 @@ from beamio.option_views import ViewOnceOptions
 LOCAL_RUNNERS = ("direct", "inprocess")
 _WORKER_MODULE = "beamio.worker"
 _MISLEADING_WARNING = "If direct_num_workers is not equal to 1"
-# A GroupByKey applied under ``transform_annotations(shuffle_partitions="N")`` promises that its keys are the ints
-# 0..N-1, each naming a partition already (near-dedup's blocks). The Dask runner then groups it into exactly N
-# partitions, key k into partition k (beam_dask/translate.py); other runners hash the keys as usual. The name is
-# here, below both the step that makes the promise and the runner that keeps it, so neither imports the other.
-SHUFFLE_PARTITIONS = "shuffle_partitions"
 # The Dask runner (package ``beam_dask``, a floor above this one) named to Beam by its class path, as Beam names
 # any runner it does not bundle: Beam imports it when the pipeline is built, and it reads its settings from its
 # own options (``beam_dask.runner.DaskRunnerOptions``).

@@ -16,9 +16,10 @@ Compressed files are decompressed here, not by Beam's reader, so that a file tha
 stream does (a truncated download, a file still being written) is quarantined as ``truncated_file`` with the
 line where it is cut, instead of passing off its last, half line as bad JSON or its missing tail as nothing.
 
-The parsing is plain Python (``read_file``); ``ReadCorpus`` runs it in Beam for the pipelines, and
-``iter_records`` runs it in this process for commands that work on documents one batch at a time, so every
-command accepts the same inputs and quarantines the same records for the same reasons.
+The parsing is plain Python (``read_file``); ``ReadCorpus`` (``beamio.read_beam``, which imports this module)
+runs it in Beam for the pipelines, and ``iter_records`` runs it in this process for commands that work on
+documents one batch at a time, so every command accepts the same inputs and quarantines the same records for
+the same reasons.
 """
 from __future__ import annotations
 

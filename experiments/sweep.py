@@ -286,7 +286,8 @@ def run_sweep(cfg: RunConfig, *, overwrite: bool = False, log: Callable[[str], N
     """Run (or resume) the study of run ``cfg`` until it holds ``sweep.trials`` finished trials; write the best
     overlay; return the summary (also ``sweep/summary.json``)."""
     if not cfg.sweep.space:
-        raise ConfigError("sweep.space is empty: name at least one train.* key to search (see pipelines/sweep_config.py)")
+        raise ConfigError("sweep.space is empty: name at least one train.* key to search "
+                          "(see pipelines/sweep_config.py)")
     budget(cfg)  # fail early on a budget that cannot be validated
     run = RunPaths.of(cfg)
     ensure_shards(cfg, log)

@@ -38,8 +38,9 @@ def header_section(data: RunData) -> str:
 
 def pipeline_section(data: RunData) -> str:
     if not data.stats:
-        return html_section("Pipeline", html_missing("The cleaning stage has not run: no stats.json in this run directory."),
-                        "pipeline")
+        return html_section("Pipeline",
+                            html_missing("The cleaning stage has not run: no stats.json in this run directory."),
+                            "pipeline")
     edges = pipeline_edges(data)
     seconds = step_seconds(data.stats, data.manifest)
     if any(e.documents > 0 for e in edges):
@@ -64,8 +65,8 @@ def pipeline_section(data: RunData) -> str:
     if data.shards is None:
         skipped = _skipped(data, "shards")
         body += html_missing(f"The shards stage was skipped: {skipped}." if skipped else
-                         "Tokenizing and packing have not run: no shards/manifest.json, so the graph ends at the "
-                         "kept documents.")
+                             "Tokenizing and packing have not run: no shards/manifest.json, so the graph ends at the "
+                             "kept documents.")
     return html_section("Pipeline", body, "pipeline")
 
 
@@ -83,7 +84,7 @@ def language_mix_body(mix: dict) -> str:
     quality = mix.get("quality") or {}
     if quality:
         body += html_table(("language", "quality-scored", "skipped (reason: documents)"),
-                       ((lang, q.get("scored"), ", ".join(f"{k}: {v}" for k, v in (q.get("skipped") or {}).items())
+                           ((lang, q.get("scored"), ", ".join(f"{k}: {v}" for k, v in (q.get("skipped") or {}).items())
                          or "none") for lang, q in quality.items()), "language-quality")
     return body
 
@@ -99,10 +100,10 @@ def distributions_section(data: RunData, cfg: ReportConfig) -> str:
         body += html_missing("PII: no span was masked in the kept documents (or the PII step did not run).")
     else:
         body += "<h3>PII spans masked</h3>" + html_table(("entity type", "spans"), data.docs.pii_spans.most_common(),
-                                                     "pii-spans")
+                                                         "pii-spans")
     if data.docs.truncated:
         body += html_missing(f"Distributions cover the first {data.docs.kept_scanned:,} kept and "
-                         f"{data.docs.removed_scanned:,} removed documents (report.max_docs_scanned).")
+                             f"{data.docs.removed_scanned:,} removed documents (report.max_docs_scanned).")
     return html_section("Distributions", body, "distributions")
 
 
@@ -121,12 +122,12 @@ def shards_section(data: RunData) -> str:
     body = html_table(("", ""), facts, "shard-facts")
     totals = sh.get("totals") or {}
     body += html_table(("split", "shards", "rows", "documents", "tokens", "padding", "fill", "docs split across rows"),
-                   ((split, t.get("shards"), t.get("rows"), t.get("docs"), t.get("tokens"), t.get("padding"),
+                       ((split, t.get("shards"), t.get("rows"), t.get("docs"), t.get("tokens"), t.get("padding"),
                      t.get("fill_ratio"), t.get("docs_split")) for split, t in sorted(totals.items())), "shard-totals")
     check = sh.get("tokenizer_check") or {}
     if check.get("by_language"):  # a tokenizer that covers a language poorly encodes it near byte level
         body += html_table(("language", "bytes per token", "documents sampled", "bytes", "tokens"),
-                       ((lang, row.get("bytes_per_token"), row.get("docs"), row.get("bytes"), row.get("tokens"))
+                           ((lang, row.get("bytes_per_token"), row.get("docs"), row.get("bytes"), row.get("tokens"))
                         for lang, row in check["by_language"].items()), "tokenizer-languages")
         body += "".join(f"<p class='warning'>{html.escape(w)}</p>" for w in check.get("warnings", []))
     fig = shard_figure(sh)
@@ -214,7 +215,7 @@ def cost_section(data: RunData) -> str:
     cost = data.cost
     if not cost or not cost.get("stages"):
         return html_section("Cost", html_missing("No stage has been measured yet: no cost.json in this run directory."),
-                        "cost")
+                            "cost")
     currency = cost.get("currency", "")
     rows = [(stage, e.get("runs"), e["wall_s"], e["cpu_s"], e.get("gpu_hours"), e["kwh"], e["energy_source"],
              _money(e), e.get("co2_g")) for stage, e in cost["stages"].items()]
@@ -226,10 +227,10 @@ def cost_section(data: RunData) -> str:
     body = html_table(columns, rows, "cost-stages")
     if any("estimate" in e["energy_source"] for e in cost["stages"].values()):
         body += html_missing(f"CPU energy marked 'estimate' is CPU seconds × {_fmt(cost.get('watts_per_core'))} W per "
-                         "core (cost.watts_per_core): RAPL was not readable on this machine.")
+                             "core (cost.watts_per_core): RAPL was not readable on this machine.")
     if total and total.get("money") is None:
         body += html_missing("No price configured (cost.price_per_kwh, price_per_cpu_hour, price_per_gpu_hour): no "
-                         "money computed.")
+                             "money computed.")
     rates = []
     for label, key in (("per million tokens trained (train stage)", "per_million_tokens_trained"),
                        ("per million documents cleaned (clean stage)", "per_million_documents_cleaned")):

@@ -145,7 +145,9 @@ def ablation_section(paths: RunPaths) -> str:
             f"{results['global_batch_size']} rows × {results['seq_len']} tokens) per variant; every variant is "
             f"evaluated on the same {first.get('eval_docs')} held-out documents ({first.get('eval_tokens')} tokens) of "
             f"the cleaned corpus, which no variant trained on.</p>")
-    body += html_table(["variant", "final val loss", "tokens trained", "train docs", "steps enabled", "removed by step"],
-                   rows, "ablation")
-    body += html_chart("ablation-loss", ablation_figure(results)) + html_chart("ablation-funnel", funnel_figure(results))
+    body += html_table(["variant", "final val loss", "tokens trained", "train docs", "steps enabled",
+                        "removed by step"],
+                       rows, "ablation")
+    body += (html_chart("ablation-loss", ablation_figure(results))
+             + html_chart("ablation-funnel", funnel_figure(results)))
     return html_section("Does cleaning pay", body, "ablation")
