@@ -12,8 +12,6 @@ import sys
 import threading
 import time
 
-from apache_beam.runners.worker import sdk_worker_main
-
 from beamio.logs import quiet_logging
 from runio.heap import numpy_friendly_heap
 
@@ -32,6 +30,9 @@ def main() -> None:
                 os._exit(0)
 
     threading.Thread(target=leave_with_parent, name="corpusmill-parent-watch", daemon=True).start()
+    # Beam is imported only now, after quiet_logging: it logs a warning as it is imported (apitools not found)
+    from apache_beam.runners.worker import sdk_worker_main
+
     # The harness sets the root logger's level from the pipeline options (INFO when none reach it, as with the
     # local runner); the levels of the loggers above stay as set here.
     sdk_worker_main.main(sys.argv)
