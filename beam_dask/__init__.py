@@ -5,7 +5,8 @@
     ...build the graph...
     p.run().wait_until_finish()
 
-The runner is also reachable by name: ``--runner=beam_dask.DaskRunner --dask_address=HOST:PORT``.
+The runner is also reachable by name: ``--runner=beam_dask.DaskRunner --dask_address=HOST:PORT`` (that is how
+``beamio.beam_options.make_pipeline`` selects it, with the rest of its settings as ``DaskRunnerOptions``).
 """
 from __future__ import annotations
 
@@ -40,8 +41,9 @@ def make_dask_pipeline(address: str | None = None, workers: int | None = None, e
     use."""
     import apache_beam as beam
 
+    # deferred: these import Beam, which this package imports with the first name that needs it (see above)
     from beam_dask.runner import DaskRunner
-    from pipelines.option_views import ViewOnceOptions
+    from beamio.option_views import ViewOnceOptions  # deferred: imports Beam (see above)
 
     options = ViewOnceOptions(list(extra_args) + ["--default_sdk_harness_log_level=WARNING"])
     return beam.Pipeline(runner=DaskRunner(address=address, client=client, workers=workers, partitions=partitions,

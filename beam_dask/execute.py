@@ -302,8 +302,8 @@ class _HashReceiver(common.Receiver):
 
 
 class _DirectReceiver(common.Receiver):
-    """The map side of a GroupByKey whose keys are its partitions (``pipelines.beam_options.SHUFFLE_PARTITIONS``): key k into
-    bucket k, encoded and tagged as the hash receiver's are (the reduce side is the same)."""
+    """The map side of a GroupByKey whose keys are its partitions (``beamio.annotations.SHUFFLE_PARTITIONS``): key k
+    into bucket k, encoded and tagged as the hash receiver's are (the reduce side is the same)."""
 
     def __init__(self, buckets: list[list], key_coder, label: str, tag: int | None = None):
         self.buckets, self.n, self.encode, self.label, self.tag = buckets, len(buckets), key_coder.encode, label, tag

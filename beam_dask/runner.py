@@ -14,8 +14,8 @@ Options (``DaskRunnerOptions``): ``--dask_address HOST:PORT`` (default: a LocalC
 process), ``--dask_workers N`` (its worker processes), ``--dask_worker_memory 2.5GiB`` (each one's memory limit:
 its shuffle data spills to disk beyond 60-70% of it), ``--dask_partitions N`` (partitions of every shuffle's
 output; default 2 per worker thread, between 2 and 32, or one per 8 MB of input when the pipeline's input size
-is given, ``DaskRunner(input_bytes=...)``), ``--dask_staged_shuffle_above N`` (a shuffle of more source ×
-output partition pairs goes in two rounds; default ``translate.STAGED_SHUFFLE_ABOVE``),
+is given, ``DaskRunner(input_bytes=...)`` or ``--dask_input_bytes N``), ``--dask_staged_shuffle_above N`` (a
+shuffle of more source × output partition pairs goes in two rounds; default ``translate.STAGED_SHUFFLE_ABOVE``),
 ``--dask_whole_source_shuffle_max_bytes N`` (a job whose given input is at most N bytes, default one partition's
 8 MB, shuffles without pick tasks: one scheduling round trip less per shuffle, see ``translate._WholeSource``).
 """
@@ -71,6 +71,10 @@ class DaskRunnerOptions(PipelineOptions):
         parser.add_argument("--dask_partitions", type=int, default=None,
                             help="partitions of every shuffle's output (default: 2 per worker thread, 2..32, or "
                                  "one per 8 MB of input when the input size is known)")
+        parser.add_argument("--dask_input_bytes", type=_non_negative_int, default=0,
+                            help="the pipeline's input size in bytes, when known: the shuffles' default partition "
+                                 "count grows with it (one per 8 MB), and a small input shuffles from whole sources "
+                                 "(default 0: unknown)")
         parser.add_argument("--dask_staged_shuffle_above", type=_non_negative_int, default=STAGED_SHUFFLE_ABOVE,
                             help="a shuffle with more source x output partition pairs than this goes in two rounds "
                                  "of about sources x sqrt(outputs) tasks each, instead of one pick task per pair "
@@ -271,11 +275,12 @@ class DaskRunner(PipelineRunner):
         plan = plan_pipeline(pipeline)  # unsupported constructs fail here, before a cluster is touched
         client, close_client = self._client(opts)
         try:
-            partitions = self.partitions or opts.dask_partitions or default_partitions(client, self.input_bytes)
+            input_bytes = self.input_bytes or opts.dask_input_bytes
+            partitions = self.partitions or opts.dask_partitions or default_partitions(client, input_bytes)
             job_id = uuid.uuid4().hex
             options_dict: dict[str, Any] = options.get_all_options(drop_default=True, retain_unknown_options=True)
             translation = translate(plan, job_id, partitions, options_dict, opts.dask_staged_shuffle_above,
-                                    whole_source_shuffles(self.input_bytes, opts.dask_whole_source_shuffle_max_bytes))
+                                    whole_source_shuffles(input_bytes, opts.dask_whole_source_shuffle_max_bytes))
             tracked = [watch.key_id(k) for k in translation.stage_keys + translation.terminal_keys]
             _ensure_watch(client)
             client.run_on_scheduler(watch.register_job, job_id, job_id[:8], tracked,

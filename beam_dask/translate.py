@@ -44,7 +44,8 @@ from apache_beam.typehints import trivial_inference
 from dask._task_spec import DataNode, Task, TaskRef, parse_input
 
 from beam_dask import execute
-from pipelines.beam_options import SHUFFLE_PARTITIONS
+from beam_dask.lifting import MergeAndExtractFn, PartialCombineFn
+from beamio.annotations import SHUFFLE_PARTITIONS
 
 
 class UnsupportedPipeline(ValueError):
@@ -261,8 +262,6 @@ class _IRBuilder:
         return main.windowing.is_default()
 
     def combine(self, applied) -> None:
-        from beam_dask.lifting import MergeAndExtractFn, PartialCombineFn
-
         transform = applied.transform
         label = applied.full_label
         main = self._main_input(applied)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pipelines.config import validate_config
 from pipelines.run import run_stages
-from pipelines.read import read_file
+from beamio.read import read_file
 from transforms.exact_dedup import text_key
 from transforms.filters import FiltersConfig, HeuristicFilterStep
 from transforms.normalize import NormalizeConfig, NormalizeStep

@@ -530,7 +530,7 @@ def rensa_available() -> bool:
 _ND = "transforms/near_dedup/"
 PROFILE_STAGES = [  # the innermost frame matching a pattern decides a sample's stage
     ("import (interpreter, Beam, numpy)", ["_find_and_load"]),
-    ("reading (gzip, JSON, doc records)", ["pipelines/read.py"]),
+    ("reading (gzip, JSON, doc records)", ["beamio/read.py"]),
     ("tokenization (NFKC, lower case, word classes)",
      [f"{f} ({_ND}" for f in ("_normalized", "_lower_code_points", "_code_points", "_classes", "_runs",
                               "_bmp_classes", "tokenize", "shingle_units")] + [f"shingle_sets ({_ND}minhash"]),

@@ -21,9 +21,10 @@ import apache_beam as beam
 
 from beam_dask.runner import whole_source_shuffles
 from beam_dask.translate import plan_pipeline, translate
-from pipelines.beam_options import make_pipeline
-from pipelines.config_base import InputConfig
-from pipelines.read import ReadCorpus, resolve_inputs
+from beamio.beam_options import make_pipeline
+from beamio.config_base import InputConfig
+from beamio.read import resolve_inputs
+from beamio.read_beam import ReadCorpus
 from transforms.near_dedup import NearDedup
 from transforms.near_dedup.core import NearDedupConfig
 

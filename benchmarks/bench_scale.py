@@ -104,7 +104,7 @@ def kind(pid: int, info: dict, root: int) -> str:
     cmd = info["cmd"]
     if pid == root:
         return "driver"
-    if "sdk_worker" in cmd or "worker_main" in cmd or "beam_options" in cmd or "runners.worker" in cmd:
+    if "sdk_worker" in cmd or "worker_main" in cmd or "beamio.worker" in cmd or "runners.worker" in cmd:
         return "worker"
     if "spawn_main" in cmd and "resource_tracker" not in cmd:
         return "worker"

@@ -28,8 +28,8 @@ def measure(paths: list[str], keep_free_top: bool | None) -> dict:
     import resource
     import time
 
-    from pipelines.config_base import InputConfig
-    from pipelines.read import iter_records, resolve_inputs
+    from beamio.config_base import InputConfig
+    from beamio.read import iter_records, resolve_inputs
     from runio.heap import numpy_friendly_heap
     from transforms.near_dedup.core import NearDedupConfig, SketchBuilder
 

@@ -18,8 +18,8 @@ import time
 
 T0 = time.process_time()
 
-from pipelines.config_base import InputConfig  # noqa: E402
-from pipelines.read import Quarantined, iter_records  # noqa: E402
+from beamio.config_base import InputConfig  # noqa: E402
+from beamio.read import Quarantined, iter_records  # noqa: E402
 from transforms.near_dedup.core import (SKETCH_BATCH, NearDedupConfig, SketchBuilder, bucket_key_matrix,  # noqa: E402
                                         component_labels, dedup_in_memory, star_edge_arrays)
 

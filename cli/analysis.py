@@ -8,6 +8,9 @@ import os
 import sys
 from typing import Sequence
 
+from beamio.config_base import ConfigError, read_config_file
+from beamio.read import is_text_file
+
 
 def run_config_for(command: str, config_path: str | None, input_cfg, **own_sections):
     """The run config of ``config_path`` validated as a whole, as ``prepare`` validates it: every section and key
@@ -17,6 +20,7 @@ def run_config_for(command: str, config_path: str | None, input_cfg, **own_secti
     validated). The file may leave out ``name`` and ``input``: the command reads what its arguments name
     (``input_cfg``); when the file has them they are checked as ``prepare`` checks them. Imports every step's
     config, Beam with them: the Beam-free path of ``dedup`` calls this only when a config file is given."""
+    # deferred: the run config imports Beam, which `corpusmill dedup` (it imports this module) runs without
     from pipelines.config import read_config_file, validate_config
 
     data = read_config_file(config_path) if config_path is not None else {}
@@ -31,8 +35,6 @@ def resolve_input_fields(args, id_default: str = "id") -> None:
     """``args.text_field`` / ``args.id_field`` as the flags give them, else as the ``--config`` file's ``input``
     section names them, else ``text`` / ``id_default``: a config whose documents keep their text under another
     name is not read with the default one."""
-    from pipelines.config_base import read_config_file
-
     section = {}
     if getattr(args, "config", None):
         raw = read_config_file(args.config).get("input")
@@ -47,8 +49,6 @@ def check_out_path(path: str, option: str = "--out") -> None:
     """Refuse, before any work, an output file that cannot be written (exit 2, one line naming it): an existing
     directory, or a parent that is not a directory or cannot be written. Creates nothing: the command makes the
     missing folders when it writes."""
-    from pipelines.config_base import ConfigError
-
     target = os.path.abspath(path)
     if os.path.isdir(target):
         raise ConfigError(f"{option} {path}: is a directory; give the path of a file (e.g. "
@@ -59,8 +59,6 @@ def check_out_path(path: str, option: str = "--out") -> None:
 def _check_can_create(path: str, parent: str, option: str) -> None:
     """``path`` can be made in ``parent``: the nearest folder that exists (it holds the ones the command will
     make) is a directory the command may write."""
-    from pipelines.config_base import ConfigError
-
     nearest = parent
     while not os.path.lexists(nearest):
         nearest = os.path.dirname(nearest)
@@ -76,8 +74,6 @@ def check_new_folder(path: str, option: str, read_from: Sequence[str] = ()) -> N
     index with fewer parts than the one before it would be read back mixed with that one's left-over parts),
     one of the inputs ``read_from``, or one whose nearest existing parent cannot be written. URIs
     (``gs://...``) are left to their file system."""
-    from pipelines.config_base import ConfigError
-
     if "://" in path:
         return
     target = os.path.abspath(path)

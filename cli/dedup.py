@@ -53,7 +53,7 @@ def register(subparsers) -> None:
 def _check_cluster_options(args) -> None:
     """The Dask options make sense only together with ``--runner dask``, and a memory limit only for a cluster the
     command starts itself."""
-    from pipelines.config_base import ConfigError
+    from beamio.config_base import ConfigError
 
     if (args.dask_address or args.worker_memory) and args.runner != "dask":
         option = "--dask-address" if args.dask_address else "--worker-memory"
@@ -75,7 +75,7 @@ def _check_cluster_options(args) -> None:
 def _run(args) -> int:
     # deferred like every command's work: registering the command (on every `corpusmill` call) imports no numpy,
     # pydantic or reader
-    from pipelines.config_base import InputConfig, load_section
+    from beamio.config_base import InputConfig, load_section
     from pipelines.dedup import Execution, write_clusters
     from transforms.near_dedup.core import NearDedupConfig
 

@@ -79,6 +79,7 @@ def _note(command: str, message: str) -> None:
 
 
 def _guard(command: str, action) -> int:
+    # deferred: the trainer's Hugging Face module imports torch, which `corpusmill --help` must not
     from trainer_bridge.hf import ConversionError, MissingExtra
 
     try:
@@ -90,6 +91,7 @@ def _guard(command: str, action) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    # deferred: imports torch (see _guard)
     from trainer_bridge.hf import export_run, parse_size
 
     def run() -> int:
@@ -102,6 +104,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
+    # deferred: imports torch (see _guard)
     from trainer_bridge.hf import import_hf
 
     def run() -> int:
@@ -138,8 +141,9 @@ def _generate(args: argparse.Namespace) -> int:
     def run() -> int:
         from tokenizers import Tokenizer
 
+        # deferred: these import torch (see _guard)
         from trainer_bridge.generate import SamplingConfig, generate
-        from trainer_bridge.hf import build_model, load_for_inference
+        from trainer_bridge.hf import build_model, load_for_inference  # deferred: torch
 
         sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                   top_k=args.top_k, top_p=args.top_p, seed=args.seed)

@@ -15,6 +15,10 @@ import sys
 import threading
 import warnings
 
+from beamio.config_base import ConfigError
+from beamio.logs import VERBOSE_ENV, quiet_logging
+from transforms.base import StepConfigError
+
 COMMAND_MODULES = (
     "cli.tokenizer",
     "cli.prepare",
@@ -47,8 +51,6 @@ def version() -> str:
 def quiet_libraries(verbose: bool = False) -> None:
     """Keep the terminal for our own progress and summary: libraries speak only when something is wrong
     (``verbose``: Beam's INFO/WARNING lines too, also in the local runner's worker processes)."""
-    from pipelines.beam_options import VERBOSE_ENV, quiet_logging
-
     if verbose:
         os.environ[VERBOSE_ENV] = "1"  # inherited by the worker processes
     quiet_logging(verbose or None)
@@ -91,16 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     if unknown and not getattr(args, "accepts_beam_args", False):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if unknown:  # the rest go to Beam, which would drop what it does not know with a log line
-        from pipelines.beam_options import unrecognized_pipeline_args
+        # deferred: it imports Beam, which a command without Beam arguments (and --help) never needs
+        from pipelines.runners import unrecognized_pipeline_args
 
         stray = unrecognized_pipeline_args(unknown)
         if stray:
             parser.error(f"unrecognized arguments: {' '.join(stray)} (neither an option of `corpusmill "
                          f"{args.command}` nor a Beam pipeline option)")
     args.beam_args = unknown
-    from pipelines.config_base import ConfigError
-    from transforms.base import StepConfigError
-
     try:
         return int(args.handler(args) or 0)
     except (ConfigError, StepConfigError) as err:  # a setting that cannot work, named: exit 2, one message

@@ -17,7 +17,15 @@ import sys
 import time
 from collections import Counter
 
+from beamio.read import Quarantined, iter_records, record_position, reported_id, resolve_inputs
 from cli import positive_int
+from cli.analysis import (MISSING_ID, check_out_path, no_document_exit_code, resolve_input_fields,
+                          run_config_for)
+from pipelines.twins import TextTwins
+from pipelines.config import ConfigError, InputConfig, load_section
+from runio.files import atomic_output
+from transforms.pii import PiiConfig, PiiStep
+from transforms.pii import step as pii_step
 
 SECTION = "pii"
 
@@ -44,8 +52,6 @@ def register(subparsers) -> None:
 
 def _settings(args) -> dict:
     """The command's own flags, as typed values of the pii section (applied over --config)."""
-    from pipelines.config import ConfigError
-
     values = {key: getattr(args, key) for key in ("ner", "operator") if getattr(args, key)}
     if args.hash_salt_env:
         if args.hash_salt_env not in os.environ:
@@ -55,21 +61,12 @@ def _settings(args) -> dict:
 
 
 def _run(args) -> int:
-    from cli.analysis import (MISSING_ID, check_out_path, no_document_exit_code, resolve_input_fields,
-                              run_config_for)
-    from pipelines.config import InputConfig, load_section
-    from pipelines.read import Quarantined, iter_records, record_position, reported_id, resolve_inputs
-    from pipelines.twins import TextTwins
-    from runio.files import atomic_output
-    from transforms.pii import PiiConfig, PiiStep
-    from transforms.pii.step import check
-
     cfg = load_section(args.config, SECTION, PiiConfig, values=_settings(args))
     resolve_input_fields(args)
     input_cfg = InputConfig(paths=[args.input], text_field=args.text_field, id_field=args.id_field)
     if args.config is not None:  # the rest of the file as prepare checks it: a misspelt section is an error
         run_config_for("pii", args.config, input_cfg, pii=cfg)
-    check(cfg)  # the run's build-time check: a required NER model that is missing is a config error (exit 2)
+    pii_step.check(cfg)  # the run's build-time check: a required NER model that is missing is a config error (exit 2)
     check_out_path(args.out)
     say = lambda line: print(f"corpusmill pii: {line}", file=sys.stderr)  # noqa: E731
     # raises ConfigError naming a path that matches nothing; a byte-identical second file is read once, and a

@@ -14,6 +14,13 @@ import argparse
 import sys
 
 from cli import positive_int
+from pipelines.config import ConfigError, load_config
+from pipelines.prepare import AccountingError
+from pipelines.run import ALL_STAGES, DATA_STAGES, StageFailed, run_stages, summary_line
+from report import build_report
+from runio.files import write_atomic
+from runio.layout import RunPaths
+from trainer_bridge.schedule import SystemClock, refresh_gate
 
 EXIT_CONFIG, EXIT_ACCOUNTING, EXIT_STAGE, EXIT_FAILED = 2, 3, 4, 5
 TRACEBACK_HEADER = "Traceback (most recent call last):"
@@ -35,8 +42,6 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def load_with_cli(args: argparse.Namespace, beam_args: list[str]):
-    from pipelines.config import load_config
-
     overrides = list(args.overrides)
     if args.runner:
         overrides.append(f"runner.name={args.runner}")
@@ -61,19 +66,12 @@ def add_from_scratch(parser: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace, stages: tuple[str, ...], against: tuple[str, ...], resume: bool,
          scheduled: bool = False) -> int:
-    from pipelines.run import run_stages, summary_line
-    from report.build import build_report
-    from runio.layout import RunPaths
-
     cfg = load_with_cli(args, args.beam_args)
     if getattr(args, "from_scratch", False) and "train" not in stages:
-        from pipelines.config import ConfigError
-
         raise ConfigError(f"--from-scratch restarts the train stage: corpusmill {args.command} runs it only with "
                           f"--train")
     paths = RunPaths.of(cfg)
     if scheduled:  # refresh honours train.schedule: wait for a window, or exit 75
-        from trainer_bridge.schedule import SystemClock, refresh_gate
 
         code = refresh_gate(cfg.train.schedule, SystemClock(), lambda line: print(
             f"corpusmill {args.command}: {line}", file=sys.stderr if cfg.train.schedule.outside == "exit"
@@ -115,8 +113,6 @@ def _causes(err: BaseException, *, implicit: bool = False):
 
 
 def _stage_failed(err: BaseException) -> bool:
-    from pipelines.run import StageFailed
-
     return any(isinstance(cause, StageFailed) for cause in _causes(err))
 
 
@@ -124,10 +120,6 @@ def failure(err: BaseException):
     """(exit code, reason) of a failed run: a ConfigError (code 2; the reason is the error itself),
     AccountingError (3) or StageFailed (its code: 4, or the train stage's exit code) anywhere in the chain of
     causes, else code 5 with ``failure_reason``. The reason is a string except for a ConfigError."""
-    from pipelines.config import ConfigError
-    from pipelines.prepare import AccountingError
-    from pipelines.run import StageFailed
-
     for cause in _causes(err):
         if isinstance(cause, ConfigError):
             return EXIT_CONFIG, cause
@@ -168,8 +160,6 @@ def _remote_exception_line(line: str) -> str:
 def _write_error_log(paths, err: BaseException) -> str:
     import traceback
 
-    from runio.files import write_atomic
-
     try:
         write_atomic(paths.error_log, "".join(traceback.format_exception(err)).encode("utf-8"))
         return str(paths.error_log)
@@ -178,8 +168,6 @@ def _write_error_log(paths, err: BaseException) -> str:
 
 
 def register(subparsers) -> None:
-    from pipelines.run import ALL_STAGES, DATA_STAGES
-
     prepare = subparsers.add_parser("prepare", help="clean a corpus and write tokenized shards into runs/<name>/",
                                     description="Read, clean, tokenize and pack into runs/<name>/; unknown "
                                                 "--options are passed to Beam (e.g. --flink_master=host:8081).")

@@ -6,17 +6,27 @@ import json
 import os
 import sys
 
+from beamio.beam_options import make_pipeline
+from beamio.read import reported_id, resolve_inputs
+from beamio.read_beam import ReadCorpus
 from cli import positive_int
+from cli.analysis import (check_out_path, no_document_exit_code, quarantine_summary, resolve_input_fields,
+                          run_config_for)
+from pipelines.twins import TextTwins
+from pipelines.config import ConfigError, InputConfig, load_section, param_overrides
+from pipelines.steps import STEPS, StepContext
+from runio.files import atomic_output
+from runio.layout import RunPaths
+from transforms.base import step_annotations
+from transforms.quality.model import (QualityModel, QualityTrainConfig, binary_metrics, load_labeled, sidecar_paths,
+                                      split_records, train_quality_model)
+from transforms.quality.step import QualityConfig, QualityFilter, ensure_models
 
 SECTION = "quality"
 TRAIN_SECTION = "quality.train"
 
 
 def _train(args: argparse.Namespace) -> int:
-    from pipelines.config import ConfigError, load_section, param_overrides
-    from transforms.quality.model import (QualityModel, QualityTrainConfig, binary_metrics, load_labeled,
-                                          split_records, train_quality_model)
-
     cfg = load_section(None, TRAIN_SECTION, QualityTrainConfig, param_overrides(TRAIN_SECTION, args.params))
     if args.quantize:
         cfg = cfg.model_copy(update={"quantize": True})
@@ -84,19 +94,6 @@ STEPS_QUALITY_READS = ("normalize", "langid")
 
 def _score(args: argparse.Namespace) -> int:
     import apache_beam as beam
-
-    from cli.analysis import (check_out_path, no_document_exit_code, quarantine_summary, resolve_input_fields,
-                              run_config_for)
-    from pipelines.beam_options import make_pipeline
-    from pipelines.config import ConfigError, InputConfig, load_section, param_overrides
-    from pipelines.read import ReadCorpus, reported_id, resolve_inputs
-    from pipelines.twins import TextTwins
-    from pipelines.steps import STEPS, StepContext
-    from runio.files import atomic_output
-    from runio.layout import RunPaths
-    from transforms.base import step_annotations
-    from transforms.quality.model import sidecar_paths
-    from transforms.quality.step import QualityConfig, QualityFilter
 
     values = {"mode": args.mode} if args.mode else {}
     if args.threshold is not None:
@@ -178,8 +175,6 @@ def _default_model(cfg, cache_dir) -> dict[str, str]:
     """The models `prepare` would use: ``quality.model`` (and ``quality.models``), or the default ones in the
     runs directory's cache (``<output.runs_dir>/.cache/quality``), trained there the first time (no network).
     A model or training data that does not exist is a StepConfigError naming the field (exit 2)."""
-    from transforms.quality.step import ensure_models
-
     models = ensure_models(cache_dir, cfg, log=lambda m: print(m, file=sys.stderr, flush=True))
     print(f"corpusmill quality score: model {', '.join(f'{lang} {path}' for lang, path in models.items())}",
           file=sys.stderr)

@@ -5,12 +5,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from report import ReportConfig, build_report
 from runio.layout import RunPaths
+from trainer_bridge.alerts import request_resume
 
 
 def _report(args: argparse.Namespace) -> int:
-    from report import ReportConfig, build_report
-
     paths = RunPaths(args.run_dir)
     if not paths.root.is_dir():
         print(f"corpusmill report: {paths}: no such run directory", file=sys.stderr)
@@ -37,8 +37,6 @@ RUN_MARKS = ("config.yaml", "stats.json", "docs", "shards", "train")
 
 
 def _resume(args: argparse.Namespace) -> int:
-    from trainer_bridge.alerts import request_resume
-
     paths = RunPaths(args.run_dir)
     if not paths.root.is_dir():
         print(f"corpusmill resume: {paths}: no such run directory", file=sys.stderr)

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import argparse
 
+from experiments.ablate import parse_variants, run_ablation
+from experiments.sweep import run_sweep
+from pipelines.config import load_config
+
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="run config YAML (its `sweep` section is the search space)")
@@ -39,9 +43,6 @@ def register(subparsers) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from experiments.sweep import run_sweep
-    from pipelines.config import load_config
-
     overrides = list(args.overrides)
     for flag in ("trials", "parallel", "sampler", "pruner"):
         value = getattr(args, flag)
@@ -57,9 +58,6 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _ablate(args: argparse.Namespace) -> int:
-    from experiments.ablate import parse_variants, run_ablation
-    from pipelines.config import load_config
-
     cfg = load_config(args.config, args.overrides)
     results = run_ablation(cfg, parse_variants(args.variants, cfg), log=lambda line: print(line, flush=True))
     for row in results["variants"]:

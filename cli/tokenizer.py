@@ -7,6 +7,16 @@ import json
 import os
 import sys
 
+from beamio.read import Quarantined, iter_records
+from pipelines.config import ConfigError, InputConfig, load_section, param_overrides
+from runio.files import sha256_file
+from runio.layout import RunPaths
+from tokenizer.config import TokenizerConfig
+from tokenizer.docs import list_doc_files, stable_hash
+from tokenizer.language_check import format_check
+from tokenizer.shards import ShardFormatError, ShardReader
+from tokenizer.train import sample_texts, train_tokenizer
+
 SECTION = "tokenizer"
 SEGMENT_OPEN = "\u27e6"  # ⟦ marks where a document segment starts in a decoded row
 SEGMENT_CLOSE = "\u27e7"
@@ -44,9 +54,6 @@ def register(subparsers) -> None:
 def _say_why_a_run_has_no_shards(folder: str) -> None:
     """A run directory without shards (an empty result, or a run stopped before its shards stage): raise the
     ShardFormatError that says so, instead of reading the run's manifest as a shards manifest."""
-    from runio.layout import RunPaths
-    from tokenizer.shards import ShardFormatError
-
     paths = RunPaths(folder)
     try:
         manifest = json.loads(paths.manifest.read_text(encoding="utf-8"))
@@ -63,10 +70,6 @@ def _say_why_a_run_has_no_shards(folder: str) -> None:
 
 def _inspect(args: argparse.Namespace) -> int:
     from tokenizers import Tokenizer
-
-    from runio.files import sha256_file
-    from runio.layout import RunPaths
-    from tokenizer.shards import ShardFormatError, ShardReader
 
     try:
         try:
@@ -95,7 +98,6 @@ def _inspect(args: argparse.Namespace) -> int:
             extra = f"  docs {t['docs']}  split across rows {t.get('docs_split', 0)} ({t.get('split_share', 0):.2%})"
         print(f"{split}: {t['shards']} shards  {t['rows']} rows  {t['tokens']} tokens  {t['padding']} padding  "
               f"fill {t['fill_ratio']:.4%}{extra}")
-    from tokenizer.language_check import format_check
 
     for line in format_check(m.get("tokenizer_check")):
         print(line)
@@ -146,10 +148,6 @@ def _input_sample(path: str, cfg) -> list[str]:
     as for kept documents, with record numbers (from 1) standing in for document ids."""
     import numpy as np
 
-    from pipelines.config import InputConfig
-    from pipelines.read import Quarantined, iter_records
-    from tokenizer.docs import stable_hash
-
     input_cfg = InputConfig(paths=[path])
     records = []
     for source, index, item in iter_records(input_cfg):
@@ -169,12 +167,6 @@ def _input_sample(path: str, cfg) -> list[str]:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from pipelines.config import ConfigError, load_section, param_overrides
-    from runio.files import sha256_file
-    from tokenizer.config import TokenizerConfig
-    from tokenizer.docs import list_doc_files
-    from tokenizer.train import sample_texts, train_tokenizer
-
     cfg = load_section(None, SECTION, TokenizerConfig, param_overrides(SECTION, args.params))
     if not os.path.exists(args.input):
         raise ConfigError(f"input {args.input} does not exist")

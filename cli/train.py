@@ -7,6 +7,11 @@ from __future__ import annotations
 
 import argparse
 
+from pipelines.config import load_config
+from pipelines.run import record_training
+from runio.layout import RunPaths
+from trainer_bridge.launch import Rendezvous, TrainInterrupted, run_training
+
 
 def register(subparsers) -> None:
     train = subparsers.add_parser(
@@ -44,11 +49,6 @@ def register(subparsers) -> None:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    from pipelines.config import load_config
-    from pipelines.run import record_training
-    from runio.layout import RunPaths
-    from trainer_bridge.launch import Rendezvous, TrainInterrupted, run_training
-
     cfg = load_config(args.config, args.overrides)
     if getattr(cfg, "train", None) is None:
         print("corpusmill train: the run config has no `train` section", flush=True)

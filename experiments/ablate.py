@@ -18,6 +18,7 @@ via ``tokenizer.path``), so the evaluation token ids are the same bytes for all.
 
 Each variant trains in ``<run>/ablate/<variant>/eval_view/``: a run directory whose ``shards/`` holds the
 variant's train shard files and the ``cleaned`` variant's val shard files (symbolic links) under one manifest.
+These paths are ``runio.layout.AblationPaths`` (``RunPaths.ablation``), beside the rest of the run layout.
 """
 from __future__ import annotations
 
@@ -29,10 +30,13 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 
+from experiments.sweep import train_one
 from pipelines.config import ConfigError, RunConfig, validate_config
+from pipelines.run import DATA_STAGES, run_stages
 from pipelines.steps import STEPS, enabled_steps
 from runio.files import write_json
-from runio.layout import RunPaths
+from runio.layout import AblationPaths, RunPaths
+from tokenizer.shards import read_manifest
 
 CLEANING_SECTIONS = ("filters", "exact_dedup", "near_dedup", "quality", "pii")
 
@@ -68,22 +72,6 @@ def parse_variants(text: str, cfg: RunConfig) -> list[Variant]:
     return variants
 
 
-class AblationPaths:
-    def __init__(self, run: RunPaths):
-        self.run = run
-        self.root = run.root / "ablate"
-
-    def variant(self, variant: Variant) -> RunPaths:
-        return RunPaths(self.root / variant.dir_name)
-
-    def view(self, variant: Variant) -> RunPaths:
-        return RunPaths(self.root / variant.dir_name / "eval_view")
-
-    @property
-    def results(self) -> Path:
-        return self.root / "results.json"
-
-
 def variant_config(cfg: RunConfig, variant: Variant, ablation: AblationPaths, tokenizer: Path | None) -> RunConfig:
     data = cfg.model_dump(mode="json")
     data["name"] = variant.dir_name
@@ -101,8 +89,6 @@ def variant_config(cfg: RunConfig, variant: Variant, ablation: AblationPaths, to
 
 def split_doc_ids(shard_dir: Path, split: str) -> set[int]:
     """Every document id of a split's rows (from the shards' ``doc_ids`` column)."""
-    from tokenizer.shards import read_manifest
-
     manifest = read_manifest(str(shard_dir))
     ids: set[int] = set()
     for entry in manifest["splits"].get(split, []):
@@ -116,8 +102,9 @@ def split_doc_ids(shard_dir: Path, split: str) -> set[int]:
 def evaluated_tokens(view: RunPaths, cfg: RunConfig) -> np.ndarray:
     """The token ids the trainer's validation reads from a run directory (its ``validation_batches``, one rank),
     with the tokenizer check the trainer makes."""
+    # deferred: the trainer's modules import torch
     from trainer_bridge.data import open_split, validation_batches
-    from trainer_bridge.train import expected_tokenizer_sha256
+    from trainer_bridge.train import expected_tokenizer_sha256  # deferred: torch
 
     source = open_split(view.shards, "val", expected_tokenizer_sha256(view))
     batches = validation_batches(source, max_rows=cfg.train.eval.max_rows,
@@ -134,8 +121,6 @@ def check_exclusion(variant: Variant, shards: Path, eval_ids: set[int]) -> None:
 
 def build_view(variant_paths: RunPaths, cleaned: RunPaths, view: RunPaths) -> None:
     """``view/shards``: the variant's train shards and the cleaned variant's val shards under one manifest."""
-    from tokenizer.shards import read_manifest
-
     own = read_manifest(str(variant_paths.shards))
     evaluation = read_manifest(str(cleaned.shards))
     if own["tokenizer_sha256"] != evaluation["tokenizer_sha256"]:
@@ -163,11 +148,8 @@ def funnel(paths: RunPaths) -> dict:
 
 
 def run_ablation(cfg: RunConfig, variants: list[Variant], log: Callable[[str], None] = print) -> dict:
-    from experiments.sweep import train_one
-    from pipelines.run import DATA_STAGES, run_stages
-
     run = RunPaths.of(cfg)
-    ablation = AblationPaths(run)
+    ablation = run.ablation
     ablation.root.mkdir(parents=True, exist_ok=True)
     ordered = [Variant("cleaned")] + [v for v in variants if v.name != "cleaned"]
     cleaned_paths = ablation.variant(ordered[0])
@@ -206,8 +188,6 @@ def run_ablation(cfg: RunConfig, variants: list[Variant], log: Callable[[str], N
             if not losses:
                 raise ConfigError("ablate: no validation ran (set train.eval.interval > 0 and a step budget "
                                   "that reaches it)")
-            from tokenizer.shards import read_manifest
-
             manifest = read_manifest(str(vpaths.shards))
             row = {"variant": variant.name, "steps_enabled": enabled_steps(vcfg),
                    "val_losses": {str(k): v for k, v in sorted(losses.items())},
@@ -226,4 +206,4 @@ def run_ablation(cfg: RunConfig, variants: list[Variant], log: Callable[[str], N
     return out
 
 
-__all__ = ["Variant", "parse_variants", "run_ablation", "AblationPaths", "split_doc_ids", "evaluated_tokens", "STEPS"]
+__all__ = ["Variant", "parse_variants", "run_ablation", "split_doc_ids", "evaluated_tokens", "STEPS"]

@@ -26,85 +26,24 @@ import os
 import subprocess
 import sys
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import yaml
 
-from experiments.config import ParamSpec, SweepConfig
+from experiments.storage import storage_for
 from pipelines.config import ConfigError, RunConfig, apply_overrides, read_config_file, validate_config
+from pipelines.run import DATA_STAGES, run_stages
+from pipelines.sweep_config import ParamSpec, SweepConfig
 from runio.files import write_atomic, write_json
-from runio.layout import RunPaths
+from runio.layout import RunPaths, SweepPaths
+from tokenizer.shards import manifest_path
+from trainer_bridge.launch import run_training
 
 FINISHED = ("COMPLETE", "PRUNED")
 
 
-@dataclass(frozen=True)
-class SweepPaths:
-    """``<run>/sweep/``: the study's storage, the base config, the trials' run directories, the best overlay."""
-
-    run: RunPaths
-
-    @property
-    def root(self) -> Path:
-        return self.run.root / "sweep"
-
-    @property
-    def lock(self) -> Path:
-        return self.root / ".lock"
-
-    @property
-    def journal(self) -> Path:
-        return self.root / "study.journal"
-
-    @property
-    def sqlite(self) -> Path:
-        return self.root / "study.db"
-
-    @property
-    def base_config(self) -> Path:
-        """The resolved run config every trial starts from (JSON), read by the worker processes."""
-        return self.root / "base_config.json"
-
-    @property
-    def best_yaml(self) -> Path:
-        return self.root / "best.yaml"
-
-    @property
-    def best_set(self) -> Path:
-        return self.root / "best.set"
-
-    @property
-    def summary(self) -> Path:
-        return self.root / "summary.json"
-
-    def trial(self, number: int) -> RunPaths:
-        return RunPaths(self.root / "trials" / f"{number:04d}")
-
-
 # ------------------------------------------------------------------------------------------ Optuna objects
-
-def storage_for(cfg: SweepConfig, paths: SweepPaths):
-    if cfg.storage == "sqlite":
-        from optuna.storages import RDBStorage
-
-        return RDBStorage(f"sqlite:///{paths.sqlite.resolve()}", engine_kwargs={"connect_args": {"timeout": 60}})
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    return JournalStorage(JournalFileBackend(str(paths.journal.resolve())))
-
-
-def existing_storage(run_dir: Path):
-    """The storage of a run directory's study (either kind), or None when it has none."""
-    paths = SweepPaths(RunPaths(run_dir))
-    if paths.journal.is_file():
-        return storage_for(SweepConfig(storage="journal"), paths)
-    if paths.sqlite.is_file():
-        return storage_for(SweepConfig(storage="sqlite"), paths)
-    return None
-
 
 def make_sampler(cfg: SweepConfig, worker: int = 0):
     """Optuna's sampler; each parallel worker gets its own seed so their random start-up points differ."""
@@ -198,11 +137,10 @@ def train_one(cfg: RunConfig, paths: RunPaths, on_val: Callable[[int, float], No
     """Train run ``cfg`` into ``paths`` as ``corpusmill train`` does; ``on_val(completed_steps, val_loss)`` sees
     every validation (in this process: as it happens, and may raise to stop the run; through torchrun: after
     the run, from its metrics.jsonl). Returns (val losses by completed steps, tokens seen)."""
-    from trainer_bridge.launch import run_training
-
     if cfg.train.mesh.world_size == 1:
+        # deferred: the trainer's modules import torch
         from trainer_bridge.device import init_runtime, shutdown
-        from trainer_bridge.train import TrainHooks, train
+        from trainer_bridge.train import TrainHooks, train  # deferred: torch
 
         seen: dict[int, float] = {}
         tokens = {"seen": 0}
@@ -235,7 +173,7 @@ def train_one(cfg: RunConfig, paths: RunPaths, on_val: Callable[[int, float], No
 
 def objective_for(base: dict, run: RunPaths) -> Callable:
     base_cfg = validate_config(base)
-    sweep_paths = SweepPaths(run)
+    sweep_paths = run.sweep
 
     def objective(trial) -> float:
         import optuna
@@ -329,7 +267,7 @@ def run_worker(run_dir: Path, n_trials: int, worker: int, threads: int | None = 
 
         torch.set_num_threads(threads)
     run = RunPaths(run_dir)
-    paths = SweepPaths(run)
+    paths = run.sweep
     base = json.loads(paths.base_config.read_text())
     cfg = validate_config(base)
     study = open_study(cfg, paths, worker)
@@ -338,12 +276,8 @@ def run_worker(run_dir: Path, n_trials: int, worker: int, threads: int | None = 
 
 def ensure_shards(cfg: RunConfig, log: Callable[[str], None]) -> None:
     paths = RunPaths.of(cfg)
-    from tokenizer.shards import manifest_path
-
     if Path(manifest_path(str(paths.shards))).is_file():
         return
-    from pipelines.run import DATA_STAGES, run_stages
-
     log(f"sweep: no shards in {paths}: preparing them first")
     run_stages(cfg, DATA_STAGES, resume=True, log=log)
 
@@ -352,11 +286,12 @@ def run_sweep(cfg: RunConfig, *, overwrite: bool = False, log: Callable[[str], N
     """Run (or resume) the study of run ``cfg`` until it holds ``sweep.trials`` finished trials; write the best
     overlay; return the summary (also ``sweep/summary.json``)."""
     if not cfg.sweep.space:
-        raise ConfigError("sweep.space is empty: name at least one train.* key to search (see experiments/config.py)")
+        raise ConfigError("sweep.space is empty: name at least one train.* key to search "
+                          "(see pipelines/sweep_config.py)")
     budget(cfg)  # fail early on a budget that cannot be validated
     run = RunPaths.of(cfg)
     ensure_shards(cfg, log)
-    paths = SweepPaths(run)
+    paths = run.sweep
     with sweep_lock(paths):
         study = open_study(cfg, paths)
         fingerprint = search_fingerprint(cfg)

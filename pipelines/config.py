@@ -14,10 +14,10 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from experiments.config import SweepConfig
-from pipelines.config_base import (M, ConfigError, InputConfig, Strict, _format_error, _parse_value,  # noqa: F401
-                                   apply_overrides, load_section, param_overrides, read_config_file)
-from report.config import ReportConfig
+from beamio.config_base import (M, ConfigError, InputConfig, Strict, _format_error, _parse_value,  # noqa: F401
+                                apply_overrides, load_section, param_overrides, read_config_file)
+from pipelines.report_config import ReportConfig
+from pipelines.sweep_config import SweepConfig
 from runio.cost import CostConfig
 from runio.files import sha256_bytes
 from tokenizer.config import PackingConfig, TokenizerConfig

@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
-from pipelines.config_base import InputConfig
-from pipelines.read import InputFile, Quarantined, iter_records, reported_id, resolve_inputs
+from beamio.config_base import InputConfig
+from beamio.read import InputFile, Quarantined, iter_records, reported_id, resolve_inputs
 from pipelines.twins import TextTwins
 from runio.files import atomic_output
 from runio.heap import numpy_friendly_heap

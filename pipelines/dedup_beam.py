@@ -14,10 +14,11 @@ from typing import Optional, Sequence
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 
-from pipelines.beam_options import make_pipeline, shuffle_workers
-from pipelines.config_base import ConfigError, InputConfig
-from pipelines.read import InputFile, reported_id
-from pipelines.read_beam import ReadCorpus
+from beamio.beam_options import make_pipeline
+from pipelines.runners import shuffle_workers
+from beamio.config_base import ConfigError, InputConfig
+from beamio.read import InputFile, reported_id
+from beamio.read_beam import ReadCorpus
 from pipelines.twins import TextTwins
 from runio.files import atomic_output
 from transforms.base import step_annotations
@@ -26,7 +27,7 @@ from transforms.near_dedup.core import STEP_NAME, NearDedupConfig
 
 
 def report_id(doc: dict, id_field: str):
-    """Its ``id_field``, a text file's name, else the internal id (``pipelines.read.reported_id``)."""
+    """Its ``id_field``, a text file's name, else the internal id (``beamio.read.reported_id``)."""
     return reported_id(doc, id_field, default=doc["id"])
 
 

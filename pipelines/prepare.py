@@ -19,15 +19,18 @@ import apache_beam as beam
 import pyarrow.parquet as pq
 from apache_beam.metrics.metric import MetricsFilter
 
-from pipelines.beam_options import make_pipeline, shuffle_workers
+from beamio.beam_options import make_pipeline
+from beamio.read import InputFile, resolve_inputs
+from beamio.read_beam import ReadCorpus
+from beamio.write import DOCS_SCHEMA, REMOVED_SCHEMA, WriteSorted, doc_row, jsonl_writer, parquet_writer, removed_row
 from pipelines.config import ConfigError, RunConfig
 from pipelines.progress import ProgressPrinter
-from pipelines.read import InputFile, ReadCorpus, resolve_inputs
-from pipelines.rundir import (DOCS_SCHEMA, REMOVED_SCHEMA, WriteSorted, clear_outputs, count_parquet_rows,
-                              doc_row, jsonl_writer, parquet_writer, read_manifest, removed_row)
+from pipelines.rundir import clear_outputs, count_parquet_rows, read_manifest
+from pipelines.runners import shuffle_workers
 from pipelines.steps import CleanDocuments, StepContext, check_steps, enabled_steps
 from runio.files import write_json
 from runio.layout import RunPaths
+from tokenizer.build import build_shards
 
 PACKAGES = ("corpusmill", "apache-beam", "datasketch", "presidio-analyzer", "spacy", "fasttext-numpy2",
             "tokenizers", "pyarrow", "torch", "pydantic")
@@ -309,8 +312,6 @@ def run_clean(cfg: RunConfig, against: tuple[str, ...] = (), log: Callable[[str]
 
 def run_shards(cfg: RunConfig, log: Callable[[str], None] = print) -> dict:
     """The shard stage: train or load the tokenizer, then encode, pack and write shards/ from docs/."""
-    from tokenizer.build import build_shards
-
     clear_outputs((RunPaths.of(cfg).shards,))
     pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options, cfg.runner.dask_address,
                              worker_memory=cfg.runner.worker_memory)

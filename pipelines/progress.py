@@ -1,6 +1,6 @@
 """Progress of a running Beam stage in the terminal: documents done per step, rate and ETA.
 
-The workers' counters come from `transforms/progress.py` (every step's routing tail and the reader write them
+The workers' counters come from `runio/progress.py` (every step's routing tail and the reader write them
 into the run's ``RunPaths.progress``); this thread in the launching process sums them every few seconds and
 prints one line: read, then every step in order.
 """
@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from transforms.progress import read_progress
+from runio.progress import read_progress
 
 
 def progress_line(totals: dict[str, int], steps: list[str], rates: dict[str, float], read_done: bool) -> str:

@@ -39,13 +39,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
+from beamio.read import ID_SCHEME, expand_inputs
 from pipelines.config import ConfigError, RunConfig
 from pipelines.prepare import base_manifest, previously_processed, run_clean, run_shards, summary_table
-from pipelines.read import ID_SCHEME
 from pipelines.rundir import clear_outputs, read_manifest, remove_stale_temporaries
+from pipelines.steps import StepContext, check_steps
 from runio.cost import StageMeter, record_stage
 from runio.files import is_uri, read_json, read_jsonl, sha256_bytes, sha256_file, write_atomic, write_json
 from runio.layout import RunPaths
+from runio.pushgateway import push_cost, push_pipeline_stats
+from tokenizer.train import check_tokenizer
+from trainer_bridge.launch import run_training
+from trainer_bridge.outcomes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REFUSED
+from transforms.pii import engine_description
 
 DATA_STAGES = ("clean", "shards")
 # Keys that change how fast a stage runs, how much it checks, when training runs or where its checkpoints are
@@ -92,8 +98,6 @@ def run_lock(paths: RunPaths) -> Iterator[None]:
 
 
 def _check_tokenizer(cfg: RunConfig) -> None:
-    from tokenizer.train import check_tokenizer
-
     try:
         check_tokenizer(cfg.tokenizer, cfg.packing)
     except (FileNotFoundError, ValueError) as err:
@@ -151,9 +155,6 @@ def preflight(cfg: RunConfig, stages: tuple[str, ...], against: tuple[str, ...] 
         if "shards" in stages:
             _check_model_fits_rows(cfg)
     if "clean" in stages:
-        from pipelines.read import expand_inputs
-        from pipelines.steps import StepContext, check_steps
-
         if against:
             previously_processed(against)  # a bad --against, before touching anything
         expand_inputs(cfg.input.paths)  # a path that matches nothing
@@ -520,8 +521,6 @@ def plan_changes(cfg: RunConfig, paths: RunPaths, manifest: dict | None, against
 def input_stamps(cfg: RunConfig) -> dict[str, list[int]]:
     """Size and mtime of each local input file, by absolute path: recorded by the clean, so that a resumed `run`
     knows its inputs unchanged without hashing them again."""
-    from pipelines.read import expand_inputs
-
     stamps = {}
     for file in expand_inputs(cfg.input.paths):
         if not is_uri(file):
@@ -535,8 +534,6 @@ def changed_inputs(cfg: RunConfig, manifest: dict) -> str | None:
     added or gone), named in a few words; None when nothing did. Files whose size and mtime are as recorded are
     not read; the others are hashed and compared by content (a touched file with the same bytes is unchanged).
     Inputs on a URI are not checked (a refresh addresses them by content)."""
-    from pipelines.read import expand_inputs
-
     recorded = {i.get("sha256"): os.path.abspath(i.get("path", "")) for i in manifest.get("inputs", [])}
     seen = set(manifest.get("inputs_seen", [])) | set(recorded)
     matched = expand_inputs(cfg.input.paths)
@@ -561,7 +558,6 @@ def _current(records: dict[str, dict], expected: dict[str, dict]) -> list[str]:
 def _pii_engine(cfg: RunConfig) -> str | None:
     if not cfg.pii.enabled:
         return None
-    from transforms.pii import engine_description
 
     return engine_description(cfg.pii)
 
@@ -631,8 +627,6 @@ def record_training(cfg: RunConfig, code: int) -> None:
     and the report's record goes (the next `run` rebuilds it). A training that did not finish (stopped,
     interrupted, failed) leaves neither recorded. A refusal before training (exit 2, 4, 5: nothing trained, train/
     as it was) changes nothing."""
-    from trainer_bridge.outcomes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REFUSED
-
     paths = RunPaths.of(cfg)
     if code in (EXIT_CONFIG, EXIT_REFUSED, EXIT_FAILED) or not paths.manifest.is_file():
         return
@@ -656,6 +650,7 @@ def _clear_skipped(stage: str, paths: RunPaths, log: Callable[[str], None]) -> N
     """A skipped stage leaves no outputs of an earlier run behind; a trained model is moved aside, never deleted
     (only --overwrite deletes one, in ``plan_changes``)."""
     if stage == "train" and _has_training(paths):
+        # deferred: the checkpoint module imports torch, which only a run that trains needs
         from trainer_bridge.checkpoint import set_aside
 
         log(f"train: the previous checkpoints and training logs were moved to {set_aside(paths)}")
@@ -666,6 +661,7 @@ def _stage_gpus(cfg: RunConfig, stage: str) -> int:
     """Accelerators a stage occupies (priced by ``cost.price_per_gpu_hour``): the trainer's ranks on one."""
     if stage != "train":
         return 0
+    # deferred: imports torch, which only a run that trains needs
     from trainer_bridge.device import resolve_device_type
 
     try:
@@ -698,8 +694,6 @@ def metered(cfg: RunConfig, paths: RunPaths, stage: str, log: Callable[[str], No
                 log(f"{stage}: cost.json not written ({error.strerror})")
             else:
                 if cfg.output.pushgateway_url:
-                    from runio.pushgateway import push_cost
-
                     push_cost(cost, cfg.output.pushgateway_url, run=cfg.name)
 
 

@@ -16,6 +16,18 @@ import apache_beam as beam
 from pipelines.config import ConfigError, RunConfig
 from runio.layout import RunPaths
 from transforms.base import StepConfigError
+from transforms import filters, langid
+from transforms.beam_step import ApplyStep
+from transforms.exact_dedup import ExactDedup
+from transforms.filters import HeuristicFilterStep
+from transforms.langid import LangIdStep
+from transforms.near_dedup.beam import NearDedup
+from transforms.near_dedup.index import check_index_params
+from transforms.normalize import NormalizeStep
+from transforms.pii import PiiStep
+from transforms.pii import step as pii_step
+from transforms.quality import QualityFilter, ensure_models
+from transforms.quality import step as quality_step
 
 
 @dataclass(frozen=True)
@@ -25,7 +37,7 @@ class StepContext:
     paths: RunPaths
     against: tuple[RunPaths, ...] = ()
     input_bytes: int | None = None  # lets a step choose its in-memory or distributed path at build time
-    workers: int | None = None  # how many workers share the shuffles, when known (beam_options.shuffle_workers)
+    workers: int | None = None  # how many workers share the shuffles, when known (pipelines.runners.shuffle_workers)
     progress: bool = True  # workers count documents done into paths.progress, for the terminal progress line
 
     @property
@@ -38,41 +50,30 @@ def _no_check(cfg: RunConfig, ctx: StepContext) -> None:
 
 
 def _normalize(cfg: RunConfig, ctx: StepContext):
-    from transforms.beam_step import ApplyStep
-    from transforms.normalize import NormalizeStep
     return ApplyStep(NormalizeStep(cfg.normalize), progress_dir=ctx.progress_dir)
 
 
 def _check_langid(cfg: RunConfig, ctx: StepContext) -> None:
-    from transforms.langid import check
-    check(cfg.langid)
+    langid.check(cfg.langid)
 
 
 def _langid(cfg: RunConfig, ctx: StepContext):
-    from transforms.beam_step import ApplyStep
-    from transforms.langid import LangIdStep
     return ApplyStep(LangIdStep(cfg.langid), progress_dir=ctx.progress_dir)
 
 
 def _check_filters(cfg: RunConfig, ctx: StepContext) -> None:
-    from transforms.filters import check
-    check(cfg.filters)
+    filters.check(cfg.filters)
 
 
 def _filters(cfg: RunConfig, ctx: StepContext):
-    from transforms.beam_step import ApplyStep
-    from transforms.filters import HeuristicFilterStep
     return ApplyStep(HeuristicFilterStep(cfg.filters), progress_dir=ctx.progress_dir)
 
 
 def _exact_dedup(cfg: RunConfig, ctx: StepContext):
-    from transforms.exact_dedup import ExactDedup
     return ExactDedup(cfg.exact_dedup, progress_dir=ctx.progress_dir)
 
 
 def _check_near_dedup(cfg: RunConfig, ctx: StepContext) -> None:
-    from transforms.near_dedup.index import check_index_params
-
     if cfg.near_dedup.keep == "highest_quality" and not _runs_before(cfg, "quality", "near_dedup"):
         raise StepConfigError(f"near_dedup.keep: highest_quality ranks by {cfg.near_dedup.quality_field}, but the "
                               f"quality step runs after near_dedup, so no document has a score yet; use smallest_id")
@@ -84,33 +85,25 @@ def _check_near_dedup(cfg: RunConfig, ctx: StepContext) -> None:
 
 
 def _near_dedup(cfg: RunConfig, ctx: StepContext):
-    from transforms.near_dedup import NearDedup
-
     return NearDedup(cfg.near_dedup, index_out_dir=str(ctx.paths.dedup),
                      against_dirs=[str(run.dedup) for run in ctx.against], input_bytes=ctx.input_bytes,
                      progress_dir=ctx.progress_dir, workers=ctx.workers)
 
 
 def _check_quality(cfg: RunConfig, ctx: StepContext) -> None:
-    from transforms.quality.step import check
-    check(cfg.quality)
+    quality_step.check(cfg.quality)
 
 
 def _quality(cfg: RunConfig, ctx: StepContext):
-    from transforms.quality import QualityFilter, ensure_models
-
     models = ensure_models(ctx.paths.cache_for("quality"), cfg.quality)  # one per language, trained once
     return QualityFilter(cfg.quality, models, progress_dir=ctx.progress_dir)
 
 
 def _check_pii(cfg: RunConfig, ctx: StepContext) -> None:
-    from transforms.pii.step import check
-    check(cfg.pii)
+    pii_step.check(cfg.pii)
 
 
 def _pii(cfg: RunConfig, ctx: StepContext):
-    from transforms.beam_step import ApplyStep
-    from transforms.pii import PiiStep
     return ApplyStep(PiiStep(cfg.pii), progress_dir=ctx.progress_dir)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from pipelines.read import is_text_file
+from beamio.read import is_text_file
 
 
 def _same_row_renamed(row: dict, name: str) -> dict:
@@ -17,7 +17,7 @@ class TextTwins:
     (``resolve_inputs(..., on_twin=twins.add)``): each is a copy of that file's one document, so it gets that
     document's output line under its own name (``copy_row(row, name)``; default: the same line), or is
     quarantined as that one is. A row is matched to its file by its ``id``: a text file is reported by its name
-    (``pipelines.read.reported_id``). Record files (JSONL, Parquet) copied byte for byte hold the same ids as
+    (``beamio.read.reported_id``). Record files (JSONL, Parquet) copied byte for byte hold the same ids as
     their original: stderr says they were read once."""
 
     def __init__(self, copy_row: Callable[[dict, str], dict] = _same_row_renamed):

@@ -17,7 +17,7 @@ Modules: ``config`` (the ``report`` config section), ``data`` (reading the run d
 ``figures`` (plotly figures from it), ``build`` (the HTML page and ``build_report``).
 """
 from report.build import build_report, render_html
-from report.config import ReportConfig
+from pipelines.report_config import ReportConfig
 from report.data import RunData, load_run
 
 __all__ = ["ReportConfig", "RunData", "build_report", "load_run", "render_html"]

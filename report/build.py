@@ -6,35 +6,14 @@ import html
 from pathlib import Path
 from typing import Any, Iterable
 
-from report.config import ReportConfig
+from pipelines.report_config import ReportConfig
 from report.data import RunData, _number, load_run
 from report.figures import (_fmt, alerts_figure, cost_figure, distribution_figures, pipeline_edges, pipeline_figure, shard_figure,
                             step_seconds, training_figures)
+from report.experiments import experiment_sections  # "Sweep" and "Does cleaning pay", when the run has them
+from report.page import html_chart, html_missing, html_section, html_table
 from runio.files import write_atomic
 from runio.layout import RunPaths
-
-
-def _table(headers: Iterable[str], rows: Iterable[Iterable[Any]], table_id: str = "") -> str:
-    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c if isinstance(c, str) else _fmt(c))}</td>" for c in row)
-                   + "</tr>" for row in rows)
-    ident = f' id="{table_id}"' if table_id else ""
-    return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def _chart(name: str, fig) -> str:
-    height = int(fig.layout.height or 320)
-    inner = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"chart-{name}",
-                        config={"displaylogo": False, "responsive": True}, default_height=f"{height}px")
-    return f'<div class="chart" data-chart="{html.escape(name)}" style="min-height:{height}px">{inner}</div>'
-
-
-def _missing(text: str) -> str:
-    return f'<p class="missing">{html.escape(text)}</p>'
-
-
-def _section(title: str, body: str, section_id: str) -> str:
-    return f'<section id="{section_id}"><h2>{html.escape(title)}</h2>{body}</section>'
 
 
 def header_section(data: RunData) -> str:
@@ -51,7 +30,7 @@ def header_section(data: RunData) -> str:
         facts.append(("accounting", f"read {acc.get('read', 0):,} = kept {acc.get('kept', 0):,} + removed "
                                     f"{acc.get('removed', 0):,} + quarantined {acc.get('quarantined', 0):,}: "
                                     + ("balanced" if acc.get("balanced") else "NOT BALANCED")))
-    body = _table(("", ""), facts, "run-facts")
+    body = html_table(("", ""), facts, "run-facts")
     if data.problems:
         body += '<ul class="problems">' + "".join(f"<li>{html.escape(p)}</li>" for p in data.problems) + "</ul>"
     return f"<header><h1>corpusmill run report: {html.escape(str(name))}</h1>{body}</header>"
@@ -59,15 +38,16 @@ def header_section(data: RunData) -> str:
 
 def pipeline_section(data: RunData) -> str:
     if not data.stats:
-        return _section("Pipeline", _missing("The cleaning stage has not run: no stats.json in this run directory."),
-                        "pipeline")
+        return html_section("Pipeline",
+                            html_missing("The cleaning stage has not run: no stats.json in this run directory."),
+                            "pipeline")
     edges = pipeline_edges(data)
     seconds = step_seconds(data.stats, data.manifest)
     if any(e.documents > 0 for e in edges):
-        body = _chart("pipeline", pipeline_figure(data, edges))
+        body = html_chart("pipeline", pipeline_figure(data, edges))
     else:
-        body = _missing("No document was read, so there is no flow to draw.")
-    body += "<h3>Every edge</h3>" + _table(
+        body = html_missing("No document was read, so there is no flow to draw.")
+    body += "<h3>Every edge</h3>" + html_table(
         ("from", "to", "documents", "tokens"),
         ((e.source, e.target, e.documents, e.tokens) for e in edges), "pipeline-edges")
     rows = [(row["step"], row.get("in"), row.get("kept"), row.get("removed"), seconds.get(row["step"]))
@@ -76,18 +56,18 @@ def pipeline_section(data: RunData) -> str:
     for stage, stage_seconds in seconds.items():  # whole stages, from manifest timings (clean, shards, train, ...)
         if stage not in steps_shown:
             rows.append((f"stage: {stage}", None, None, None, stage_seconds))
-    body += "<h3>Steps</h3>" + _table(("step", "in", "kept", "removed", "seconds"), rows, "pipeline-steps")
+    body += "<h3>Steps</h3>" + html_table(("step", "in", "kept", "removed", "seconds"), rows, "pipeline-steps")
     body += language_mix_body(data.stats.get("languages") or {})
     q = data.stats.get("quarantined") or {}
     if q.get("total"):
-        body += "<h3>Quarantined input</h3>" + _table(("kind", "records"), sorted((q.get("by_kind") or {}).items()),
+        body += "<h3>Quarantined input</h3>" + html_table(("kind", "records"), sorted((q.get("by_kind") or {}).items()),
                                                        "quarantine")
     if data.shards is None:
         skipped = _skipped(data, "shards")
-        body += _missing(f"The shards stage was skipped: {skipped}." if skipped else
-                         "Tokenizing and packing have not run: no shards/manifest.json, so the graph ends at the "
-                         "kept documents.")
-    return _section("Pipeline", body, "pipeline")
+        body += html_missing(f"The shards stage was skipped: {skipped}." if skipped else
+                             "Tokenizing and packing have not run: no shards/manifest.json, so the graph ends at the "
+                             "kept documents.")
+    return html_section("Pipeline", body, "pipeline")
 
 
 def language_mix_body(mix: dict) -> str:
@@ -100,11 +80,11 @@ def language_mix_body(mix: dict) -> str:
     header = ("language", *(f"into {row['step']}" for row in steps), "kept", "kept word units")
     rows = [(lang, *((row.get("docs") or {}).get(lang, 0) for row in steps), (kept.get("docs") or {}).get(lang, 0),
              (kept.get("tokens") or {}).get(lang, 0)) for lang in langs]
-    body = "<h3>Languages at every step (documents)</h3>" + _table(header, rows, "language-mix")
+    body = "<h3>Languages at every step (documents)</h3>" + html_table(header, rows, "language-mix")
     quality = mix.get("quality") or {}
     if quality:
-        body += _table(("language", "quality-scored", "skipped (reason: documents)"),
-                       ((lang, q.get("scored"), ", ".join(f"{k}: {v}" for k, v in (q.get("skipped") or {}).items())
+        body += html_table(("language", "quality-scored", "skipped (reason: documents)"),
+                           ((lang, q.get("scored"), ", ".join(f"{k}: {v}" for k, v in (q.get("skipped") or {}).items())
                          or "none") for lang, q in quality.items()), "language-quality")
     return body
 
@@ -113,18 +93,18 @@ def distributions_section(data: RunData, cfg: ReportConfig) -> str:
     if data.docs is None:
         text = ("No document was read or kept, so there are no distributions (an empty result)."
                 if (data.manifest or {}).get("empty") else "No docs/ or removed/ Parquet files yet.")
-        return _section("Distributions", _missing(text), "distributions")
+        return html_section("Distributions", html_missing(text), "distributions")
     figures, notes = distribution_figures(data.docs, cfg.histogram_bins)
-    body = "".join(_chart(n, f) for n, f in figures) + "".join(_missing(n) for n in notes)
+    body = "".join(html_chart(n, f) for n, f in figures) + "".join(html_missing(n) for n in notes)
     if not data.docs.pii_spans:
-        body += _missing("PII: no span was masked in the kept documents (or the PII step did not run).")
+        body += html_missing("PII: no span was masked in the kept documents (or the PII step did not run).")
     else:
-        body += "<h3>PII spans masked</h3>" + _table(("entity type", "spans"), data.docs.pii_spans.most_common(),
-                                                     "pii-spans")
+        body += "<h3>PII spans masked</h3>" + html_table(("entity type", "spans"), data.docs.pii_spans.most_common(),
+                                                         "pii-spans")
     if data.docs.truncated:
-        body += _missing(f"Distributions cover the first {data.docs.kept_scanned:,} kept and "
-                         f"{data.docs.removed_scanned:,} removed documents (report.max_docs_scanned).")
-    return _section("Distributions", body, "distributions")
+        body += html_missing(f"Distributions cover the first {data.docs.kept_scanned:,} kept and "
+                             f"{data.docs.removed_scanned:,} removed documents (report.max_docs_scanned).")
+    return html_section("Distributions", body, "distributions")
 
 
 def shards_section(data: RunData) -> str:
@@ -133,26 +113,26 @@ def shards_section(data: RunData) -> str:
         skipped = _skipped(data, "shards")
         text = f"No shards: the stage was skipped ({skipped})." if skipped else \
             "No shards yet (shards/manifest.json is missing)."
-        return _section("Tokenizer and shards", _missing(text), "shards")
+        return html_section("Tokenizer and shards", html_missing(text), "shards")
     packing = sh.get("packing") or {}
     facts = [("vocab size", sh.get("vocab_size")), ("sequence length", sh.get("seq_len")), ("dtype", sh.get("dtype")),
              ("pad / bos / eos", f"{sh.get('pad_id')} / {sh.get('bos_id')} / {sh.get('eos_id')}"),
              ("tokenizer sha256", str(sh.get("tokenizer_sha256", ""))[:16]),
              ("packing", packing.get("algorithm")), ("fill ratio", packing.get("fill_ratio"))]
-    body = _table(("", ""), facts, "shard-facts")
+    body = html_table(("", ""), facts, "shard-facts")
     totals = sh.get("totals") or {}
-    body += _table(("split", "shards", "rows", "documents", "tokens", "padding", "fill", "docs split across rows"),
-                   ((split, t.get("shards"), t.get("rows"), t.get("docs"), t.get("tokens"), t.get("padding"),
+    body += html_table(("split", "shards", "rows", "documents", "tokens", "padding", "fill", "docs split across rows"),
+                       ((split, t.get("shards"), t.get("rows"), t.get("docs"), t.get("tokens"), t.get("padding"),
                      t.get("fill_ratio"), t.get("docs_split")) for split, t in sorted(totals.items())), "shard-totals")
     check = sh.get("tokenizer_check") or {}
     if check.get("by_language"):  # a tokenizer that covers a language poorly encodes it near byte level
-        body += _table(("language", "bytes per token", "documents sampled", "bytes", "tokens"),
-                       ((lang, row.get("bytes_per_token"), row.get("docs"), row.get("bytes"), row.get("tokens"))
+        body += html_table(("language", "bytes per token", "documents sampled", "bytes", "tokens"),
+                           ((lang, row.get("bytes_per_token"), row.get("docs"), row.get("bytes"), row.get("tokens"))
                         for lang, row in check["by_language"].items()), "tokenizer-languages")
         body += "".join(f"<p class='warning'>{html.escape(w)}</p>" for w in check.get("warnings", []))
     fig = shard_figure(sh)
-    body += _chart("shards", fig) if fig is not None else _missing("The shard manifest lists no shard files.")
-    return _section("Tokenizer and shards", body, "shards")
+    body += html_chart("shards", fig) if fig is not None else html_missing("The shard manifest lists no shard files.")
+    return html_section("Tokenizer and shards", body, "shards")
 
 
 def training_section(data: RunData) -> str:
@@ -162,10 +142,10 @@ def training_section(data: RunData) -> str:
             "Training started but logged no step yet (train/metrics.jsonl is empty)."
         if skipped:
             text = f"Training was skipped: {skipped}."
-        body = _missing(text)
+        body = html_missing(text)
         if data.alerts:
             body += alerts_body(data)
-        return _section("Training", body, "training")
+        return html_section("Training", body, "training")
     figures, notes = training_figures(data)
     last = data.metrics[-1]
     val = [r for r in data.metrics if _number(r.get("val_loss")) is not None]
@@ -189,17 +169,17 @@ def training_section(data: RunData) -> str:
         facts.append(("steps re-logged after a resume", data.relogged_steps))
     if data.restarts:
         facts.append(("restarts", len(data.restarts)))
-    body = _table(("", ""), facts, "train-facts")
-    body += "".join(_chart(n, f) for n, f in figures) + "".join(_missing(n) for n in notes)
+    body = html_table(("", ""), facts, "train-facts")
+    body += "".join(html_chart(n, f) for n, f in figures) + "".join(html_missing(n) for n in notes)
     body += samples_body(data)
     body += alerts_body(data)
     if data.restarts:
         keys = list(data.restarts[0])
-        body += "<h3>Restarts seen in metrics.jsonl</h3>" + _table(
+        body += "<h3>Restarts seen in metrics.jsonl</h3>" + html_table(
             keys, ([r[k] for k in keys] for r in data.restarts), "restarts")
     if data.recovery:
-        body += "<h3>Restarts and resumes</h3>" + _table(RECOVERY_COLUMNS, recovery_rows(data.recovery), "recovery")
-    return _section("Training", body, "training")
+        body += "<h3>Restarts and resumes</h3>" + html_table(RECOVERY_COLUMNS, recovery_rows(data.recovery), "recovery")
+    return html_section("Training", body, "training")
 
 
 SAMPLE_STEPS_SHOWN = 5
@@ -219,7 +199,7 @@ def samples_body(data: RunData) -> str:
             for (step, prompt), r in sorted(latest.items(), key=lambda kv: (-kv[0][0], kv[0][1]))
             if step in steps]
     return ("<h3>Samples (greedy, fixed prompts; <code>train/samples.jsonl</code>)</h3>"
-            + _table(("after step", "prompt", "continuation", "stop"), rows, "samples"))
+            + html_table(("after step", "prompt", "continuation", "stop"), rows, "samples"))
 
 
 COST_COLUMNS = ("stage", "runs", "wall s", "CPU s", "GPU hours", "kWh", "energy source", "money", "CO₂ g")
@@ -234,8 +214,8 @@ def cost_section(data: RunData) -> str:
     projection for ``cost.project.tokens``. Estimated energy says so in its source column."""
     cost = data.cost
     if not cost or not cost.get("stages"):
-        return _section("Cost", _missing("No stage has been measured yet: no cost.json in this run directory."),
-                        "cost")
+        return html_section("Cost", html_missing("No stage has been measured yet: no cost.json in this run directory."),
+                            "cost")
     currency = cost.get("currency", "")
     rows = [(stage, e.get("runs"), e["wall_s"], e["cpu_s"], e.get("gpu_hours"), e["kwh"], e["energy_source"],
              _money(e), e.get("co2_g")) for stage, e in cost["stages"].items()]
@@ -244,13 +224,13 @@ def cost_section(data: RunData) -> str:
         rows.append(("total", total.get("runs"), total["wall_s"], total["cpu_s"], total.get("gpu_hours"),
                      total["kwh"], total["energy_source"], _money(total), total.get("co2_g")))
     columns = tuple(f"money ({currency})" if c == "money" else c for c in COST_COLUMNS)
-    body = _table(columns, rows, "cost-stages")
+    body = html_table(columns, rows, "cost-stages")
     if any("estimate" in e["energy_source"] for e in cost["stages"].values()):
-        body += _missing(f"CPU energy marked 'estimate' is CPU seconds × {_fmt(cost.get('watts_per_core'))} W per "
-                         "core (cost.watts_per_core): RAPL was not readable on this machine.")
+        body += html_missing(f"CPU energy marked 'estimate' is CPU seconds × {_fmt(cost.get('watts_per_core'))} W per "
+                             "core (cost.watts_per_core): RAPL was not readable on this machine.")
     if total and total.get("money") is None:
-        body += _missing("No price configured (cost.price_per_kwh, price_per_cpu_hour, price_per_gpu_hour): no "
-                         "money computed.")
+        body += html_missing("No price configured (cost.price_per_kwh, price_per_cpu_hour, price_per_gpu_hour): no "
+                             "money computed.")
     rates = []
     for label, key in (("per million tokens trained (train stage)", "per_million_tokens_trained"),
                        ("per million documents cleaned (clean stage)", "per_million_documents_cleaned")):
@@ -263,12 +243,12 @@ def cost_section(data: RunData) -> str:
         rates.append((f"projection: {_fmt(projection['tokens'])} tokens", projection["wall_s"], projection["cpu_s"],
                       projection["kwh"], (projection.get("money") or {}).get("total"), projection.get("co2_g")))
     if rates:
-        body += "<h3>Rates and projection</h3>" + _table(
+        body += "<h3>Rates and projection</h3>" + html_table(
             ("", "wall s", "CPU s", "kWh", f"money ({currency})", "CO₂ g"), rates, "cost-rates")
     fig = cost_figure(cost)
     if fig is not None:
-        body += _chart("cost", fig)
-    return _section("Cost", body, "cost")
+        body += html_chart("cost", fig)
+    return html_section("Cost", body, "cost")
 
 
 RECOVERY_COLUMNS = ("kind", "resumed from", "last step logged before", "first step after", "train.steps",
@@ -302,9 +282,9 @@ def recovery_rows(records: list[dict]) -> list[tuple]:
 
 def alerts_body(data: RunData) -> str:
     if not data.alerts:
-        return _missing("Alerts: none fired.")
+        return html_missing("Alerts: none fired.")
     fig = alerts_figure(data)
-    return ("<h3>Alerts</h3>" + (_chart("alerts", fig) if fig is not None else "") + _table(
+    return ("<h3>Alerts</h3>" + (html_chart("alerts", fig) if fig is not None else "") + html_table(
         ("step", "rule", "action", "value", "threshold", "message"),
         ((a.get("step"), a.get("rule"), a.get("action"), _number(a.get("value")), _number(a.get("threshold")),
           a.get("message", "")) for a in data.alerts), "alerts"))
@@ -337,8 +317,6 @@ def render_html(data: RunData, cfg: ReportConfig | None = None) -> str:
     name = (data.manifest or {}).get("name") or data.paths.name
     body = (header_section(data) + pipeline_section(data) + distributions_section(data, cfg) + shards_section(data)
             + training_section(data) + cost_section(data))
-    from report.experiments import experiment_sections  # "Sweep" and "Does cleaning pay", when the run has them
-
     body += experiment_sections(data.paths)
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>corpusmill report: {html.escape(str(name))}</title><style>{STYLE}</style>"

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from report.config import ReportConfig
+from pipelines.report_config import ReportConfig
 from runio.files import read_jsonl
 from runio.layout import RunPaths
+from tokenizer.shards import count_documents, manifest_path
 from transforms.base import step_annotations
 
 
@@ -170,8 +171,6 @@ def scan_documents(paths: RunPaths, limit: int, problems: list[str]) -> DocStats
 def fill_split_documents(paths: RunPaths, shards: dict, problems: list[str]) -> None:
     """Older or hand-written manifests lack per-split document counts: count distinct ``doc_ids`` in the shards
     (read through the shard reader API, ``tokenizer.shards``)."""
-    from tokenizer.shards import count_documents
-
     totals = shards.get("totals")
     if not isinstance(totals, dict):
         return
@@ -220,8 +219,6 @@ def find_restarts(records: list[dict]) -> list[dict]:
 
 def load_run(run: RunPaths | str | Path, cfg: ReportConfig | None = None) -> RunData:
     """Everything the report shows, read from the run directory (``run``: its layout, or its path)."""
-    from tokenizer.shards import manifest_path
-
     cfg = cfg or ReportConfig()
     paths = run if isinstance(run, RunPaths) else RunPaths(run)
     data = RunData(paths=paths)

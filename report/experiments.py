@@ -4,8 +4,9 @@ neither section."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
+from experiments.storage import existing_storage
+from report.page import html_chart, html_missing, html_section, html_table
 from runio.layout import RunPaths
 
 
@@ -14,8 +15,6 @@ def experiment_sections(paths: RunPaths) -> str:
 
 
 def _load_study(paths: RunPaths):
-    from experiments.sweep import existing_storage
-
     storage = existing_storage(paths.root)
     if storage is None:
         return None
@@ -79,8 +78,6 @@ def _states_figure(study):
 
 
 def sweep_section(paths: RunPaths) -> str:
-    from report.build import _chart, _missing, _section, _table
-
     study = _load_study(paths)
     if study is None:
         return ""
@@ -101,9 +98,9 @@ def sweep_section(paths: RunPaths) -> str:
                  f"(<code>sweep/best.yaml</code>).</p>")
     except ValueError:
         pass
-    body += _table(["trial", "state", "val loss", "parameters", "last reported step"], rows, "sweep-trials")
-    body += "".join(_chart(name, fig) for name, fig in charts) + "".join(_missing(n) for n in notes)
-    return _section("Sweep", body, "sweep")
+    body += html_table(["trial", "state", "val loss", "parameters", "last reported step"], rows, "sweep-trials")
+    body += "".join(html_chart(name, fig) for name, fig in charts) + "".join(html_missing(n) for n in notes)
+    return html_section("Sweep", body, "sweep")
 
 
 def ablation_figure(results: dict):
@@ -133,9 +130,7 @@ def funnel_figure(results: dict):
 
 
 def ablation_section(paths: RunPaths) -> str:
-    from report.build import _chart, _section, _table
-
-    path = Path(paths.root) / "ablate" / "results.json"
+    path = paths.ablation.results
     if not path.is_file():
         return ""
     results = json.loads(path.read_text())
@@ -150,7 +145,9 @@ def ablation_section(paths: RunPaths) -> str:
             f"{results['global_batch_size']} rows × {results['seq_len']} tokens) per variant; every variant is "
             f"evaluated on the same {first.get('eval_docs')} held-out documents ({first.get('eval_tokens')} tokens) of "
             f"the cleaned corpus, which no variant trained on.</p>")
-    body += _table(["variant", "final val loss", "tokens trained", "train docs", "steps enabled", "removed by step"],
-                   rows, "ablation")
-    body += _chart("ablation-loss", ablation_figure(results)) + _chart("ablation-funnel", funnel_figure(results))
-    return _section("Does cleaning pay", body, "ablation")
+    body += html_table(["variant", "final val loss", "tokens trained", "train docs", "steps enabled",
+                        "removed by step"],
+                       rows, "ablation")
+    body += (html_chart("ablation-loss", ablation_figure(results))
+             + html_chart("ablation-funnel", funnel_figure(results)))
+    return html_section("Does cleaning pay", body, "ablation")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 CACHE_DIR = ".cache"  # under the runs directory: shared by every run there (e.g. the default quality model)
 
@@ -172,6 +173,17 @@ class RunPaths:
         """Present while training is paused by an alert; says why."""
         return self.train / "PAUSED"
 
+    # -- experiments on this run ---------------------------------------------------------------------------
+    @property
+    def sweep(self) -> "SweepPaths":
+        """``corpusmill sweep``'s study, its trials and the best overlay."""
+        return SweepPaths(self)
+
+    @property
+    def ablation(self) -> "AblationPaths":
+        """``corpusmill ablate``'s variants and results."""
+        return AblationPaths(self)
+
     # -- stage outputs, for clearing and fingerprinting ---------------------------------------------------
     @property
     def cleaning_outputs(self) -> tuple[Path, ...]:
@@ -181,3 +193,77 @@ class RunPaths:
     def all_outputs(self) -> tuple[Path, ...]:
         return (self.docs, self.removed, self.quarantine, self.dedup, self.tokenizer_dir, self.shards, self.train,
                 self.stats, self.manifest, self.report_html)
+
+
+@dataclass(frozen=True)
+class SweepPaths:
+    """``<run>/sweep/``: the study's storage, the base config, the trials' run directories, the best overlay."""
+
+    run: RunPaths
+
+    @property
+    def root(self) -> Path:
+        return self.run.root / "sweep"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / ".lock"
+
+    @property
+    def journal(self) -> Path:
+        return self.root / "study.journal"
+
+    @property
+    def sqlite(self) -> Path:
+        return self.root / "study.db"
+
+    @property
+    def base_config(self) -> Path:
+        """The resolved run config every trial starts from (JSON), read by the worker processes."""
+        return self.root / "base_config.json"
+
+    @property
+    def best_yaml(self) -> Path:
+        return self.root / "best.yaml"
+
+    @property
+    def best_set(self) -> Path:
+        return self.root / "best.set"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.json"
+
+    def trial(self, number: int) -> RunPaths:
+        """Trial ``number``'s own run directory, ``<run>/sweep/trials/NNNN/``."""
+        return RunPaths(self.root / "trials" / f"{number:04d}")
+
+
+class NamedVariant(Protocol):
+    """An ablation variant as far as its paths go (``experiments.ablate.Variant``): its folder's name."""
+
+    @property
+    def dir_name(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class AblationPaths:
+    """``<run>/ablate/``: one run directory per variant, each with the ``eval_view/`` it trains in, and the
+    results of all of them."""
+
+    run: RunPaths
+
+    @property
+    def root(self) -> Path:
+        return self.run.root / "ablate"
+
+    def variant(self, variant: NamedVariant) -> RunPaths:
+        return RunPaths(self.root / variant.dir_name)
+
+    def view(self, variant: NamedVariant) -> RunPaths:
+        """The run directory the variant trains in: its own shards' train split, the shared validation text."""
+        return RunPaths(self.root / variant.dir_name / "eval_view")
+
+    @property
+    def results(self) -> Path:
+        return self.root / "results.json"

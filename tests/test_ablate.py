@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.ablate import (AblationPaths, Variant, check_exclusion, evaluated_tokens, parse_variants,
-                                run_ablation, split_doc_ids)
+from experiments.ablate import (Variant, check_exclusion, evaluated_tokens, parse_variants, run_ablation,
+                                split_doc_ids)
 from pipelines.config import ConfigError, validate_config
-from runio.layout import RunPaths
+from runio.layout import AblationPaths, RunPaths
 from test_report import CHROMEDRIVER, CHROMIUM, chromium, colored_pixels, empty_charts  # noqa: F401
 
 VARIANTS = "raw,cleaned,minus:exact_dedup"

@@ -9,7 +9,7 @@ import pytest
 from cli.prepare import EXIT_ACCOUNTING, EXIT_CONFIG, EXIT_FAILED, EXIT_STAGE, failure
 from pipelines.config import ConfigError, InputConfig, load_config, load_section, param_overrides
 from pipelines.prepare import AccountingError
-from pipelines.read import Quarantined, iter_records, read_file
+from beamio.read import Quarantined, iter_records, read_file
 from pipelines.run import StageFailed
 from transforms.near_dedup import NearDedupConfig
 from transforms.pii import PiiConfig

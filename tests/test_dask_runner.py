@@ -694,7 +694,7 @@ def test_the_config_and_the_cli_reach_the_dask_runner(tmp_path):
     import argparse
 
     from cli.prepare import add_run_options, load_with_cli
-    from pipelines.beam_options import make_pipeline
+    from beamio.beam_options import make_pipeline
     from pipelines.config import ConfigError, load_config
 
     config = tmp_path / "c.yaml"
@@ -1026,7 +1026,8 @@ def test_near_dedup_annotates_its_shuffles_with_the_runners_annotation():
 
 
 def test_the_shuffle_workers_are_what_the_runner_will_start_or_the_scheduler_has(dask_cluster):
-    from pipelines.beam_options import default_workers, shuffle_workers
+    from beamio.beam_options import default_workers
+    from pipelines.runners import shuffle_workers
 
     assert shuffle_workers("dask") == beam_dask.cluster.DEFAULT_LOCAL_WORKERS
     assert shuffle_workers("dask", 3) == 3

@@ -1,4 +1,4 @@
-"""The local runner (pipelines/local_runner.py): Beam's FnApiRunner with each stage's input streamed to its worker
+"""The local runner (beamio/local_runner.py): Beam's FnApiRunner with each stage's input streamed to its worker
 processes in bounded messages. Element for element the same as Beam's own runner; the messages are cut only at
 element boundaries; a failing bundle fails the run instead of hanging while its input is still being sent."""
 from __future__ import annotations
@@ -17,8 +17,8 @@ from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from pipelines import local_runner
-from pipelines.beam_options import make_pipeline
+from beamio import local_runner
+from beamio.beam_options import make_pipeline
 
 
 TESTS = Path(__file__).resolve().parent

@@ -378,7 +378,7 @@ def run_near_dedup(docs, cfg, tmp_path, runner="inprocess", workers=1, index_out
     import apache_beam as beam
     from apache_beam.metrics.metric import MetricsFilter
 
-    from pipelines.beam_options import make_pipeline
+    from beamio.beam_options import make_pipeline
     from transforms.near_dedup import NearDedup
 
     out = tmp_path / f"out-{runner}-{workers}-{cfg.mode}-{len(list(tmp_path.iterdir()))}"

@@ -92,7 +92,7 @@ def test_threshold_can_be_retuned_from_stored_measurements():
 
 def test_progress_counters_sum_across_workers_and_give_a_line(tmp_path):
     from pipelines.progress import progress_line
-    from transforms.progress import ProgressFile, read_progress
+    from runio.progress import ProgressFile, read_progress
 
     for worker_docs in (300, 200):
         counter = ProgressFile(str(tmp_path), "filters", every_s=3600)

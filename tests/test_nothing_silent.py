@@ -20,7 +20,7 @@ import yaml
 
 from cli.main import main
 from pipelines.config import ConfigError, load_config, validate_config
-from pipelines.read import Quarantined, read_file, resolve_inputs
+from beamio.read import Quarantined, read_file, resolve_inputs
 from pipelines.run import run_stages
 
 REPO = Path(__file__).resolve().parents[1]
@@ -204,7 +204,7 @@ def test_parquet_cells_of_any_type_reach_meta_as_json(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipelines.config_base import InputConfig
+    from beamio.config_base import InputConfig
 
     path = tmp_path / "typed.parquet"
     pq.write_table(pa.table({
@@ -262,7 +262,7 @@ def test_a_parquet_file_without_the_text_column_says_how_many_rows_and_which_col
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipelines.config_base import InputConfig
+    from beamio.config_base import InputConfig
 
     path = tmp_path / "crawl.parquet"
     pq.write_table(pa.table({"content": ["a page", "another"], "url": ["https://a", "https://b"]}), path)
@@ -385,6 +385,7 @@ def test_a_run_knows_what_corpusmill_train_did_in_its_directory(tmp_path, capsys
 
 @pytest.mark.parametrize("code", [2, 3, 4, 5])
 def test_a_failed_train_stage_is_one_line_naming_it_with_the_trainers_exit_code(tmp_path, capsys, monkeypatch, code):
+    import cli.prepare as cli_prepare
     import trainer_bridge.launch as launch
     from pipelines import run as run_module
     from pipelines.run import StageFailed, _run_stage
@@ -399,7 +400,7 @@ def test_a_failed_train_stage_is_one_line_naming_it_with_the_trainers_exit_code(
         outcome(reasons[code])
         return code
 
-    monkeypatch.setattr(launch, "run_training", fake_run_training)
+    monkeypatch.setattr(run_module, "run_training", fake_run_training)
     cfg = validate_config(_tiny_run(tmp_path, "tf"))
     with pytest.raises(StageFailed) as failed:
         _run_stage(cfg, RunPaths.of(cfg), "train", (), lambda _: None, from_scratch=True)
@@ -411,7 +412,7 @@ def test_a_failed_train_stage_is_one_line_naming_it_with_the_trainers_exit_code(
         asked.update(kwargs)
         raise failed.value
 
-    monkeypatch.setattr(run_module, "run_stages", fake_run_stages)
+    monkeypatch.setattr(cli_prepare, "run_stages", fake_run_stages)
     config = _yaml(tmp_path, _tiny_run(tmp_path, "tf"))
     exit_code, out, err = _cli(["run", str(config), "--from-scratch"], capsys)
     assert exit_code == code and asked["from_scratch"] is True
@@ -821,7 +822,7 @@ def test_a_misspelt_option_is_an_error_not_a_beam_option_dropped(tmp_path, capsy
 
 
 def test_beam_and_dask_pipeline_options_still_pass():
-    from pipelines.beam_options import unrecognized_pipeline_args
+    from pipelines.runners import unrecognized_pipeline_args
 
     assert unrecognized_pipeline_args(["--dask_partitions=3", "--direct_num_workers", "2", "--experiments=x",
                                        "--flink_master=localhost:8081"]) == []

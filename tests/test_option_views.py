@@ -1,4 +1,4 @@
-"""pipelines/option_views.py: one view per options class, reading and writing the values every view shares, as
+"""beamio/option_views.py: one view per options class, reading and writing the values every view shares, as
 Beam's fresh views do."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pickle
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DebugOptions, PipelineOptions, StandardOptions, TypeOptions
 
-from pipelines.beam_options import make_pipeline
-from pipelines.option_views import ViewOnceOptions
+from beamio.beam_options import make_pipeline
+from beamio.option_views import ViewOnceOptions
 
 
 def test_a_view_is_built_once_and_sees_what_any_view_or_the_flags_set():

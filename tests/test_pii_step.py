@@ -181,7 +181,7 @@ def test_cli_reports_a_folder_of_text_files_by_file_name(tmp_path, capsys):
     import argparse
 
     from cli import pii as cmd_pii
-    from pipelines.read import reported_id
+    from beamio.read import reported_id
 
     parser = argparse.ArgumentParser(prog="corpusmill")
     cmd_pii.register(parser.add_subparsers(dest="command"))

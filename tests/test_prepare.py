@@ -8,7 +8,7 @@ import pytest
 
 from pipelines.config import ConfigError, load_config, validate_config
 from pipelines.run import run_stages
-from pipelines.read import doc_id
+from beamio.read import doc_id
 from runio.files import sha256_file
 
 

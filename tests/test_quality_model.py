@@ -299,7 +299,7 @@ def test_cli_score_decides_as_prepare_does_for_every_language(tmp_path, model_pa
     import yaml
 
     from pipelines.config import InputConfig, load_config
-    from pipelines.read import iter_records
+    from beamio.read import iter_records
     from pipelines.run import run_stages
 
     english = [r["text"] for r in records if len(r["text"]) > 400][:4]

@@ -43,7 +43,7 @@ def make_run(run_dir: Path, records: list[dict], *, shards: bool = True, train: 
     lead's own collect_stats, shards through tokenizer.shards, metrics through the trainer's MetricsLog and
     alerts through AlertMonitor. Texts are real (the demo corpus); decisions are spread over the steps."""
     from pipelines.prepare import collect_stats
-    from pipelines.rundir import DOCS_SCHEMA, REMOVED_SCHEMA, doc_row, removed_row
+    from beamio.write import DOCS_SCHEMA, REMOVED_SCHEMA, doc_row, removed_row
     from tokenizer.shards import write_shards
 
     rng = np.random.default_rng(7)

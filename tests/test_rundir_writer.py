@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.rundir import DOCS_SCHEMA, ROW_GROUP_ROWS, parquet_bytes, parquet_writer
+from beamio.write import DOCS_SCHEMA, ROW_GROUP_ROWS, parquet_bytes, parquet_writer
 
 
 def _one_shot(rows, schema) -> bytes:

@@ -37,7 +37,7 @@ def test_the_routing_tail_counts_marks_times_and_reports_progress(tmp_path):
     from apache_beam.testing.util import assert_that, equal_to
 
     from transforms.beam_step import Route, timed
-    from transforms.progress import read_progress
+    from runio.progress import read_progress
 
     docs = [{"id": i, "text": f"doc {i}", "source": "t", "meta": {}, "annotations": {}} for i in range(12)]
     pipeline = beam.Pipeline(runner=FnApiRunner())
@@ -150,7 +150,7 @@ def test_every_step_counts_times_reports_progress_and_annotates_only_its_own_nam
     from pipelines.config import validate_config
     from pipelines.progress import ProgressPrinter, progress_line
     from pipelines.run import run_stages
-    from transforms.progress import read_progress
+    from runio.progress import read_progress
 
     seen: dict[str, int] = {}
     lines: list[str] = []

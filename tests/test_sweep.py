@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 import optuna  # the `sweep` extra, which `make test` installs: missing is an error, not a skip
-from experiments.sweep import SweepPaths, read_overlay, run_sweep, shares
+from experiments.sweep import read_overlay, run_sweep, shares
 from pipelines.config import ConfigError, load_config  # noqa: E402
-from runio.layout import RunPaths  # noqa: E402
+from runio.layout import RunPaths, SweepPaths  # noqa: E402
 from test_report import CHROMEDRIVER, CHROMIUM, chromium, colored_pixels, empty_charts  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-from pipelines.rundir import DOCS_SCHEMA, doc_row, parquet_bytes
+from beamio.write import DOCS_SCHEMA, doc_row, parquet_bytes
 from tokenizer.language_check import format_check, language_of, poorly_served, tokenizer_check
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "corpus.jsonl.gz"

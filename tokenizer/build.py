@@ -31,7 +31,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from pipelines.beam_options import make_pipeline
+from beamio.beam_options import make_pipeline
 from runio.layout import RunPaths
 from tokenizer.config import PackingConfig, TokenizerConfig
 from tokenizer.docs import check_doc_schema, in_val_split, list_doc_files, open_parquet

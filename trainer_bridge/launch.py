@@ -603,7 +603,7 @@ def _exit_quietly(signum, _frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """torchrun worker entry point."""
-    from pipelines.beam_options import quiet_logging
+    from beamio.logs import quiet_logging
     from trainer_bridge.torchrun import die_with_parent
 
     # before anything logs: the launcher's format and filters (no "WARNING:root:" lines, no Beam import noise when

@@ -4,7 +4,7 @@ Every step — per document (normalize, filters, PII, quality by threshold or pa
 near dedup, quality by top fraction) — is "annotate and decide": a PTransform whose output is ``(doc, reason)``
 pairs, ``reason`` ``None`` to keep the document. It then ends in ``Route(step)``, the only place that
 counts ``kept`` and ``removed`` (Beam counters in the step's namespace, what ``pipelines.prepare.collect_stats``
-reads), reports the documents done to the terminal progress line (``transforms.progress``), marks removed
+reads), reports the documents done to the terminal progress line (``runio.progress``), marks removed
 documents (``removed_by``, ``reason``) and splits them off. datatrove's ``BaseFilter.__call__`` is the pattern.
 
 A step's work is timed where it is done: DoFns derive from ``StepFn`` (or wrap a function with ``timed``), which
@@ -24,7 +24,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.base import DocStep, mark_removed
-from transforms.progress import ProgressFile
+from runio.progress import ProgressFile
 
 KEPT = "kept"
 REMOVED = "removed"

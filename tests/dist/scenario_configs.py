@@ -83,7 +83,7 @@ def make_domain_run(root: Path) -> RunPaths:
     import pyarrow.parquet as pq
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    from pipelines.rundir import DOCS_SCHEMA, doc_row
+    from beamio.write import DOCS_SCHEMA, doc_row
     from tokenizer.shards import write_shards
 
     paths = RunPaths(root)

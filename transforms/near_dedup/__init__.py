@@ -14,6 +14,7 @@ def __getattr__(name: str):
     """``NearDedup`` is imported on first use: the pure core (and ``corpusmill dedup``'s in-memory path) runs
     without importing Beam."""
     if name == "NearDedup":
+        # deferred: NearDedup's module imports Beam (see the docstring)
         from transforms.near_dedup.beam import NearDedup
 
         return NearDedup

@@ -22,7 +22,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.pipeline import transform_annotations
 from apache_beam.transforms.window import GlobalWindows
 
-from pipelines.beam_options import SHUFFLE_PARTITIONS
+from beamio.annotations import SHUFFLE_PARTITIONS
 from transforms.beam_step import Route, StepFn, any_output_type, timed
 from transforms.near_dedup import blocks
 from transforms.near_dedup.blocks import DecisionRows, Labelled, SketchRows, partition_of

@@ -16,7 +16,10 @@ from typing import Sequence
 import apache_beam as beam
 import numpy as np
 
+from beamio.write import WriteSorted, parquet_writer
+from runio.files import write_atomic
 from transforms.beam_step import timed
+from transforms.near_dedup.blocks import Edges, SketchRows, partition_of, split_columns
 from transforms.near_dedup.core import STEP_NAME, NearDedupConfig
 from transforms.near_dedup.minhash import Sketch
 
@@ -33,8 +36,6 @@ def sketch_row(sketch: Sketch) -> dict:
 def sketch_rows_of_table(table, cfg: NearDedupConfig):
     """An index's sketch rows (a pyarrow Table of ``id``, ``signature``, ``shingles``) as ``blocks.SketchRows``
     of earlier runs' documents."""
-    from transforms.near_dedup.blocks import SketchRows
-
     n = table.num_rows
     ids = np.asarray(table.column("id").to_numpy(), dtype=np.int64)
     wire, native = (np.dtype("<u8"), np.uint64) if cfg.method == "simhash" else (np.dtype("<u4"), np.uint32)
@@ -75,15 +76,11 @@ def index_bytes(index_dirs: Sequence[str]) -> int:
 
 
 def _old_sketch_blocks(table, cfg: NearDedupConfig, parts: int):
-    from transforms.near_dedup.blocks import partition_of
-
     rows = sketch_rows_of_table(table, cfg)
     yield from rows.split(partition_of(rows.ids, parts), parts)
 
 
 def _old_band_blocks(table, parts: int):
-    from transforms.near_dedup.blocks import Edges, partition_of, split_columns
-
     stored = Edges(np.asarray(table.column("id").to_numpy(), dtype=np.int64),
                    np.asarray(table.column("key").to_numpy(), dtype=np.int64))
     yield from split_columns(stored, partition_of(stored.a, parts), parts)
@@ -145,13 +142,11 @@ class WriteIndex(beam.PTransform):
         import pyarrow as pa
         from apache_beam.io.filesystems import FileSystems
 
-        # The run's sorted writer (as docs/): files by id % parts, each sorted, the part count from the data, so
-        # dedup/ is byte-identical on any runner and number of workers (Beam's WriteToParquet is not).
-        from pipelines.rundir import WriteSorted, parquet_writer
-
         out = self.out_dir
         sketch_schema = pa.schema([("id", pa.int64()), ("signature", pa.binary()), ("shingles", pa.binary())])
         band_schema = pa.schema([("key", pa.int64()), ("id", pa.int64())])
+        # The run's sorted writer (as docs/): files by id % parts, each sorted, the part count from the data, so
+        # dedup/ is byte-identical on any runner and number of workers (Beam's WriteToParquet is not).
         rows["sketches"] | "WriteIndexSketches" >> WriteSorted(
             out, SKETCH_FILES, ".parquet", parquet_writer(sketch_schema),
             lambda r: len(r["signature"]) + len(r["shingles"]) + SKETCH_ROW_HELD_BYTES, INDEX_FILE_BYTES)
@@ -166,7 +161,5 @@ class WriteIndex(beam.PTransform):
 
 
 def _write_params(text: str, path: str) -> str:
-    from runio.files import write_atomic
-
     write_atomic(path, (text + "\n").encode("utf-8"))
     return path

@@ -217,6 +217,7 @@ class PiiEngine:
         from presidio_analyzer.nlp_engine import NoOpNlpEngine
         from presidio_anonymizer import AnonymizerEngine
 
+        # deferred: the recognizers import presidio (and spaCy), needed only once an engine is built
         from transforms.pii import recognizers as R
 
         _quiet_third_party_loggers()

@@ -1,4 +1,4 @@
-"""The ``report`` section of the run config (composed by ``pipelines/config.py``)."""
+"""The ``report`` section of the run config (composed by ``pipelines/config.py``, read by ``report``)."""
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field

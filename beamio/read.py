@@ -16,9 +16,10 @@ Compressed files are decompressed here, not by Beam's reader, so that a file tha
 stream does (a truncated download, a file still being written) is quarantined as ``truncated_file`` with the
 line where it is cut, instead of passing off its last, half line as bad JSON or its missing tail as nothing.
 
-The parsing is plain Python (``read_file``); ``ReadCorpus`` runs it in Beam for the pipelines, and
-``iter_records`` runs it in this process for commands that work on documents one batch at a time, so every
-command accepts the same inputs and quarantines the same records for the same reasons.
+The parsing is plain Python (``read_file``); ``ReadCorpus`` (``beamio.read_beam``, which imports this module)
+runs it in Beam for the pipelines, and ``iter_records`` runs it in this process for commands that work on
+documents one batch at a time, so every command accepts the same inputs and quarantines the same records for
+the same reasons.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from pipelines.config_base import ConfigError, InputConfig
+from beamio.config_base import ConfigError, InputConfig
 from runio.files import is_uri, sha256_file
 
 
@@ -62,14 +63,6 @@ def _open_bytes(path: str):
 
     return _filesystems().open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
-
-def __getattr__(name: str):
-    """``ReadCorpus`` (and its DoFn) live in ``pipelines.read_beam``, imported on first use."""
-    if name in ("ReadCorpus", "_ReadFileFn"):
-        from pipelines import read_beam
-
-        return getattr(read_beam, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".deflate", ".xz")

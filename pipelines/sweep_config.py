@@ -1,4 +1,5 @@
-"""The ``sweep`` section of the run config: the search space, the budget, Optuna's sampler, pruner and storage.
+"""The ``sweep`` section of the run config (composed by ``pipelines/config.py``, read by ``experiments.sweep``): the
+search space, the budget, Optuna's sampler, pruner and storage.
 
 The search space maps dotted ``train.*`` keys (the same keys ``--set`` takes) to a distribution::
 
@@ -52,7 +53,7 @@ class ParamSpec(_Strict):
 
 class SweepConfig(_Strict):
     space: dict[str, ParamSpec] = Field(default_factory=dict,
-                                        description="dotted train.* key -> distribution; see experiments/config.py")
+                                        description="dotted train.* key -> distribution; see pipelines/sweep_config.py")
     trials: int = Field(20, ge=1, description="finished (complete or pruned) trials the study should end with")
     parallel: int = Field(1, ge=1, description="trials running at once (one worker process each)")
     sampler: Literal["tpe", "gp", "random"] = Field("tpe", description="Optuna sampler: tpe, gp or random")

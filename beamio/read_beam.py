@@ -1,4 +1,4 @@
-"""``ReadCorpus``: ``pipelines.read``'s parsing run in Beam (one file per worker, documents spread after)."""
+"""``ReadCorpus``: ``beamio.read``'s parsing run in Beam (one file per worker, documents spread after)."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -6,9 +6,9 @@ from typing import Sequence
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from pipelines.config_base import InputConfig
-from pipelines.read import InputFile, Quarantined, _as_input_files, read_file, resolve_inputs
-from transforms.progress import ProgressFile
+from beamio.config_base import InputConfig
+from beamio.read import InputFile, Quarantined, _as_input_files, read_file, resolve_inputs
+from runio.progress import ProgressFile
 
 
 class _ReadFileFn(beam.DoFn):
