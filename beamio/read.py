@@ -176,6 +176,14 @@ def _is_hidden(relative: str) -> bool:
     return any(part.startswith(".") for part in relative.split("/"))
 
 
+def _only_missing(err: Exception) -> bool:
+    """A match that failed because the path is not there (Beam's ``BeamIOError`` wrapping ``FileNotFoundError``
+    per pattern): that is "no file matches". Anything else (an unknown scheme, a filesystem whose extra is not
+    installed, no credentials, no permission) is an error the user must see, never an empty input."""
+    details = getattr(err, "exception_details", None) or {}
+    return bool(details) and all(isinstance(e, FileNotFoundError) for e in details.values())
+
+
 def _match_entry(index: int, path: str, hidden: list | None = None) -> list[tuple[str, str]]:
     """(file, name) for every file one configured entry names: a glob, a folder (recursively) or a file. In a
     folder, hidden files and folders (names starting with '.': .git, .DS_Store, an editor's swap file) are left
@@ -208,8 +216,11 @@ def _match_entry(index: int, path: str, hidden: list | None = None) -> list[tupl
     for pattern in patterns:
         try:
             result = _filesystems().match([pattern])[0]
-        except Exception:  # Beam raises BeamIOError for a missing local path
-            continue
+        except Exception as err:  # noqa: BLE001 - each Beam filesystem raises its own types; all end in one line
+            if _only_missing(err):
+                continue
+            raise ConfigError(f"input.paths[{index}]: {path!r} cannot be listed ({type(err).__name__}: "
+                              f"{str(err).splitlines()[0] if str(err) else 'no message'})") from None
         found = [m.path for m in result.metadata_list if not m.path.endswith("/")]
         found = [p for p in found if p.rstrip("/") != path.rstrip("/") or pattern == path]
         if not found:

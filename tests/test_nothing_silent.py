@@ -235,6 +235,16 @@ def test_an_empty_folder_is_an_empty_input_and_a_missing_one_an_error(tmp_path, 
         resolve_inputs([str(tmp_path / "missing")])
 
 
+def test_an_input_that_cannot_be_listed_is_an_error_not_an_empty_input(tmp_path, capsys):
+    """A path on a filesystem Beam cannot reach (an unknown scheme, gs:// without the gcp extra) is said in one
+    line naming the entry and the cause; it used to be read as 'no file matches', and a folder of them as nothing."""
+    with pytest.raises(ConfigError, match=r"input.paths\[1\]: 'zzz://bucket/corpus' cannot be listed \(ValueError: "
+                                          r"Unable to get filesystem"):
+        resolve_inputs([str(tmp_path), "zzz://bucket/corpus"])
+    code, out, err = _cli(["dedup", "zzz://bucket/corpus", "--out", str(tmp_path / "o.jsonl")], capsys)
+    assert code == 2 and "cannot be listed" in err and "Traceback" not in err, (code, out, err)
+
+
 def test_hidden_files_and_folders_of_an_input_folder_are_left_out_and_said(tmp_path, capsys):
     """A corpus folder under version control or copied from a Mac holds .git/, .DS_Store, an editor's swap
     file: a folder's hidden entries are left out (as a glob leaves them out) and counted in one line, instead of
