@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import logging
 import pickle
 import sys
 import threading
@@ -49,6 +50,8 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_dask import watch
 from runio.heap import numpy_friendly_heap
+
+log = logging.getLogger(__name__)
 
 _GBK_TIMESTAMP = GlobalWindow().max_timestamp()  # the default END_OF_WINDOW timestamp combiner
 # One windows tuple for every grouped element: ``GlobalWindows.windowed_value`` builds a GlobalWindow per call,
@@ -232,8 +235,9 @@ def end_job(job_id: str) -> dict:
     for fn, _, _ in state.all_instances:
         try:
             fn.teardown()
-        except Exception:  # teardown is best effort in Beam too
+        except Exception as error:  # noqa: BLE001 - teardown is best effort in Beam too: counted and said
             errors += 1
+            log.warning("job %s: %s.teardown() failed (%s: %s)", job_id, type(fn).__name__, type(error).__name__, error)
     return {"setups": state.setups, "teardown_errors": errors}
 
 
@@ -469,8 +473,9 @@ def _discard_instance(job: _JobState, pooled: _Pooled) -> None:
         job.all_instances = [i for i in job.all_instances if i is not instance]
     try:
         instance[0].teardown()
-    except Exception:
-        pass
+    except Exception as error:  # noqa: BLE001 - a discarded DoFn's teardown is best effort: said, not raised
+        log.warning("%s.teardown() of a discarded instance failed (%s: %s)", type(instance[0]).__name__,
+                    type(error).__name__, error)
 
 
 def _side_map(job: _JobState, key: tuple, values: list, view_class, view_options) -> sideinputs.SideInputMap:

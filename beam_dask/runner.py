@@ -22,6 +22,7 @@ shuffle of more source × output partition pairs goes in two rounds; default ``t
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import pickle
 import time
@@ -36,6 +37,8 @@ from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineS
 
 from beam_dask import cluster, execute, watch
 from beam_dask.translate import STAGED_SHUFFLE_ABOVE, Translation, plan_pipeline, translate
+
+log = logging.getLogger(__name__)
 
 
 def _non_negative_int(text: str) -> int:
@@ -175,8 +178,9 @@ class DaskPipelineResult(PipelineResult):
     def _cancel_tasks(self) -> None:
         try:
             self.client.run_on_scheduler(watch.cancel_job, self.job_id, self._tracked)
-        except Exception:  # the cluster is gone: nothing left to cancel
-            pass
+        except Exception as error:  # noqa: BLE001 - a cluster that went away: nothing left to cancel
+            log.warning("dask runner: cancelling job %s's tasks failed (%s: %s)", self.job_id, type(error).__name__,
+                        error)
 
     def _end(self) -> None:
         if self._ended:
@@ -185,8 +189,10 @@ class DaskPipelineResult(PipelineResult):
         try:
             self.worker_summaries = self.client.run(execute.end_job, self.job_id)
             self.client.run_on_scheduler(watch.forget_job, self.job_id)
-        except Exception:  # a cluster that went away: nothing left to tear down
+        except Exception as error:  # noqa: BLE001 - a cluster that went away: nothing left to tear down
             self.worker_summaries = {}
+            log.warning("dask runner: ending job %s on the workers failed (%s: %s); their DoFns were not torn "
+                        "down", self.job_id, type(error).__name__, error)
         if self._close_client:
             self.client.close()
 
@@ -216,8 +222,9 @@ def _job_error(error: dict) -> BaseException:
                 exception = dpickle.loads(exception)
             if isinstance(exception, BaseException):
                 return exception
-        except Exception:  # an exception class this process cannot load: report its text
-            pass
+        except Exception as undecodable:  # noqa: BLE001 - a class this process cannot load: its text, and why
+            return RuntimeError(f"dask runner: {error.get('text')} (the worker's exception could not be rebuilt "
+                                f"here: {type(undecodable).__name__}: {undecodable})")
     return RuntimeError(f"dask runner: {error.get('text')}")
 
 
