@@ -138,7 +138,7 @@ def _generate(args: argparse.Namespace) -> int:
     def run() -> int:
         from tokenizers import Tokenizer
 
-        from trainer_bridge.generate import SamplingConfig, generate
+        from trainer_bridge.model.generate import SamplingConfig, generate
         from trainer_bridge.hf import build_model, load_for_inference
 
         sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,

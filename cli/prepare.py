@@ -72,7 +72,7 @@ def _run(args: argparse.Namespace, stages: tuple[str, ...], against: tuple[str, 
                           f"--train")
     paths = RunPaths.of(cfg)
     if scheduled:  # refresh honours train.schedule: wait for a window, or exit 75
-        from trainer_bridge.schedule import SystemClock, refresh_gate
+        from trainer_bridge.loop.schedule import SystemClock, refresh_gate
 
         code = refresh_gate(cfg.train.schedule, SystemClock(), lambda line: print(
             f"corpusmill {args.command}: {line}", file=sys.stderr if cfg.train.schedule.outside == "exit"

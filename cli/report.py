@@ -37,7 +37,7 @@ RUN_MARKS = ("config.yaml", "stats.json", "docs", "shards", "train")
 
 
 def _resume(args: argparse.Namespace) -> int:
-    from trainer_bridge.alerts import request_resume
+    from trainer_bridge.observe.alerts import request_resume
 
     paths = RunPaths(args.run_dir)
     if not paths.root.is_dir():

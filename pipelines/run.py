@@ -493,7 +493,7 @@ def _clear_skipped(stage: str, paths: RunPaths, log: Callable[[str], None]) -> N
     """A skipped stage leaves no outputs of an earlier run behind; a trained model is moved aside, never deleted
     (only --overwrite deletes one, in ``plan_changes``)."""
     if stage == "train" and _has_training(paths):
-        from trainer_bridge.checkpoint import set_aside
+        from trainer_bridge.checkpoint.manager import set_aside
 
         log(f"train: the previous checkpoints and training logs were moved to {set_aside(paths)}")
     clear_outputs(STAGE_OUTPUTS[stage](paths) if stage != "train" else (paths.train_config,))
@@ -503,7 +503,7 @@ def _stage_gpus(cfg: RunConfig, stage: str) -> int:
     """Accelerators a stage occupies (priced by ``cost.price_per_gpu_hour``): the trainer's ranks on one."""
     if stage != "train":
         return 0
-    from trainer_bridge.device import resolve_device_type
+    from trainer_bridge.parallel.device import resolve_device_type
 
     try:
         return cfg.train.mesh.world_size if resolve_device_type(cfg.train.device) != "cpu" else 0

@@ -27,7 +27,7 @@ from scenario_configs import base_config  # noqa: E402
 
 from runio.layout import RunPaths  # noqa: E402
 from trainer_bridge import hf  # noqa: E402
-from trainer_bridge.checkpoint import LATEST, checkpoint_candidates, step_dir_name  # noqa: E402
+from trainer_bridge.checkpoint.manager import LATEST, checkpoint_candidates, step_dir_name  # noqa: E402
 
 SEQ_LEN, VOCAB, N_DOCS, STEPS = 128, 512, 240, 12
 
@@ -57,7 +57,7 @@ def build_shards_for(run: RunPaths, docs: list[dict], tokenizer_path: str | None
 def train_run(run: RunPaths, overrides: dict) -> None:
     """Train in this process; ``train/train_config.json`` is the unresolved config, as ``corpusmill train``
     writes it (vocab_size and max_seq_len null: export resolves them from the shards)."""
-    from trainer_bridge.train import train
+    from trainer_bridge.loop.train import train
 
     cfg = base_config({"model": {"n_layers": 2}, "steps": STEPS, "checkpoint": {"interval": 4, "keep_last": 3},
                        "eval": {"interval": 4, "max_rows": 8}, **overrides})
@@ -107,7 +107,7 @@ def shard_rows(paths: RunPaths, split: str = "train"):
 
 def project_logits(model, rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The training forward pass on collated rows: logits, position ids, segment ids."""
-    from trainer_bridge.data import collate
+    from trainer_bridge.loop.data import collate
 
     batch = collate([(t, l) for t, l, _ in rows], list(range(len(rows))), seq_len=SEQ_LEN)
     with torch.no_grad():

@@ -193,7 +193,7 @@ def test_what_does_not_map_is_refused_by_name(tmp_path, capsys):
 def test_continued_pretraining_of_an_imported_model(tmp_path, tmp_path_factory):
     """Import → shards of the demo corpus with the model's own tokenizer → 20 steps → export → transformers."""
     from tokenizer.shards import read_manifest
-    from trainer_bridge.train import Trainer
+    from trainer_bridge.loop.train import Trainer
 
     demo = demo_run_at(tmp_path_factory)
     vocab = read_manifest(str(demo.paths.shards))["vocab_size"]
@@ -257,7 +257,7 @@ def test_initial_weights_check_the_tokenizer_and_the_config(tmp_path, tmp_path_f
     with pytest.raises(hf.ConversionError, match="n_layers"):
         hf.load_initial_weights("hf:" + str(src), [model], loaded.config.model_copy(update={"n_layers": 3}))
     # a pipeline stage (some layers only) takes its own parameters
-    from trainer_bridge.model import Transformer
+    from trainer_bridge.model.transformer import Transformer
 
     with torch.device("meta"):
         stage = Transformer(loaded.config)
@@ -267,7 +267,7 @@ def test_initial_weights_check_the_tokenizer_and_the_config(tmp_path, tmp_path_f
     hf.load_initial_weights("hf:" + str(src), [stage], loaded.config)
     assert torch.equal(stage.layers["0"].attention.wv.weight, loaded.state["layers.0.attention.wv.weight"])
     # a whole model wrapped for activation checkpointing, as the trainer builds it
-    from trainer_bridge.parallelize import apply_activation_checkpointing, materialize
+    from trainer_bridge.parallel.parallelize import apply_activation_checkpointing, materialize
 
     with torch.device("meta"):
         wrapped = Transformer(loaded.config)

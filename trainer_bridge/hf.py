@@ -42,7 +42,7 @@ import torch.distributed.checkpoint as dcp
 
 from runio.files import sha256_file, write_atomic
 from runio.layout import RunPaths
-from trainer_bridge.checkpoint import (
+from trainer_bridge.checkpoint.manager import (
     BEST,
     LATEST,
     PARTIAL_SUFFIX,
@@ -56,7 +56,7 @@ from trainer_bridge.checkpoint import (
     write_checksums,
 )
 from trainer_bridge.config import ModelConfig
-from trainer_bridge.model import Transformer
+from trainer_bridge.model.transformer import Transformer
 
 EXTRA = "hf"
 INSTALL_HINT = "pip install -c constraints.txt -e '.[hf]'"

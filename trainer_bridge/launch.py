@@ -230,16 +230,16 @@ def loopback_interface() -> str | None:
 def torchrun_env(rdzv: Rendezvous, store_endpoint: str | None, outcome_dir: str) -> dict[str, str]:
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), OUTCOME_DIR_ENV: outcome_dir}
     if rdzv.uses_corpusmill_store and store_endpoint is not None:
-        from trainer_bridge.device import STORE_ENDPOINT_ENV
+        from trainer_bridge.parallel.device import STORE_ENDPOINT_ENV
 
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"  # the agent opens no store of its own for the workers
         env[STORE_ENDPOINT_ENV] = store_endpoint
     if rdzv.multi_node:
-        from trainer_bridge.device import MULTI_NODE_ENV
+        from trainer_bridge.parallel.device import MULTI_NODE_ENV
 
         env[MULTI_NODE_ENV] = "1"
     if rdzv.elastic:
-        from trainer_bridge.recovery import ELASTIC_ENV
+        from trainer_bridge.checkpoint.recovery import ELASTIC_ENV
 
         env[ELASTIC_ENV] = "1"
     if not rdzv.multi_node:
@@ -282,10 +282,10 @@ def preflight(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool = F
 
 
 def _check_inputs(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool, say: Callable[[str], None]) -> None:
-    from trainer_bridge.checkpoint import (plan_resume, refuse_training_anew_beside, set_aside,
+    from trainer_bridge.checkpoint.manager import (plan_resume, refuse_training_anew_beside, set_aside,
                                            start_without_checkpoints)
-    from trainer_bridge.data import has_split, open_split
-    from trainer_bridge.train import expected_tokenizer_sha256, resolve_model_config, run_identity
+    from trainer_bridge.loop.data import has_split, open_split
+    from trainer_bridge.loop.train import expected_tokenizer_sha256, resolve_model_config, run_identity
 
     tokenizer_sha256 = expected_tokenizer_sha256(paths)
     verify = train_cfg.verify_shards
@@ -296,7 +296,7 @@ def _check_inputs(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool
         say("shards: sizes and row counts checked against the manifest, checksums not verified "
             "(train.verify_shards: manifest)")
     identity = run_identity(resolve_model_config(train_cfg, source), paths)
-    from trainer_bridge.tiers import durable_tiers, restore_from_durable
+    from trainer_bridge.checkpoint.tiers import durable_tiers, restore_from_durable
 
     if from_scratch:
         _check_init_from(train_cfg, identity)  # before anything is moved: a refused start leaves the run as it was
@@ -324,7 +324,7 @@ def _check_inputs(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool
 
 def _check_init_from(train_cfg: TrainConfig, identity) -> None:
     """``train.init_from`` exists and, for a run directory, has a sound checkpoint of the same model."""
-    from trainer_bridge.checkpoint import checkpoint_candidates, checkpoint_problem, resume_problem
+    from trainer_bridge.checkpoint.manager import checkpoint_candidates, checkpoint_problem, resume_problem
     from trainer_bridge.outcomes import TrainConfigError, TrainRefused
 
     if train_cfg.init_from and not Path(train_cfg.init_from.removeprefix("hf:")).exists():
@@ -342,7 +342,7 @@ def _check_init_from(train_cfg: TrainConfig, identity) -> None:
 
 
 def interrupted_line(paths: RunPaths, code: int) -> str:
-    from trainer_bridge.checkpoint import latest_checkpoint
+    from trainer_bridge.checkpoint.manager import latest_checkpoint
 
     latest = latest_checkpoint(paths.checkpoints)
     what = "interrupted" if code == EXIT_INTERRUPTED else "terminated"
@@ -527,7 +527,7 @@ def sample_log_hooks():
         return None
     import json
 
-    from trainer_bridge.train import TrainHooks
+    from trainer_bridge.loop.train import TrainHooks
 
     Path(directory).mkdir(parents=True, exist_ok=True)
     log = Path(directory) / f"samples-{os.getpid()}.jsonl"
@@ -565,8 +565,8 @@ def train_in_process(train_cfg: TrainConfig, paths: RunPaths, *, shards_verified
                      outcome: Callable[[str], None] = say_outcome) -> int:
     """Train in this process. Alone, an expected failure is said in one line (to ``outcome``); as a torchrun
     worker it is left for the launcher (``outcomes.report_outcome``)."""
-    from trainer_bridge.device import init_runtime, shutdown
-    from trainer_bridge.train import train
+    from trainer_bridge.parallel.device import init_runtime, shutdown
+    from trainer_bridge.loop.train import train
 
     runtime = init_runtime(train_cfg.device, train_cfg.collective_timeout_s, train_cfg.connect_timeout_s)
     try:

@@ -58,7 +58,7 @@ class TrainConfigError(ValueError):
 def outcome_of(error: BaseException) -> tuple[int, str] | None:
     """(exit code, one line) for an expected failure; None for anything else (a bug: keep the traceback)."""
     from tokenizer.shards import ShardFormatError
-    from trainer_bridge.train import TrainingStopped
+    from trainer_bridge.loop.train import TrainingStopped
 
     if isinstance(error, TrainingStopped):
         return EXIT_STOPPED, str(error)

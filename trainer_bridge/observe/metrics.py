@@ -19,9 +19,9 @@ import time
 from typing import Callable
 
 from runio.layout import RunPaths
-from trainer_bridge import device as devices
+from trainer_bridge.parallel import device as devices
 from trainer_bridge.config import ModelConfig, TrainConfig
-from trainer_bridge.moe import active_parameters
+from trainer_bridge.model.moe import active_parameters
 
 
 def dense_flops_per_token(non_embedding_params: int) -> float:

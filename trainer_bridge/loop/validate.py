@@ -13,7 +13,7 @@ own loss, the others are pooled as ``(other)``; ids missing from ``docs/`` count
 
 Samples (``Sampler``): every ``eval.sample_interval`` steps the model's full weights are gathered on rank 0
 (FSDP2: an all-gather on every rank), rebuilt as a plain model, and each prompt is continued greedily for
-``eval.sample_tokens`` tokens with the KV cache (``trainer_bridge.generate``); rank 0 appends the results to
+``eval.sample_tokens`` tokens with the KV cache (``trainer_bridge.model.generate``); rank 0 appends the results to
 ``train/samples.jsonl``. Pipeline-parallel runs do not sample.
 """
 from __future__ import annotations
@@ -27,10 +27,10 @@ import torch.nn.functional as F
 
 from runio.files import append_jsonl
 from runio.layout import RunPaths
-from trainer_bridge import device as devices
+from trainer_bridge.parallel import device as devices
 from trainer_bridge.config import TrainConfig
-from trainer_bridge.data import IGNORE_INDEX, has_split, open_split, validation_batches
-from trainer_bridge.parallelize import ModelParts
+from trainer_bridge.loop.data import IGNORE_INDEX, has_split, open_split, validation_batches
+from trainer_bridge.parallel.parallelize import ModelParts
 
 OTHER, UNKNOWN = "(other)", "(unknown)"
 
@@ -224,7 +224,7 @@ class Sampler:
         """All ranks call it (the weights are gathered); rank 0 generates, appends and returns the records."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        from trainer_bridge.generate import SamplingConfig, generate
+        from trainer_bridge.model.generate import SamplingConfig, generate
         from trainer_bridge.hf import build_model
 
         part = self.model.parts[0]

@@ -33,21 +33,21 @@ import torch.nn.functional as F
 
 from runio.files import sha256_file
 from runio.layout import RunPaths
-from trainer_bridge import device as devices
-from trainer_bridge.alerts import AlertCheck
-from trainer_bridge.checkpoint import CheckpointManager, RunIdentity
+from trainer_bridge.parallel import device as devices
+from trainer_bridge.observe.alerts import AlertCheck
+from trainer_bridge.checkpoint.manager import CheckpointManager, RunIdentity
 from trainer_bridge.config import GuardConfig, OptimizerConfig, TrainConfig
-from trainer_bridge.data import IGNORE_INDEX, StepBatch, StepBatches, open_split, shards_identity
-from trainer_bridge.metrics import StepMetrics
-from trainer_bridge.monitoring import TrainingMonitor
+from trainer_bridge.loop.data import IGNORE_INDEX, StepBatch, StepBatches, open_split, shards_identity
+from trainer_bridge.observe.metrics import StepMetrics
+from trainer_bridge.observe.monitoring import TrainingMonitor
 from trainer_bridge.outcomes import TrainConfigError
-from trainer_bridge.parallelize import ModelParts, build_mesh, build_model, global_grad_norm, scale_grads, zero_grads
-from trainer_bridge.precision import DynamicLossScaler, compute_context
-from trainer_bridge.recovery import RecoveryTracker
-from trainer_bridge.schedule import Clock, ScheduleCheck, SystemClock
-from trainer_bridge.moe import step_stats as moe_step_stats
-from trainer_bridge.tensor_parallel import cross_entropy_sum
-from trainer_bridge.validate import Sampler, Validator
+from trainer_bridge.parallel.parallelize import ModelParts, build_mesh, build_model, global_grad_norm, scale_grads, zero_grads
+from trainer_bridge.parallel.precision import DynamicLossScaler, compute_context
+from trainer_bridge.checkpoint.recovery import RecoveryTracker
+from trainer_bridge.loop.schedule import Clock, ScheduleCheck, SystemClock
+from trainer_bridge.model.moe import step_stats as moe_step_stats
+from trainer_bridge.parallel.tensor_parallel import cross_entropy_sum
+from trainer_bridge.loop.validate import Sampler, Validator
 
 
 class TrainingStopped(RuntimeError):
@@ -392,7 +392,7 @@ class Trainer:
         """``train.distill``: the frozen teacher, replicated on every rank; None without distillation."""
         if self.cfg.distill is None:
             return None
-        from trainer_bridge.distill import Distiller, load_teacher
+        from trainer_bridge.loop.distill import Distiller, load_teacher
 
         teacher = load_teacher(self.cfg.distill, self.cfg.model, shard_tokenizer_sha256=self.train_source.tokenizer_sha256,
                                seq_len=self.train_source.seq_len, device=self.runtime.device, say=self._say)

@@ -166,7 +166,7 @@ class TransformerBlock(nn.Module):
         self.attention = Attention(cfg)
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         if is_moe_layer(cfg, layer):
-            from trainer_bridge.moe import MoE  # a Mixture of Experts in place of the dense feed-forward
+            from trainer_bridge.model.moe import MoE  # a Mixture of Experts in place of the dense feed-forward
 
             dense_hidden = cfg.ffn_hidden or cfg.multiple_of * math.ceil(int(8 * cfg.dim / 3) / cfg.multiple_of)
             self.feed_forward = MoE(cfg, dense_hidden)

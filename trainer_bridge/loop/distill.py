@@ -23,8 +23,8 @@ import torch.nn.functional as F
 from runio.files import sha256_file
 from runio.layout import RunPaths
 from trainer_bridge.config import DistillConfig, ModelConfig
-from trainer_bridge.data import IGNORE_INDEX
-from trainer_bridge.model import Transformer
+from trainer_bridge.loop.data import IGNORE_INDEX
+from trainer_bridge.model.transformer import Transformer
 from trainer_bridge.outcomes import TrainConfigError
 
 

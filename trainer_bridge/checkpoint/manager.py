@@ -59,15 +59,15 @@ from torch.distributed.checkpoint.state_dict import (
 
 from runio.files import sha256_file, write_atomic, write_json
 from runio.layout import RunPaths
-from trainer_bridge import device as devices
+from trainer_bridge.parallel import device as devices
 from trainer_bridge.config import CheckpointConfig
-from trainer_bridge.data import shards_difference
+from trainer_bridge.loop.data import shards_difference
 from trainer_bridge.outcomes import TrainRefused, raise_terminated
 
 LATEST = "latest"
 BEST = "best"  # names the sound checkpoint with the lowest validation loss (provenance.json "val_loss")
 PARTIAL_SUFFIX = ".partial"
-UPLOADING_SUFFIX = ".uploading-"  # a hard-linked hand-over copy for the tier uploader (trainer_bridge/tiers.py)
+UPLOADING_SUFFIX = ".uploading-"  # a hard-linked hand-over copy for the tier uploader (trainer_bridge/checkpoint/tiers.py)
 DELETING_SUFFIX = ".deleting"  # an old checkpoint being pruned: renamed first, so a half-deleted one never loads
 MODEL_CONFIG_FILE = "model_config.json"  # = hf.MODEL_CONFIG_FILE (hf imports this module, not the reverse)
 PROVENANCE_FILE = "provenance.json"
@@ -623,7 +623,7 @@ class CheckpointManager:
         self._loop_seconds_carried = 0.0  # promotions at steps without a save, for the next event's loop_s
         self._upload_anyway: set[int] = set()  # steps saved before a pause or stop: copied whatever tier.every says
         if cfg.enabled and cfg.durable_tiers and runtime.is_main:
-            from trainer_bridge.tiers import TierUploader, durable_tiers
+            from trainer_bridge.checkpoint.tiers import TierUploader, durable_tiers
 
             self.uploader = TierUploader(durable_tiers(cfg, paths), say)
         self.checkpointer = (Checkpointer(self.root, cfg, runtime, describe=identity.files if identity else None,
@@ -722,13 +722,13 @@ class CheckpointManager:
         if self.checkpointer is None:
             return None
         if not self.cfg.resume:
-            from trainer_bridge.tiers import durable_tiers
+            from trainer_bridge.checkpoint.tiers import durable_tiers
 
             refuse_training_anew_beside(self.root, durable_tiers(self.cfg, self.paths))
             return None
         if self.cfg.durable_tiers:
             if self.runtime.is_main:
-                from trainer_bridge.tiers import restore_from_durable
+                from trainer_bridge.checkpoint.tiers import restore_from_durable
 
                 restore_from_durable(self.cfg, self.paths, self.say)
             if self.runtime.distributed:

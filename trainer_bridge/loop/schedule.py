@@ -195,7 +195,7 @@ class ScheduleCheck:
         self._pause(step, checkpoint=True)
 
     def _pause(self, step: int, *, checkpoint: bool) -> None:
-        from trainer_bridge.alerts import mark_paused
+        from trainer_bridge.observe.alerts import mark_paused
 
         now = self.clock.now()
         until = self.schedule.next_open(now)

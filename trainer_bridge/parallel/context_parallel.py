@@ -49,7 +49,7 @@ def head_tail_indices(seq_len: int, cp: int, rank: int, device=None) -> torch.Te
 def shard_batch(batch, cp: int, rank: int):
     """This cp rank's part of every row of ``batch`` (data.Batch). The counts (target/real tokens, squared
     segment lengths) stay those of the whole rows: they normalize the loss, which every cp rank shares."""
-    from trainer_bridge.data import Batch
+    from trainer_bridge.loop.data import Batch
 
     index = head_tail_indices(batch.input_ids.shape[1], cp, rank, device=batch.input_ids.device)
     cut = [t.index_select(1, index) for t in (batch.input_ids, batch.labels, batch.position_ids, batch.segment_ids)]

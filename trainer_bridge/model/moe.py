@@ -78,7 +78,7 @@ class MoE(nn.Module):
         self.experts = GroupedExperts(cfg.n_experts, cfg.dim, cfg.moe_hidden or hidden)
         self.shared_expert = None
         if cfg.moe_shared_expert:
-            from trainer_bridge.model import FeedForward
+            from trainer_bridge.model.transformer import FeedForward
 
             self.shared_expert = FeedForward(cfg)
         # Set from outside (parallelize): the factor of the summed token loss, and the expert-parallel group.
@@ -169,13 +169,13 @@ def moe_modules(module: nn.Module) -> list[tuple[str, MoE]]:
 def active_parameters(cfg) -> int:
     """Parameters a token passes through in matmuls (the non-embedding N of 6·N): everything but the input
     embedding, with only top_k of each MoE layer's experts (plus its router and shared expert)."""
-    from trainer_bridge.model import count_parameters
+    from trainer_bridge.model.transformer import count_parameters
 
     counts = count_parameters(cfg)
     if not cfg.n_experts:
         return counts["non_embedding"]
     with torch.device("meta"):
-        from trainer_bridge.model import Transformer
+        from trainer_bridge.model.transformer import Transformer
 
         model = Transformer(cfg)
     inactive = 0
@@ -194,7 +194,7 @@ def step_stats(parts, cfg, device: torch.device, distributed: bool) -> dict:
     ``moe_aux_loss``: the weighted auxiliary losses, token-weighted mean per layer, summed over layers."""
     if not cfg.n_experts:
         return {}
-    from trainer_bridge.model import is_moe_layer
+    from trainer_bridge.model.transformer import is_moe_layer
 
     layers = [i for i in range(cfg.n_layers) if is_moe_layer(cfg, i)]
     n = cfg.n_experts

@@ -1,0 +1,1 @@
+"""trainer_bridge.checkpoint: checkpoints: saving and loading, durable tiers, recovery."""
