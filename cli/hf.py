@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-EXIT_USAGE = 2
+from runio.errors import ExitCode
 
 
 def register(subparsers) -> None:
@@ -70,7 +70,7 @@ def register(subparsers) -> None:
 
 def _fail(command: str, message: str) -> int:
     _note(command, message)
-    return EXIT_USAGE
+    return ExitCode.CONFIG
 
 
 def _note(command: str, message: str) -> None:

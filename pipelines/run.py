@@ -42,6 +42,7 @@ from pipelines.prepare import base_manifest, previously_processed, run_clean, ru
 from pipelines.read import ID_SCHEME
 from pipelines.rundir import clear_outputs, read_manifest, remove_stale_temporaries
 from runio.cost import StageMeter, record_stage
+from runio.errors import ExitCode
 from runio.files import is_uri, read_json, read_jsonl, sha256_bytes, sha256_file, write_atomic, write_json
 from runio.layout import RunPaths
 
@@ -63,9 +64,6 @@ SPEED_ONLY_KEYS = ("packing.encode_batch_docs", "packing.encode_batch_bytes", "t
                    "train.schedule.windows", "train.schedule.timezone", "train.schedule.outside",
                    "train.checkpoint.tiers")
 EMPTY_REASON = "no document survived cleaning"
-# `corpusmill train`'s exit codes for an expected failure (config, stopped by the guards, refused, not writable):
-# `run` ends with the same code and the trainer's reason in one line.
-TRAIN_EXIT_CODES = (2, 3, 4, 5)
 
 
 class StageFailed(RuntimeError):
@@ -468,10 +466,8 @@ def record_training(cfg: RunConfig, code: int) -> None:
     and the report's record goes (the next `run` rebuilds it). A training that did not finish (stopped,
     interrupted, failed) leaves neither recorded. A refusal before training (exit 2, 4, 5: nothing trained, train/
     as it was) changes nothing."""
-    from trainer_bridge.outcomes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REFUSED
-
     paths = RunPaths.of(cfg)
-    if code in (EXIT_CONFIG, EXIT_REFUSED, EXIT_FAILED) or not paths.manifest.is_file():
+    if code in (ExitCode.CONFIG, ExitCode.REFUSED, ExitCode.FAILED) or not paths.manifest.is_file():
         return
     with run_lock(paths):
         manifest = read_manifest(paths)
@@ -480,7 +476,7 @@ def record_training(cfg: RunConfig, code: int) -> None:
             return
         expected = expected_fingerprints(cfg, paths, manifest)
         records.pop("report", None)
-        if code == EXIT_OK:
+        if code == ExitCode.OK:
             records["train"] = expected["train"]
         else:
             records.pop("train", None)
@@ -590,10 +586,11 @@ def _run_stage(cfg: RunConfig, paths: RunPaths, stage: str, against: tuple[str, 
                            "seq_len": shards.get("seq_len"), "packing": shards.get("packing")}}
     if stage == "train":
         from trainer_bridge.launch import run_training
+        from trainer_bridge.outcomes import TRAIN_FAILURE_CODES
 
         said: list[str] = []
         code = run_training(cfg, from_scratch=from_scratch, outcome=said.append)
-        if code in TRAIN_EXIT_CODES:  # the trainer's one line, as `corpusmill train` would end, naming the stage
+        if code in TRAIN_FAILURE_CODES:  # the trainer's one line, as `corpusmill train` would end, naming the stage
             raise StageFailed(f"train stage failed (exit {code}): {said[-1] if said else 'see the output above'}",
                               code=code)
         if code != 0:

@@ -127,7 +127,8 @@ def test_a_run_pauses_at_the_window_end_and_resumes_bit_identically(shards, tmp_
 
 
 def test_refresh_waits_or_exits_outside_the_windows(tmp_path, capsys):
-    from trainer_bridge.loop.schedule import EXIT_OUTSIDE_WINDOW, refresh_gate
+    from runio.errors import ExitCode
+    from trainer_bridge.loop.schedule import refresh_gate
 
     said = []
     cfg = ScheduleConfig(windows=["22:00-07:00"])
@@ -137,7 +138,7 @@ def test_refresh_waits_or_exits_outside_the_windows(tmp_path, capsys):
     assert refresh_gate(cfg.model_copy(update={"outside": "exit"}), FakeClock(at("2026-12-02 22:30")),
                         said.append) is None  # inside: runs
     assert refresh_gate(cfg.model_copy(update={"outside": "exit"}), FakeClock(at("2026-12-02 12:00")),
-                        said.append) == EXIT_OUTSIDE_WINDOW == 75
+                        said.append) == ExitCode.OUTSIDE_WINDOW == 75
 
     # the command: a window six hours from now, outside: exit → 75 and one line, before any stage starts
     import time

@@ -25,7 +25,8 @@ from trainer_bridge.observe.metrics import FlopCounter, mfu  # noqa: E402
 from trainer_bridge.model.transformer import Transformer, count_parameters  # noqa: E402
 from trainer_bridge.parallel.parallelize import local_grads, materialize  # noqa: E402
 from trainer_bridge.loop.synthetic import write_synthetic_shards  # noqa: E402
-from trainer_bridge.loop.train import TrainHooks, TrainingStopped, learning_rate, train  # noqa: E402
+from trainer_bridge.loop.train import TrainHooks, learning_rate, train  # noqa: E402
+from trainer_bridge.outcomes import TrainingStopped  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -40,6 +40,7 @@ from typing import Callable
 import torch
 import torch.distributed.checkpoint as dcp
 
+from runio.errors import CorpusmillError, ExitCode
 from runio.files import sha256_file, write_atomic
 from runio.layout import RunPaths
 from trainer_bridge.checkpoint.manager import (
@@ -74,8 +75,12 @@ class MissingExtra(RuntimeError):
     """A package of the optional extra ``hf`` is not installed."""
 
 
-class ConversionError(ValueError):
-    """The model, checkpoint or folder cannot be converted exactly; the message names what does not map."""
+class ConversionError(CorpusmillError, ValueError):
+    """The model, checkpoint or folder cannot be converted exactly; the message names what does not map.
+    Training from such weights (``train.init_from: hf:...``) is refused; ``corpusmill export``/``import-hf``
+    say it as a bad argument (``cli/hf.py``)."""
+
+    exit_code = ExitCode.REFUSED
 
 
 def say_on_stderr(line: str) -> None:

@@ -49,10 +49,8 @@ from typing import IO, Callable
 from runio.files import write_json
 from runio.layout import RunPaths
 from trainer_bridge.config import TrainConfig
+from runio.errors import ExitCode
 from trainer_bridge.outcomes import (
-    EXIT_INTERRUPTED,
-    EXIT_STOPPED,  # noqa: F401  (re-exported: the guards' exit code)
-    EXIT_TERMINATED,
     OUTCOME_DIR_ENV,
     OUTCOME_FILE,
     Terminated,
@@ -345,7 +343,7 @@ def interrupted_line(paths: RunPaths, code: int) -> str:
     from trainer_bridge.checkpoint.manager import latest_checkpoint
 
     latest = latest_checkpoint(paths.checkpoints)
-    what = "interrupted" if code == EXIT_INTERRUPTED else "terminated"
+    what = "interrupted" if code == ExitCode.INTERRUPTED else "terminated"
     if latest is None:
         return f"{PREFIX}{what}; no checkpoint was written yet (the next run starts from step 0)"
     return f"{PREFIX}{what}; the last checkpoint, {latest.name}, is kept: run the same command to resume"
@@ -472,7 +470,7 @@ class TorchrunJob:
             if process is not None and process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
             return
-        self.interrupted = EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_TERMINATED
+        self.interrupted = ExitCode.INTERRUPTED if signum == signal.SIGINT else ExitCode.TERMINATED
         self.muted.set()
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGINT)  # torchrun passes it to every worker, which exits at once
@@ -573,7 +571,7 @@ def train_in_process(train_cfg: TrainConfig, paths: RunPaths, *, shards_verified
         with sigterm_raises():
             result = train(train_cfg, paths, shards_verified=shards_verified, hooks=sample_log_hooks())
     except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM (outcomes.Terminated)
-        code = EXIT_TERMINATED if isinstance(interrupt, Terminated) else EXIT_INTERRUPTED
+        code = ExitCode.TERMINATED if isinstance(interrupt, Terminated) else ExitCode.INTERRUPTED
         print(interrupted_line(paths, code), file=sys.stderr, flush=True)
         raise TrainInterrupted(code) from None
     except Exception as error:  # noqa: BLE001 - expected failures end in one line, the rest keeps its traceback
@@ -598,7 +596,7 @@ def _exit_quietly(signum, _frame) -> None:
     """A worker asked to stop (torchrun passes on the launcher's SIGINT, or stops the group with SIGTERM): end
     now, without a traceback. Checkpoints are atomic: the last complete one is intact; a save cut short is a
     ``.partial`` directory, removed at the next start."""
-    os._exit(EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_TERMINATED)
+    os._exit(ExitCode.INTERRUPTED if signum == signal.SIGINT else ExitCode.TERMINATED)
 
 
 def main(argv: list[str] | None = None) -> int:

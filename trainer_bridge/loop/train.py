@@ -40,7 +40,7 @@ from trainer_bridge.config import GuardConfig, OptimizerConfig, TrainConfig
 from trainer_bridge.loop.data import IGNORE_INDEX, StepBatch, StepBatches, open_split, shards_identity
 from trainer_bridge.observe.metrics import StepMetrics
 from trainer_bridge.observe.monitoring import TrainingMonitor
-from trainer_bridge.outcomes import TrainConfigError
+from trainer_bridge.outcomes import TrainConfigError, TrainingStopped
 from trainer_bridge.parallel.parallelize import ModelParts, build_mesh, build_model, global_grad_norm, scale_grads, zero_grads
 from trainer_bridge.parallel.precision import DynamicLossScaler, compute_context
 from trainer_bridge.checkpoint.recovery import RecoveryTracker
@@ -48,10 +48,6 @@ from trainer_bridge.loop.schedule import Clock, ScheduleCheck, SystemClock
 from trainer_bridge.model.moe import step_stats as moe_step_stats
 from trainer_bridge.parallel.tensor_parallel import cross_entropy_sum
 from trainer_bridge.loop.validate import Sampler, Validator
-
-
-class TrainingStopped(RuntimeError):
-    """Training cannot continue (persistent bad steps); the message says why and what to do."""
 
 
 @dataclass
