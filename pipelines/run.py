@@ -489,7 +489,7 @@ def _clear_skipped(stage: str, paths: RunPaths, log: Callable[[str], None]) -> N
     """A skipped stage leaves no outputs of an earlier run behind; a trained model is moved aside, never deleted
     (only --overwrite deletes one, in ``plan_changes``)."""
     if stage == "train" and _has_training(paths):
-        from trainer_bridge.checkpoint.manager import set_aside
+        from trainer_bridge.checkpoint.store import set_aside
 
         log(f"train: the previous checkpoints and training logs were moved to {set_aside(paths)}")
     clear_outputs(STAGE_OUTPUTS[stage](paths) if stage != "train" else (paths.train_config,))

@@ -14,7 +14,7 @@ sys.path.insert(0, str(REPO / "tests" / "dist"))
 from scenario_configs import DOMAINS, EVAL, base_config, make_domain_run  # noqa: E402
 
 from runio.files import read_jsonl  # noqa: E402
-from trainer_bridge.checkpoint.manager import BEST, LATEST, best_checkpoint, prune_checkpoints, read_checkpoint_json  # noqa: E402
+from trainer_bridge.checkpoint.store import BEST, LATEST, best_checkpoint, prune_checkpoints, read_checkpoint_json  # noqa: E402
 from trainer_bridge.loop.train import train  # noqa: E402
 
 

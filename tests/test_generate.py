@@ -195,7 +195,7 @@ def test_cli_says_which_checkpoint_it_used_and_which_it_passed_over(demo_export,
     import shutil
 
     from runio.layout import RunPaths
-    from trainer_bridge.checkpoint.manager import step_dir_name
+    from trainer_bridge.checkpoint.store import step_dir_name
 
     demo, _ = demo_export
     copy = RunPaths(tmp_path / "run")

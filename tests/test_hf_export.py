@@ -27,7 +27,7 @@ from scenario_configs import base_config  # noqa: E402
 
 from runio.layout import RunPaths  # noqa: E402
 from trainer_bridge import hf  # noqa: E402
-from trainer_bridge.checkpoint.manager import LATEST, checkpoint_candidates, step_dir_name  # noqa: E402
+from trainer_bridge.checkpoint.store import LATEST, checkpoint_candidates, step_dir_name  # noqa: E402
 
 SEQ_LEN, VOCAB, N_DOCS, STEPS = 128, 512, 240, 12
 

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent / "dist"))
 from scenario_configs import base_config, run_with_shards  # noqa: E402
 
 from runio.layout import RunPaths  # noqa: E402
-from trainer_bridge.checkpoint.manager import CHECKSUMS, LATEST, write_checksums  # noqa: E402
+from trainer_bridge.checkpoint.store import CHECKSUMS, LATEST, write_checksums  # noqa: E402
 from trainer_bridge.config import CheckpointConfig  # noqa: E402
 from trainer_bridge.loop.synthetic import write_synthetic_shards  # noqa: E402
 from trainer_bridge.checkpoint.tiers import DurableTier, TierCopyError, TierUploader  # noqa: E402

@@ -160,7 +160,7 @@ def test_distill_fsdp2_trains(workdir):
 def test_eval_per_domain_and_samples_under_fsdp2(workdir, tmp_path):
     from runio.files import read_jsonl
     from runio.layout import RunPaths
-    from trainer_bridge.checkpoint.manager import best_checkpoint
+    from trainer_bridge.checkpoint.store import best_checkpoint
     from trainer_bridge.model.generate import SamplingConfig, generate
     from trainer_bridge.hf import build_model, load_for_inference
 

@@ -46,7 +46,7 @@ from scenario_configs import run_with_shards  # noqa: E402
 
 from runio.layout import RunPaths  # noqa: E402
 from trainer_bridge import hf  # noqa: E402
-from trainer_bridge.checkpoint.manager import (  # noqa: E402
+from trainer_bridge.checkpoint.store import (  # noqa: E402
     LATEST,
     MODEL_CONFIG_FILE,
     PROVENANCE_FILE,
@@ -311,7 +311,7 @@ def test_training_without_checkpoints_never_appends_to_another_runs_logs(shards,
 
 
 def test_from_scratch_sets_aside_every_training_log(tmp_path):
-    from trainer_bridge.checkpoint.manager import set_aside
+    from trainer_bridge.checkpoint.store import set_aside
 
     paths = RunPaths(tmp_path / "run")
     fake_checkpoint(paths.checkpoints, 2)
@@ -432,7 +432,7 @@ def test_sigint_and_sigterm_single_process_keep_the_last_checkpoint_and_resume(t
 
 
 def test_an_interrupt_during_a_save_waits_for_its_end():
-    from trainer_bridge.checkpoint.manager import interrupts_deferred
+    from trainer_bridge.checkpoint.store import interrupts_deferred
 
     # as in `corpusmill train` (an earlier test in this session, or a library it started, may have left a handler
     # of its own on SIGINT: the deferral applies only where SIGINT raises KeyboardInterrupt)

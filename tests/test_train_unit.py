@@ -18,7 +18,7 @@ sys.path.insert(0, str(REPO / "tests" / "dist"))
 from scenario_configs import SampleLog, base_config, run_with_shards  # noqa: E402
 
 from runio.layout import RunPaths  # noqa: E402
-from trainer_bridge.checkpoint.manager import LATEST, PARTIAL_SUFFIX, SafeFileSystemReader, latest_checkpoint  # noqa: E402
+from trainer_bridge.checkpoint.store import LATEST, PARTIAL_SUFFIX, SafeFileSystemReader, latest_checkpoint  # noqa: E402
 from trainer_bridge.config import OptimizerConfig, TrainConfig  # noqa: E402
 from trainer_bridge.loop.data import IGNORE_INDEX, SampleOrder, StepBatches, collate  # noqa: E402
 from trainer_bridge.observe.metrics import FlopCounter, mfu  # noqa: E402

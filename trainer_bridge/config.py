@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from trainer_bridge.observe.alerts import AlertsConfig
 from trainer_bridge.observe.monitoring import MonitoringConfig
 from trainer_bridge.loop.schedule import ScheduleConfig
+from trainer_bridge.outcomes import TrainConfigError
 
 
 class _Strict(BaseModel):
@@ -304,8 +305,6 @@ class TrainConfig(_Strict):
         ``outcomes.TrainConfigError`` when the world size does not fit."""
         if not self.mesh.auto_dp:
             return self
-        from trainer_bridge.outcomes import TrainConfigError
-
         replica = self.mesh.pp * self.mesh.tp * self.mesh.cp
         if world_size % replica:
             raise TrainConfigError(f"train.mesh.dp auto: {world_size} processes are not a multiple of mesh.pp × "

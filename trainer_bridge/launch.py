@@ -280,7 +280,7 @@ def preflight(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool = F
 
 
 def _check_inputs(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool, say: Callable[[str], None]) -> None:
-    from trainer_bridge.checkpoint.manager import (plan_resume, refuse_training_anew_beside, set_aside,
+    from trainer_bridge.checkpoint.store import (plan_resume, refuse_training_anew_beside, set_aside,
                                            start_without_checkpoints)
     from trainer_bridge.loop.data import has_split, open_split
     from trainer_bridge.loop.train import expected_tokenizer_sha256, resolve_model_config, run_identity
@@ -322,7 +322,7 @@ def _check_inputs(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool
 
 def _check_init_from(train_cfg: TrainConfig, identity) -> None:
     """``train.init_from`` exists and, for a run directory, has a sound checkpoint of the same model."""
-    from trainer_bridge.checkpoint.manager import checkpoint_candidates, checkpoint_problem, resume_problem
+    from trainer_bridge.checkpoint.store import checkpoint_candidates, checkpoint_problem, resume_problem
     from trainer_bridge.outcomes import TrainConfigError, TrainRefused
 
     if train_cfg.init_from and not Path(train_cfg.init_from.removeprefix("hf:")).exists():
@@ -340,7 +340,7 @@ def _check_init_from(train_cfg: TrainConfig, identity) -> None:
 
 
 def interrupted_line(paths: RunPaths, code: int) -> str:
-    from trainer_bridge.checkpoint.manager import latest_checkpoint
+    from trainer_bridge.checkpoint.store import latest_checkpoint
 
     latest = latest_checkpoint(paths.checkpoints)
     what = "interrupted" if code == ExitCode.INTERRUPTED else "terminated"

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scenario_configs import EVAL, SampleLog, base_config, merge, run_with_shards  # noqa: E402
 
 from runio.layout import RunPaths  # noqa: E402
-from trainer_bridge.checkpoint.manager import LATEST, step_dir_name  # noqa: E402
+from trainer_bridge.checkpoint.store import LATEST, step_dir_name  # noqa: E402
 from trainer_bridge.parallel.parallelize import local_grads  # noqa: E402
 from trainer_bridge.loop.train import TrainHooks, train  # noqa: E402
 

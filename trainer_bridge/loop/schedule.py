@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from runio.errors import ExitCode
+from trainer_bridge.observe.alerts import mark_paused
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 WEEK_MINUTES = 7 * 1440
@@ -196,8 +197,6 @@ class ScheduleCheck:
         self._pause(step, checkpoint=True)
 
     def _pause(self, step: int, *, checkpoint: bool) -> None:
-        from trainer_bridge.observe.alerts import mark_paused
-
         now = self.clock.now()
         until = self.schedule.next_open(now)
         if checkpoint:

@@ -34,9 +34,12 @@ import torch.nn.functional as F
 from runio.files import sha256_file
 from runio.layout import RunPaths
 from trainer_bridge.parallel import device as devices
+from trainer_bridge import hf
 from trainer_bridge.observe.alerts import AlertCheck
-from trainer_bridge.checkpoint.manager import CheckpointManager, RunIdentity
+from trainer_bridge.checkpoint.manager import CheckpointManager
+from trainer_bridge.checkpoint.store import RunIdentity
 from trainer_bridge.config import GuardConfig, OptimizerConfig, TrainConfig
+from trainer_bridge.loop.distill import Distiller, load_teacher
 from trainer_bridge.loop.data import IGNORE_INDEX, StepBatch, StepBatches, open_split, shards_identity
 from trainer_bridge.observe.metrics import StepMetrics
 from trainer_bridge.observe.monitoring import TrainingMonitor
@@ -370,7 +373,6 @@ class Trainer:
             self._say(f"resumed from {resumed.name}: step {progress.step}, sample {progress.samples}")
             self.recovery.resumed(resumed.name, progress.step, self.checkpoints.provenance(resumed), self.cfg.steps)
         elif self.cfg.init_from:
-            from trainer_bridge import hf
             if hf.is_weights_only_init(self.cfg.init_from):  # hf:PATH or an import-hf folder: weights only
                 described = hf.load_initial_weights(
                     self.cfg.init_from, self.model.parts, self.cfg.model,
@@ -388,8 +390,6 @@ class Trainer:
         """``train.distill``: the frozen teacher, replicated on every rank; None without distillation."""
         if self.cfg.distill is None:
             return None
-        from trainer_bridge.loop.distill import Distiller, load_teacher
-
         teacher = load_teacher(self.cfg.distill, self.cfg.model, shard_tokenizer_sha256=self.train_source.tokenizer_sha256,
                                seq_len=self.train_source.seq_len, device=self.runtime.device, say=self._say)
         self._say(f"distilling from {self.cfg.distill.teacher} ({teacher.cfg.n_layers} layers, dim {teacher.cfg.dim}): "
