@@ -16,20 +16,14 @@ from trainer_bridge.checkpoint.store import (
     PROVENANCE_FILE,
     Checkpointer,
     RunIdentity,
-    checkpoint_candidates,
-    checkpoint_problem,
     interrupts_deferred,
     latest_checkpoint,
     load_checkpoint,
-    plan_resume,
     read_checkpoint_json,
-    refuse_training_anew_beside,
-    resume_problem,
     step_dir_name,
 )
-from trainer_bridge.checkpoint.tiers import TierUploader, durable_tiers, restore_from_durable
+from trainer_bridge.checkpoint.tiers import TierUploader, durable_tiers
 from trainer_bridge.config import CheckpointConfig
-from trainer_bridge.outcomes import TrainRefused
 from trainer_bridge.parallel import device as devices
 
 
@@ -46,11 +40,11 @@ class TrainState(Protocol):
 
 class CheckpointManager:
     """The training loop's checkpoint component: saves every ``checkpoint.interval`` steps and at the last one
-    (never during a streak of bad steps: a rollback must land on a healthy state), resumes from the newest sound
-    checkpoint, names the rollback target, and initializes from another run (``train.init_from``).
+    (never during a streak of bad steps: a rollback must land on a healthy state), loads the checkpoint it is
+    given (the start plan's, ``start.StartPlan``; a rollback's), and names the rollback target.
 
-    With ``checkpoint.enabled: false`` nothing is saved, there is nothing to resume or roll back to, and only
-    ``initialize_from`` loads. All ranks call every method."""
+    With ``checkpoint.enabled: false`` nothing is saved and there is nothing to roll back to. All ranks call
+    every method."""
 
     def __init__(self, paths: RunPaths, cfg: CheckpointConfig, runtime: devices.Runtime, *, parts, optimizers,
                  state: TrainState, monitor, events: list[dict], say: Callable[[str], None],
@@ -147,52 +141,6 @@ class CheckpointManager:
         if not had_rng:
             self.say(f"{path.name} has no RNG state for rank {self.runtime.rank} (world size changed); "
                      "this rank keeps its seeded RNG")
-
-    def _newest_sound(self, root: Path, *, prefix: str = "", fallback: str = "falling back to an older one"):
-        for path in checkpoint_candidates(root):
-            problem = checkpoint_problem(path)
-            if problem is None:
-                return path
-            self.say(f"{prefix}checkpoint {path.name} is damaged ({problem}); {fallback}")
-        return None
-
-    def resume(self) -> Path | None:
-        """Load this run's newest checkpoint that passes its checksums (a damaged one is skipped, with a log
-        line); None when there is none or checkpointing is off. Refuses (``TrainRefused``, on every rank alike)
-        when checkpoints exist but none is sound, when the newest sound one belongs to another model or other
-        shards or is past ``train.steps`` (``plan_resume``), and with ``checkpoint.resume: false`` when there are
-        checkpoints at all (``refuse_training_anew_beside``)."""
-        if self.checkpointer is None:
-            return None
-        if not self.cfg.resume:
-            refuse_training_anew_beside(self.root, durable_tiers(self.cfg, self.paths))
-            return None
-        if self.cfg.durable_tiers:
-            if self.runtime.is_main:
-                restore_from_durable(self.cfg, self.paths, self.say)
-            if self.runtime.distributed:
-                dist.barrier()  # rank 0 has copied it down before anyone plans the resume
-        if self.identity is None:
-            path = self._newest_sound(self.root)
-        else:
-            path = plan_resume(self.root, self.identity, say=self.say, soundness=self.checkpointer.soundness)
-        if path is not None:
-            self.load(path)
-        return path
-
-    def initialize_from(self, run: RunPaths) -> Path:
-        """Continue another run's training on this run's data: its weights, optimizer and step, our samples.
-        The model must be the same (refused otherwise, naming the settings); the shards are expected to differ."""
-        path = self._newest_sound(run.checkpoints, prefix="init_from: ", fallback="trying an older one")
-        if path is None:
-            raise TrainRefused(f"train.init_from: no usable checkpoint under {run.checkpoints}")
-        if self.identity is not None:
-            mismatch = resume_problem(path, self.identity, compare_shards=False)
-            if mismatch is not None:
-                raise TrainRefused(f"train.init_from: {run.root} {path.name} has another model ({mismatch}); set "
-                                   "train.model to that run's model")
-        self.load(path, keep_data_position=True)
-        return path
 
     def provenance(self, path: Path) -> dict | None:
         return read_checkpoint_json(path, PROVENANCE_FILE)
