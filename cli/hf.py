@@ -139,7 +139,8 @@ def _generate(args: argparse.Namespace) -> int:
         from tokenizers import Tokenizer
 
         from trainer_bridge.model.generate import SamplingConfig, generate
-        from trainer_bridge.hf import build_model, load_for_inference
+        from trainer_bridge.checkpoint.run_model import build_model
+        from trainer_bridge.hf import load_for_inference
 
         sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                   top_k=args.top_k, top_p=args.top_p, seed=args.seed)

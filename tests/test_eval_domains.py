@@ -41,7 +41,8 @@ def test_samples_are_greedy_continuations_of_the_fixed_prompts(trained):
     from tokenizers import Tokenizer
 
     from trainer_bridge.model.generate import SamplingConfig, generate
-    from trainer_bridge.hf import build_model, load_for_inference
+    from trainer_bridge.checkpoint.run_model import build_model
+    from trainer_bridge.hf import load_for_inference
 
     paths, _ = trained
     samples = read_jsonl(paths.samples_jsonl)

@@ -162,7 +162,8 @@ def test_eval_per_domain_and_samples_under_fsdp2(workdir, tmp_path):
     from runio.layout import RunPaths
     from trainer_bridge.checkpoint.store import best_checkpoint
     from trainer_bridge.model.generate import SamplingConfig, generate
-    from trainer_bridge.hf import build_model, load_for_inference
+    from trainer_bridge.checkpoint.run_model import build_model
+    from trainer_bridge.hf import load_for_inference
 
     paths = RunPaths(workdir / "eval_fsdp2")
     single = make_domain_run(tmp_path / "single_eval")

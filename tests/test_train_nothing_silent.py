@@ -46,6 +46,7 @@ from scenario_configs import run_with_shards  # noqa: E402
 
 from runio.layout import RunPaths  # noqa: E402
 from trainer_bridge import hf  # noqa: E402
+from trainer_bridge.checkpoint import run_model  # noqa: E402
 from trainer_bridge.checkpoint.store import (  # noqa: E402
     LATEST,
     MODEL_CONFIG_FILE,
@@ -186,7 +187,7 @@ def test_retention_keeps_the_last_sound_checkpoint_and_records_model_and_shards(
     assert MODEL_CONFIG_FILE == hf.MODEL_CONFIG_FILE
     model = json.loads((newest / MODEL_CONFIG_FILE).read_text())
     assert model["n_layers"] == 2 and model["vocab_size"] == 64 and model["max_seq_len"] == 32
-    assert hf.checkpoint_model_config(run, newest).model_dump(mode="json") == model
+    assert run_model.checkpoint_model_config(run, newest).model_dump(mode="json") == model
     provenance = json.loads((newest / PROVENANCE_FILE).read_text())
     assert provenance["step"] == 4 and provenance["train_steps"] == 4
     assert len(provenance["shards"]["manifest_sha256"]) == 64 and provenance["shards"]["splits"]["train"]

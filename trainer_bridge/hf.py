@@ -41,7 +41,7 @@ import torch.distributed.checkpoint as dcp
 from runio.files import sha256_file, write_atomic
 from runio.layout import RunPaths
 from tokenizer.shards import read_manifest
-from trainer_bridge.checkpoint.run_model import (  # noqa: F401  (ConversionError, SpecialTokens: hf's API too)
+from trainer_bridge.checkpoint.run_model import (
     SPECIAL_TOKENS_FILE,
     ConversionError,
     LoadedModel,

@@ -67,7 +67,7 @@ class TrainingStopped(CorpusmillError, RuntimeError):
 
 def outcome_of(error: BaseException) -> tuple[int, str] | None:
     """(exit code, one line) for an expected failure; None for anything else (a bug: keep the traceback).
-    A ``CorpusmillError`` (``TrainRefused``, ``TrainConfigError``, ``TrainingStopped``, ``hf.ConversionError``)
+    A ``CorpusmillError`` (``TrainRefused``, ``TrainConfigError``, ``TrainingStopped``, ``run_model.ConversionError``)
     carries its own code."""
     if isinstance(error, CorpusmillError):
         return error.exit_code, str(error)
