@@ -51,3 +51,22 @@ def test_no_module_defines_exit_codes_of_its_own():
     found = [str(path.relative_to(ROOT)) for package in PACKAGES for path in (ROOT / package).rglob("*.py")
              if constant.search(path.read_text(encoding="utf-8"))]
     assert found == []
+
+
+def test_the_cli_handler_ends_an_error_with_its_code_and_one_line(monkeypatch, capsys):
+    import argparse
+
+    import cli.main
+
+    def refused(_args):
+        raise TrainRefused("step-00000004 was trained with a different configuration")
+
+    def parser(_modules=()):
+        built = argparse.ArgumentParser(prog="corpusmill")
+        built.add_argument("-v", "--verbose", action="store_true")
+        built.add_subparsers(dest="command").add_parser("refusing").set_defaults(handler=refused)
+        return built
+
+    monkeypatch.setattr(cli.main, "build_parser", parser)
+    assert cli.main.main(["refusing"]) == ExitCode.REFUSED
+    assert capsys.readouterr().err == "corpusmill refusing: step-00000004 was trained with a different configuration\n"
