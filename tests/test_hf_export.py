@@ -28,7 +28,7 @@ from scenario_configs import base_config  # noqa: E402
 from runio.layout import RunPaths  # noqa: E402
 from trainer_bridge import hf  # noqa: E402
 from trainer_bridge.checkpoint import run_model  # noqa: E402
-from trainer_bridge.checkpoint.store import LATEST, checkpoint_candidates, step_dir_name  # noqa: E402
+from trainer_bridge.checkpoint.store import BEST, LATEST, checkpoint_candidates, step_dir_name  # noqa: E402
 
 SEQ_LEN, VOCAB, N_DOCS, STEPS = 128, 512, 240, 12
 
@@ -238,7 +238,7 @@ def test_step_best_and_damaged_checkpoints(demo, tmp_path, capsys):
     val = {r["step"] + 1: r["val_loss"] for r in records if "val_loss" in r}
     want = min((v, -s) for s, v in val.items() if s in steps)
     assert run_model.step_of(run_model.find_checkpoint(copy, best=True)) == -want[1]
-    (copy.checkpoints / hf.BEST).write_text(step_dir_name(4) + "\n")
+    (copy.checkpoints / BEST).write_text(step_dir_name(4) + "\n")
     assert run_model.find_checkpoint(copy, best=True).name == step_dir_name(4)
     # a damaged newest checkpoint is skipped, said in one plain line naming it and the one used (not a Python
     # warning); exporting it by --step is refused

@@ -99,11 +99,12 @@ def checked_init_from(train_cfg: TrainConfig, identity: RunIdentity,
 
 
 def plan_start(train_cfg: TrainConfig, paths: RunPaths, identity: RunIdentity, *, from_scratch: bool = False,
-               restarted: bool = False, say: Callable[[str], None]) -> StartPlan:
+               by_ranks: bool = False, say: Callable[[str], None]) -> StartPlan:
     """The one start decision (see the module docstring). ``from_scratch``: the run's checkpoints and training
     logs, and the durable tiers' checkpoints, are set aside first (after ``train.init_from`` is checked: a
-    refused start leaves the run as it was). ``restarted``: a restart of ranks that already started once (their
-    training logs are this run's: nothing is set aside)."""
+    refused start leaves the run as it was). ``by_ranks``: made by the ranks themselves (no launcher before them,
+    or ranks restarted by torchrun), whose training logs are already open: an earlier attempt's logs are set
+    aside by the launcher alone."""
     checkpoint = train_cfg.checkpoint
     if from_scratch:
         plan = checked_init_from(train_cfg, identity, say)  # before anything is moved
@@ -117,7 +118,7 @@ def plan_start(train_cfg: TrainConfig, paths: RunPaths, identity: RunIdentity, *
                 say(f"--from-scratch: the durable tier's checkpoints were moved to {moved}")
         return plan
     if not checkpoint.enabled:
-        if not restarted:
+        if not by_ranks:
             start_without_checkpoints(paths, say)
         return checked_init_from(train_cfg, identity, say)
     if not checkpoint.resume:

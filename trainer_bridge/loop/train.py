@@ -398,7 +398,7 @@ class Trainer:
         restarted = restarted_by_torchrun()  # the launcher's plan predates what the failed attempt saved
         given = None if restarted else self.plan
         runtime = self.runtime
-        return agreed_plan(lambda: given or plan_start(self.cfg, self.paths, self.identity, restarted=restarted,
+        return agreed_plan(lambda: given or plan_start(self.cfg, self.paths, self.identity, by_ranks=True,
                                                        say=self._say),
                            distributed=runtime.distributed, is_main=runtime.is_main, device=runtime.device)
 
