@@ -49,10 +49,10 @@ def worker(mode: str, seq_len: int, out: Path) -> None:
     import torch.nn.functional as F
 
     from trainer_bridge.config import ModelConfig
-    from trainer_bridge.context_parallel import apply_cp, shard_batch
-    from trainer_bridge.data import collate
-    from trainer_bridge.model import Transformer
-    from trainer_bridge.parallelize import materialize
+    from trainer_bridge.parallel.context_parallel import apply_cp, shard_batch
+    from trainer_bridge.loop.data import collate
+    from trainer_bridge.model.transformer import Transformer
+    from trainer_bridge.parallel.parallelize import materialize
 
     torch.set_num_threads(1)
     distributed = mode != "dense"

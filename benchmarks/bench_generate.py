@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python benchmarks/bench_generate.py [--new-tokens 256 --rounds 3]
 
 The same model (random weights; a few million parameters, as a small run trains here) continues the same
-prompts greedily with ``trainer_bridge.generate.generate``: once with the KV cache (one forward pass over the
+prompts greedily with ``trainer_bridge.model.generate.generate``: once with the KV cache (one forward pass over the
 new token per step) and once with ``use_cache=False`` (the training forward over the whole sequence for every
 new token). Rounds alternate between the two, so machine contention hits both alike; the median wall time and
 the median CPU time (this process, all threads: not inflated when other processes compete for the cores) of
@@ -24,9 +24,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from trainer_bridge.config import ModelConfig  # noqa: E402
-from trainer_bridge.generate import SamplingConfig, generate  # noqa: E402
-from trainer_bridge.model import Transformer  # noqa: E402
-from trainer_bridge.parallelize import materialize  # noqa: E402
+from trainer_bridge.model.generate import SamplingConfig, generate  # noqa: E402
+from trainer_bridge.model.transformer import Transformer  # noqa: E402
+from trainer_bridge.parallel.parallelize import materialize  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,9 +12,9 @@ import tempfile
 import time
 
 from runio.layout import RunPaths
-from trainer_bridge.alerts import AlertMonitor, AlertsConfig
-from trainer_bridge.metrics import MetricsLog
-from trainer_bridge.monitoring import MonitoringConfig, TrainingMonitor
+from trainer_bridge.observe.alerts import AlertMonitor, AlertsConfig
+from trainer_bridge.observe.metrics import MetricsLog
+from trainer_bridge.observe.monitoring import MonitoringConfig, TrainingMonitor
 
 
 def record(step: int) -> dict:

@@ -3,7 +3,7 @@ with and without scaling (issue 12, item 3's measured example).
 
 Data: the long documents of the shipped demo corpus (data/demo/corpus.jsonl.gz), tokenized by a byte-level BPE
 trained here on the same corpus; documents are split into train and held-out by a stable hash of their url, so no
-evaluation window comes from a training document. Model: the trainer's own ``trainer_bridge.model.Transformer``
+evaluation window comes from a training document. Model: the trainer's own ``trainer_bridge.model.transformer.Transformer``
 (no parallelism), AdamW, one process. Training windows are L tokens with positions 0..L-1 (one document each);
 evaluation windows of n·L tokens (positions 0..n·L-1) come from held-out documents at least that long.
 
@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from tokenizer.config import TokenizerConfig
 from tokenizer.train import train_tokenizer
 from trainer_bridge.config import ModelConfig
-from trainer_bridge.model import Transformer
+from trainer_bridge.model.transformer import Transformer
 
 ROOT = Path(__file__).resolve().parents[1]
 

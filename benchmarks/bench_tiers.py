@@ -28,8 +28,8 @@ from scenario_configs import run_with_shards  # noqa: E402
 
 from runio.layout import RunPaths  # noqa: E402
 from trainer_bridge.config import TrainConfig  # noqa: E402
-from trainer_bridge.synthetic import write_synthetic_shards  # noqa: E402
-from trainer_bridge.train import train  # noqa: E402
+from trainer_bridge.loop.synthetic import write_synthetic_shards  # noqa: E402
+from trainer_bridge.loop.train import train  # noqa: E402
 
 MODEL = {"dim": 256, "n_layers": 4, "n_heads": 4, "n_kv_heads": 2, "multiple_of": 32}
 

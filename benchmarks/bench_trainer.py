@@ -26,11 +26,11 @@ sys.path.insert(0, str(REPO))
 from runio.layout import RunPaths  # noqa: E402
 from tokenizer.shards import ShardReader  # noqa: E402
 from trainer_bridge.config import TrainConfig  # noqa: E402
-from trainer_bridge.data import IGNORE_INDEX, collate  # noqa: E402
-from trainer_bridge.model import Transformer  # noqa: E402
-from trainer_bridge.parallelize import materialize  # noqa: E402
-from trainer_bridge.synthetic import write_synthetic_shards  # noqa: E402
-from trainer_bridge.train import TrainHooks, train  # noqa: E402
+from trainer_bridge.loop.data import IGNORE_INDEX, collate  # noqa: E402
+from trainer_bridge.model.transformer import Transformer  # noqa: E402
+from trainer_bridge.parallel.parallelize import materialize  # noqa: E402
+from trainer_bridge.loop.synthetic import write_synthetic_shards  # noqa: E402
+from trainer_bridge.loop.train import TrainHooks, train  # noqa: E402
 
 SEQ_LEN, VOCAB = 128, 512
 CONFIG = {

@@ -36,9 +36,9 @@ sys.path.insert(0, str(REPO))
 
 from runio.layout import RunPaths  # noqa: E402
 from trainer_bridge.config import TrainConfig  # noqa: E402
-from trainer_bridge.model import count_parameters  # noqa: E402
-from trainer_bridge.synthetic import write_synthetic_shards  # noqa: E402
-from trainer_bridge.train import TrainHooks, train  # noqa: E402
+from trainer_bridge.model.transformer import count_parameters  # noqa: E402
+from trainer_bridge.loop.synthetic import write_synthetic_shards  # noqa: E402
+from trainer_bridge.loop.train import TrainHooks, train  # noqa: E402
 
 MODEL_1B = {"dim": 2048, "n_layers": 18, "n_heads": 16, "n_kv_heads": 8, "multiple_of": 256,
             "rope_theta": 500000.0}
@@ -106,7 +106,7 @@ def measure(args: argparse.Namespace, work: Path, started: float) -> int:
                            train_docs=rows_needed * 3, val_docs=8, min_doc_len=64, max_doc_len=3000, fill=0.97,
                            rows_per_shard=512)
     params = count_parameters(cfg.model.model_copy(update={"vocab_size": 32000, "max_seq_len": args.seq_len}))
-    from trainer_bridge import device as devices
+    from trainer_bridge.parallel import device as devices
 
     accelerator = torch.accelerator.current_accelerator(check_available=True)
     device_name = "cpu (smoke check)" if args.smoke else devices.device_name(accelerator)

@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-EXIT_USAGE = 2
+from runio.errors import ExitCode
 
 
 def register(subparsers) -> None:
@@ -70,7 +70,7 @@ def register(subparsers) -> None:
 
 def _fail(command: str, message: str) -> int:
     _note(command, message)
-    return EXIT_USAGE
+    return ExitCode.CONFIG
 
 
 def _note(command: str, message: str) -> None:
@@ -142,8 +142,9 @@ def _generate(args: argparse.Namespace) -> int:
         from tokenizers import Tokenizer
 
         # deferred: these import torch (see _guard)
-        from trainer_bridge.generate import SamplingConfig, generate
-        from trainer_bridge.hf import build_model, load_for_inference  # deferred: torch
+        from trainer_bridge.checkpoint.run_model import build_model
+        from trainer_bridge.hf import load_for_inference
+        from trainer_bridge.model.generate import SamplingConfig, generate
 
         sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                   top_k=args.top_k, top_p=args.top_p, seed=args.seed)

@@ -1,8 +1,9 @@
 """`corpusmill`: one entry point; each area registers its subcommands from its own module.
 
-Every command ends in an exit code and, on failure, one line on stderr: 2 a setting that cannot work (named),
-5 a file the command cannot write (read-only run directory, full disk), 130 interrupted (Ctrl-C; a re-run
-resumes); ``cli/prepare.py`` adds 3 and 4 for the pipelines. ``-v`` lets Beam's and the libraries' INFO and
+Every command ends in an exit code of ``runio.errors.ExitCode`` and, on failure, one line on stderr: ``main``
+is the one handler that maps an error to its code and line (2 a setting that cannot work, named; 5 a file the
+command cannot write: read-only run directory, full disk; 130 interrupted, Ctrl-C, a re-run resumes; a
+``CorpusmillError`` its own code); ``cli/prepare.py`` classifies a failed run by the chain of its causes. ``-v`` lets Beam's and the libraries' INFO and
 WARNING lines through (off by default, so progress and summaries are readable).
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ import warnings
 
 from beamio.config_base import ConfigError
 from beamio.logs import VERBOSE_ENV, quiet_logging
+from runio.errors import CorpusmillError, ExitCode
 from transforms.base import StepConfigError
 
 COMMAND_MODULES = (
@@ -33,7 +35,6 @@ COMMAND_MODULES = (
 # Commands parsed with their own module alone (a light path of theirs then imports neither Beam nor the other
 # commands' modules; every other command, and `corpusmill --help`, registers them all).
 SINGLE_MODULE_COMMANDS = {"dedup": "cli.dedup"}
-EXIT_FAILED, EXIT_INTERRUPTED = 5, 130
 VERBOSE_FLAGS = ("-v", "--verbose")
 # Errors of the file system a command writes to: said in one line, exit 5 (never a traceback).
 WRITE_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
@@ -105,21 +106,24 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.handler(args) or 0)
     except (ConfigError, StepConfigError) as err:  # a setting that cannot work, named: exit 2, one message
         print(f"corpusmill {args.command}: {err}", file=sys.stderr)
-        return 2
+        return ExitCode.CONFIG
+    except CorpusmillError as err:  # an expected failure that carries its code: one line
+        print(f"corpusmill {args.command}: {err}", file=sys.stderr)
+        return err.exit_code
     except BrokenPipeError:  # the reader of stdout left (`corpusmill inspect ... | head`): stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # what is still buffered must not fail again at exit
-        return 141  # as a shell reports a process killed by SIGPIPE
+        return ExitCode.BROKEN_PIPE
     except OSError as err:
         line = _write_error(err)
         if line is None:
             raise
         print(f"corpusmill {args.command}: {line}", file=sys.stderr)
-        return EXIT_FAILED
+        return ExitCode.FAILED
     except KeyboardInterrupt as err:
         code = getattr(err, "code", None)  # the trainer's TrainInterrupted: its line was said already
         if not isinstance(code, int):
-            code = EXIT_INTERRUPTED
+            code = ExitCode.INTERRUPTED
             print(f"corpusmill {args.command}: interrupted; run the same command again to resume (completed "
                   f"stages and checkpoints are kept)", file=sys.stderr)
         sys.stdout.flush()

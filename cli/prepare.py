@@ -1,8 +1,9 @@
 """`corpusmill prepare`, `corpusmill refresh` and `corpusmill run`.
 
 A failure is classified by the type of the exception that caused it (``failure``), never by its wording:
-a ConfigError anywhere in the chain of causes exits 2, an AccountingError 3, a StageFailed its code (4, or the
-train stage's own exit code 2–5 with the trainer's reason: ``train stage failed (exit N): …``), anything else 5
+a ConfigError anywhere in the chain of causes exits 2, an AccountingError 65 (``ExitCode.ACCOUNTING``: no other
+failure has it, so the data is known not to be trusted), a StageFailed its code (4, or the train stage's own
+exit code 2–5 with the trainer's reason: ``train stage failed (exit N): …``), anything else 5
 with one line on stderr and the traceback in the run's ``logs/error.log``. Success (0) includes an empty
 result (no document survived: the manifest says ``"empty": true``); Ctrl-C exits 130 (``cli/main.py``).
 A successful command ends with one summary line. ``refresh`` started outside every ``train.schedule`` window
@@ -18,11 +19,11 @@ from pipelines.config import ConfigError, load_config
 from pipelines.prepare import AccountingError
 from pipelines.run import ALL_STAGES, DATA_STAGES, StageFailed, run_stages, summary_line
 from report import build_report
+from runio.errors import ExitCode
 from runio.files import write_atomic
 from runio.layout import RunPaths
-from trainer_bridge.schedule import SystemClock, refresh_gate
+from trainer_bridge.loop.schedule import SystemClock, refresh_gate
 
-EXIT_CONFIG, EXIT_ACCOUNTING, EXIT_STAGE, EXIT_FAILED = 2, 3, 4, 5
 TRACEBACK_HEADER = "Traceback (most recent call last):"
 
 
@@ -87,7 +88,7 @@ def _run(args: argparse.Namespace, stages: tuple[str, ...], against: tuple[str, 
         code, reason = failure(err)
         if not isinstance(reason, str):
             raise reason from None  # the entry point prints configuration errors, the same for every command
-        if code == EXIT_FAILED and not _stage_failed(err):
+        if code == ExitCode.FAILED and not _stage_failed(err):
             log_path = _write_error_log(paths, err)
             # Writers abandoned by the failed pipeline fail again when collected at exit; the cause is reported.
             sys.unraisablehook = lambda unraisable: None
@@ -118,16 +119,16 @@ def _stage_failed(err: BaseException) -> bool:
 
 def failure(err: BaseException):
     """(exit code, reason) of a failed run: a ConfigError (code 2; the reason is the error itself),
-    AccountingError (3) or StageFailed (its code: 4, or the train stage's exit code) anywhere in the chain of
+    AccountingError (65) or StageFailed (its code: 4, or the train stage's exit code) anywhere in the chain of
     causes, else code 5 with ``failure_reason``. The reason is a string except for a ConfigError."""
     for cause in _causes(err):
         if isinstance(cause, ConfigError):
-            return EXIT_CONFIG, cause
+            return ExitCode.CONFIG, cause
         if isinstance(cause, AccountingError):
-            return EXIT_ACCOUNTING, str(cause)
+            return ExitCode.ACCOUNTING, str(cause)
         if isinstance(cause, StageFailed):
-            return getattr(cause, "code", EXIT_STAGE), str(cause)
-    return EXIT_FAILED, failure_reason(err)
+            return getattr(cause, "code", ExitCode.REFUSED), str(cause)
+    return ExitCode.FAILED, failure_reason(err)
 
 
 def failure_reason(err: BaseException) -> str:

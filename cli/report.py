@@ -7,7 +7,7 @@ from pathlib import Path
 
 from report import ReportConfig, build_report
 from runio.layout import RunPaths
-from trainer_bridge.alerts import request_resume
+from trainer_bridge.observe.alerts import request_resume
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ sweep resumes where it stopped: finished trials (complete or pruned) are never r
 ``RUNNING`` by a killed process is marked failed (the sweep holds ``<run>/sweep/.lock`` while it runs, so no
 live process can own it) and its budget is given to a new trial.
 
-Each trial is a real training run through the trainer's public API (``trainer_bridge.train.train`` in this
+Each trial is a real training run through the trainer's public API (``trainer_bridge.loop.train.train`` in this
 process when the mesh has one rank, ``trainer_bridge.launch.run_training`` through torchrun otherwise) in its
 own run directory ``<run>/sweep/trials/NNNN/`` whose ``shards`` (and ``tokenizer``) link to the run's: its own
 ``train/metrics.jsonl``, checkpoints and TensorBoard. ``--parallel K`` starts K worker processes that share the
@@ -139,8 +139,8 @@ def train_one(cfg: RunConfig, paths: RunPaths, on_val: Callable[[int, float], No
     the run, from its metrics.jsonl). Returns (val losses by completed steps, tokens seen)."""
     if cfg.train.mesh.world_size == 1:
         # deferred: the trainer's modules import torch
-        from trainer_bridge.device import init_runtime, shutdown
-        from trainer_bridge.train import TrainHooks, train  # deferred: torch
+        from trainer_bridge.loop.train import TrainHooks, train
+        from trainer_bridge.parallel.device import init_runtime, shutdown
 
         seen: dict[int, float] = {}
         tokens = {"seen": 0}

@@ -45,12 +45,12 @@ from pipelines.prepare import base_manifest, previously_processed, run_clean, ru
 from pipelines.rundir import clear_outputs, read_manifest, remove_stale_temporaries
 from pipelines.steps import StepContext, check_steps
 from runio.cost import StageMeter, record_stage
+from runio.errors import ExitCode
 from runio.files import is_uri, read_json, read_jsonl, sha256_bytes, sha256_file, write_atomic, write_json
 from runio.layout import RunPaths
 from runio.pushgateway import push_cost, push_pipeline_stats
 from tokenizer.train import check_tokenizer
-from trainer_bridge.launch import run_training
-from trainer_bridge.outcomes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REFUSED
+from trainer_bridge.outcomes import TRAIN_FAILURE_CODES
 from transforms.pii import engine_description
 
 DATA_STAGES = ("clean", "shards")
@@ -61,9 +61,6 @@ SPEED_ONLY_KEYS = ("packing.encode_batch_docs", "packing.encode_batch_bytes", "t
                    "train.schedule.windows", "train.schedule.timezone", "train.schedule.outside",
                    "train.checkpoint.tiers")
 EMPTY_REASON = "no document survived cleaning"
-# `corpusmill train`'s exit codes for an expected failure (config, stopped by the guards, refused, not writable):
-# `run` ends with the same code and the trainer's reason in one line.
-TRAIN_EXIT_CODES = (2, 3, 4, 5)
 
 
 class StageFailed(RuntimeError):
@@ -306,7 +303,7 @@ def _train_stage(run: StageRun) -> dict:
 
     said: list[str] = []
     code = run_training(run.cfg, from_scratch=run.from_scratch, outcome=said.append)
-    if code in TRAIN_EXIT_CODES:  # the trainer's one line, as `corpusmill train` would end, naming the stage
+    if code in TRAIN_FAILURE_CODES:  # the trainer's one line, as `corpusmill train` would end, naming the stage
         raise StageFailed(f"train stage failed (exit {code}): {said[-1] if said else 'see the output above'}",
                           code=code)
     if code != 0:
@@ -628,7 +625,7 @@ def record_training(cfg: RunConfig, code: int) -> None:
     interrupted, failed) leaves neither recorded. A refusal before training (exit 2, 4, 5: nothing trained, train/
     as it was) changes nothing."""
     paths = RunPaths.of(cfg)
-    if code in (EXIT_CONFIG, EXIT_REFUSED, EXIT_FAILED) or not paths.manifest.is_file():
+    if code in (ExitCode.CONFIG, ExitCode.REFUSED, ExitCode.FAILED) or not paths.manifest.is_file():
         return
     with run_lock(paths):
         manifest = read_manifest(paths)
@@ -637,7 +634,7 @@ def record_training(cfg: RunConfig, code: int) -> None:
             return
         expected = expected_fingerprints(cfg, paths, manifest)
         records.pop("report", None)
-        if code == EXIT_OK:
+        if code == ExitCode.OK:
             records["train"] = expected["train"]
         else:
             records.pop("train", None)
@@ -651,7 +648,7 @@ def _clear_skipped(stage: str, paths: RunPaths, log: Callable[[str], None]) -> N
     (only --overwrite deletes one, in ``plan_changes``)."""
     if stage == "train" and _has_training(paths):
         # deferred: the checkpoint module imports torch, which only a run that trains needs
-        from trainer_bridge.checkpoint import set_aside
+        from trainer_bridge.checkpoint.store import set_aside
 
         log(f"train: the previous checkpoints and training logs were moved to {set_aside(paths)}")
     clear_outputs(STAGE_OUTPUTS[stage](paths) if stage != "train" else (paths.train_config,))
@@ -662,7 +659,7 @@ def _stage_gpus(cfg: RunConfig, stage: str) -> int:
     if stage != "train":
         return 0
     # deferred: imports torch, which only a run that trains needs
-    from trainer_bridge.device import resolve_device_type
+    from trainer_bridge.parallel.device import resolve_device_type
 
     try:
         return cfg.train.mesh.world_size if resolve_device_type(cfg.train.device) != "cpu" else 0

@@ -2,7 +2,7 @@
 
 On the ground floor so that the cleaning side (``pipelines/``) and the training side (``trainer_bridge/``) may
 both import it without importing each other. The trainer's own live series are served by
-``trainer_bridge.monitoring``; metric names are listed in ``configs/monitoring/`` (the Grafana dashboard and the
+``trainer_bridge.observe.monitoring``; metric names are listed in ``configs/monitoring/`` (the Grafana dashboard and the
 alert rules read them). Imports ``prometheus_client`` only when called.
 """
 from __future__ import annotations

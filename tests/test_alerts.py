@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from pydantic import ValidationError
 
-from trainer_bridge.alerts import (AlertMonitor, AlertsConfig, RuleState, mark_paused, most_severe, request_resume,
+from trainer_bridge.observe.alerts import (AlertMonitor, AlertsConfig, RuleState, mark_paused, most_severe, request_resume,
                                    resume_requested, wait_for_resume)
 
 ONLY = {rule: {"enabled": False} for rule in ("nan", "loss_spike", "throughput_drop", "data_wait", "gpu_temperature")}
@@ -192,7 +192,7 @@ def test_pause_waits_for_resume_signal_and_cli(tmp_path):
 
 
 def test_respond_checkpoints_then_pauses_or_stops(tmp_path):
-    from trainer_bridge.alerts import ACTION_CODES, action_code, respond
+    from trainer_bridge.observe.alerts import ACTION_CODES, action_code, respond
 
     saved, said = [], []
     assert not respond(ACTION_CODES["warn"], run_dir=tmp_path, checkpoint=lambda: saved.append(1), say=said.append)

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from cli.prepare import EXIT_ACCOUNTING, EXIT_CONFIG, EXIT_FAILED, EXIT_STAGE, failure
+from cli.prepare import failure
+from runio.errors import ExitCode
 from pipelines.config import ConfigError, InputConfig, load_config, load_section, param_overrides
 from pipelines.prepare import AccountingError
 from beamio.read import Quarantined, iter_records, read_file
@@ -78,21 +79,21 @@ def test_failures_are_classified_by_exception_type():
             return err
 
     code, cause = failure(raised(ConfigError("quality.model: m.bin does not exist"), RuntimeError("wrapped")))
-    assert code == EXIT_CONFIG and isinstance(cause, ConfigError) and str(cause).startswith("quality.model")
+    assert code == ExitCode.CONFIG and isinstance(cause, ConfigError) and str(cause).startswith("quality.model")
     # an error raised while handling a ConfigError is not a configuration error
-    assert failure(raised(ConfigError("x.y: bad"), RuntimeError("cleanup failed"), explicit=False))[0] == EXIT_FAILED
-    assert failure(AccountingError("accounting does not balance"))[0] == EXIT_ACCOUNTING
-    assert failure(StageFailed("training failed"))[0] == EXIT_STAGE
+    assert failure(raised(ConfigError("x.y: bad"), RuntimeError("cleanup failed"), explicit=False))[0] == ExitCode.FAILED
+    assert failure(AccountingError("accounting does not balance"))[0] == ExitCode.ACCOUNTING
+    assert failure(StageFailed("training failed"))[0] == ExitCode.REFUSED
     # the in-process runner re-raises a worker's exception, with the step's name, while handling it
     code, reason = failure(raised(OSError(27, "File too large", "/r/docs/x.parquet"),
                                   RuntimeError("OSError: [Errno 27] File too large [while running 'WriteDocs']"),
                                   explicit=False))
-    assert (code, reason) == (EXIT_FAILED, "OSError: File too large (/r/docs/x.parquet)")
+    assert (code, reason) == (ExitCode.FAILED, "OSError: File too large (/r/docs/x.parquet)")
     # a worker in another process reports its exception only as the text of its traceback
     remote = RuntimeError('Pipeline failed\nTraceback (most recent call last):\n  File "x.py", line 1, in f\n'
                           '    write()\nRuntimeError: OSError: [Errno 28] No space left on device '
                           "[while running 'WriteDocs']\n")
-    assert failure(remote) == (EXIT_FAILED, "OSError: [Errno 28] No space left on device [while running 'WriteDocs']")
+    assert failure(remote) == (ExitCode.FAILED, "OSError: [Errno 28] No space left on device [while running 'WriteDocs']")
     assert failure(ValueError("bad value\nmore"))[1] == "ValueError: bad value"
     assert failure(MemoryError())[1] == "MemoryError"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer_bridge import device as devices
+from trainer_bridge.parallel import device as devices
 from trainer_bridge.config import TrainConfig
 
 

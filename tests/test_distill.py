@@ -17,11 +17,11 @@ sys.path.insert(0, str(REPO / "tests" / "dist"))
 from scenario_configs import base_config, run_with_shards  # noqa: E402
 
 from trainer_bridge.config import DistillConfig, ModelConfig, TrainConfig  # noqa: E402
-from trainer_bridge.data import IGNORE_INDEX  # noqa: E402
-from trainer_bridge.distill import Distiller, kl_sum, load_teacher  # noqa: E402
+from trainer_bridge.loop.data import IGNORE_INDEX  # noqa: E402
+from trainer_bridge.loop.distill import Distiller, kl_sum, load_teacher  # noqa: E402
 from trainer_bridge.outcomes import TrainConfigError  # noqa: E402
-from trainer_bridge.synthetic import write_synthetic_shards  # noqa: E402
-from trainer_bridge.train import Trainer  # noqa: E402
+from trainer_bridge.loop.synthetic import write_synthetic_shards  # noqa: E402
+from trainer_bridge.loop.train import Trainer  # noqa: E402
 
 
 def hand_kl(student, teacher, labels, temperature) -> float:

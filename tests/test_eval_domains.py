@@ -14,8 +14,8 @@ sys.path.insert(0, str(REPO / "tests" / "dist"))
 from scenario_configs import DOMAINS, EVAL, base_config, make_domain_run  # noqa: E402
 
 from runio.files import read_jsonl  # noqa: E402
-from trainer_bridge.checkpoint import BEST, LATEST, best_checkpoint, prune_checkpoints, read_checkpoint_json  # noqa: E402
-from trainer_bridge.train import train  # noqa: E402
+from trainer_bridge.checkpoint.store import BEST, LATEST, best_checkpoint, prune_checkpoints, read_checkpoint_json  # noqa: E402
+from trainer_bridge.loop.train import train  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +40,9 @@ def test_validation_loss_per_domain(trained):
 def test_samples_are_greedy_continuations_of_the_fixed_prompts(trained):
     from tokenizers import Tokenizer
 
-    from trainer_bridge.generate import SamplingConfig, generate
-    from trainer_bridge.hf import build_model, load_for_inference
+    from trainer_bridge.model.generate import SamplingConfig, generate
+    from trainer_bridge.checkpoint.run_model import build_model
+    from trainer_bridge.hf import load_for_inference
 
     paths, _ = trained
     samples = read_jsonl(paths.samples_jsonl)
@@ -78,7 +79,7 @@ def test_retention_keeps_the_best_checkpoint(tmp_path):
 
 
 def test_domains_off_without_docs(tmp_path, capsys):
-    from trainer_bridge.synthetic import write_synthetic_shards
+    from trainer_bridge.loop.synthetic import write_synthetic_shards
 
     from scenario_configs import run_with_shards
 

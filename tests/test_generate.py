@@ -16,9 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_hf_export import demo_run_at, run_cli  # noqa: E402
 
 from trainer_bridge.config import ModelConfig  # noqa: E402
-from trainer_bridge.generate import SamplingConfig, generate, next_token_scores  # noqa: E402
-from trainer_bridge.model import Transformer  # noqa: E402
-from trainer_bridge.parallelize import materialize  # noqa: E402
+from trainer_bridge.model.generate import SamplingConfig, generate, next_token_scores  # noqa: E402
+from trainer_bridge.model.transformer import Transformer  # noqa: E402
+from trainer_bridge.parallel.parallelize import materialize  # noqa: E402
 
 GREEDY = SamplingConfig(max_new_tokens=12, temperature=0.0)
 
@@ -195,7 +195,7 @@ def test_cli_says_which_checkpoint_it_used_and_which_it_passed_over(demo_export,
     import shutil
 
     from runio.layout import RunPaths
-    from trainer_bridge.checkpoint import step_dir_name
+    from trainer_bridge.checkpoint.store import step_dir_name
 
     demo, _ = demo_export
     copy = RunPaths(tmp_path / "run")

@@ -27,7 +27,8 @@ from scenario_configs import base_config  # noqa: E402
 
 from runio.layout import RunPaths  # noqa: E402
 from trainer_bridge import hf  # noqa: E402
-from trainer_bridge.checkpoint import LATEST, checkpoint_candidates, step_dir_name  # noqa: E402
+from trainer_bridge.checkpoint import run_model  # noqa: E402
+from trainer_bridge.checkpoint.store import BEST, LATEST, checkpoint_candidates, step_dir_name  # noqa: E402
 
 SEQ_LEN, VOCAB, N_DOCS, STEPS = 128, 512, 240, 12
 
@@ -57,7 +58,7 @@ def build_shards_for(run: RunPaths, docs: list[dict], tokenizer_path: str | None
 def train_run(run: RunPaths, overrides: dict) -> None:
     """Train in this process; ``train/train_config.json`` is the unresolved config, as ``corpusmill train``
     writes it (vocab_size and max_seq_len null: export resolves them from the shards)."""
-    from trainer_bridge.train import train
+    from trainer_bridge.loop.train import train
 
     cfg = base_config({"model": {"n_layers": 2}, "steps": STEPS, "checkpoint": {"interval": 4, "keep_last": 3},
                        "eval": {"interval": 4, "max_rows": 8}, **overrides})
@@ -107,7 +108,7 @@ def shard_rows(paths: RunPaths, split: str = "train"):
 
 def project_logits(model, rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The training forward pass on collated rows: logits, position ids, segment ids."""
-    from trainer_bridge.data import collate
+    from trainer_bridge.loop.data import collate
 
     batch = collate([(t, l) for t, l, _ in rows], list(range(len(rows))), seq_len=SEQ_LEN)
     with torch.no_grad():
@@ -130,8 +131,8 @@ def compare_with_transformers(hf_dir: Path, project_model, rows) -> float:
 
 
 def newest_model(paths: RunPaths):
-    checkpoint = hf.find_checkpoint(paths)
-    return hf.build_model(hf.checkpoint_model_config(paths, checkpoint), hf.load_model_state(checkpoint))
+    checkpoint = run_model.find_checkpoint(paths)
+    return run_model.build_model(run_model.checkpoint_model_config(paths, checkpoint), run_model.load_model_state(checkpoint))
 
 
 # -- the bars ---------------------------------------------------------------------------------------------
@@ -226,19 +227,19 @@ def test_sharded_safetensors_load_to_the_same_logits(demo, exported, tmp_path):
 def test_step_best_and_damaged_checkpoints(demo, tmp_path, capsys):
     copy = RunPaths(tmp_path / "run")
     shutil.copytree(demo.paths.root, copy.root)
-    steps = [hf.step_of(p) for p in checkpoint_candidates(copy.checkpoints)]
+    steps = [run_model.step_of(p) for p in checkpoint_candidates(copy.checkpoints)]
     assert steps == [12, 8, 4]
-    assert hf.find_checkpoint(copy).name == step_dir_name(12)
-    assert hf.find_checkpoint(copy, step=8).name == step_dir_name(8)
+    assert run_model.find_checkpoint(copy).name == step_dir_name(12)
+    assert run_model.find_checkpoint(copy, step=8).name == step_dir_name(8)
     with pytest.raises(FileNotFoundError, match="available"):
-        hf.find_checkpoint(copy, step=5)
+        run_model.find_checkpoint(copy, step=5)
     # best: the lowest validation loss among retained checkpoints (metrics.jsonl), or the trainer's pointer
     records = [json.loads(line) for line in copy.metrics_jsonl.read_text().splitlines()]
     val = {r["step"] + 1: r["val_loss"] for r in records if "val_loss" in r}
     want = min((v, -s) for s, v in val.items() if s in steps)
-    assert hf.step_of(hf.find_checkpoint(copy, best=True)) == -want[1]
-    (copy.checkpoints / hf.BEST).write_text(step_dir_name(4) + "\n")
-    assert hf.find_checkpoint(copy, best=True).name == step_dir_name(4)
+    assert run_model.step_of(run_model.find_checkpoint(copy, best=True)) == -want[1]
+    (copy.checkpoints / BEST).write_text(step_dir_name(4) + "\n")
+    assert run_model.find_checkpoint(copy, best=True).name == step_dir_name(4)
     # a damaged newest checkpoint is skipped, said in one plain line naming it and the one used (not a Python
     # warning); exporting it by --step is refused
     newest = copy.checkpoints / step_dir_name(12)
@@ -247,7 +248,7 @@ def test_step_best_and_damaged_checkpoints(demo, tmp_path, capsys):
     data[len(data) // 2] ^= 0xFF
     victim.write_bytes(bytes(data))
     said: list[str] = []
-    assert hf.find_checkpoint(copy, say=said.append).name == step_dir_name(8)
+    assert run_model.find_checkpoint(copy, say=said.append).name == step_dir_name(8)
     assert said == [f"checkpoint {step_dir_name(12)} is damaged ({victim.name} does not match its checksum); using "
                     f"{step_dir_name(8)}, the newest sound one"]
     capsys.readouterr()
@@ -260,7 +261,7 @@ def test_step_best_and_damaged_checkpoints(demo, tmp_path, capsys):
     assert run_cli("export", str(copy.root), "--out", str(tmp_path / "s4"), "--step", "4") == 0
     from safetensors.torch import load_file
 
-    state = hf.load_model_state(copy.checkpoints / step_dir_name(4))
+    state = run_model.load_model_state(copy.checkpoints / step_dir_name(4))
     exported = load_file(str(tmp_path / "s4" / "model.safetensors"))
     assert torch.equal(exported["model.norm.weight"], state["norm.weight"])
     assert (copy.checkpoints / LATEST).read_text().strip() == step_dir_name(12)
@@ -291,8 +292,8 @@ def test_tied_gqa_llama3_run_with_bos_exports_exactly(demo, tmp_path):
 
 
 def test_refuses_a_model_that_does_not_map_and_a_used_out_dir(demo, tmp_path):
-    cfg = hf.checkpoint_model_config(demo.paths, hf.find_checkpoint(demo.paths))
-    state = dict(hf.load_model_state(hf.find_checkpoint(demo.paths)))
+    cfg = run_model.checkpoint_model_config(demo.paths, run_model.find_checkpoint(demo.paths))
+    state = dict(run_model.load_model_state(run_model.find_checkpoint(demo.paths)))
     state["layers.0.feed_forward.experts.w1"] = torch.zeros(2, 2)  # an MoE-style parameter
     with pytest.raises(hf.ConversionError, match="no LlamaForCausalLM equivalent.*experts"):
         hf.to_hf_state_dict(state, cfg)

@@ -27,6 +27,7 @@ from test_hf_export import (  # noqa: E402
 
 from runio.layout import RunPaths  # noqa: E402
 from trainer_bridge import hf  # noqa: E402
+from trainer_bridge.checkpoint import run_model  # noqa: E402
 
 
 SHAPES = {
@@ -89,7 +90,7 @@ def inputs(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tor
 
 def project_from(source) -> torch.nn.Module:
     loaded = hf.load_for_inference(source)
-    return hf.build_model(loaded.config, loaded.state)
+    return run_model.build_model(loaded.config, loaded.state)
 
 
 @pytest.fixture(params=sorted(SHAPES))
@@ -118,7 +119,7 @@ def test_imported_model_computes_transformers_logits(imported):
     # and the rope scaling matters here: without it the logits differ (the comparison above can fail)
     cfg = ours_model.cfg
     if cfg.rope_scaling != "none":
-        plain = hf.build_model(cfg.model_copy(update={"rope_scaling": "none"}), hf.load_for_inference(out).state)
+        plain = run_model.build_model(cfg.model_copy(update={"rope_scaling": "none"}), hf.load_for_inference(out).state)
         with torch.no_grad():
             assert float((plain(tokens, positions, segments) - theirs).abs().max()) > 1e-3
 
@@ -193,7 +194,7 @@ def test_what_does_not_map_is_refused_by_name(tmp_path, capsys):
 def test_continued_pretraining_of_an_imported_model(tmp_path, tmp_path_factory):
     """Import → shards of the demo corpus with the model's own tokenizer → 20 steps → export → transformers."""
     from tokenizer.shards import read_manifest
-    from trainer_bridge.train import Trainer
+    from trainer_bridge.loop.train import Trainer
 
     demo = demo_run_at(tmp_path_factory)
     vocab = read_manifest(str(demo.paths.shards))["vocab_size"]
@@ -231,8 +232,8 @@ def test_continued_pretraining_of_an_imported_model(tmp_path, tmp_path_factory):
     out = tmp_path / "continued"
     assert run_cli("export", str(run.root), "--out", str(out)) == 0
     rows = shard_rows(run, "val")[:4]
-    checkpoint = hf.find_checkpoint(run)
-    trained = hf.build_model(hf.checkpoint_model_config(run, checkpoint), hf.load_model_state(checkpoint))
+    checkpoint = run_model.find_checkpoint(run)
+    trained = run_model.build_model(run_model.checkpoint_model_config(run, checkpoint), run_model.load_model_state(checkpoint))
     assert compare_with_transformers(out, trained, rows) < 1e-4
     assert not torch.equal(trained.output.weight, source.lm_head.weight)  # it did train
     card = (out / "README.md").read_text()  # trained here after the import: its own steps, not an import's card
@@ -247,7 +248,7 @@ def test_initial_weights_check_the_tokenizer_and_the_config(tmp_path, tmp_path_f
     hf_llama(src, 4, 2, False, {"rope_type": "default", "rope_theta": 10000.0})
     write_tokenizer(src)
     loaded = hf.load_for_inference("hf:" + str(src))
-    model = hf.build_model(loaded.config, loaded.state)
+    model = run_model.build_model(loaded.config, loaded.state)
     manifest = json.loads((demo.paths.shards / "manifest.json").read_text())
     with pytest.raises(hf.ConversionError, match="tokenizer sha256"):
         hf.load_initial_weights("hf:" + str(src), [model], loaded.config,
@@ -257,7 +258,7 @@ def test_initial_weights_check_the_tokenizer_and_the_config(tmp_path, tmp_path_f
     with pytest.raises(hf.ConversionError, match="n_layers"):
         hf.load_initial_weights("hf:" + str(src), [model], loaded.config.model_copy(update={"n_layers": 3}))
     # a pipeline stage (some layers only) takes its own parameters
-    from trainer_bridge.model import Transformer
+    from trainer_bridge.model.transformer import Transformer
 
     with torch.device("meta"):
         stage = Transformer(loaded.config)
@@ -267,7 +268,7 @@ def test_initial_weights_check_the_tokenizer_and_the_config(tmp_path, tmp_path_f
     hf.load_initial_weights("hf:" + str(src), [stage], loaded.config)
     assert torch.equal(stage.layers["0"].attention.wv.weight, loaded.state["layers.0.attention.wv.weight"])
     # a whole model wrapped for activation checkpointing, as the trainer builds it
-    from trainer_bridge.parallelize import apply_activation_checkpointing, materialize
+    from trainer_bridge.parallel.parallelize import apply_activation_checkpointing, materialize
 
     with torch.device("meta"):
         wrapped = Transformer(loaded.config)

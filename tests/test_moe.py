@@ -24,9 +24,10 @@ from moe_scenarios import MOE, MOE_DROP, TWO_RANK, run_moe  # noqa: E402
 
 from runio.layout import RunPaths  # noqa: E402
 from trainer_bridge.config import ModelConfig, TrainConfig  # noqa: E402
-from trainer_bridge.metrics import FlopCounter  # noqa: E402
-from trainer_bridge.moe import MoE, active_parameters  # noqa: E402
-from trainer_bridge.synthetic import write_synthetic_shards  # noqa: E402
+from trainer_bridge.observe.metrics import FlopCounter  # noqa: E402
+from trainer_bridge.model.moe import MoE  # noqa: E402
+from trainer_bridge.model.transformer import active_parameters  # noqa: E402
+from trainer_bridge.loop.synthetic import write_synthetic_shards  # noqa: E402
 
 TOLERANCE = 1e-5
 REFERENCE_OF = {"moe_ep2": "moe", "moe_ep2_cf1": "moe_cf1", "moe_fsdp2_cf1": "moe_cf1"}

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from runio.layout import RunPaths
 from runio.pushgateway import pipeline_registry, push_pipeline_stats
-from trainer_bridge.monitoring import MonitoringConfig, TrainingMonitor
+from trainer_bridge.observe.monitoring import MonitoringConfig, TrainingMonitor
 
 REPO = Path(__file__).resolve().parents[1]
 MONITORING = REPO / "configs" / "monitoring"
@@ -215,7 +215,7 @@ def test_endpoint_scraped_during_a_real_training_run(tmp_path):
 
     from tokenizer.shards import write_shards
     from trainer_bridge.config import TrainConfig
-    from trainer_bridge.train import TrainHooks, train
+    from trainer_bridge.loop.train import TrainHooks, train
 
     rng = np.random.default_rng(0)
     seq_len, vocab = 32, 256

@@ -397,7 +397,6 @@ def test_a_run_knows_what_corpusmill_train_did_in_its_directory(tmp_path, capsys
 def test_a_failed_train_stage_is_one_line_naming_it_with_the_trainers_exit_code(tmp_path, capsys, monkeypatch, code):
     import cli.prepare as cli_prepare
     import trainer_bridge.launch as launch
-    from pipelines import run as run_module
     from pipelines.run import StageFailed, _run_stage
     from runio.layout import RunPaths
 
@@ -410,7 +409,7 @@ def test_a_failed_train_stage_is_one_line_naming_it_with_the_trainers_exit_code(
         outcome(reasons[code])
         return code
 
-    monkeypatch.setattr(run_module, "run_training", fake_run_training)
+    monkeypatch.setattr(launch, "run_training", fake_run_training)  # run.py looks it up when the stage runs
     cfg = validate_config(_tiny_run(tmp_path, "tf"))
     with pytest.raises(StageFailed) as failed:
         _run_stage(cfg, RunPaths.of(cfg), "train", (), lambda _: None, from_scratch=True)

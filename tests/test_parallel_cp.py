@@ -25,10 +25,10 @@ from cp_scenarios import LONG_SEQ_LEN, long_config  # noqa: E402
 from scenario_configs import SampleLog, base_config, launch_scenarios, run_with_shards  # noqa: E402
 
 from trainer_bridge.config import TrainConfig  # noqa: E402
-from trainer_bridge.context_parallel import block_backward, block_forward, head_tail_indices  # noqa: E402
-from trainer_bridge.model import document_causal_mask  # noqa: E402
-from trainer_bridge.synthetic import write_synthetic_shards  # noqa: E402
-from trainer_bridge.train import train  # noqa: E402
+from trainer_bridge.parallel.context_parallel import block_backward, block_forward, head_tail_indices  # noqa: E402
+from trainer_bridge.model.transformer import document_causal_mask  # noqa: E402
+from trainer_bridge.loop.synthetic import write_synthetic_shards  # noqa: E402
+from trainer_bridge.loop.train import train  # noqa: E402
 
 TOLERANCE = 1e-5
 STEPS = range(10)
@@ -120,7 +120,7 @@ def test_head_tail_split_balances_and_partitions():
 def test_tiled_kernel_equals_sdpa_with_document_mask(monkeypatch, groups):
     """Two key blocks folded by log-sum-exp, small tiles (several per block), padding rows included: the output
     and the hand-written gradients equal SDPA's on the dense block-diagonal causal mask."""
-    import trainer_bridge.context_parallel as context_parallel
+    import trainer_bridge.parallel.context_parallel as context_parallel
 
     monkeypatch.setattr(context_parallel, "TILE", 5)  # several tile pairs per block, ragged last ones
     torch.manual_seed(0)

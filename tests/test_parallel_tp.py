@@ -25,8 +25,8 @@ sys.path.insert(0, str(REPO / "tests" / "dist"))
 from scenario_configs import SampleLog, base_config, launch_scenarios, run_with_shards  # noqa: E402
 
 from trainer_bridge.config import TrainConfig  # noqa: E402
-from trainer_bridge.synthetic import write_synthetic_shards  # noqa: E402
-from trainer_bridge.train import train  # noqa: E402
+from trainer_bridge.loop.synthetic import write_synthetic_shards  # noqa: E402
+from trainer_bridge.loop.train import train  # noqa: E402
 
 TOLERANCE = 1e-5
 STEPS = range(10)

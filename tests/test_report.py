@@ -18,8 +18,8 @@ from report.figures import pipeline_edges
 from runio.files import append_jsonl
 from runio.cost import CostConfig, record_stage
 from runio.layout import RunPaths
-from trainer_bridge.alerts import AlertMonitor, AlertsConfig
-from trainer_bridge.metrics import MetricsLog
+from trainer_bridge.observe.alerts import AlertMonitor, AlertsConfig
+from trainer_bridge.observe.metrics import MetricsLog
 
 DOMAINS = ("austen", "gcide", "reviews_zh")
 SAMPLE_PROMPTS = ("The", "In the beginning")

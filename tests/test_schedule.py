@@ -1,4 +1,4 @@
-"""Schedule windows (trainer_bridge/schedule.py): the windows' arithmetic, and a run that pauses with a
+"""Schedule windows (trainer_bridge/loop/schedule.py): the windows' arithmetic, and a run that pauses with a
 checkpoint when its window closes and goes on at the next one with the losses of an uninterrupted run, also
 across a restart during the pause. An injected clock: no test sleeps."""
 from __future__ import annotations
@@ -15,9 +15,9 @@ sys.path.insert(0, str(Path(__file__).parent / "dist"))
 from scenario_configs import base_config, run_with_shards  # noqa: E402
 
 from trainer_bridge.config import TrainConfig  # noqa: E402
-from trainer_bridge.schedule import Schedule, ScheduleConfig, wait_for_window  # noqa: E402
-from trainer_bridge.synthetic import write_synthetic_shards  # noqa: E402
-from trainer_bridge.train import TrainHooks, train  # noqa: E402
+from trainer_bridge.loop.schedule import Schedule, ScheduleConfig, wait_for_window  # noqa: E402
+from trainer_bridge.loop.synthetic import write_synthetic_shards  # noqa: E402
+from trainer_bridge.loop.train import TrainHooks, train  # noqa: E402
 
 
 def at(text: str, zone=timezone.utc) -> float:
@@ -127,7 +127,8 @@ def test_a_run_pauses_at_the_window_end_and_resumes_bit_identically(shards, tmp_
 
 
 def test_refresh_waits_or_exits_outside_the_windows(tmp_path, capsys):
-    from trainer_bridge.schedule import EXIT_OUTSIDE_WINDOW, refresh_gate
+    from runio.errors import ExitCode
+    from trainer_bridge.loop.schedule import refresh_gate
 
     said = []
     cfg = ScheduleConfig(windows=["22:00-07:00"])
@@ -137,7 +138,7 @@ def test_refresh_waits_or_exits_outside_the_windows(tmp_path, capsys):
     assert refresh_gate(cfg.model_copy(update={"outside": "exit"}), FakeClock(at("2026-12-02 22:30")),
                         said.append) is None  # inside: runs
     assert refresh_gate(cfg.model_copy(update={"outside": "exit"}), FakeClock(at("2026-12-02 12:00")),
-                        said.append) == EXIT_OUTSIDE_WINDOW == 75
+                        said.append) == ExitCode.OUTSIDE_WINDOW == 75
 
     # the command: a window six hours from now, outside: exit → 75 and one line, before any stage starts
     import time

@@ -19,7 +19,7 @@ import polars as pl  # noqa: E402
 
 from tokenizer.docs import write_docs_parquet  # noqa: E402
 from tokenizer.shards import ShardReader  # noqa: E402
-from trainer_bridge.synthetic import write_synthetic_shards  # noqa: E402
+from trainer_bridge.loop.synthetic import write_synthetic_shards  # noqa: E402
 
 
 @pytest.fixture(scope="module")

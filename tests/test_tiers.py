@@ -1,4 +1,4 @@
-"""Tiered checkpoints (trainer_bridge/tiers.py): a durable tier filled in the background, checked after copy;
+"""Tiered checkpoints (trainer_bridge/checkpoint/tiers.py): a durable tier filled in the background, checked after copy;
 restore from it when the fast tier is lost, and from the previous sound copy when the newest is damaged."""
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ sys.path.insert(0, str(Path(__file__).parent / "dist"))
 from scenario_configs import base_config, run_with_shards  # noqa: E402
 
 from runio.layout import RunPaths  # noqa: E402
-from trainer_bridge.checkpoint import CHECKSUMS, LATEST, write_checksums  # noqa: E402
+from trainer_bridge.checkpoint.store import CHECKSUMS, LATEST, write_checksums  # noqa: E402
 from trainer_bridge.config import CheckpointConfig  # noqa: E402
-from trainer_bridge.synthetic import write_synthetic_shards  # noqa: E402
-from trainer_bridge.tiers import DurableTier, TierCopyError, TierUploader  # noqa: E402
-from trainer_bridge.train import TrainHooks, Trainer, train  # noqa: E402
+from trainer_bridge.loop.synthetic import write_synthetic_shards  # noqa: E402
+from trainer_bridge.checkpoint.tiers import DurableTier, TierCopyError, TierUploader  # noqa: E402
+from trainer_bridge.loop.train import TrainHooks, Trainer, train  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -27,8 +27,8 @@ sys.path.insert(0, str(REPO / "tests" / "dist"))
 from scenario_configs import EVAL, SampleLog, base_config, make_domain_run, run_with_shards  # noqa: E402
 from train_scenarios import FOUR_RANK_EQUIVALENCE, TWO_RANK_EQUIVALENCE  # noqa: E402
 
-from trainer_bridge.synthetic import write_synthetic_shards  # noqa: E402
-from trainer_bridge.train import train  # noqa: E402
+from trainer_bridge.loop.synthetic import write_synthetic_shards  # noqa: E402
+from trainer_bridge.loop.train import train  # noqa: E402
 
 TOLERANCE = 1e-5
 
@@ -160,9 +160,10 @@ def test_distill_fsdp2_trains(workdir):
 def test_eval_per_domain_and_samples_under_fsdp2(workdir, tmp_path):
     from runio.files import read_jsonl
     from runio.layout import RunPaths
-    from trainer_bridge.checkpoint import best_checkpoint
-    from trainer_bridge.generate import SamplingConfig, generate
-    from trainer_bridge.hf import build_model, load_for_inference
+    from trainer_bridge.checkpoint.store import best_checkpoint
+    from trainer_bridge.model.generate import SamplingConfig, generate
+    from trainer_bridge.checkpoint.run_model import build_model
+    from trainer_bridge.hf import load_for_inference
 
     paths = RunPaths(workdir / "eval_fsdp2")
     single = make_domain_run(tmp_path / "single_eval")

@@ -20,8 +20,8 @@ from runio.layout import RunPaths
 from trainer_bridge.config import TrainConfig
 from trainer_bridge.launch import Rendezvous, check_world_sizes, planned_world_size, rdzv_conf, torchrun_command
 from trainer_bridge.outcomes import TrainConfigError
-from trainer_bridge.recovery import resume_kind
-from trainer_bridge.synthetic import write_synthetic_shards
+from trainer_bridge.checkpoint.recovery import resume_kind
+from trainer_bridge.loop.synthetic import write_synthetic_shards
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 20  # × 4 rows = 80 of the synthetic shards' 91: one epoch, so every sample is seen at most once
@@ -87,7 +87,7 @@ def test_a_resume_on_another_world_size_in_an_elastic_job_is_an_elastic_restart(
 
 
 def test_multi_node_workers_name_their_start_by_the_rendezvous_round(monkeypatch):
-    from trainer_bridge.device import MULTI_NODE_ENV, incarnation
+    from trainer_bridge.parallel.device import MULTI_NODE_ENV, incarnation
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("MASTER_ADDR", "node-a")
@@ -142,8 +142,8 @@ def _effective_samples(records: list[dict]) -> dict[int, list[int]]:
 
 def _reference(run_dir: RunPaths) -> tuple[dict[int, list[int]], dict[int, float]]:
     """One process, same config: the rows of each step and the losses."""
-    from trainer_bridge.device import shutdown
-    from trainer_bridge.train import TrainHooks, train
+    from trainer_bridge.parallel.device import shutdown
+    from trainer_bridge.loop.train import TrainHooks, train
 
     seen: dict[int, list[int]] = {}
     cfg = TrainConfig.model_validate(TRAIN)

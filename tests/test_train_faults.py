@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from runio.layout import RunPaths
-from trainer_bridge.synthetic import write_synthetic_shards
+from trainer_bridge.loop.synthetic import write_synthetic_shards
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = {"device": "cpu", "steps": 12, "seed": 3,

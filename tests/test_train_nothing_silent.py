@@ -46,7 +46,8 @@ from scenario_configs import run_with_shards  # noqa: E402
 
 from runio.layout import RunPaths  # noqa: E402
 from trainer_bridge import hf  # noqa: E402
-from trainer_bridge.checkpoint import (  # noqa: E402
+from trainer_bridge.checkpoint import run_model  # noqa: E402
+from trainer_bridge.checkpoint.store import (  # noqa: E402
     LATEST,
     MODEL_CONFIG_FILE,
     PROVENANCE_FILE,
@@ -58,8 +59,8 @@ from trainer_bridge.checkpoint import (  # noqa: E402
 )
 from trainer_bridge.config import TrainConfig  # noqa: E402
 from trainer_bridge.outcomes import TrainRefused  # noqa: E402
-from trainer_bridge.synthetic import write_synthetic_shards  # noqa: E402
-from trainer_bridge.train import train  # noqa: E402
+from trainer_bridge.loop.synthetic import write_synthetic_shards  # noqa: E402
+from trainer_bridge.loop.train import train  # noqa: E402
 
 TRAIN = {"device": "cpu", "steps": 4, "seed": 3,
          "model": {"dim": 32, "n_layers": 2, "n_heads": 2, "multiple_of": 16},
@@ -186,7 +187,7 @@ def test_retention_keeps_the_last_sound_checkpoint_and_records_model_and_shards(
     assert MODEL_CONFIG_FILE == hf.MODEL_CONFIG_FILE
     model = json.loads((newest / MODEL_CONFIG_FILE).read_text())
     assert model["n_layers"] == 2 and model["vocab_size"] == 64 and model["max_seq_len"] == 32
-    assert hf.checkpoint_model_config(run, newest).model_dump(mode="json") == model
+    assert run_model.checkpoint_model_config(run, newest).model_dump(mode="json") == model
     provenance = json.loads((newest / PROVENANCE_FILE).read_text())
     assert provenance["step"] == 4 and provenance["train_steps"] == 4
     assert len(provenance["shards"]["manifest_sha256"]) == 64 and provenance["shards"]["splits"]["train"]
@@ -311,7 +312,7 @@ def test_training_without_checkpoints_never_appends_to_another_runs_logs(shards,
 
 
 def test_from_scratch_sets_aside_every_training_log(tmp_path):
-    from trainer_bridge.checkpoint import set_aside
+    from trainer_bridge.checkpoint.store import set_aside
 
     paths = RunPaths(tmp_path / "run")
     fake_checkpoint(paths.checkpoints, 2)
@@ -363,7 +364,7 @@ def test_init_from_another_model_is_refused(shards, tmp_path):
 # -- the trainer verifies what it reads ----------------------------------------------------------------------
 def test_a_flipped_byte_in_a_shard_stops_the_run_naming_it(tmp_path):
     from tokenizer.shards import ShardFormatError
-    from trainer_bridge.data import open_split
+    from trainer_bridge.loop.data import open_split
 
     config_file, paths = make_run(tmp_path, "flipped")
     shard = paths.shards / "train-00000.arrow"
@@ -432,7 +433,7 @@ def test_sigint_and_sigterm_single_process_keep_the_last_checkpoint_and_resume(t
 
 
 def test_an_interrupt_during_a_save_waits_for_its_end():
-    from trainer_bridge.checkpoint import interrupts_deferred
+    from trainer_bridge.checkpoint.store import interrupts_deferred
 
     # as in `corpusmill train` (an earlier test in this session, or a library it started, may have left a handler
     # of its own on SIGINT: the deferral applies only where SIGINT raises KeyboardInterrupt)
@@ -696,7 +697,7 @@ def report_tables(path: Path) -> dict[str, list[list[str]]]:
 def test_report_agrees_with_the_console_and_tells_resume_kinds_apart(shards, tmp_path, capsys):
     from report.build import build_report
     from trainer_bridge.launch import run_training
-    from trainer_bridge.train import TrainHooks
+    from trainer_bridge.loop.train import TrainHooks
 
     run = RunPaths(tmp_path / "run")
     shutil.copytree(shards, run.shards)

@@ -18,14 +18,15 @@ sys.path.insert(0, str(REPO / "tests" / "dist"))
 from scenario_configs import SampleLog, base_config, run_with_shards  # noqa: E402
 
 from runio.layout import RunPaths  # noqa: E402
-from trainer_bridge.checkpoint import LATEST, PARTIAL_SUFFIX, SafeFileSystemReader, latest_checkpoint  # noqa: E402
+from trainer_bridge.checkpoint.store import LATEST, PARTIAL_SUFFIX, SafeFileSystemReader, latest_checkpoint  # noqa: E402
 from trainer_bridge.config import OptimizerConfig, TrainConfig  # noqa: E402
-from trainer_bridge.data import IGNORE_INDEX, SampleOrder, StepBatches, collate  # noqa: E402
-from trainer_bridge.metrics import FlopCounter, mfu  # noqa: E402
-from trainer_bridge.model import Transformer, count_parameters  # noqa: E402
-from trainer_bridge.parallelize import local_grads, materialize  # noqa: E402
-from trainer_bridge.synthetic import write_synthetic_shards  # noqa: E402
-from trainer_bridge.train import TrainHooks, TrainingStopped, learning_rate, train  # noqa: E402
+from trainer_bridge.loop.data import IGNORE_INDEX, SampleOrder, StepBatches, collate  # noqa: E402
+from trainer_bridge.observe.metrics import FlopCounter, mfu  # noqa: E402
+from trainer_bridge.model.transformer import Transformer, count_parameters  # noqa: E402
+from trainer_bridge.parallel.parallelize import local_grads, materialize  # noqa: E402
+from trainer_bridge.loop.synthetic import write_synthetic_shards  # noqa: E402
+from trainer_bridge.loop.train import TrainHooks, learning_rate, train  # noqa: E402
+from trainer_bridge.outcomes import TrainingStopped  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +226,7 @@ def test_fp16_overflow_skipped_and_scale_backs_off(shards, tmp_path):
 
 
 def test_bf16_runs_in_bf16_and_trains(shards, tmp_path):
-    from trainer_bridge.precision import compute_context
+    from trainer_bridge.parallel.precision import compute_context
 
     model = tiny_model()
     batch = collate([(np.arange(1, 33), np.array([32], dtype=np.int32))], [0], seq_len=32)
@@ -290,7 +291,7 @@ def test_activation_checkpointing_changes_memory_not_math(shards, tmp_path):
 
 
 def test_activation_checkpointing_recomputes_the_chosen_blocks(monkeypatch):
-    from trainer_bridge.parallelize import apply_activation_checkpointing
+    from trainer_bridge.parallel.parallelize import apply_activation_checkpointing
 
     silu_calls = []
     real_silu = F.silu
@@ -306,7 +307,7 @@ def test_activation_checkpointing_recomputes_the_chosen_blocks(monkeypatch):
 
 def test_spike_guard_judges_against_running_mean():
     from trainer_bridge.config import GuardConfig
-    from trainer_bridge.train import StepGuard
+    from trainer_bridge.loop.train import StepGuard
 
     guard = StepGuard(GuardConfig(spike_factor=2.0, spike_warmup_steps=3, ema_beta=0.5))
     assert guard.verdict(100.0, 1.0) is None  # no statistic yet: never a spike during warm-up
@@ -325,7 +326,7 @@ def test_spike_guard_judges_against_running_mean():
 
 def test_validation_rows_are_split_evenly_across_ranks(shards):
     from tokenizer.shards import ShardReader
-    from trainer_bridge.data import validation_batches
+    from trainer_bridge.loop.data import validation_batches
 
     source = ShardReader(str(shards), "val")
     assert len(source) >= 5
@@ -340,7 +341,7 @@ def test_validation_rows_are_split_evenly_across_ranks(shards):
 
 def test_rope_scaling_stretches_only_long_wavelengths():
     from trainer_bridge.config import ModelConfig
-    from trainer_bridge.model import rope_inverse_frequencies
+    from trainer_bridge.model.transformer import rope_inverse_frequencies
 
     base = rope_inverse_frequencies(64, ModelConfig(rope_theta=500000.0))
     linear = rope_inverse_frequencies(64, ModelConfig(rope_theta=500000.0, rope_scaling="linear", rope_scaling_factor=8))

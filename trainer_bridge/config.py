@@ -9,9 +9,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from trainer_bridge.alerts import AlertsConfig
-from trainer_bridge.monitoring import MonitoringConfig
-from trainer_bridge.schedule import ScheduleConfig
+from trainer_bridge.observe.alerts import AlertsConfig
+from trainer_bridge.observe.monitoring import MonitoringConfig
+from trainer_bridge.loop.schedule import ScheduleConfig
+from trainer_bridge.outcomes import TrainConfigError
 
 
 class _Strict(BaseModel):
@@ -38,7 +39,7 @@ class ModelConfig(_Strict):
     max_seq_len: int | None = Field(None, gt=0, description="None: the shards' seq_len")
     tie_embeddings: bool = Field(False, description="share the input embedding and the output projection")
     init_std: float = Field(0.02, gt=0, description="standard deviation of the initial weights")
-    # Mixture of Experts (trainer_bridge/moe.py); n_experts 0: a dense model.
+    # Mixture of Experts (trainer_bridge/model/moe.py); n_experts 0: a dense model.
     n_experts: int = Field(0, ge=0, description="experts per MoE layer; 0: dense feed-forward everywhere")
     top_k: int = Field(2, ge=1, description="experts per token")
     moe_every: int = Field(1, ge=1, description="layer i is an MoE layer iff i % moe_every == moe_every - 1")
@@ -231,7 +232,7 @@ class EvalConfig(_Strict):
 
 
 class DistillConfig(_Strict):
-    """Knowledge distillation (trainer_bridge/distill.py): loss = alpha · T² · KL(teacher ‖ student at temperature
+    """Knowledge distillation (trainer_bridge/loop/distill.py): loss = alpha · T² · KL(teacher ‖ student at temperature
     T) + (1 − alpha) · cross-entropy, both summed over target tokens and normalized like the training loss."""
 
     teacher: str = Field(..., min_length=1, description="a run directory (its newest sound checkpoint) or "
@@ -279,7 +280,7 @@ class TrainConfig(_Strict):
     schedule: ScheduleConfig = Field(ScheduleConfig(), description="time windows in which training may run")
     device: str = Field("auto", pattern=r"^[a-z][a-z0-9_]*$",
                         description="auto (the available accelerator, else cpu), cpu, or an accelerator type: "
-                                    "cuda (also ROCm), xpu, mps, npu, ... (trainer_bridge/device.py)")
+                                    "cuda (also ROCm), xpu, mps, npu, ... (trainer_bridge/parallel/device.py)")
     attention: Literal["auto", "sdpa", "flex"] = Field("auto", description="auto: flex on CUDA, sdpa elsewhere")
     compile: bool = Field(False, description="torch.compile the model")
     verify_shards: Literal["full", "manifest", "off"] = Field(
@@ -314,8 +315,6 @@ class TrainConfig(_Strict):
         ``outcomes.TrainConfigError`` when the world size does not fit."""
         if not self.mesh.auto_dp:
             return self
-        from trainer_bridge.outcomes import TrainConfigError
-
         replica = self.mesh.pp * self.mesh.tp * self.mesh.cp
         if world_size % replica:
             raise TrainConfigError(f"train.mesh.dp auto: {world_size} processes are not a multiple of mesh.pp × "

@@ -27,13 +27,11 @@ Only ``safetensors`` (and, to load models in tests, ``transformers``) come from 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shutil
-import sys
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -42,9 +40,25 @@ import torch.distributed.checkpoint as dcp
 
 from runio.files import sha256_file, write_atomic
 from runio.layout import RunPaths
-from trainer_bridge.checkpoint import (
-    BEST,
+from tokenizer.shards import read_manifest
+from trainer_bridge.checkpoint.run_model import (
+    SPECIAL_TOKENS_FILE,
+    ConversionError,
+    LoadedModel,
+    SpecialTokens,
+    check_model_state,
+    checkpoint_model_config,
+    ffn_hidden,
+    find_checkpoint,
+    load_model_state,
+    load_run_model,
+    load_train_progress,
+    say_on_stderr,
+    special_tokens_of_run,
+)
+from trainer_bridge.checkpoint.store import (
     LATEST,
+    MODEL_CONFIG_FILE,
     PARTIAL_SUFFIX,
     PROVENANCE_FILE,
     SafeFileSystemReader,
@@ -56,14 +70,11 @@ from trainer_bridge.checkpoint import (
     write_checksums,
 )
 from trainer_bridge.config import ModelConfig
-from trainer_bridge.model import Transformer
 
 EXTRA = "hf"
 INSTALL_HINT = "pip install -c constraints.txt -e '.[hf]'"
 HF_PREFIX = "hf:"
 # checkpoints/best (checkpoint.BEST): text file naming the best-validation checkpoint (written by the trainer)
-MODEL_CONFIG_FILE = "model_config.json"  # in a checkpoint directory: the resolved ModelConfig
-SPECIAL_TOKENS_FILE = "special_tokens.json"  # in a checkpoint directory written by import_hf
 DEFAULT_MAX_SHARD_BYTES = 5 * 1024**3
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # llama3 rope scaling: the factors the project's model implements (model.rope_inverse_frequencies)
@@ -72,15 +83,6 @@ LLAMA3_LOW_FREQ_FACTOR, LLAMA3_HIGH_FREQ_FACTOR = 1.0, 4.0
 
 class MissingExtra(RuntimeError):
     """A package of the optional extra ``hf`` is not installed."""
-
-
-class ConversionError(ValueError):
-    """The model, checkpoint or folder cannot be converted exactly; the message names what does not map."""
-
-
-def say_on_stderr(line: str) -> None:
-    """Where a note (a damaged checkpoint passed over) goes unless the caller takes it: one plain line."""
-    print(line, file=sys.stderr, flush=True)
 
 
 def require(module: str):
@@ -95,50 +97,6 @@ def require(module: str):
 
 
 # -- special tokens --------------------------------------------------------------------------------------------
-@dataclass
-class SpecialTokens:
-    """Ids and strings of pad/bos/eos and how documents were framed in training (``add_bos``/``add_eos``)."""
-
-    pad_id: int | None
-    bos_id: int | None
-    eos_id: int | None
-    pad_token: str | None = None
-    bos_token: str | None = None
-    eos_token: str | None = None
-    add_bos: bool = False
-    add_eos: bool = True
-    eos_ids: list[int] = field(default_factory=list)  # every id that ends generation (eos_id first)
-
-    def __post_init__(self):
-        if self.eos_id is not None and self.eos_id not in self.eos_ids:
-            self.eos_ids = [self.eos_id, *self.eos_ids]
-
-    def with_strings(self, tokenizer_json: Path) -> "SpecialTokens":
-        from tokenizers import Tokenizer
-
-        tok = Tokenizer.from_file(str(tokenizer_json))
-        names = {f: (tok.id_to_token(i) if i is not None else None)
-                 for f, i in (("pad_token", self.pad_id), ("bos_token", self.bos_id), ("eos_token", self.eos_id))}
-        return SpecialTokens(**{**asdict(self), **names})
-
-
-def special_tokens_of_run(paths: RunPaths, checkpoint: Path | None) -> SpecialTokens:
-    """From the run's shard manifest (what the model was trained on), else from an import's special_tokens.json."""
-    from tokenizer.shards import read_manifest
-
-    if (paths.shards_manifest).exists():
-        m = read_manifest(str(paths.shards))
-        packing = m.get("packing") or {}
-        special = SpecialTokens(pad_id=m["pad_id"], bos_id=m["bos_id"], eos_id=m["eos_id"],
-                                add_bos=bool(packing.get("add_bos", False)), add_eos=bool(packing.get("add_eos", True)))
-    elif checkpoint is not None and (checkpoint / SPECIAL_TOKENS_FILE).exists():
-        special = SpecialTokens(**json.loads((checkpoint / SPECIAL_TOKENS_FILE).read_text()))
-    else:
-        raise ConversionError(f"{paths.root}: no shards/manifest.json and no {SPECIAL_TOKENS_FILE} in the "
-                              "checkpoint: the special token ids are unknown")
-    return special.with_strings(paths.tokenizer_json) if paths.tokenizer_json.exists() else special
-
-
 # -- weights --------------------------------------------------------------------------------------------------
 def to_half_rotation(w: torch.Tensor, n_heads: int, head_dim: int) -> torch.Tensor:
     """q/k projection rows from interleaved RoPE pairs (this project) to HF's rotate-half layout."""
@@ -179,27 +137,15 @@ def hf_name(name: str) -> str | None:
     return None
 
 
-def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Every parameter of the project's model for ``cfg`` and its shape (a meta model: no memory)."""
-    with torch.device("meta"):
-        model = Transformer(cfg)
-    return {name: tuple(t.shape) for name, t in model.state_dict().items()}
-
-
 def check_state_dict(state: dict[str, torch.Tensor], cfg: ModelConfig, where: str) -> None:
-    """Names and shapes of ``state`` against the model ``cfg`` describes; a clear error for what does not map."""
-    want = expected_shapes(cfg)
+    """Names and shapes of ``state`` against the model ``cfg`` describes, and that every name maps to HF's; a
+    clear error for what does not map."""
     unmapped = sorted(k for k in state if hf_name(k) is None)
     if unmapped:
         raise ConversionError(f"{where}: parameters with no LlamaForCausalLM equivalent: {unmapped[:8]}"
                               + (f" and {len(unmapped) - 8} more" if len(unmapped) > 8 else "")
                               + " (only the dense Llama layout exports; an MoE or other layout does not map exactly)")
-    missing = sorted(set(want) - set(state))
-    extra = sorted(set(state) - set(want))
-    wrong = sorted(k for k in set(want) & set(state) if tuple(state[k].shape) != want[k])
-    if missing or extra or wrong:
-        raise ConversionError(f"{where}: does not match the model config: missing {missing[:8]}, unexpected "
-                              f"{extra[:8]}, shape differs {[(k, tuple(state[k].shape), want[k]) for k in wrong[:4]]}")
+    check_model_state(state, cfg, where)
 
 
 def to_hf_state_dict(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
@@ -257,10 +203,6 @@ def from_hf_state_dict(state: dict[str, torch.Tensor], cfg: ModelConfig, where: 
 
 
 # -- configs --------------------------------------------------------------------------------------------------
-def ffn_hidden(cfg: ModelConfig) -> int:
-    return cfg.ffn_hidden or cfg.multiple_of * math.ceil(int(8 * cfg.dim / 3) / cfg.multiple_of)
-
-
 def rope_parameters(cfg: ModelConfig) -> dict:
     if cfg.rope_scaling == "none":
         return {"rope_type": "default", "rope_theta": cfg.rope_theta}
@@ -362,118 +304,6 @@ def model_config_from_hf(config: dict, where: str = "config.json") -> ModelConfi
 
 
 # -- checkpoints ----------------------------------------------------------------------------------------------
-def _val_losses(paths: RunPaths) -> dict[int, float]:
-    """Validation loss by optimizer step count (a record of step s holds the loss after s + 1 steps)."""
-    out = {}
-    if not paths.metrics_jsonl.exists():
-        return out
-    for line in paths.metrics_jsonl.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record.get("val_loss"), (int, float)) and "step" in record:
-            out[int(record["step"]) + 1] = float(record["val_loss"])
-    return out
-
-
-def find_checkpoint(paths: RunPaths, step: int | None = None, best: bool = False, *,
-                    say: Callable[[str], None] = say_on_stderr) -> Path:
-    """The newest sound checkpoint, checkpoint ``step``, or the best-validation one (``checkpoints/best`` when the
-    trainer recorded it, else the retained checkpoint with the lowest validation loss in ``metrics.jsonl``).
-    Newer checkpoints found damaged on the way to the newest sound one are said through ``say``, in one line
-    naming them and the one used."""
-    root = paths.checkpoints
-    if not Path(paths.root).is_dir():
-        raise FileNotFoundError(f"{paths.root}: no such run directory")
-    if not root.is_dir():
-        raise FileNotFoundError(f"{paths.root}: no checkpoints ({root} does not exist); train first")
-    candidates = checkpoint_candidates(root)
-    if step is not None:
-        path = root / step_dir_name(step)
-        if not (path / ".metadata").exists():
-            raise FileNotFoundError(f"no checkpoint for step {step} in {root}; available: "
-                                    f"{[step_of(p) for p in candidates] or 'none'}")
-        if (problem := checkpoint_problem(path)) is not None:
-            raise ConversionError(f"checkpoint {path} is damaged: {problem}")
-        return path
-    if best:
-        pointer = root / BEST
-        if pointer.exists():
-            path = root / pointer.read_text().strip()
-            if (problem := checkpoint_problem(path)) is not None:
-                raise ConversionError(f"the best checkpoint {path} is damaged or gone: {problem}")
-            return path
-        losses = _val_losses(paths)
-        scored = [(losses[step_of(p)], p) for p in candidates if step_of(p) in losses and checkpoint_problem(p) is None]
-        if not scored:
-            raise FileNotFoundError(f"{paths.root}: no retained checkpoint has a validation loss (eval.interval must "
-                                    "be a multiple of checkpoint.interval, or the trainer must keep checkpoints/best)")
-        return min(scored, key=lambda sp: (sp[0], -step_of(sp[1])))[1]
-    damaged: list[tuple[str, str]] = []  # (name, problem) of each newer checkpoint passed over
-    for path in candidates:
-        problem = checkpoint_problem(path)
-        if problem is None:
-            if damaged:
-                what = (f"checkpoint {damaged[0][0]} is damaged ({damaged[0][1]})" if len(damaged) == 1 else
-                        f"checkpoints {', '.join(f'{name} ({why})' for name, why in damaged)} are damaged")
-                say(f"{what}; using {path.name}, the newest sound one")
-            return path
-        damaged.append((path.name, problem))
-    raise FileNotFoundError(f"no sound checkpoint in {root}"
-                            + "".join(f"; {name} is damaged ({why})" for name, why in damaged))
-
-
-def load_model_state(checkpoint: Path) -> dict[str, torch.Tensor]:
-    """The model's parameters of a DCP checkpoint, full tensors in one process (whatever topology wrote it)."""
-    reader = SafeFileSystemReader(checkpoint)
-    metadata = reader.read_metadata().state_dict_metadata
-    template = {}
-    for key, meta in metadata.items():
-        if key.startswith("model.") and hasattr(meta, "size"):
-            template[key[len("model."):]] = torch.empty(tuple(meta.size), dtype=meta.properties.dtype)
-    if not template:
-        raise ConversionError(f"{checkpoint}: holds no model parameters")
-    state = {"model": template}
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.load(state, checkpoint_id=str(checkpoint), storage_reader=SafeFileSystemReader(checkpoint), no_dist=True)
-    return state["model"]
-
-
-def load_train_progress(checkpoint: Path) -> dict | None:
-    """Step, samples and tokens seen of a training checkpoint (None for a model-only one)."""
-    metadata = SafeFileSystemReader(checkpoint).read_metadata().state_dict_metadata
-    meta = metadata.get("train.progress")
-    if meta is None:
-        return None
-    state = {"train": {"progress": torch.empty(tuple(meta.size), dtype=meta.properties.dtype)}}
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.load(state, checkpoint_id=str(checkpoint), storage_reader=SafeFileSystemReader(checkpoint), no_dist=True)
-    values = state["train"]["progress"].tolist()
-    return {"step": values[0], "samples": values[1], "tokens_seen": values[2]}
-
-
-def checkpoint_model_config(paths: RunPaths, checkpoint: Path) -> ModelConfig:
-    """The resolved model config: the checkpoint's own ``model_config.json`` when it has one, else the run's
-    ``train/train_config.json`` with vocab_size and max_seq_len filled from the shards' manifest."""
-    own = checkpoint / MODEL_CONFIG_FILE
-    if own.exists():
-        return ModelConfig.model_validate_json(own.read_text())
-    if not paths.train_config.exists():
-        raise ConversionError(f"{checkpoint}: no {MODEL_CONFIG_FILE} and no {paths.train_config}: the model's "
-                              "shape is unknown")
-    model = ModelConfig.model_validate(json.loads(paths.train_config.read_text()).get("model", {}))
-    if model.vocab_size is None or model.max_seq_len is None:
-        from tokenizer.shards import read_manifest
-
-        manifest = read_manifest(str(paths.shards))
-        model = model.model_copy(update={"vocab_size": model.vocab_size or manifest["vocab_size"],
-                                         "max_seq_len": model.max_seq_len or manifest["seq_len"]})
-    return model
-
-
 def save_model_checkpoint(root: Path, step: int, state: dict[str, torch.Tensor], cfg: ModelConfig,
                           special: SpecialTokens, provenance: dict) -> Path:
     """A model-only DCP checkpoint (``latest`` updated), self-describing: its resolved config, special ids and
@@ -495,19 +325,6 @@ def save_model_checkpoint(root: Path, step: int, state: dict[str, torch.Tensor],
     os.replace(partial, final)
     write_atomic(root / LATEST, (final.name + "\n").encode("utf-8"))
     return final
-
-
-def build_model(cfg: ModelConfig, state: dict[str, torch.Tensor], device: str | torch.device = "cpu") -> Transformer:
-    """The project's model with ``state`` loaded (fp32 parameters), in eval mode."""
-    with torch.device("meta"):
-        model = Transformer(cfg)
-    model.to_empty(device=device)
-    model.init_buffers()
-    check_state_dict(state, cfg, "weights")
-    model.load_state_dict({k: v.to(torch.float32) for k, v in state.items()}, strict=True)
-    if cfg.tie_embeddings:
-        model.output.weight = model.tok_embeddings.weight
-    return model.eval()
 
 
 # -- safetensors ----------------------------------------------------------------------------------------------
@@ -687,8 +504,6 @@ def model_card(paths: RunPaths, checkpoint: Path, cfg: ModelConfig, config: dict
                          f"{row.get('removed', '')} |")
         lines += [f"| **kept documents** | | {stats.get('kept', '')} | |", ""]
     if (paths.shards_manifest).exists():
-        from tokenizer.shards import read_manifest
-
         m = read_manifest(str(paths.shards))
         lines += ["## Shards", "", f"seq_len {m['seq_len']}, vocabulary {m['vocab_size']}, tokenizer sha256 "
                   f"`{m['tokenizer_sha256']}`.", "", "| split | documents | rows | tokens | fill |",
@@ -737,8 +552,6 @@ def export_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike, *, step: 
     if not paths.tokenizer_json.exists():
         raise ConversionError(f"{paths.tokenizer_json} does not exist: the model's tokenizer is needed for the export")
     special = special_tokens_of_run(paths, checkpoint)
-    from tokenizer.shards import read_manifest
-
     if (paths.shards_manifest).exists():
         want = read_manifest(str(paths.shards))["tokenizer_sha256"]
         have = sha256_file(paths.tokenizer_json)
@@ -850,15 +663,6 @@ def import_hf(model_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Impor
 
 
 # -- inference and initialization -----------------------------------------------------------------------------
-@dataclass
-class LoadedModel:
-    config: ModelConfig
-    state: dict[str, torch.Tensor]
-    special: SpecialTokens
-    tokenizer_json: Path
-    description: str  # what was loaded: "<run dir> step-NNNNNNNN", or "<folder> (HF)"
-
-
 def load_for_inference(source: str | os.PathLike, *, step: int | None = None, best: bool = False,
                        say: Callable[[str], None] = say_on_stderr) -> LoadedModel:
     """Weights, config, special tokens and tokenizer of a run directory (or an import) or of an HF folder; a
@@ -872,16 +676,7 @@ def load_for_inference(source: str | os.PathLike, *, step: int | None = None, be
         if model.tokenizer_json is None:
             raise ConversionError(f"{source_path}: no tokenizer.json")
         return LoadedModel(model.config, model.state, model.special, model.tokenizer_json, f"{source_path} (HF)")
-    paths = RunPaths(source_path)
-    checkpoint = find_checkpoint(paths, step, best, say=say)
-    cfg = checkpoint_model_config(paths, checkpoint)
-    state = load_model_state(checkpoint)
-    if cfg.tie_embeddings and "output.weight" not in state:
-        state["output.weight"] = state["tok_embeddings.weight"]
-    if not paths.tokenizer_json.exists():
-        raise ConversionError(f"{paths.tokenizer_json} does not exist")
-    return LoadedModel(cfg, state, special_tokens_of_run(paths, checkpoint), paths.tokenizer_json,
-                       f"{paths.root} {checkpoint.name}")
+    return load_run_model(RunPaths(source_path), step=step, best=best, say=say)
 
 
 def is_weights_only_init(spec: str) -> bool:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import json
 import os
 import signal
 import socket
@@ -46,24 +47,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable
 
+from runio.errors import ExitCode
 from runio.files import write_json
 from runio.layout import RunPaths
+from trainer_bridge.checkpoint.recovery import ELASTIC_ENV
+from trainer_bridge.checkpoint.start import StartPlan, plan_start
+from trainer_bridge.checkpoint.store import latest_checkpoint
 from trainer_bridge.config import TrainConfig
+from trainer_bridge.loop.data import has_split, open_split
+from trainer_bridge.loop.train import TrainHooks, expected_tokenizer_sha256, resolve_model_config, run_identity, train
 from trainer_bridge.outcomes import (
-    EXIT_INTERRUPTED,
-    EXIT_STOPPED,  # noqa: F401  (re-exported: the guards' exit code)
-    EXIT_TERMINATED,
     OUTCOME_DIR_ENV,
     OUTCOME_FILE,
     Terminated,
+    TrainConfigError,
     outcome_of,
     raise_terminated,
     read_outcome,
     report_outcome,
 )
+from trainer_bridge.parallel.device import MULTI_NODE_ENV, STORE_ENDPOINT_ENV, init_runtime, shutdown
+from trainer_bridge.torchrun import die_with_parent
 
 LOOPBACK = "127.0.0.1"
 PREFIX = "corpusmill train: "
+START_PLAN_FILE = "start_plan.json"  # in the launcher's outcome directory: its plan, read by the workers
 
 
 class TrainInterrupted(KeyboardInterrupt):
@@ -190,9 +198,11 @@ def rdzv_conf(rdzv: Rendezvous) -> str:
 
 
 def torchrun_command(config_file: Path, run_dir: Path, world_size: int, rdzv: Rendezvous,
-                     store_endpoint: str | None = None, *, shards_verified: bool = False) -> list[str]:
+                     store_endpoint: str | None = None, *, shards_verified: bool = False,
+                     start_plan: Path | None = None) -> list[str]:
     """The torchrun command line. ``store_endpoint``: the job's store hosted by corpusmill (required for a
-    single node: torchrun then only connects to it and opens no listening socket of its own)."""
+    single node: torchrun then only connects to it and opens no listening socket of its own). ``start_plan``:
+    the file of the launcher's start plan, for the workers."""
     nnodes_max = rdzv.node_range[1]
     nproc = rdzv.nproc_per_node or max(1, world_size // nnodes_max)
     command = [sys.executable, "-m", "trainer_bridge.torchrun", f"--nnodes={rdzv.nnodes}",
@@ -216,6 +226,7 @@ def torchrun_command(config_file: Path, run_dir: Path, world_size: int, rdzv: Re
         if rdzv.rdzv_conf:
             command.append(f"--rdzv-conf={rdzv.rdzv_conf}")
     return command + ["-m", "trainer_bridge.launch", *(["--shards-verified"] if shards_verified else []),
+                      *(["--start-plan", str(start_plan)] if start_plan is not None else []),
                       "--train-config", str(config_file), "--run-dir", str(run_dir)]
 
 
@@ -230,17 +241,11 @@ def loopback_interface() -> str | None:
 def torchrun_env(rdzv: Rendezvous, store_endpoint: str | None, outcome_dir: str) -> dict[str, str]:
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), OUTCOME_DIR_ENV: outcome_dir}
     if rdzv.uses_corpusmill_store and store_endpoint is not None:
-        from trainer_bridge.device import STORE_ENDPOINT_ENV
-
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"  # the agent opens no store of its own for the workers
         env[STORE_ENDPOINT_ENV] = store_endpoint
     if rdzv.multi_node:
-        from trainer_bridge.device import MULTI_NODE_ENV
-
         env[MULTI_NODE_ENV] = "1"
     if rdzv.elastic:
-        from trainer_bridge.recovery import ELASTIC_ENV
-
         env[ELASTIC_ENV] = "1"
     if not rdzv.multi_node:
         loopback = loopback_interface()
@@ -266,27 +271,24 @@ def _check_writable(paths: RunPaths) -> None:
 
 
 def preflight(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool = False,
-              say: Callable[[str], None] = lambda line: print(PREFIX + line, flush=True)) -> None:
+              say: Callable[[str], None] = lambda line: print(PREFIX + line, flush=True)) -> StartPlan:
     """Everything that can refuse a run, checked once before any rank starts (raises what
-    ``outcomes.outcome_of`` maps to an exit code); then writes the train config for the ranks (a refused run
-    leaves the previous one in place: ``corpusmill export`` of an older checkpoint may read it). With
-    ``from_scratch`` the run's checkpoints and training logs are set aside (``checkpoint.set_aside``)."""
+    ``outcomes.outcome_of`` maps to an exit code), and the run's start plan (``checkpoint.start.plan_start``),
+    returned for the ranks; then writes the train config for the ranks (a refused run leaves the previous one in
+    place: ``corpusmill export`` of an older checkpoint may read it). With ``from_scratch`` the run's checkpoints
+    and training logs are set aside (``checkpoint.store.set_aside``)."""
     if not paths.shards.exists():  # a run not prepared, or a misspelt name: said before train/ is made
-        from trainer_bridge.outcomes import TrainConfigError
-
         raise TrainConfigError(f"no shards to train on: {paths.shards} does not exist (check the config's `name`; "
                                f"`corpusmill run CONFIG` or `corpusmill prepare CONFIG` builds them)")
     _check_writable(paths)
-    _check_inputs(train_cfg, paths, from_scratch=from_scratch, say=say)
+    plan = _plan(train_cfg, paths, from_scratch=from_scratch, say=say)
     write_json(paths.train_config, train_cfg.model_dump(mode="json"))
+    return plan
 
 
-def _check_inputs(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool, say: Callable[[str], None]) -> None:
-    from trainer_bridge.checkpoint import (plan_resume, refuse_training_anew_beside, set_aside,
-                                           start_without_checkpoints)
-    from trainer_bridge.data import has_split, open_split
-    from trainer_bridge.train import expected_tokenizer_sha256, resolve_model_config, run_identity
-
+def _plan(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool, say: Callable[[str], None]) -> StartPlan:
+    """The shards checked as ``train.verify_shards`` asks (once for every rank), then the start plan against
+    the identity they and the resolved model config give."""
     tokenizer_sha256 = expected_tokenizer_sha256(paths)
     verify = train_cfg.verify_shards
     source = open_split(paths.shards, "train", tokenizer_sha256, verify=verify)
@@ -296,56 +298,12 @@ def _check_inputs(train_cfg: TrainConfig, paths: RunPaths, *, from_scratch: bool
         say("shards: sizes and row counts checked against the manifest, checksums not verified "
             "(train.verify_shards: manifest)")
     identity = run_identity(resolve_model_config(train_cfg, source), paths)
-    from trainer_bridge.tiers import durable_tiers, restore_from_durable
-
-    if from_scratch:
-        _check_init_from(train_cfg, identity)  # before anything is moved: a refused start leaves the run as it was
-        aside = set_aside(paths)
-        if aside is not None:
-            say(f"--from-scratch: the previous checkpoints and training logs were moved to {aside}")
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-        for tier in durable_tiers(train_cfg.checkpoint, paths):
-            moved = tier.set_aside(stamp)
-            if moved is not None:
-                say(f"--from-scratch: the durable tier's checkpoints were moved to {moved}")
-        return
-    checkpoint = train_cfg.checkpoint
-    if not checkpoint.enabled:
-        start_without_checkpoints(paths, say)
-    if checkpoint.enabled and not checkpoint.resume:
-        refuse_training_anew_beside(paths.checkpoints, durable_tiers(checkpoint, paths))
-    resumes = checkpoint.enabled and checkpoint.resume
-    if resumes:
-        restore_from_durable(checkpoint, paths, say)  # the fast tier lost or behind: before it is planned
-    if resumes and plan_resume(paths.checkpoints, identity) is not None:
-        return
-    _check_init_from(train_cfg, identity)
-
-
-def _check_init_from(train_cfg: TrainConfig, identity) -> None:
-    """``train.init_from`` exists and, for a run directory, has a sound checkpoint of the same model."""
-    from trainer_bridge.checkpoint import checkpoint_candidates, checkpoint_problem, resume_problem
-    from trainer_bridge.outcomes import TrainConfigError, TrainRefused
-
-    if train_cfg.init_from and not Path(train_cfg.init_from.removeprefix("hf:")).exists():
-        raise TrainConfigError(f"train.init_from: {train_cfg.init_from.removeprefix('hf:')} does not exist")
-    if train_cfg.init_from and not train_cfg.init_from.startswith("hf:"):
-        source_run = RunPaths(train_cfg.init_from)
-        sound = next((p for p in checkpoint_candidates(source_run.checkpoints) if checkpoint_problem(p) is None),
-                     None)
-        if sound is None:
-            raise TrainRefused(f"train.init_from: no usable checkpoint under {source_run.checkpoints}")
-        mismatch = resume_problem(sound, identity, compare_shards=False)
-        if mismatch is not None:
-            raise TrainRefused(f"train.init_from: {source_run.root} {sound.name} has another model ({mismatch}); "
-                               "set train.model to that run's model")
+    return plan_start(train_cfg, paths, identity, from_scratch=from_scratch, say=say)
 
 
 def interrupted_line(paths: RunPaths, code: int) -> str:
-    from trainer_bridge.checkpoint import latest_checkpoint
-
     latest = latest_checkpoint(paths.checkpoints)
-    what = "interrupted" if code == EXIT_INTERRUPTED else "terminated"
+    what = "interrupted" if code == ExitCode.INTERRUPTED else "terminated"
     if latest is None:
         return f"{PREFIX}{what}; no checkpoint was written yet (the next run starts from step 0)"
     return f"{PREFIX}{what}; the last checkpoint, {latest.name}, is kept: run the same command to resume"
@@ -370,7 +328,7 @@ def run_training(cfg, rendezvous: Rendezvous | None = None, *, from_scratch: boo
     train_cfg: TrainConfig = cfg.train
     try:
         check_world_sizes(train_cfg, rdzv)
-        preflight(train_cfg, paths, from_scratch=from_scratch)
+        plan = preflight(train_cfg, paths, from_scratch=from_scratch)
     except Exception as error:  # noqa: BLE001 - expected failures end in one line, the rest keeps its traceback
         found = outcome_of(error)
         if found is None:
@@ -379,8 +337,8 @@ def run_training(cfg, rendezvous: Rendezvous | None = None, *, from_scratch: boo
         return found[0]
     world = planned_world_size(train_cfg, rdzv)
     if world == 1 and not rdzv.multi_node and rdzv.max_restarts == 0:
-        return train_in_process(train_cfg, paths, shards_verified=True, outcome=outcome)
-    return _run_torchrun(train_cfg, paths, rdzv, world, outcome)
+        return train_in_process(train_cfg, paths, shards_verified=True, outcome=outcome, plan=plan)
+    return _run_torchrun(train_cfg, paths, rdzv, world, plan, outcome)
 
 
 def planned_world_size(train_cfg: TrainConfig, rdzv: Rendezvous) -> int:
@@ -394,8 +352,6 @@ def planned_world_size(train_cfg: TrainConfig, rdzv: Rendezvous) -> int:
 def check_world_sizes(train_cfg: TrainConfig, rdzv: Rendezvous) -> None:
     """An elastic job (``--nnodes MIN:MAX``) needs ``mesh.dp: auto``, and every world size it may shrink or
     grow to must fit the mesh and the batch: refused here, before anything starts (``TrainConfigError``)."""
-    from trainer_bridge.outcomes import TrainConfigError
-
     try:
         low, high = rdzv.node_range
     except ValueError:
@@ -416,12 +372,15 @@ def check_world_sizes(train_cfg: TrainConfig, rdzv: Rendezvous) -> None:
             train_cfg.for_world_size(per_node * nodes)
 
 
-def _run_torchrun(train_cfg: TrainConfig, paths: RunPaths, rdzv: Rendezvous, world: int,
+def _run_torchrun(train_cfg: TrainConfig, paths: RunPaths, rdzv: Rendezvous, world: int, plan: StartPlan,
                   say: Callable[[str], None] = say_outcome) -> int:
     store = host_store(rdzv) if rdzv.uses_corpusmill_store else None
     endpoint = store.endpoint if store is not None else rdzv.rdzv_endpoint if rdzv.uses_corpusmill_store else None
     with tempfile.TemporaryDirectory(prefix="corpusmill-train-") as outcome_dir:
-        command = torchrun_command(paths.train_config, paths.root, world, rdzv, endpoint, shards_verified=True)
+        plan_file = Path(outcome_dir) / START_PLAN_FILE
+        plan_file.write_text(plan.to_json(), encoding="utf-8")
+        command = torchrun_command(paths.train_config, paths.root, world, rdzv, endpoint, shards_verified=True,
+                                   start_plan=plan_file)
         print(PREFIX + " ".join(command), flush=True)
         job = TorchrunJob(command, torchrun_env(rdzv, endpoint, outcome_dir), Path(outcome_dir) / OUTCOME_FILE)
         code = job.run()
@@ -472,7 +431,7 @@ class TorchrunJob:
             if process is not None and process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
             return
-        self.interrupted = EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_TERMINATED
+        self.interrupted = ExitCode.INTERRUPTED if signum == signal.SIGINT else ExitCode.TERMINATED
         self.muted.set()
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGINT)  # torchrun passes it to every worker, which exits at once
@@ -525,10 +484,6 @@ def sample_log_hooks():
     directory = os.environ.get(SAMPLE_LOG_ENV)
     if not directory:
         return None
-    import json
-
-    from trainer_bridge.train import TrainHooks
-
     Path(directory).mkdir(parents=True, exist_ok=True)
     log = Path(directory) / f"samples-{os.getpid()}.jsonl"
     pending: dict[int, list[int]] = {}
@@ -562,18 +517,15 @@ def sigterm_raises():
 
 
 def train_in_process(train_cfg: TrainConfig, paths: RunPaths, *, shards_verified: bool = False,
-                     outcome: Callable[[str], None] = say_outcome) -> int:
-    """Train in this process. Alone, an expected failure is said in one line (to ``outcome``); as a torchrun
-    worker it is left for the launcher (``outcomes.report_outcome``)."""
-    from trainer_bridge.device import init_runtime, shutdown
-    from trainer_bridge.train import train
-
+                     outcome: Callable[[str], None] = say_outcome, plan: StartPlan | None = None) -> int:
+    """Train in this process, starting as ``plan`` says (the launcher's). Alone, an expected failure is said in
+    one line (to ``outcome``); as a torchrun worker it is left for the launcher (``outcomes.report_outcome``)."""
     runtime = init_runtime(train_cfg.device, train_cfg.collective_timeout_s, train_cfg.connect_timeout_s)
     try:
         with sigterm_raises():
-            result = train(train_cfg, paths, shards_verified=shards_verified, hooks=sample_log_hooks())
+            result = train(train_cfg, paths, shards_verified=shards_verified, hooks=sample_log_hooks(), plan=plan)
     except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM (outcomes.Terminated)
-        code = EXIT_TERMINATED if isinstance(interrupt, Terminated) else EXIT_INTERRUPTED
+        code = ExitCode.TERMINATED if isinstance(interrupt, Terminated) else ExitCode.INTERRUPTED
         print(interrupted_line(paths, code), file=sys.stderr, flush=True)
         raise TrainInterrupted(code) from None
     except Exception as error:  # noqa: BLE001 - expected failures end in one line, the rest keeps its traceback
@@ -598,7 +550,7 @@ def _exit_quietly(signum, _frame) -> None:
     """A worker asked to stop (torchrun passes on the launcher's SIGINT, or stops the group with SIGTERM): end
     now, without a traceback. Checkpoints are atomic: the last complete one is intact; a save cut short is a
     ``.partial`` directory, removed at the next start."""
-    os._exit(EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_TERMINATED)
+    os._exit(ExitCode.INTERRUPTED if signum == signal.SIGINT else ExitCode.TERMINATED)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -618,9 +570,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--shards-verified", action="store_true",
                         help="the launcher has checked the shards as train.verify_shards asks")
+    parser.add_argument("--start-plan", type=Path, help="the launcher's start plan (checkpoint.start.StartPlan)")
     args = parser.parse_args(argv)
     train_cfg = TrainConfig.model_validate_json(args.train_config.read_text())
-    return train_in_process(train_cfg, RunPaths(args.run_dir), shards_verified=args.shards_verified)
+    plan = StartPlan.from_json(args.start_plan.read_text(encoding="utf-8")) if args.start_plan else None
+    return train_in_process(train_cfg, RunPaths(args.run_dir), shards_verified=args.shards_verified, plan=plan)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""How a training run ends: the exit codes of ``corpusmill train`` and the one line that says why.
+"""How a training run ends: the exit codes of ``corpusmill train`` (``runio.errors.ExitCode``) and the one line
+that says why.
 
     0    done (or nothing left to train)
     2    a setting that cannot work (the field named)
@@ -21,13 +22,12 @@ import json
 import os
 from pathlib import Path
 
-EXIT_OK = 0
-EXIT_CONFIG = 2
-EXIT_STOPPED = 3
-EXIT_REFUSED = 4
-EXIT_FAILED = 5
-EXIT_INTERRUPTED = 130
-EXIT_TERMINATED = 143
+from runio.errors import CorpusmillError, ExitCode
+from tokenizer.shards import ShardFormatError
+
+# The codes an expected failure of training ends with (``outcome_of``): ``corpusmill run`` ends its train stage
+# with the same code and the trainer's line.
+TRAIN_FAILURE_CODES = (ExitCode.CONFIG, ExitCode.STOPPED, ExitCode.REFUSED, ExitCode.FAILED)
 
 OUTCOME_DIR_ENV = "CORPUSMILL_TRAIN_OUTCOME_DIR"
 OUTCOME_FILE = "outcome.json"
@@ -47,36 +47,35 @@ def raise_terminated(_signum, _frame) -> None:
     raise Terminated()
 
 
-class TrainRefused(RuntimeError):
+class TrainRefused(CorpusmillError, RuntimeError):
     """Training will not start (or continue) on what is on disk; the message says what and what to do."""
 
+    exit_code = ExitCode.REFUSED
 
-class TrainConfigError(ValueError):
+
+class TrainConfigError(CorpusmillError, ValueError):
     """The train config cannot work with these shards (e.g. a vocabulary smaller than the shards')."""
+
+    exit_code = ExitCode.CONFIG
+
+
+class TrainingStopped(CorpusmillError, RuntimeError):
+    """Training cannot go on (persistent bad steps and no rollback possible or allowed)."""
+
+    exit_code = ExitCode.STOPPED
 
 
 def outcome_of(error: BaseException) -> tuple[int, str] | None:
-    """(exit code, one line) for an expected failure; None for anything else (a bug: keep the traceback)."""
-    from tokenizer.shards import ShardFormatError
-    from trainer_bridge.train import TrainingStopped
-
-    if isinstance(error, TrainingStopped):
-        return EXIT_STOPPED, str(error)
-    if isinstance(error, TrainRefused):
-        return EXIT_REFUSED, str(error)
+    """(exit code, one line) for an expected failure; None for anything else (a bug: keep the traceback).
+    A ``CorpusmillError`` (``TrainRefused``, ``TrainConfigError``, ``TrainingStopped``, ``run_model.ConversionError``)
+    carries its own code."""
+    if isinstance(error, CorpusmillError):
+        return error.exit_code, str(error)
     if isinstance(error, ShardFormatError):
-        return EXIT_REFUSED, f"shards not usable: {error}"
-    if isinstance(error, TrainConfigError):
-        return EXIT_CONFIG, str(error)
+        return ExitCode.REFUSED, f"shards not usable: {error}"
     if isinstance(error, OSError) and error.errno in _ENVIRONMENT_ERRNOS:
         where = f" ({error.filename})" if error.filename else ""
-        return EXIT_FAILED, f"cannot write the run directory: {error.strerror}{where}"
-    try:
-        from trainer_bridge.hf import ConversionError
-    except ImportError:  # pragma: no cover - hf.py imports only torch and the trainer's own modules
-        return None
-    if isinstance(error, ConversionError):
-        return EXIT_REFUSED, str(error)
+        return ExitCode.FAILED, f"cannot write the run directory: {error.strerror}{where}"
     return None
 
 

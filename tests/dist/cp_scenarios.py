@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scenario_configs import SampleLog, base_config, run_with_shards  # noqa: E402
 from train_scenarios import rank  # noqa: E402
 
-from trainer_bridge.train import train  # noqa: E402
+from trainer_bridge.loop.train import train  # noqa: E402
 
 LONG_SEQ_LEN = 8192
 # A tiny model on 8k-token rows: one row per micro-batch, accumulation 2, clipping active, no validation.
@@ -69,7 +69,7 @@ def four_ranks(workdir: Path) -> None:
 if __name__ == "__main__":
     torch.set_num_threads(1)
     workdir, group = Path(sys.argv[1]), sys.argv[2]
-    from trainer_bridge.device import init_runtime, shutdown
+    from trainer_bridge.parallel.device import init_runtime, shutdown
 
     runtime = init_runtime("cpu")
     {"two": two_ranks, "four": four_ranks}[group](workdir)

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scenario_configs import SampleLog, base_config, merge, run_with_shards  # noqa: E402
 from train_scenarios import rank  # noqa: E402
 
-from trainer_bridge.train import TrainHooks, train  # noqa: E402
+from trainer_bridge.loop.train import TrainHooks, train  # noqa: E402
 
 MOE = {"model": {"n_experts": 4, "top_k": 2, "moe_every": 2, "capacity_factor": 4.0,
                  "load_balance_coef": 0.05, "router_z_loss_coef": 0.01}}
@@ -57,7 +57,7 @@ def two_ranks(workdir: Path) -> None:
 if __name__ == "__main__":
     torch.set_num_threads(1)
     workdir, group = Path(sys.argv[1]), sys.argv[2]
-    from trainer_bridge.device import init_runtime, shutdown
+    from trainer_bridge.parallel.device import init_runtime, shutdown
 
     runtime = init_runtime("cpu")
     {"two": two_ranks}[group](workdir)

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from trainer_bridge.device import init_runtime, shutdown
+from trainer_bridge.parallel.device import init_runtime, shutdown
 
 if __name__ == "__main__":
     out, late_s = Path(sys.argv[1]), float(sys.argv[2])

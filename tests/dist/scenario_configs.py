@@ -12,7 +12,7 @@ import numpy as np
 from runio.files import sha256_file
 from runio.layout import RunPaths
 from trainer_bridge.config import TrainConfig
-from trainer_bridge.train import TrainHooks
+from trainer_bridge.loop.train import TrainHooks
 
 BASE = {
     "model": {"dim": 64, "n_layers": 4, "n_heads": 4, "n_kv_heads": 2, "multiple_of": 16},

@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scenario_configs import SampleLog, base_config, run_with_shards  # noqa: E402
 from train_scenarios import copy_checkpoint, rank  # noqa: E402
 
-from trainer_bridge.parallelize import local_squared_norm_sum  # noqa: E402
-from trainer_bridge.train import TrainHooks, train  # noqa: E402
+from trainer_bridge.parallel.parallelize import local_squared_norm_sum  # noqa: E402
+from trainer_bridge.loop.train import TrainHooks, train  # noqa: E402
 
 TWO_RANK = {"tp2": {"mesh": {"tp": 2}}}
 FOUR_RANK = {"dp2_tp2": {"mesh": {"dp": 2, "tp": 2}},
@@ -100,7 +100,7 @@ def four_ranks(workdir: Path, only: list[str] | None = None) -> None:
 if __name__ == "__main__":
     torch.set_num_threads(1)
     workdir, group = Path(sys.argv[1]), sys.argv[2]
-    from trainer_bridge.device import init_runtime, shutdown
+    from trainer_bridge.parallel.device import init_runtime, shutdown
 
     runtime = init_runtime("cpu")
     {"two": two_ranks, "four": four_ranks}[group](workdir, *([sys.argv[3:]] if len(sys.argv) > 3 else []))

@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scenario_configs import EVAL, SampleLog, base_config, merge, run_with_shards  # noqa: E402
 
 from runio.layout import RunPaths  # noqa: E402
-from trainer_bridge.checkpoint import LATEST, step_dir_name  # noqa: E402
-from trainer_bridge.parallelize import local_grads  # noqa: E402
-from trainer_bridge.train import TrainHooks, train  # noqa: E402
+from trainer_bridge.checkpoint.store import LATEST, step_dir_name  # noqa: E402
+from trainer_bridge.parallel.parallelize import local_grads  # noqa: E402
+from trainer_bridge.loop.train import TrainHooks, train  # noqa: E402
 
 TWO_RANK_EQUIVALENCE = {
     "fsdp2": {"mesh": {"dp": 2}},
@@ -186,7 +186,7 @@ def four_ranks(workdir: Path) -> None:
 if __name__ == "__main__":
     torch.set_num_threads(1)
     workdir, group = Path(sys.argv[1]), sys.argv[2]
-    from trainer_bridge.device import init_runtime, shutdown
+    from trainer_bridge.parallel.device import init_runtime, shutdown
 
     runtime = init_runtime("cpu")
     {"two": two_ranks, "four": four_ranks}[group](workdir)

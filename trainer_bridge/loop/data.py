@@ -18,6 +18,9 @@ from typing import Iterator, Protocol
 import numpy as np
 import torch
 
+from runio.files import sha256_file
+from tokenizer.shards import ShardReader, manifest_path, read_manifest
+
 IGNORE_INDEX = -100
 
 
@@ -36,8 +39,6 @@ def open_split(shard_dir, split: str, expected_tokenizer_sha256: str | None = No
     """The split's reader. Opening always compares every file's size, schema and row count with the manifest;
     ``verify="full"`` also hashes each shard against the manifest's sha256 and checks its rows
     (``ShardReader.verify``). A shard that fails raises ``ShardFormatError`` naming it."""
-    from tokenizer.shards import ShardReader
-
     reader = ShardReader(str(shard_dir), split=split, expected_tokenizer_sha256=expected_tokenizer_sha256)
     if verify == "full":
         reader.verify()
@@ -46,17 +47,12 @@ def open_split(shard_dir, split: str, expected_tokenizer_sha256: str | None = No
 
 def has_split(shard_dir, split: str) -> bool:
     """Whether the shard manifest lists ``split`` (a manifest that cannot be read raises ShardFormatError)."""
-    from tokenizer.shards import read_manifest
-
     return split in read_manifest(str(shard_dir))["splits"]
 
 
 def shards_identity(shard_dir) -> dict:
     """What a checkpoint records of the shards it was trained on: the manifest's sha256 (which covers every
     shard's sha256) and, to name what changed, the vocabulary, sequence length, tokenizer and each split's files."""
-    from runio.files import sha256_file
-    from tokenizer.shards import manifest_path, read_manifest
-
     manifest = read_manifest(str(shard_dir))
     return {"manifest_sha256": sha256_file(manifest_path(str(shard_dir))),
             "tokenizer_sha256": manifest.get("tokenizer_sha256"), "seq_len": manifest.get("seq_len"),

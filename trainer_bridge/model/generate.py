@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from trainer_bridge.model import Transformer
+from trainer_bridge.model.transformer import Transformer
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,12 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
 
-from trainer_bridge import device as devices
+from trainer_bridge.parallel import device as devices
 from trainer_bridge.config import TrainConfig
-from trainer_bridge.model import Transformer
+from trainer_bridge.model.moe import moe_modules
+from trainer_bridge.model.transformer import Transformer
+from trainer_bridge.parallel.context_parallel import apply_cp, shard_batch
+from trainer_bridge.parallel.tensor_parallel import apply_tp, check_tp_compatible
 
 _PRECISION_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -65,8 +68,6 @@ class ModelParts:
         """The part of a (device) batch this rank computes: its context-parallel shard of every row, or all."""
         if self.cp == 1:
             return batch
-        from trainer_bridge.context_parallel import shard_batch
-
         return shard_batch(batch, self.cp, self.cp_rank)
 
     def parameters(self):
@@ -138,7 +139,6 @@ def apply_ep(part: Transformer, ep_mesh: DeviceMesh, dp: int) -> set[nn.Paramete
     swaps the parameter tensors)."""
     from torch.distributed.tensor import Shard
 
-    from trainer_bridge.moe import moe_modules
 
     expert_params = set()
     for _, moe in moe_modules(part):
@@ -214,14 +214,10 @@ def build_model(cfg: TrainConfig, runtime: devices.Runtime, mesh: DeviceMesh | N
     fsdp_mesh = mesh["dp", "cp"]._flatten(mesh_dim_name="dp_cp") if cp > 1 else (mesh["dp"] if dp > 1 else None)
     for part in parts:
         if tp > 1:
-            from trainer_bridge.tensor_parallel import apply_tp, check_tp_compatible
-
             check_tp_compatible(part, tp)
             apply_tp(part, mesh["tp"])
         expert_params = apply_ep(part, mesh["dp"], dp) if cfg.mesh.ep > 1 else set()
         if cp > 1:
-            from trainer_bridge.context_parallel import apply_cp
-
             apply_cp(part, mesh["cp"].get_group(), cfg.mesh.cp_mode)
         apply_activation_checkpointing(part, cfg.activation_checkpointing.mode, cfg.activation_checkpointing.every_n)
         if dp * cp > 1:
@@ -242,7 +238,6 @@ def build_model(cfg: TrainConfig, runtime: devices.Runtime, mesh: DeviceMesh | N
 
 
 def _scale_expert_grads(part: Transformer, dp: int) -> None:
-    from trainer_bridge.moe import moe_modules
 
     for _, moe in moe_modules(part):
         for param in moe.experts.parameters():
@@ -251,7 +246,6 @@ def _scale_expert_grads(part: Transformer, dp: int) -> None:
 
 def _connect_aux_losses(part: Transformer, loss_fn) -> None:
     """MoE auxiliary losses are weighted like the summed token loss: by the loss function's current factor."""
-    from trainer_bridge.moe import moe_modules
 
     for _, moe in moe_modules(part):
         moe.aux_scale = (lambda: loss_fn.factor) if loss_fn is not None else (lambda: 1.0)

@@ -13,7 +13,7 @@ own loss, the others are pooled as ``(other)``; ids missing from ``docs/`` count
 
 Samples (``Sampler``): every ``eval.sample_interval`` steps the model's full weights are gathered on rank 0
 (FSDP2: an all-gather on every rank), rebuilt as a plain model, and each prompt is continued greedily for
-``eval.sample_tokens`` tokens with the KV cache (``trainer_bridge.generate``); rank 0 appends the results to
+``eval.sample_tokens`` tokens with the KV cache (``trainer_bridge.model.generate``); rank 0 appends the results to
 ``train/samples.jsonl``. Pipeline-parallel runs do not sample.
 """
 from __future__ import annotations
@@ -27,18 +27,19 @@ import torch.nn.functional as F
 
 from runio.files import append_jsonl
 from runio.layout import RunPaths
-from trainer_bridge import device as devices
+from tokenizer.docs import iter_doc_batches, list_doc_files
+from trainer_bridge.parallel import device as devices
+from trainer_bridge.checkpoint.run_model import build_model, special_tokens_of_run
 from trainer_bridge.config import TrainConfig
-from trainer_bridge.data import IGNORE_INDEX, has_split, open_split, validation_batches
-from trainer_bridge.parallelize import ModelParts
+from trainer_bridge.loop.data import IGNORE_INDEX, has_split, open_split, validation_batches
+from trainer_bridge.model.generate import SamplingConfig, generate
+from trainer_bridge.parallel.parallelize import ModelParts
 
 OTHER, UNKNOWN = "(other)", "(unknown)"
 
 
 def read_domains(paths: RunPaths, doc_ids: set[int], domain_key: str | None) -> dict[int, str]:
     """Domain of each of ``doc_ids`` found in the run's docs/ (``FileNotFoundError`` without docs/)."""
-    from tokenizer.docs import iter_doc_batches, list_doc_files
-
     files = list_doc_files(str(paths.docs))
     columns = ["id", "source"] + (["meta"] if domain_key else [])
     out: dict[int, str] = {}
@@ -202,9 +203,7 @@ class Sampler:
             say(f"samples are off: no tokenizer at {paths.tokenizer_json}")
             self.interval = 0
             return
-        from tokenizers import Tokenizer
-
-        from trainer_bridge.hf import special_tokens_of_run
+        from tokenizers import Tokenizer  # the tokenizer library loads only when samples are on
 
         self.tokenizer = Tokenizer.from_file(str(paths.tokenizer_json))
         self.special = special_tokens_of_run(paths, None)
@@ -224,8 +223,6 @@ class Sampler:
         """All ranks call it (the weights are gathered); rank 0 generates, appends and returns the records."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        from trainer_bridge.generate import SamplingConfig, generate
-        from trainer_bridge.hf import build_model
 
         part = self.model.parts[0]
         state = get_model_state_dict(part, options=StateDictOptions(full_state_dict=True,

@@ -20,6 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainer_bridge.config import ModelConfig
+from trainer_bridge.model.feed_forward import FeedForward, dense_hidden, is_moe_layer
+from trainer_bridge.model.moe import MoE, moe_modules
 
 
 class RMSNorm(nn.Module):
@@ -143,22 +145,6 @@ class Attention(nn.Module):
         return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
 
 
-class FeedForward(nn.Module):
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        hidden = cfg.ffn_hidden or cfg.multiple_of * math.ceil(int(8 * cfg.dim / 3) / cfg.multiple_of)
-        self.w1 = nn.Linear(cfg.dim, hidden, bias=False)
-        self.w3 = nn.Linear(cfg.dim, hidden, bias=False)
-        self.w2 = nn.Linear(hidden, cfg.dim, bias=False)
-
-    def forward(self, x):
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
-
-
-def is_moe_layer(cfg: ModelConfig, layer: int) -> bool:
-    return bool(cfg.n_experts) and layer % cfg.moe_every == cfg.moe_every - 1
-
-
 class TransformerBlock(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()
@@ -166,10 +152,7 @@ class TransformerBlock(nn.Module):
         self.attention = Attention(cfg)
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         if is_moe_layer(cfg, layer):
-            from trainer_bridge.moe import MoE  # a Mixture of Experts in place of the dense feed-forward
-
-            dense_hidden = cfg.ffn_hidden or cfg.multiple_of * math.ceil(int(8 * cfg.dim / 3) / cfg.multiple_of)
-            self.feed_forward = MoE(cfg, dense_hidden)
+            self.feed_forward = MoE(cfg, dense_hidden(cfg))  # a Mixture of Experts in place of the dense one
         else:
             self.feed_forward = FeedForward(cfg)
 
@@ -313,3 +296,18 @@ def count_parameters(cfg: ModelConfig) -> dict[str, int]:
     embedding = model.tok_embeddings.weight.numel()
     non_embedding = total - (0 if cfg.tie_embeddings else embedding)
     return {"total": total, "embedding": embedding, "non_embedding": non_embedding}
+
+
+def active_parameters(cfg) -> int:
+    """Parameters a token passes through in matmuls (the non-embedding N of 6·N): everything but the input
+    embedding, with only top_k of each MoE layer's experts (plus its router and shared expert)."""
+    counts = count_parameters(cfg)
+    if not cfg.n_experts:
+        return counts["non_embedding"]
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    inactive = 0
+    for _, moe in moe_modules(model):
+        per_expert = sum(p[0].numel() for p in moe.experts.parameters())
+        inactive += per_expert * (moe.n_experts - moe.top_k)
+    return counts["non_embedding"] - inactive

@@ -22,9 +22,12 @@ import torch.nn.functional as F
 
 from runio.files import sha256_file
 from runio.layout import RunPaths
+from tokenizer.shards import read_manifest
+from trainer_bridge import hf
+from trainer_bridge.checkpoint import run_model
 from trainer_bridge.config import DistillConfig, ModelConfig
-from trainer_bridge.data import IGNORE_INDEX
-from trainer_bridge.model import Transformer
+from trainer_bridge.loop.data import IGNORE_INDEX
+from trainer_bridge.model.transformer import Transformer
 from trainer_bridge.outcomes import TrainConfigError
 
 
@@ -69,8 +72,6 @@ class Distiller:
 def _teacher_tokenizer_sha256(paths: RunPaths) -> str | None:
     if paths.tokenizer_json.is_file():
         return sha256_file(paths.tokenizer_json)
-    from tokenizer.shards import read_manifest
-
     try:
         return read_manifest(str(paths.shards)).get("tokenizer_sha256")
     except Exception:  # a teacher run without shards: its tokenizer is unknown, the vocabulary check remains
@@ -81,9 +82,7 @@ def load_teacher(cfg: DistillConfig, student: ModelConfig, *, shard_tokenizer_sh
                  seq_len: int, device, say: Callable[[str], None] | None = None) -> Transformer:
     """The frozen teacher on ``device``; a ``TrainConfigError`` naming ``train.distill.teacher`` when it cannot be
     loaded or does not fit the student (tokenizer, vocabulary, context). ``say``: where a damaged newer
-    checkpoint of a teacher run, passed over, is said (default: ``hf.say_on_stderr``)."""
-    from trainer_bridge import hf
-
+    checkpoint of a teacher run, passed over, is said (default: ``run_model.say_on_stderr``)."""
     spec, where = cfg.teacher, f"train.distill.teacher ({cfg.teacher})"
     try:
         if spec.startswith(hf.HF_PREFIX):
@@ -94,9 +93,9 @@ def load_teacher(cfg: DistillConfig, student: ModelConfig, *, shard_tokenizer_sh
             paths = RunPaths(spec)
             if not Path(spec).is_dir():
                 raise TrainConfigError(f"{where}: not a directory (a run directory or hf:PATH)")
-            checkpoint = hf.find_checkpoint(paths, say=say or hf.say_on_stderr)
-            config = hf.checkpoint_model_config(paths, checkpoint)
-            state = hf.load_model_state(checkpoint)
+            checkpoint = run_model.find_checkpoint(paths, say=say or run_model.say_on_stderr)
+            config = run_model.checkpoint_model_config(paths, checkpoint)
+            state = run_model.load_model_state(checkpoint)
             tokenizer_sha256 = _teacher_tokenizer_sha256(paths)
     except TrainConfigError:
         raise
@@ -114,6 +113,6 @@ def load_teacher(cfg: DistillConfig, student: ModelConfig, *, shard_tokenizer_sh
                                f"({seq_len})")
     if config.tie_embeddings and "output.weight" not in state:
         state["output.weight"] = state["tok_embeddings.weight"]
-    teacher = hf.build_model(config, state, device)
+    teacher = run_model.build_model(config, state, device)
     teacher.requires_grad_(False)
     return teacher.eval()

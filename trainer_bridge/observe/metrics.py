@@ -19,9 +19,9 @@ import time
 from typing import Callable
 
 from runio.layout import RunPaths
-from trainer_bridge import device as devices
+from trainer_bridge.parallel import device as devices
 from trainer_bridge.config import ModelConfig, TrainConfig
-from trainer_bridge.moe import active_parameters
+from trainer_bridge.model.transformer import active_parameters
 
 
 def dense_flops_per_token(non_embedding_params: int) -> float:
@@ -34,7 +34,7 @@ def attention_flops(n_layers: int, attention_dim: int, sum_squared_segment_lengt
 
 class FlopCounter:
     """``non_embedding_params`` is the N of 6·N: for an MoE model the *active* parameters only (router, shared
-    expert and top_k of the experts per token, moe.active_parameters), not the total."""
+    expert and top_k of the experts per token, transformer.active_parameters), not the total."""
 
     def __init__(self, cfg: ModelConfig):
         self.non_embedding_params = active_parameters(cfg)

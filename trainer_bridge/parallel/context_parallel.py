@@ -22,6 +22,7 @@ applied from outside to the unmodified model (torchtitan's lesson), hand-written
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import types
 from dataclasses import dataclass
@@ -49,12 +50,9 @@ def head_tail_indices(seq_len: int, cp: int, rank: int, device=None) -> torch.Te
 def shard_batch(batch, cp: int, rank: int):
     """This cp rank's part of every row of ``batch`` (data.Batch). The counts (target/real tokens, squared
     segment lengths) stay those of the whole rows: they normalize the loss, which every cp rank shares."""
-    from trainer_bridge.data import Batch
-
     index = head_tail_indices(batch.input_ids.shape[1], cp, rank, device=batch.input_ids.device)
-    cut = [t.index_select(1, index) for t in (batch.input_ids, batch.labels, batch.position_ids, batch.segment_ids)]
-    return Batch(*cut, sample_ids=batch.sample_ids, target_tokens=batch.target_tokens,
-                 real_tokens=batch.real_tokens, sum_squared_segment_lengths=batch.sum_squared_segment_lengths)
+    return dataclasses.replace(batch, **{name: getattr(batch, name).index_select(1, index)
+                                         for name in ("input_ids", "labels", "position_ids", "segment_ids")})
 
 
 @dataclass

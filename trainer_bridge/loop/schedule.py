@@ -4,7 +4,7 @@
 ``HH:MM-HH:MM`` (every day; past midnight allowed) or ``Day HH:MM-Day HH:MM`` (weekly; Mon…Sun); the start is
 inside, the end is not. No window: always open. Outside every window the trainer checkpoints and pauses
 (``train/PAUSED`` says why and until when, the alerts' pause path), and goes on by itself when the next window
-opens; ``corpusmill refresh`` waits for it, or exits with ``EXIT_OUTSIDE_WINDOW`` (``outside: exit``).
+opens; ``corpusmill refresh`` waits for it, or exits with ``ExitCode.OUTSIDE_WINDOW`` (``outside: exit``).
 
 Time comes from a ``Clock`` (``now()`` epoch seconds, ``sleep(seconds)``), so tests run hours of schedule in
 milliseconds. Local times follow the configured time zone; across a DST change a boundary moves with the wall
@@ -20,9 +20,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from runio.errors import ExitCode
+from trainer_bridge.observe.alerts import mark_paused
+
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 WEEK_MINUTES = 7 * 1440
-EXIT_OUTSIDE_WINDOW = 75  # EX_TEMPFAIL: cron/systemd may try again later
 _TIME = r"([01]?\d|2[0-3]):([0-5]\d)"
 _DAILY = re.compile(rf"^\s*{_TIME}\s*-\s*{_TIME}\s*$")
 _WEEKLY = re.compile(rf"^\s*([A-Za-z]{{3}})[a-z]*\s+{_TIME}\s*-\s*([A-Za-z]{{3}})[a-z]*\s+{_TIME}\s*$")
@@ -195,8 +197,6 @@ class ScheduleCheck:
         self._pause(step, checkpoint=True)
 
     def _pause(self, step: int, *, checkpoint: bool) -> None:
-        from trainer_bridge.alerts import mark_paused
-
         now = self.clock.now()
         until = self.schedule.next_open(now)
         if checkpoint:
@@ -223,7 +223,7 @@ class ScheduleCheck:
 
 def refresh_gate(cfg: ScheduleConfig, clock: Clock, say) -> int | None:
     """For ``corpusmill refresh`` started by cron/systemd: None when a window is open (after waiting for one,
-    with ``outside: wait``); ``EXIT_OUTSIDE_WINDOW`` after one line, with ``outside: exit``."""
+    with ``outside: wait``); ``ExitCode.OUTSIDE_WINDOW`` after one line, with ``outside: exit``."""
     schedule = Schedule(cfg)
     now = clock.now()
     if schedule.is_open(now):
@@ -231,6 +231,6 @@ def refresh_gate(cfg: ScheduleConfig, clock: Clock, say) -> int | None:
     if cfg.outside == "exit":
         say(f"outside the schedule windows ({', '.join(cfg.windows)}): not started (train.schedule.outside: "
             f"exit); the next window opens {schedule.describe(schedule.next_open(now))}")
-        return EXIT_OUTSIDE_WINDOW
+        return ExitCode.OUTSIDE_WINDOW
     wait_for_window(schedule, clock, say)
     return None

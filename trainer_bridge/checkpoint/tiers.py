@@ -27,7 +27,7 @@ from typing import Callable
 
 from runio.files import CHUNK_BYTES, sha256_stream, write_atomic
 from runio.layout import RunPaths
-from trainer_bridge.checkpoint import (
+from trainer_bridge.checkpoint.store import (
     CHECKSUMS,
     DELETING_SUFFIX,
     LATEST,

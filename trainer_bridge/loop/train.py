@@ -1,7 +1,8 @@
 """The training loop, top to bottom.
 
     setup:    runtime (device, process group) → shards → model (meta → parallelized → materialized) → optimizer,
-              loss scaler, guard → the loop's components → resume from the newest sound checkpoint, if any
+              loss scaler, guard → the loop's components → the start plan (``checkpoint/start.py``: fresh, resume
+              this run's checkpoint, or initialise from other weights) loaded
     per step: next batch (prefetched) → forward/backward over the micro-batches (accumulation, or the pipeline
               schedule) → unscale and agree on overflow → guard (NaN/Inf, spike) → clip by global norm → AdamW
               step → the components, each on its own cadence: metrics, validation, checkpoint, alerts
@@ -10,7 +11,7 @@ Components (each owns its cadence and its files; ``Trainer.fit`` only calls them
     StepMetrics (metrics.py)        step timing, tokens/s, MFU, metrics.jsonl/TensorBoard, console, Prometheus
     Validator (validate.py)         the 'val' split loss (overall and per domain) every ``eval.interval`` steps
     Sampler (validate.py)           greedy samples from fixed prompts every ``eval.sample_interval`` steps
-    CheckpointManager (checkpoint)  saves every ``checkpoint.interval`` steps, resume, rollback target, init_from
+    CheckpointManager (checkpoint)  saves every ``checkpoint.interval`` steps, loads the start plan's, rollback target
     AlertCheck (alerts.py)          alert rules on rank 0, the action agreed by all ranks, pause/stop
     ScheduleCheck (schedule.py)     outside train.schedule's windows: checkpoint, pause, resume at the next one
     RecoveryTracker (recovery.py)   recovery time after a torchrun restart (recovery.jsonl)
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import astuple, dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -33,25 +35,25 @@ import torch.nn.functional as F
 
 from runio.files import sha256_file
 from runio.layout import RunPaths
-from trainer_bridge import device as devices
-from trainer_bridge.alerts import AlertCheck
-from trainer_bridge.checkpoint import CheckpointManager, RunIdentity
+from trainer_bridge.parallel import device as devices
+from trainer_bridge import hf
+from trainer_bridge.observe.alerts import AlertCheck
+from trainer_bridge.checkpoint.manager import CheckpointManager
+from trainer_bridge.checkpoint.start import INIT, RESUME, StartPlan, agreed_plan, plan_start, restarted_by_torchrun
+from trainer_bridge.checkpoint.store import RunIdentity
 from trainer_bridge.config import GuardConfig, OptimizerConfig, TrainConfig
-from trainer_bridge.data import IGNORE_INDEX, StepBatch, StepBatches, open_split, shards_identity
-from trainer_bridge.metrics import StepMetrics
-from trainer_bridge.monitoring import TrainingMonitor
-from trainer_bridge.outcomes import TrainConfigError
-from trainer_bridge.parallelize import ModelParts, build_mesh, build_model, global_grad_norm, scale_grads, zero_grads
-from trainer_bridge.precision import DynamicLossScaler, compute_context
-from trainer_bridge.recovery import RecoveryTracker
-from trainer_bridge.schedule import Clock, ScheduleCheck, SystemClock
-from trainer_bridge.moe import step_stats as moe_step_stats
-from trainer_bridge.tensor_parallel import cross_entropy_sum
-from trainer_bridge.validate import Sampler, Validator
-
-
-class TrainingStopped(RuntimeError):
-    """Training cannot continue (persistent bad steps); the message says why and what to do."""
+from trainer_bridge.loop.distill import Distiller, load_teacher
+from trainer_bridge.loop.data import IGNORE_INDEX, StepBatch, StepBatches, open_split, shards_identity
+from trainer_bridge.observe.metrics import StepMetrics
+from trainer_bridge.observe.monitoring import TrainingMonitor
+from trainer_bridge.outcomes import TrainConfigError, TrainingStopped
+from trainer_bridge.parallel.parallelize import ModelParts, build_mesh, build_model, global_grad_norm, scale_grads, zero_grads
+from trainer_bridge.parallel.precision import DynamicLossScaler, compute_context
+from trainer_bridge.checkpoint.recovery import RecoveryTracker
+from trainer_bridge.loop.schedule import Clock, ScheduleCheck, SystemClock
+from trainer_bridge.model.moe import step_stats as moe_step_stats
+from trainer_bridge.parallel.tensor_parallel import cross_entropy_sum
+from trainer_bridge.loop.validate import Sampler, Validator
 
 
 @dataclass
@@ -263,11 +265,13 @@ def run_identity(cfg: TrainConfig, paths: RunPaths, world_size: int | None = Non
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, paths: RunPaths, *, hooks: TrainHooks | None = None,
-                 shards_verified: bool = False, clock: Clock | None = None):
+                 shards_verified: bool = False, clock: Clock | None = None, plan: StartPlan | None = None):
         """``shards_verified``: the launcher has already checked the shards as ``train.verify_shards`` asks (once
-        per run, not once per rank); only the reader's own checks run here. ``clock``: what the schedule windows
+        per run, not once per rank); only the reader's own checks run here. ``plan``: the launcher's start plan
+        (``checkpoint.start.plan_start``); without one, rank 0 makes it. ``clock``: what the schedule windows
         are judged by (default: the system's)."""
         self.paths = paths
+        self.plan = plan
         self.hooks = hooks or TrainHooks()
         self.runtime = runtime = devices.init_runtime(cfg.device, cfg.collective_timeout_s, cfg.connect_timeout_s)
         cfg = cfg.for_world_size(runtime.world_size)  # mesh.dp auto: the processes of this (re)start
@@ -366,34 +370,42 @@ class Trainer:
         return int(self.runtime.all_reduce(torch.tensor([code]), op=dist.ReduceOp.MAX)[0])
 
     def _restore(self) -> None:
-        """This run's newest sound checkpoint; without one, the one ``train.init_from`` names, if set."""
+        """Start as the plan says (``checkpoint.start``): the launcher's, or, without one (``train`` called
+        directly, ranks restarted by torchrun), rank 0's made here and handed to every rank."""
         progress = self.progress
-        resumed = self.checkpoints.resume()
-        if resumed is not None:
+        plan = self._start_plan()
+        if plan.kind == RESUME:
+            resumed = Path(plan.path)
+            self.checkpoints.load(resumed)
             self.result.resumed_from = resumed.name
             self._say(f"resumed from {resumed.name}: step {progress.step}, sample {progress.samples}")
             self.recovery.resumed(resumed.name, progress.step, self.checkpoints.provenance(resumed), self.cfg.steps)
-        elif self.cfg.init_from:
-            from trainer_bridge import hf
-            if hf.is_weights_only_init(self.cfg.init_from):  # hf:PATH or an import-hf folder: weights only
-                described = hf.load_initial_weights(
-                    self.cfg.init_from, self.model.parts, self.cfg.model,
-                    shard_vocab_size=self.train_source.vocab_size,
-                    shard_tokenizer_sha256=self.train_source.tokenizer_sha256, say=self._say)
-                self.result.initialized_from = described
-                self._say(f"initialized the weights from {described}: fresh optimizer, step 0")
-                return
+        elif plan.kind == INIT and plan.weights_only:  # hf:PATH or an import-hf folder: weights only
+            described = hf.load_initial_weights(
+                plan.path, self.model.parts, self.cfg.model,
+                shard_vocab_size=self.train_source.vocab_size,
+                shard_tokenizer_sha256=self.train_source.tokenizer_sha256, say=self._say)
+            self.result.initialized_from = described
+            self._say(f"initialized the weights from {described}: fresh optimizer, step 0")
+        elif plan.kind == INIT:
+            path = Path(plan.path)
             source = RunPaths(self.cfg.init_from)
-            path = self.checkpoints.initialize_from(source)
+            self.checkpoints.load(path, keep_data_position=True)
             self.result.initialized_from = f"{source}/{path.name}"
             self._say(f"initialized from {source} {path.name}: step {progress.step}, data from sample 0 of this run")
+
+    def _start_plan(self) -> StartPlan:
+        restarted = restarted_by_torchrun()  # the launcher's plan predates what the failed attempt saved
+        given = None if restarted else self.plan
+        runtime = self.runtime
+        return agreed_plan(lambda: given or plan_start(self.cfg, self.paths, self.identity, by_ranks=True,
+                                                       say=self._say),
+                           distributed=runtime.distributed, is_main=runtime.is_main, device=runtime.device)
 
     def _distiller(self):
         """``train.distill``: the frozen teacher, replicated on every rank; None without distillation."""
         if self.cfg.distill is None:
             return None
-        from trainer_bridge.distill import Distiller, load_teacher
-
         teacher = load_teacher(self.cfg.distill, self.cfg.model, shard_tokenizer_sha256=self.train_source.tokenizer_sha256,
                                seq_len=self.train_source.seq_len, device=self.runtime.device, say=self._say)
         self._say(f"distilling from {self.cfg.distill.teacher} ({teacher.cfg.n_layers} layers, dim {teacher.cfg.dim}): "
@@ -541,7 +553,7 @@ class Trainer:
 
 
 def train(cfg: TrainConfig, paths: RunPaths, *, hooks: TrainHooks | None = None,
-          shards_verified: bool = False, clock: Clock | None = None) -> TrainResult:
+          shards_verified: bool = False, clock: Clock | None = None, plan: StartPlan | None = None) -> TrainResult:
     """Train in this process (one rank of a torchrun job, or alone) on ``paths.shards``, writing under
     ``paths.train``. The process group is left initialized. ``clock``: for the schedule windows (tests)."""
-    return Trainer(cfg, paths, hooks=hooks, shards_verified=shards_verified, clock=clock).fit()
+    return Trainer(cfg, paths, hooks=hooks, shards_verified=shards_verified, clock=clock, plan=plan).fit()

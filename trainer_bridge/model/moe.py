@@ -29,6 +29,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from trainer_bridge.model.feed_forward import FeedForward, is_moe_layer
+
 
 class _AddAuxLossGrad(torch.autograd.Function):
     """Identity on ``output``; in backward, ``aux`` receives the gradient ``scale`` (as if ``scale · aux`` were
@@ -78,8 +80,6 @@ class MoE(nn.Module):
         self.experts = GroupedExperts(cfg.n_experts, cfg.dim, cfg.moe_hidden or hidden)
         self.shared_expert = None
         if cfg.moe_shared_expert:
-            from trainer_bridge.model import FeedForward
-
             self.shared_expert = FeedForward(cfg)
         # Set from outside (parallelize): the factor of the summed token loss, and the expert-parallel group.
         self.aux_scale = lambda: 1.0
@@ -166,25 +166,6 @@ def moe_modules(module: nn.Module) -> list[tuple[str, MoE]]:
     return [(name, m) for name, m in module.named_modules() if isinstance(m, MoE)]
 
 
-def active_parameters(cfg) -> int:
-    """Parameters a token passes through in matmuls (the non-embedding N of 6·N): everything but the input
-    embedding, with only top_k of each MoE layer's experts (plus its router and shared expert)."""
-    from trainer_bridge.model import count_parameters
-
-    counts = count_parameters(cfg)
-    if not cfg.n_experts:
-        return counts["non_embedding"]
-    with torch.device("meta"):
-        from trainer_bridge.model import Transformer
-
-        model = Transformer(cfg)
-    inactive = 0
-    for _, moe in moe_modules(model):
-        per_expert = sum(p[0].numel() for p in moe.experts.parameters())
-        inactive += per_expert * (moe.n_experts - moe.top_k)
-    return counts["non_embedding"] - inactive
-
-
 def step_stats(parts, cfg, device: torch.device, distributed: bool) -> dict:
     """The MoE layers' statistics since the last call, summed over all ranks (each rank routes its own tokens;
     pipeline stages hold different layers), for the metrics record; resets them. Empty for a dense model.
@@ -194,8 +175,6 @@ def step_stats(parts, cfg, device: torch.device, distributed: bool) -> dict:
     ``moe_aux_loss``: the weighted auxiliary losses, token-weighted mean per layer, summed over layers."""
     if not cfg.n_experts:
         return {}
-    from trainer_bridge.model import is_moe_layer
-
     layers = [i for i in range(cfg.n_layers) if is_moe_layer(cfg, i)]
     n = cfg.n_experts
     table = torch.zeros(len(layers), n + 4, dtype=torch.float64)

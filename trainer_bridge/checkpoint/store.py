@@ -6,7 +6,7 @@ Layout under ``RunPaths.checkpoints`` (``<run>/train/checkpoints/``):
     latest                  text file naming the newest complete checkpoint, replaced atomically
 
 Inside a checkpoint, besides DCP's files: ``model_config.json`` (the resolved model config; the name
-``hf.MODEL_CONFIG_FILE`` reads) and ``provenance.json`` (the step, the run's ``train.steps`` and the shards'
+``run_model.checkpoint_model_config`` reads) and ``provenance.json`` (the step, the run's ``train.steps`` and the shards'
 identity: the manifest's sha256 and each shard's), both covered by ``checksums.json`` like the tensors. A resume
 with another model or other shards is refused, naming what differs (``resume_problem``), and so is one whose
 newest sound checkpoint is past ``train.steps`` (nothing to train: ``past_train_steps``).
@@ -26,8 +26,8 @@ allow-list): model parameters and AdamW state by fully-qualified name (DCP resha
 topology), the train state (step, global sample index = data state, tokens seen, counters, loss scale, guard
 statistics; the LR schedule is a pure function of the step) and every rank's RNG states.
 
-``CheckpointManager`` is the training loop's checkpoint component (cadence, resume, rollback target,
-``train.init_from``); ``Checkpointer`` does the DCP saving and loading underneath it.
+``Checkpointer`` does the DCP saving and loading; ``manager.CheckpointManager``, the training loop's checkpoint
+component (cadence, the start's checkpoint, rollback target), uses it.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -59,17 +59,17 @@ from torch.distributed.checkpoint.state_dict import (
 
 from runio.files import sha256_file, write_atomic, write_json
 from runio.layout import RunPaths
-from trainer_bridge import device as devices
+from trainer_bridge.parallel import device as devices
 from trainer_bridge.config import CheckpointConfig
-from trainer_bridge.data import shards_difference
+from trainer_bridge.loop.data import shards_difference
 from trainer_bridge.outcomes import TrainRefused, raise_terminated
 
 LATEST = "latest"
 BEST = "best"  # names the sound checkpoint with the lowest validation loss (provenance.json "val_loss")
 PARTIAL_SUFFIX = ".partial"
-UPLOADING_SUFFIX = ".uploading-"  # a hard-linked hand-over copy for the tier uploader (trainer_bridge/tiers.py)
+UPLOADING_SUFFIX = ".uploading-"  # a hard-linked hand-over copy for the tier uploader (trainer_bridge/checkpoint/tiers.py)
 DELETING_SUFFIX = ".deleting"  # an old checkpoint being pruned: renamed first, so a half-deleted one never loads
-MODEL_CONFIG_FILE = "model_config.json"  # = hf.MODEL_CONFIG_FILE (hf imports this module, not the reverse)
+MODEL_CONFIG_FILE = "model_config.json"  # the resolved ModelConfig
 PROVENANCE_FILE = "provenance.json"
 STEP_DIR = re.compile(r"step-\d{8}")
 SET_ASIDE_PREFIX = "set-aside-"
@@ -584,197 +584,3 @@ def set_aside(paths: RunPaths) -> Path | None:
     for path in moving:
         os.replace(path, target / path.name)
     return target
-
-
-# ------------------------------------------------------------------------------------ the loop's component
-
-class TrainState(Protocol):
-    """What the loop keeps besides model and optimizer: saved as the checkpoint's ``train.*`` tensors."""
-
-    @property
-    def healthy(self) -> bool: ...  # False during a streak of bad steps
-
-    def tensors(self) -> dict[str, torch.Tensor]: ...
-
-    def load(self, tensors: dict[str, torch.Tensor], keep_data_position: bool = False) -> None: ...
-
-
-class CheckpointManager:
-    """The training loop's checkpoint component: saves every ``checkpoint.interval`` steps and at the last one
-    (never during a streak of bad steps: a rollback must land on a healthy state), resumes from the newest sound
-    checkpoint, names the rollback target, and initializes from another run (``train.init_from``).
-
-    With ``checkpoint.enabled: false`` nothing is saved, there is nothing to resume or roll back to, and only
-    ``initialize_from`` loads. All ranks call every method."""
-
-    def __init__(self, paths: RunPaths, cfg: CheckpointConfig, runtime: devices.Runtime, *, parts, optimizers,
-                 state: TrainState, monitor, events: list[dict], say: Callable[[str], None],
-                 identity: RunIdentity | None = None):
-        self.root = paths.checkpoints
-        self.cfg = cfg
-        self.runtime = runtime
-        self.parts, self.optimizers, self.state = parts, optimizers, state
-        self.monitor = monitor
-        self.events = events
-        self.say = say
-        self.identity = identity
-        self.paths = paths
-        self.uploader = None
-        self._loop_seconds_carried = 0.0  # promotions at steps without a save, for the next event's loop_s
-        self._upload_anyway: set[int] = set()  # steps saved before a pause or stop: copied whatever tier.every says
-        if cfg.enabled and cfg.durable_tiers and runtime.is_main:
-            from trainer_bridge.tiers import TierUploader, durable_tiers
-
-            self.uploader = TierUploader(durable_tiers(cfg, paths), say)
-        self.checkpointer = (Checkpointer(self.root, cfg, runtime, describe=identity.files if identity else None,
-                                          on_promoted=self._promoted if self.uploader is not None else None)
-                             if cfg.enabled else None)
-
-    def _pause_uploads(self) -> None:
-        if self.uploader is not None:
-            self.uploader.pause()
-
-    def _resume_uploads(self) -> None:
-        """The durable copies go on once no save to the fast tier is in flight."""
-        if self.uploader is not None and not self.checkpointer.in_flight:
-            self.uploader.resume()
-
-    def _promoted(self, path: Path, step: int) -> None:
-        final = step in self._upload_anyway or (self.identity is not None and step >= self.identity.train_steps)
-        self._upload_anyway.discard(step)
-        self.uploader.submit(path, step, final)
-
-    # -- saving -------------------------------------------------------------------------------------------
-    def maybe_save(self, step: int, *, last: bool) -> None:
-        """After step ``step`` (the number of completed steps): promote a finished async save; save when due."""
-        if self.checkpointer is None:
-            return
-        started, promotions = time.perf_counter(), self.checkpointer.promotions
-        self._pause_uploads()  # a promotion (hashing the new checkpoint) and a save never run beside a copy
-        self.checkpointer.poll()
-        if (step % self.cfg.interval == 0 or last) and self.state.healthy:
-            if last:
-                self._upload_anyway.add(step)
-            self.save(step, loop_started=started)
-        elif self.checkpointer.promotions != promotions:  # an async save promoted: loop time of the next event
-            self._loop_seconds_carried += time.perf_counter() - started
-        self._resume_uploads()
-        if self.uploader is not None:
-            self.monitor.observe_durable_tier(self.uploader.lag_seconds(), self.uploader.failures)
-
-    def note_val_loss(self, step: int, loss: float) -> None:
-        """The validation loss after ``step`` steps: recorded in that step's checkpoint (when one is saved) and
-        compared for ``checkpoints/best``."""
-        if self.checkpointer is not None:
-            self.checkpointer.val_losses[step] = loss
-
-    def save(self, step: int, loop_started: float | None = None) -> None:
-        """The event's ``blocking_s`` is the save call's own blocking part; ``loop_s`` all the loop's wall time for
-        checkpoints since the previous event: this call from ``loop_started`` (the previous async save's promotion
-        and the wait for it included) and a promotion of the previous save at a step without a save."""
-        started = time.perf_counter()
-        self._pause_uploads()  # until the save is complete (an async one: see _resume_uploads)
-        self.checkpointer.save(step, self.parts, self.optimizers, self.state.tensors())
-        self._resume_uploads()
-        blocking = self.checkpointer.last_blocking_seconds
-        now = time.perf_counter()
-        self.monitor.observe_checkpoint(now - started, blocking)
-        loop = now - (started if loop_started is None else loop_started) + self._loop_seconds_carried
-        self._loop_seconds_carried = 0.0
-        self.events.append({"step": step, "event": "checkpoint", "blocking_s": blocking, "loop_s": round(loop, 6)})
-
-    def save_now(self, step: int) -> None:
-        """Before pausing or stopping for an alert: a checkpoint of this step, unless one was just taken."""
-        if self.checkpointer is None:
-            return
-        latest = latest_checkpoint(self.root)
-        self._pause_uploads()
-        if latest is None or latest.name != step_dir_name(step):
-            self._upload_anyway.add(step)
-            self.save(step)
-        self.checkpointer.wait()
-        self._resume_uploads()
-
-    # -- loading ------------------------------------------------------------------------------------------
-    def load(self, path: Path, keep_data_position: bool = False) -> None:
-        tensors = self.state.tensors()
-        with interrupts_deferred():  # DCP would wrap a KeyboardInterrupt in a CheckpointException
-            had_rng = load_checkpoint(path, self.runtime, self.parts, self.optimizers, tensors)
-        self.state.load(tensors, keep_data_position)
-        if not had_rng:
-            self.say(f"{path.name} has no RNG state for rank {self.runtime.rank} (world size changed); "
-                     "this rank keeps its seeded RNG")
-
-    def _newest_sound(self, root: Path, *, prefix: str = "", fallback: str = "falling back to an older one"):
-        for path in checkpoint_candidates(root):
-            problem = checkpoint_problem(path)
-            if problem is None:
-                return path
-            self.say(f"{prefix}checkpoint {path.name} is damaged ({problem}); {fallback}")
-        return None
-
-    def resume(self) -> Path | None:
-        """Load this run's newest checkpoint that passes its checksums (a damaged one is skipped, with a log
-        line); None when there is none or checkpointing is off. Refuses (``TrainRefused``, on every rank alike)
-        when checkpoints exist but none is sound, when the newest sound one belongs to another model or other
-        shards or is past ``train.steps`` (``plan_resume``), and with ``checkpoint.resume: false`` when there are
-        checkpoints at all (``refuse_training_anew_beside``)."""
-        if self.checkpointer is None:
-            return None
-        if not self.cfg.resume:
-            from trainer_bridge.tiers import durable_tiers
-
-            refuse_training_anew_beside(self.root, durable_tiers(self.cfg, self.paths))
-            return None
-        if self.cfg.durable_tiers:
-            if self.runtime.is_main:
-                from trainer_bridge.tiers import restore_from_durable
-
-                restore_from_durable(self.cfg, self.paths, self.say)
-            if self.runtime.distributed:
-                dist.barrier()  # rank 0 has copied it down before anyone plans the resume
-        if self.identity is None:
-            path = self._newest_sound(self.root)
-        else:
-            path = plan_resume(self.root, self.identity, say=self.say, soundness=self.checkpointer.soundness)
-        if path is not None:
-            self.load(path)
-        return path
-
-    def initialize_from(self, run: RunPaths) -> Path:
-        """Continue another run's training on this run's data: its weights, optimizer and step, our samples.
-        The model must be the same (refused otherwise, naming the settings); the shards are expected to differ."""
-        path = self._newest_sound(run.checkpoints, prefix="init_from: ", fallback="trying an older one")
-        if path is None:
-            raise TrainRefused(f"train.init_from: no usable checkpoint under {run.checkpoints}")
-        if self.identity is not None:
-            mismatch = resume_problem(path, self.identity, compare_shards=False)
-            if mismatch is not None:
-                raise TrainRefused(f"train.init_from: {run.root} {path.name} has another model ({mismatch}); set "
-                                   "train.model to that run's model")
-        self.load(path, keep_data_position=True)
-        return path
-
-    def provenance(self, path: Path) -> dict | None:
-        return read_checkpoint_json(path, PROVENANCE_FILE)
-
-    def rollback_target(self) -> Path | None:
-        """The newest complete checkpoint to roll back to (an async save in flight may be it); None without."""
-        if self.checkpointer is None:
-            return None
-        self._pause_uploads()
-        self.checkpointer.wait()
-        self._resume_uploads()
-        if self.runtime.distributed:
-            dist.barrier()  # rank 0 has promoted it before anyone reads 'latest'
-        return latest_checkpoint(self.root)
-
-    def close(self) -> None:
-        """Finish a save in flight, then wait for the durable tiers to receive what was handed over (the end of
-        the run, not the loop, waits on them)."""
-        if self.checkpointer is not None:
-            self.checkpointer.close()
-        if self.uploader is not None:
-            self.uploader.resume()
-            self.uploader.close()
-            self.monitor.observe_durable_tier(self.uploader.lag_seconds(), self.uploader.failures)

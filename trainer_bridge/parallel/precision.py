@@ -14,9 +14,9 @@ import contextlib
 import torch
 import torch.distributed as dist
 
-from trainer_bridge import device as devices
+from trainer_bridge.parallel import device as devices
 from trainer_bridge.config import LossScaleConfig, PrecisionConfig
-from trainer_bridge.parallelize import ModelParts, compute_dtype, local_grads, scale_grads
+from trainer_bridge.parallel.parallelize import ModelParts, compute_dtype, local_grads, scale_grads
 
 
 def compute_context(cfg: PrecisionConfig, device: torch.device, uses_fsdp: bool):

@@ -1,0 +1,1 @@
+"""trainer_bridge.observe: watching a run: metrics, Prometheus monitoring, alerts."""
