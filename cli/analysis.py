@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from runio.errors import ExitCode
 from typing import Sequence
 
 from beamio.config_base import ConfigError, read_config_file
@@ -91,17 +92,17 @@ MISSING_ID = "missing_id"  # the kind of a record set aside for want of its id (
 
 def no_document_exit_code(command: str, task: str, n_docs: int, set_aside: list[dict], text_field: str,
                           id_field: str | None = None, set_aside_as: str = "quarantined") -> int:
-    """1 when records were read but none of them is a document (every one quarantined, most often a text field
+    """``NOT_USABLE`` (1) when records were read but none of them is a document (every one quarantined, most often a text field
     under another name: the hint names the option), 0 otherwise (an empty input is not an error). ``set_aside``:
     the records' quarantine records (``kind``, ...), with ``MISSING_ID`` ones for a command that needs an id."""
     if n_docs or not set_aside:
-        return 0
+        return ExitCode.OK
     kinds = {record["kind"] for record in set_aside}
     hints = [f"; is the text in another field than {text_field!r}? (--text-field)"] * ("missing_text" in kinds)
     hints += [f"; is the id in another field than {id_field!r}? (--id-field)"] * (MISSING_ID in kinds)
     print(f"corpusmill {command}: no document {task}: all {len(set_aside)} records were {set_aside_as}"
           f"{''.join(hints)}", file=sys.stderr)
-    return 1
+    return ExitCode.NOT_USABLE
 
 
 def quarantine_summary(records: list[dict]) -> str:

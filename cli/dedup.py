@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from beamio.config_base import ConfigError, InputConfig, load_section
 from cli import positive_int
 from cli.analysis import (check_new_folder, check_out_path, no_document_exit_code, quarantine_summary,
                           resolve_input_fields, run_config_for)
@@ -53,8 +54,6 @@ def register(subparsers) -> None:
 def _check_cluster_options(args) -> None:
     """The Dask options make sense only together with ``--runner dask``, and a memory limit only for a cluster the
     command starts itself."""
-    from beamio.config_base import ConfigError
-
     if (args.dask_address or args.worker_memory) and args.runner != "dask":
         option = "--dask-address" if args.dask_address else "--worker-memory"
         raise ConfigError(f"{option} needs --runner dask (got --runner {args.runner})")
@@ -64,7 +63,7 @@ def _check_cluster_options(args) -> None:
     if args.worker_memory:  # the same rule as a run config's runner.worker_memory
         from pydantic import ValidationError
 
-        from pipelines.config import RunnerConfig
+        from pipelines.config import RunnerConfig  # deferred: the run config imports every step's (numpy)
         try:
             RunnerConfig(name="dask", worker_memory=args.worker_memory)
         except ValidationError:
@@ -75,9 +74,8 @@ def _check_cluster_options(args) -> None:
 def _run(args) -> int:
     # deferred like every command's work: registering the command (on every `corpusmill` call) imports no numpy,
     # pydantic or reader
-    from beamio.config_base import InputConfig, load_section
-    from pipelines.dedup import Execution, write_clusters
-    from transforms.near_dedup.core import NearDedupConfig
+    from pipelines.dedup import Execution, write_clusters  # deferred: numpy and the readers, as said above
+    from transforms.near_dedup.core import NearDedupConfig  # deferred: numpy
 
     cfg = load_section(args.config, SECTION, NearDedupConfig, args.overrides, aliases=("dedup",))
     resolve_input_fields(args)

@@ -98,7 +98,7 @@ def _export(args: argparse.Namespace) -> int:
         result = export_run(args.run_dir, args.out, step=args.step, best=args.best, dtype=args.dtype,
                             max_shard_bytes=parse_size(args.max_shard_size), say=lambda line: _note("export", line))
         print(f"corpusmill export: {result.checkpoint} → {result.out_dir} ({', '.join(result.files)})")
-        return 0
+        return ExitCode.OK
 
     return _guard("export", run)
 
@@ -114,7 +114,7 @@ def _import(args: argparse.Namespace) -> int:
               f"{c.n_heads} heads / {c.n_kv_heads} kv, vocabulary {c.vocab_size}, context {c.max_seq_len})")
         print("corpusmill import-hf: continue pretraining it with these run-config lines:")
         print(result.run_config_snippet())
-        return 0
+        return ExitCode.OK
 
     return _guard("import-hf", run)
 
@@ -141,10 +141,9 @@ def _generate(args: argparse.Namespace) -> int:
     def run() -> int:
         from tokenizers import Tokenizer
 
-        # deferred: these import torch (see _guard)
-        from trainer_bridge.checkpoint.run_model import build_model
-        from trainer_bridge.hf import load_for_inference
-        from trainer_bridge.model.generate import SamplingConfig, generate
+        from trainer_bridge.checkpoint.run_model import build_model  # deferred: torch (see _guard)
+        from trainer_bridge.hf import load_for_inference  # deferred: torch
+        from trainer_bridge.model.generate import SamplingConfig, generate  # deferred: torch
 
         sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                   top_k=args.top_k, top_p=args.top_p, seed=args.seed)
@@ -173,7 +172,7 @@ def _generate(args: argparse.Namespace) -> int:
                     print(completion)
         sys.stdout.flush()
         _note("generate", f"{len(texts)} prompt(s) continued by the model of {loaded.description}")
-        return 0
+        return ExitCode.OK
 
     return _guard("generate", run)
 

@@ -21,8 +21,8 @@ from beamio.read import Quarantined, iter_records, record_position, reported_id,
 from cli import positive_int
 from cli.analysis import (MISSING_ID, check_out_path, no_document_exit_code, resolve_input_fields,
                           run_config_for)
-from pipelines.twins import TextTwins
 from pipelines.config import ConfigError, InputConfig, load_section
+from pipelines.twins import TextTwins
 from runio.files import atomic_output
 from transforms.pii import PiiConfig, PiiStep
 from transforms.pii import step as pii_step

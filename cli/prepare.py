@@ -96,7 +96,7 @@ def _run(args: argparse.Namespace, stages: tuple[str, ...], against: tuple[str, 
         print(f"corpusmill {args.command}: {reason}", file=sys.stderr)
         return code
     print(f"corpusmill {args.command}: done: {summary_line(manifest)}", flush=True)
-    return 0
+    return ExitCode.OK
 
 
 def _causes(err: BaseException, *, implicit: bool = False):

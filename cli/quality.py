@@ -12,9 +12,10 @@ from beamio.read_beam import ReadCorpus
 from cli import positive_int
 from cli.analysis import (check_out_path, no_document_exit_code, quarantine_summary, resolve_input_fields,
                           run_config_for)
-from pipelines.twins import TextTwins
 from pipelines.config import ConfigError, InputConfig, load_section, param_overrides
 from pipelines.steps import STEPS, StepContext
+from pipelines.twins import TextTwins
+from runio.errors import ExitCode
 from runio.files import atomic_output
 from runio.layout import RunPaths
 from transforms.base import step_annotations
@@ -62,7 +63,7 @@ def _train(args: argparse.Namespace) -> int:
         written.append(ftz)
     print(_metrics_table(card))
     print("wrote " + ", ".join(written) + " (+ .order.npz and .card.json next to each)")
-    return 0
+    return ExitCode.OK
 
 
 def _metrics_table(card: dict) -> str:

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from experiments.ablate import parse_variants, run_ablation
-from experiments.sweep import run_sweep
 from pipelines.config import load_config
+from runio.errors import ExitCode
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -49,18 +48,22 @@ def _sweep(args: argparse.Namespace) -> int:
         if value is not None:
             overrides.append(f"sweep.{flag}={value}")
     cfg = load_config(args.config, overrides)
+    from experiments.sweep import run_sweep  # deferred: imports torch and optuna, which registering must not
+
     summary = run_sweep(cfg, overwrite=args.overwrite, log=lambda line: print(line, flush=True))
     counts = ", ".join(f"{n} {state.lower()}" for state, n in sorted(summary["counts"].items()))
     best = summary.get("best")
     print(f"corpusmill sweep: {counts}" + (f"; best trial {best['number']}: val_loss {best['value']:.4f} "
                                            f"{best['params']}" if best else "; no complete trial"), flush=True)
-    return 0 if best else 1
+    return ExitCode.OK if best else ExitCode.NOT_USABLE
 
 
 def _ablate(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
+    from experiments.ablate import parse_variants, run_ablation  # deferred: imports torch, as run_sweep
+
     results = run_ablation(cfg, parse_variants(args.variants, cfg), log=lambda line: print(line, flush=True))
     for row in results["variants"]:
         print(f"corpusmill ablate: {row['variant']:<20} val_loss {row['final_val_loss']:.4f}  "
               f"tokens trained {row['tokens_seen']}  train docs {row['train_docs']}", flush=True)
-    return 0
+    return ExitCode.OK

@@ -9,6 +9,7 @@ import sys
 
 from beamio.read import Quarantined, iter_records
 from pipelines.config import ConfigError, InputConfig, load_section, param_overrides
+from runio.errors import ExitCode
 from runio.files import sha256_file
 from runio.layout import RunPaths
 from tokenizer.config import TokenizerConfig
@@ -85,7 +86,7 @@ def _inspect(args: argparse.Namespace) -> int:
                 ShardReader(args.shards, split=split).verify()
     except ShardFormatError as err:
         print(f"corpusmill inspect: {err}", file=sys.stderr)
-        return 1
+        return ExitCode.NOT_USABLE
     m = reader.manifest
     print(f"shards: {os.path.abspath(args.shards)}  (format {m['format']} v{m['format_version']})")
     print(f"seq_len {m['seq_len']}  dtype {m['dtype']}  vocab {m['vocab_size']}  pad {m['pad_id']}  "
@@ -105,24 +106,24 @@ def _inspect(args: argparse.Namespace) -> int:
         count = sum(len(entries) for entries in m["splits"].values())
         print(f"verify: all {count} shards ({', '.join(m['splits'])}) match their sha256 and schema")
     if not args.row:
-        return 0
+        return ExitCode.OK
     # Default: the tokenizer of the run directory these shards are in.
     tok_path = args.tokenizer or str(RunPaths(os.path.dirname(os.path.abspath(args.shards))).tokenizer_json)
     if not os.path.exists(tok_path):
         print(f"corpusmill inspect: no tokenizer at {tok_path} (pass --tokenizer)", file=sys.stderr)
-        return 1
+        return ExitCode.NOT_USABLE
     if sha256_file(tok_path) != reader.tokenizer_sha256:
         print(f"corpusmill inspect: {tok_path} is not the tokenizer these shards were written with "
               f"(sha256 differs from the manifest's)", file=sys.stderr)
-        return 1
+        return ExitCode.NOT_USABLE
     tok = Tokenizer.from_file(tok_path)
     for r in args.row:
         if not -len(reader) <= r < len(reader):
             print(f"corpusmill inspect: --row {r} out of range: split {args.split!r} has {len(reader)} rows",
                   file=sys.stderr)
-            return 1
+            return ExitCode.NOT_USABLE
         print(format_row(reader, tok, r, show_tokens=args.tokens))
-    return 0
+    return ExitCode.OK
 
 
 def format_row(reader, tok, r: int, show_tokens: bool = False) -> str:
@@ -185,4 +186,4 @@ def _train(args: argparse.Namespace) -> int:
         "vocab_size": tok.get_vocab_size(with_added_tokens=True), "documents": len(texts),
         "sample_bytes": sum(len(t.encode("utf-8")) for t in texts),
     }, indent=1))
-    return 0
+    return ExitCode.OK

@@ -9,8 +9,8 @@ import argparse
 
 from pipelines.config import load_config
 from pipelines.run import record_training
+from runio.errors import ExitCode
 from runio.layout import RunPaths
-from trainer_bridge.launch import Rendezvous, TrainInterrupted, run_training
 
 
 def register(subparsers) -> None:
@@ -49,10 +49,13 @@ def register(subparsers) -> None:
 
 
 def _handle(args: argparse.Namespace) -> int:
+    # deferred: the launcher imports torch, which registering the command (every `corpusmill` call) must not
+    from trainer_bridge.launch import Rendezvous, TrainInterrupted, run_training
+
     cfg = load_config(args.config, args.overrides)
     if getattr(cfg, "train", None) is None:
         print("corpusmill train: the run config has no `train` section", flush=True)
-        return 2
+        return ExitCode.CONFIG
     rendezvous = Rendezvous(nnodes=args.nnodes, node_rank=args.node_rank, rdzv_backend=args.rdzv_backend,
                             rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id,
                             max_restarts=(args.max_restarts if args.max_restarts is not None

@@ -102,9 +102,8 @@ def split_doc_ids(shard_dir: Path, split: str) -> set[int]:
 def evaluated_tokens(view: RunPaths, cfg: RunConfig) -> np.ndarray:
     """The token ids the trainer's validation reads from a run directory (its ``validation_batches``, one rank),
     with the tokenizer check the trainer makes."""
-    # deferred: the trainer's modules import torch
-    from trainer_bridge.loop.data import open_split, validation_batches
-    from trainer_bridge.loop.train import expected_tokenizer_sha256
+    from trainer_bridge.loop.data import open_split, validation_batches  # deferred: the trainer's modules import torch
+    from trainer_bridge.loop.train import expected_tokenizer_sha256  # deferred: torch, as above
 
     source = open_split(view.shards, "val", expected_tokenizer_sha256(view))
     batches = validation_batches(source, max_rows=cfg.train.eval.max_rows,

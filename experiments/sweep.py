@@ -138,9 +138,8 @@ def train_one(cfg: RunConfig, paths: RunPaths, on_val: Callable[[int, float], No
     every validation (in this process: as it happens, and may raise to stop the run; through torchrun: after
     the run, from its metrics.jsonl). Returns (val losses by completed steps, tokens seen)."""
     if cfg.train.mesh.world_size == 1:
-        # deferred: the trainer's modules import torch
-        from trainer_bridge.loop.train import TrainHooks, train
-        from trainer_bridge.parallel.device import init_runtime, shutdown
+        from trainer_bridge.loop.train import TrainHooks, train  # deferred: the trainer's modules import torch
+        from trainer_bridge.parallel.device import init_runtime, shutdown  # deferred: torch, as above
 
         seen: dict[int, float] = {}
         tokens = {"seen": 0}

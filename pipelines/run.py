@@ -229,8 +229,6 @@ def _clean_stage(run: StageRun) -> dict:
     stats = run_clean(cfg, run.against, run.log)
     run.log(summary_table(stats))
     if cfg.output.pushgateway_url:
-        from runio.pushgateway import push_pipeline_stats
-
         push_pipeline_stats(stats, cfg.output.pushgateway_url, run=cfg.name, stage="clean")
     return {"inputs": stats.pop("inputs"), "inputs_seen": stats.pop("inputs_seen"),
             "inputs_stat": input_stamps(cfg), "against": list(run.against),

@@ -14,6 +14,9 @@ class ExitCode(IntEnum):
     """The exit codes of every command (the table is in docs/cli.md)."""
 
     OK = 0  # done (an empty result included; training with nothing left to train)
+    NOT_USABLE = 1  # what the command was given holds nothing it can use: every record quarantined (dedup, pii,
+    #                 quality score), shards unreadable or failing verification, a row or tokenizer that is not
+    #                 there (inspect); a sweep without one complete trial
     CONFIG = 2  # a setting or argument that cannot work, named; a missing optional extra
     STOPPED = 3  # training stopped by its guards: persistent bad steps and no rollback left
     REFUSED = 4  # refused: what is on disk cannot be trusted or does not fit the config; a stage ended without

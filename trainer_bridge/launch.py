@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable
 
+from beamio.logs import quiet_logging
 from runio.errors import ExitCode
 from runio.files import write_json
 from runio.layout import RunPaths
@@ -555,9 +556,6 @@ def _exit_quietly(signum, _frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """torchrun worker entry point."""
-    from beamio.logs import quiet_logging
-    from trainer_bridge.torchrun import die_with_parent
-
     # before anything logs: the launcher's format and filters (no "WARNING:root:" lines, no Beam import noise when
     # per-domain validation reads the docs), loud only with -v (CORPUSMILL_VERBOSE, inherited)
     quiet_logging()
