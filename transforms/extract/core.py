@@ -51,10 +51,10 @@ class Extracted:
 # Tags never part of main text (removed before anything else).
 _NEVER = ("script, style, noscript, template, svg, iframe, object, embed, canvas, form, button, select, textarea, "
           "input, nav, aside, footer, dialog, menu")
-# ARIA roles of landmarks that are not content.
+# ARIA roles of landmarks that are not content; hidden elements.
 _ROLES = ("[role=navigation], [role=banner], [role=contentinfo], [role=complementary], [role=search], "
-          "[role=dialog], [role=alertdialog], [role=menu], [role=menubar], [role=toolbar], [hidden], "
-          "[aria-hidden=true]")
+          "[role=dialog], [role=alertdialog], [role=menu], [role=menubar], [role=toolbar]")
+_HIDDEN = "[hidden]{not}, [aria-hidden=true]{not}"
 # Class/id tokens of boilerplate in general use (whole tokens, or token prefixes for the open families).
 _BOILER_TOKENS = {
     "nav", "navbar", "navigation", "menu", "menubar", "breadcrumb", "breadcrumbs", "crumbs", "crumb", "cookie",
@@ -78,48 +78,74 @@ _PARAGRAPHS = "p, pre, li, td, dd, blockquote, h2, h3, h4"
 _LINK_BLOCKS = "ul, ol, dl, table, div, section, p"
 
 
+def _boilerplate_token(value: str) -> str | None:
+    """The boilerplate token (a part of the value, as written) of a class or id value, or None: no token of
+    boilerplate, or a token of content (``post-content``, ``article-body``) beside it."""
+    tokens = [t for t in _TOKEN_SPLIT.split(value) if t]
+    lowered = [t.lower() for t in tokens]
+    if not tokens or any(t in _CONTENT_TOKENS for t in lowered):
+        return None
+    for t, low in zip(tokens, lowered):
+        if low in _BOILER_TOKENS or low.startswith(_BOILER_PREFIXES) or low.endswith(_BOILER_SUFFIXES):
+            return t
+    return None
+
+
 def _boilerplate_name(value: str) -> bool:
-    tokens = [t.lower() for t in _TOKEN_SPLIT.split(value) if t]
-    if not tokens or any(t in _CONTENT_TOKENS for t in tokens):
-        return False
-    for t in tokens:
-        if t in _BOILER_TOKENS or t.startswith(_BOILER_PREFIXES) or t.endswith(_BOILER_SUFFIXES):
-            return True
-    return False
+    return _boilerplate_token(value) is not None
 
 
 def _text_len(node) -> int:
-    return len(node.text.strip()) if node is not None else 0
+    return len(node.text) if node is not None else 0
 
 
 # Resiliparse wraps every DOM node it hands to Python in a cached object (a few microseconds each), and iterating
 # its node lists is quadratic: the code below takes node lists by slice (``[:]``) and touches as few nodes as it
 # can. The class/id vocabulary is matched on the attribute values found in the HTML source (a regex over the
 # string), so only the elements that carry a boilerplate name are ever looked up, by an exact selector.
-_ATTR_RES = (re.compile(r"""\bclass=(?:"([^"<>]*)"|'([^'<>]*)'|([^\s"'<>=`]+))"""),
-             re.compile(r"""\bid=(?:"([^"<>]*)"|'([^'<>]*)'|([^\s"'<>=`]+))"""))
-_NAME_CACHE: dict[str, bool] = {}
+_ATTR_RES = (re.compile(r"""class=(?:"([^"<>]*)"|'([^'<>]*)'|([^\s"'<>=`]+))"""),
+             re.compile(r"""id=(?:"([^"<>]*)"|'([^'<>]*)'|([^\s"'<>=`]+))"""))
+_NAME_CACHE: dict[str, str | None] = {}
 _SAFE_VALUE = re.compile(r'^[^\\"\n]*$')
-_NEVER_TAGS = frozenset(t.strip() for t in _NEVER.split(","))
 # inline elements are never pruned by their name (``<span class="hljs-comment">`` inside code is code)
 _INLINE = frozenset(("span", "code", "b", "i", "em", "strong", "sup", "sub", "var", "kbd", "samp", "tt", "small",
                      "mark", "abbr", "time", "wbr", "br", "img"))
 
 
+_NEVER_TAGS = frozenset(t.strip() for t in _NEVER.split(","))
+_PRUNED_TAGS = sorted(_NEVER_TAGS | {"header", "table", "ul", "ol", "dl", "pre"})
+_TAGS_RE = re.compile(r"<(" + "|".join(_PRUNED_TAGS) + r")\b")  # the tags a page holds (case as HTML5 writes)
+_TAGS_RE_I = re.compile(_TAGS_RE.pattern, re.I)
+_UPPER_TAG_RE = re.compile(r"<[A-Z]")
+_NOT_INLINE = ":not(" + ", ".join(sorted(_INLINE | {"a"})) + ")"  # in the selector: never hand them to Python
+def _name_verdict(value: str) -> str | None:
+    verdict = _NAME_CACHE.get(value, False)
+    if verdict is False:
+        verdict = _boilerplate_token(value)
+        if len(_NAME_CACHE) < 100_000:
+            _NAME_CACHE[value] = verdict
+    return verdict
+
+
 def _boilerplate_selector(html: str) -> str:
-    """A CSS selector list matching every element whose class or id names boilerplate (exact attribute values,
-    found by a regex over the HTML source)."""
-    parts = []
+    """A CSS selector list that matches (at least) every element whose class or id names boilerplate: one
+    substring selector per boilerplate token found in the HTML source's class and id values (few selectors, so
+    one query stays cheap); ``_named_boilerplate`` then checks each match's own value."""
+    parts = set()
     for attr, pattern in zip(("class", "id"), _ATTR_RES):
         for value in {dq or sq or bare for dq, sq, bare in pattern.findall(html)}:
-            verdict = _NAME_CACHE.get(value)
-            if verdict is None:
-                verdict = _boilerplate_name(value)
-                if len(_NAME_CACHE) < 100_000:
-                    _NAME_CACHE[value] = verdict
-            if verdict and _SAFE_VALUE.match(value):
-                parts.append(f'[{attr}="{value}"]')
-    return ", ".join(parts)
+            token = _name_verdict(value)
+            if token is not None and _SAFE_VALUE.match(token):
+                parts.add(f'[{attr}*="{token}"]{_NOT_INLINE}')
+    return ", ".join(sorted(parts))
+
+
+def _named_boilerplate(el) -> bool:
+    for attr in ("class", "id"):
+        value = el.getattr(attr)
+        if value and _name_verdict(value) is not None:
+            return True
+    return False
 
 
 def _prune(root, html: str, total: int, cfg: ExtractConfig) -> None:
@@ -132,11 +158,21 @@ def _prune(root, html: str, total: int, cfg: ExtractConfig) -> None:
                       ("dl", cfg.keep_lists), ("pre", cfg.keep_code)):
         if not keep:
             never.add(sel)
-    selector = ", ".join(never) + ", header, " + _ROLES
+    # a selector costs its match against every element: ask only for what the source holds
+    present = set(_TAGS_RE.findall(html))
+    if _UPPER_TAG_RE.search(html):
+        present |= {t.lower() for t in _TAGS_RE_I.findall(html)}
+    selectors = sorted(never & present) + (["header"] if "header" in present else [])
+    if "role=" in html:
+        selectors.append(_ROLES)
+    if "hidden" in html:
+        selectors.append(_HIDDEN.format(**{"not": _NOT_INLINE}))
     names = _boilerplate_selector(html)
     if names:
-        selector += ", " + names
-    for el in root.query_selector_all(selector)[:]:
+        selectors.append(names)
+    if not selectors:
+        return
+    for el in root.query_selector_all(", ".join(selectors))[:]:
         if el.parent is None:  # inside one removed already
             continue
         tag = el.tag
@@ -145,16 +181,28 @@ def _prune(root, html: str, total: int, cfg: ExtractConfig) -> None:
         elif tag == "header":
             if el.query_selector("h1") is None:
                 el.decompose()
-        elif tag not in _INLINE and _text_len(el) < guard:
+        elif tag in _INLINE:
+            continue
+        elif (el.hasattr("role") or el.hasattr("hidden") or el.hasattr("aria-hidden") or _named_boilerplate(el)) \
+                and _text_len(el) < guard:
             el.decompose()
 
 
-def _choose_root(body, total: int):
-    """The main-content root (step 2) and how it was chosen."""
-    for selector, how in (("main, [role=main]", "main"), ("article", "article")):
+def _semantic_root(body, html: str, total: int):
+    """A single ``<main>`` / ``role=main``, else a single ``<article>``, holding at least 30% of the page's
+    text: the site's own mark of its main content (step 2, first rule)."""
+    for selector, how, needle in (("main, [role=main]", "main", ("<main", "role=\"main", "role=main")),
+                                  ("article", "article", ("<article",))):
+        if not any(n in html for n in needle) and not _UPPER_TAG_RE.search(html):
+            continue
         found = body.query_selector_all(selector)[:]
         if len(found) == 1 and _text_len(found[0]) >= 0.3 * total:
             return found[0], how
+    return None, ""
+
+
+def _scored_root(body):
+    """The element that gathers the most paragraph text (step 2, when the page marks no main content)."""
     scores: dict = {}
     for el in body.query_selector_all(_PARAGRAPHS)[:]:
         text = el.text
@@ -197,11 +245,13 @@ _LINK_RE = re.compile(r"<a\b[^>]*>(.*?)</a>", re.S | re.I)
 _TAG_RE = re.compile(r"<[^>]*>")
 
 
-def _drop_link_dense(root, threshold: float) -> None:
+def _drop_link_dense(root, html: str, threshold: float) -> None:
     """Step 3: lists and tables of three links or more whose text is mostly link text. The link text is measured
     on the element's HTML (one string, no node per link)."""
+    if "<a" not in html:
+        return
     for el in root.query_selector_all("ul, ol, dl, table")[:]:
-        if el.parent is None:
+        if el.parent is None or len(el.get_elements_by_tag_name("a")) < 3:
             continue
         links = _LINK_RE.findall(el.html)
         if len(links) < 3:
@@ -223,7 +273,9 @@ def _isolate(root) -> None:
         parent = node.parent
         if parent is None:
             break
-        for sibling in parent.child_nodes[:]:
+        # elements only: a text node directly beside the root's ancestors is rare, and every node handed to
+        # Python costs (the whitespace between tags would be most of them)
+        for sibling in parent.children[:]:
             if sibling is not node:
                 sibling.decompose()
         node = parent
@@ -232,7 +284,7 @@ def _isolate(root) -> None:
 def _plain(tree) -> str:
     text = extract_plain_text(tree, preserve_formatting=True, main_content=False, list_bullets=False,
                               alt_texts=False, links=False, form_fields=False, noscript=False)
-    return _BLANKS.sub("\n\n", text).strip()
+    return (_BLANKS.sub("\n\n", text) if "\n\n\n" in text else text).strip()
 
 
 def _title(tree: HTMLTree, root) -> str:
@@ -251,11 +303,17 @@ def extract_corpusmill(html: str, cfg: ExtractConfig) -> Extracted:
     total = _text_len(body)
     if total == 0:
         return Extracted("", _title(tree, None), NO_MAIN_TEXT, "body", len(html))
-    _prune(body, html, total, cfg)
-    root, how = _choose_root(body, _text_len(body))
-    _drop_link_dense(root, cfg.boilerplate_link_density)
-    title = _title(tree, root)
-    _isolate(root)
+    root, how = _semantic_root(body, html, total)
+    if root is not None:  # prune inside the site's own main element only: the rest goes first
+        title = _title(tree, root)
+        _isolate(root)
+        _prune(root, html, _text_len(root), cfg)
+    else:
+        _prune(body, html, total, cfg)
+        root, how = _scored_root(body)
+        title = _title(tree, root)
+        _isolate(root)
+    _drop_link_dense(root, html, cfg.boilerplate_link_density)
     text = _plain(tree)
     return Extracted(text, title, None, how, len(html))
 
@@ -295,12 +353,12 @@ def extract(html: str, cfg: ExtractConfig | None = None) -> Extracted:
         return Extracted("", "", NOT_HTML, "none", 0)
     if len(html) > cfg.max_html_chars:
         return Extracted("", "", TOO_LARGE, "none", len(html))
-    if not html.strip():
+    if not html or html.isspace():
         return Extracted("", "", NO_MAIN_TEXT, "none", len(html))
     result = _EXTRACTORS[cfg.extractor](html, cfg)
     if result.reason is None:
         if not result.text:
             result.reason = NO_MAIN_TEXT
-        elif len(" ".join(result.text.split())) < cfg.min_text_chars:
+        elif len(result.text) < cfg.min_text_chars * 2 and len(" ".join(result.text.split())) < cfg.min_text_chars:
             result.reason = TOO_SHORT
     return result
