@@ -52,9 +52,9 @@ class Extracted:
 _NEVER = ("script, style, noscript, template, svg, iframe, object, embed, canvas, form, button, select, textarea, "
           "input, nav, aside, footer, dialog, menu")
 # ARIA roles of landmarks that are not content; hidden elements.
-_ROLES = ("[role=navigation], [role=banner], [role=contentinfo], [role=complementary], [role=search], "
-          "[role=dialog], [role=alertdialog], [role=menu], [role=menubar], [role=toolbar]")
-_HIDDEN = "[hidden]{not}, [aria-hidden=true]{not}"
+_ROLES = frozenset(("navigation", "banner", "contentinfo", "complementary", "search", "dialog", "alertdialog",
+                    "menu", "menubar", "toolbar"))
+_HIDDEN = "[hidden], [aria-hidden=true]:not(a)"
 # Class/id tokens of boilerplate in general use (whole tokens, or token prefixes for the open families).
 _BOILER_TOKENS = {
     "nav", "navbar", "navigation", "menu", "menubar", "breadcrumb", "breadcrumbs", "crumbs", "crumb", "cookie",
@@ -113,11 +113,13 @@ _INLINE = frozenset(("span", "code", "b", "i", "em", "strong", "sup", "sub", "va
 
 
 _NEVER_TAGS = frozenset(t.strip() for t in _NEVER.split(","))
-_PRUNED_TAGS = sorted(_NEVER_TAGS | {"header", "table", "ul", "ol", "dl", "pre"})
+_PRUNED_TAGS = sorted(_NEVER_TAGS | {"header"})
 _TAGS_RE = re.compile(r"<(" + "|".join(_PRUNED_TAGS) + r")\b")  # the tags a page holds (case as HTML5 writes)
 _TAGS_RE_I = re.compile(_TAGS_RE.pattern, re.I)
 _UPPER_TAG_RE = re.compile(r"<[A-Z]")
-_NOT_INLINE = ":not(" + ", ".join(sorted(_INLINE | {"a"})) + ")"  # in the selector: never hand them to Python
+# in the name selectors: the two inline tags that carry names most (``<span class="hljs-comment">``, the links of
+# a menu), left in C; a short :not() list, as each name in it costs a match against every element
+_NOT_INLINE = ":not(span, a)"
 def _name_verdict(value: str) -> str | None:
     verdict = _NAME_CACHE.get(value, False)
     if verdict is False:
@@ -153,20 +155,19 @@ def _prune(root, html: str, total: int, cfg: ExtractConfig) -> None:
     body; an element holding more than half of it is kept whatever its name or role (a site that names its
     wrapper "main-nav"), and inline elements are never pruned by name."""
     guard = max(total // 2, 1)
-    never = set(_NEVER_TAGS)
-    for sel, keep in (("table", cfg.keep_tables), ("ul", cfg.keep_lists), ("ol", cfg.keep_lists),
-                      ("dl", cfg.keep_lists), ("pre", cfg.keep_code)):
-        if not keep:
-            never.add(sel)
     # a selector costs its match against every element: ask only for what the source holds
     present = set(_TAGS_RE.findall(html))
     if _UPPER_TAG_RE.search(html):
         present |= {t.lower() for t in _TAGS_RE_I.findall(html)}
-    selectors = sorted(never & present) + (["header"] if "header" in present else [])
+    never = _NEVER_TAGS & present
+    for tags, keep in ((("table",), cfg.keep_tables), (("ul", "ol", "dl"), cfg.keep_lists), (("pre",), cfg.keep_code)):
+        if not keep:
+            never |= set(tags)
+    selectors = sorted(never) + (["header"] if "header" in present else [])
     if "role=" in html:
-        selectors.append(_ROLES)
+        selectors.append("[role]")
     if "hidden" in html:
-        selectors.append(_HIDDEN.format(**{"not": _NOT_INLINE}))
+        selectors.append(_HIDDEN)
     names = _boilerplate_selector(html)
     if names:
         selectors.append(names)
@@ -183,8 +184,8 @@ def _prune(root, html: str, total: int, cfg: ExtractConfig) -> None:
                 el.decompose()
         elif tag in _INLINE:
             continue
-        elif (el.hasattr("role") or el.hasattr("hidden") or el.hasattr("aria-hidden") or _named_boilerplate(el)) \
-                and _text_len(el) < guard:
+        elif (el.getattr("role") in _ROLES or el.hasattr("hidden") or el.getattr("aria-hidden") == "true"
+              or _named_boilerplate(el)) and _text_len(el) < guard:
             el.decompose()
 
 
@@ -265,20 +266,11 @@ def _drop_link_dense(root, html: str, threshold: float) -> None:
 _BLANKS = re.compile(r"\n{3,}")
 
 
-def _isolate(root) -> None:
-    """Leave ``root`` the only content of the document: every sibling of it and of its ancestors is removed
-    (``extract_plain_text`` takes a whole tree)."""
-    node = root
-    while node is not None and node.tag not in ("html", "#document"):
-        parent = node.parent
-        if parent is None:
-            break
-        # elements only: a text node directly beside the root's ancestors is rare, and every node handed to
-        # Python costs (the whitespace between tags would be most of them)
-        for sibling in parent.children[:]:
-            if sibling is not node:
-                sibling.decompose()
-        node = parent
+def _isolate(body, root) -> None:
+    """Leave ``root`` the only content of the document (``extract_plain_text`` takes a whole tree): one DOM call
+    that makes it the body's only child, handing no other node to Python."""
+    if root is not body:
+        body.replace_children(root)
 
 
 def _plain(tree) -> str:
@@ -306,13 +298,13 @@ def extract_corpusmill(html: str, cfg: ExtractConfig) -> Extracted:
     root, how = _semantic_root(body, html, total)
     if root is not None:  # prune inside the site's own main element only: the rest goes first
         title = _title(tree, root)
-        _isolate(root)
+        _isolate(body, root)
         _prune(root, html, _text_len(root), cfg)
     else:
         _prune(body, html, total, cfg)
         root, how = _scored_root(body)
         title = _title(tree, root)
-        _isolate(root)
+        _isolate(body, root)
     _drop_link_dense(root, html, cfg.boilerplate_link_density)
     text = _plain(tree)
     return Extracted(text, title, None, how, len(html))
