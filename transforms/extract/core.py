@@ -202,6 +202,10 @@ def _semantic_root(body, html: str, total: int):
     return None, ""
 
 
+_BLOCKISH = frozenset(("p", "div", "section", "article", "ul", "ol", "dl", "table", "pre", "blockquote", "h1", "h2",
+                       "h3", "h4", "h5", "h6", "header", "figure"))
+
+
 def _scored_root(body):
     """The element that gathers the most paragraph text (step 2, when the page marks no main content)."""
     scores: dict = {}
@@ -210,6 +214,12 @@ def _scored_root(body):
         n = len(text)
         if n < 25:
             continue
+        if el.tag in ("li", "td", "dd", "blockquote"):
+            # a container of paragraphs is counted by them, not again as a whole (a comment's list item holds
+            # its author, text and actions); an item that is a link is navigation (related links, menus)
+            first = el.first_element_child
+            if first is not None and (first.tag in _BLOCKISH or (first.tag == "a" and len(first.text) * 5 >= n * 4)):
+                continue
         weight = n + 10 * (text.count(",") + text.count("，") + text.count("、"))
         parent = el.parent
         if parent is None:
