@@ -28,7 +28,8 @@ def extractors() -> dict:
     import trafilatura
     from resiliparse.extract.html2text import extract_plain_text
 
-    from transforms.extract import ExtractConfig, extract
+    from transforms.extract.config import ExtractConfig
+    from transforms.extract.core import extract
 
     cfg = ExtractConfig()
 

@@ -284,8 +284,10 @@ def _isolate(body, root) -> None:
 
 
 def _plain(tree) -> str:
+    # alt_texts stays on: with alt_texts=False, Resiliparse 2.0.0 drops everything inside a <figure> (mdBook's
+    # code listings are figures: their code was lost); alt texts are short
     text = extract_plain_text(tree, preserve_formatting=True, main_content=False, list_bullets=False,
-                              alt_texts=False, links=False, form_fields=False, noscript=False)
+                              alt_texts=True, links=False, form_fields=False, noscript=False)
     return (_BLANKS.sub("\n\n", text) if "\n\n\n" in text else text).strip()
 
 
@@ -325,7 +327,7 @@ def extract_resiliparse(html: str, cfg: ExtractConfig) -> Extracted:
     skip = [s for s, keep in (("table", cfg.keep_tables), ("ul, ol, dl", cfg.keep_lists), ("pre", cfg.keep_code))
             if not keep]
     text = extract_plain_text(tree, preserve_formatting=True, main_content=True, list_bullets=False,
-                              alt_texts=False, comments=False, skip_elements=skip or None)
+                              comments=False, skip_elements=skip or None)
     return Extracted(_BLANKS.sub("\n\n", text).strip(), _title(tree, None), None, "resiliparse", len(html))
 
 
