@@ -28,8 +28,8 @@ class ExtractConfig(BaseModel):
     max_html_chars: int = Field(100_000_000, gt=0, description="HTML longer than this is not parsed: the record is "
                                                                "removed with reason html_too_large")
     keep_tables: bool = Field(True, description="keep table cells as text (one row a line, cells separated by "
-                                                "spaces)")
-    keep_lists: bool = Field(True, description="keep list items (one a line)")
+                                                "tabs)")
+    keep_lists: bool = Field(True, description="keep list items (one a line, indented by nesting)")
     keep_code: bool = Field(True, description="keep code blocks (<pre>) with their line breaks")
     boilerplate_link_density: float = Field(
         0.6, gt=0, le=1, description="corpusmill extractor: inside the main content, a list, table or block of "
