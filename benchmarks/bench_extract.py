@@ -8,6 +8,8 @@ CPU-second (``time.process_time``) and per wall second, summed over all rounds.
 
     python benchmarks/bench_extract.py [--data data/extract/dev.jsonl.gz] [--rounds 3] [--only corpusmill,...]
     python benchmarks/bench_extract.py --worst corpusmill --show 5    # the pages it does worst on
+    python benchmarks/bench_extract.py --anonymize-names --kind templated  # structure alone: every class and id
+                                                                          # value replaced by a meaningless one
 """
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ import gzip
 import json
 import os
 import sys
+import hashlib
+import re
 import time
 from collections import defaultdict
 
@@ -54,6 +58,16 @@ def extractors() -> dict:
 def load(path: str) -> list[dict]:
     with gzip.open(path, "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f]
+
+
+_NAME_ATTR = re.compile(r"""\b(class|id)=("[^"]*"|'[^']*')""")
+
+
+def anonymize_names(html: str) -> str:
+    """Every class and id value replaced by a hash of it: no extractor can read boilerplate from a name, only
+    from the page's structure (a stress test of the rules that would still hold on a site naming things its
+    own way)."""
+    return _NAME_ATTR.sub(lambda m: f'{m.group(1)}="x{hashlib.sha1(m.group(2).encode()).hexdigest()[:8]}"', html)
 
 
 def run(pages: list[dict], fns: dict, rounds: int) -> tuple[dict, dict]:
@@ -101,9 +115,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", help="comma-separated extractors (default: all)")
     ap.add_argument("--worst", help="list this extractor's worst pages")
+    ap.add_argument("--kind", choices=["real", "templated"], help="only pages of this kind")
+    ap.add_argument("--anonymize-names", action="store_true", help="replace every class and id value by a hash")
     ap.add_argument("--show", type=int, default=8)
     args = ap.parse_args()
     pages = load(args.data)
+    if args.kind:
+        pages = [p for p in pages if p["kind"] == args.kind]
+    if args.anonymize_names:
+        pages = [{**p, "html": anonymize_names(p["html"])} for p in pages]
     fns = extractors()
     if args.only:
         fns = {k: v for k, v in fns.items() if k in args.only.split(",")}
