@@ -103,6 +103,7 @@ def _text_len(node) -> int:
 # its node lists is quadratic: the code below takes node lists by slice (``[:]``) and touches as few nodes as it
 # can. The class/id vocabulary is matched on the attribute values found in the HTML source (a regex over the
 # string), so only the elements that carry a boilerplate name are ever looked up, by an exact selector.
+# class and id values, double-quoted, single-quoted or bare (a literal prefix each: the regex engine skips ahead)
 _ATTR_RES = (re.compile(r"""class=(?:"([^"<>]*)"|'([^'<>]*)'|([^\s"'<>=`]+))"""),
              re.compile(r"""id=(?:"([^"<>]*)"|'([^'<>]*)'|([^\s"'<>=`]+))"""))
 _NAME_CACHE: dict[str, str | None] = {}
@@ -115,8 +116,6 @@ _INLINE = frozenset(("span", "code", "b", "i", "em", "strong", "sup", "sub", "va
 _NEVER_TAGS = frozenset(t.strip() for t in _NEVER.split(","))
 _PRUNED_TAGS = sorted(_NEVER_TAGS | {"header"})
 _TAGS_RE = re.compile(r"<(" + "|".join(_PRUNED_TAGS) + r")\b")  # the tags a page holds (case as HTML5 writes)
-_TAGS_RE_I = re.compile(_TAGS_RE.pattern, re.I)
-_UPPER_TAG_RE = re.compile(r"<[A-Z]")
 # in the name selectors: the two inline tags that carry names most (``<span class="hljs-comment">``, the links of
 # a menu), left in C; a short :not() list, as each name in it costs a match against every element
 _NOT_INLINE = ":not(span, a)"
@@ -150,55 +149,76 @@ def _named_boilerplate(el) -> bool:
     return False
 
 
-def _prune(root, html: str, total: int, cfg: ExtractConfig) -> None:
+def _prune(root, html: str, upper: bool, total: int, cfg: ExtractConfig) -> None:
     """Remove what is never main text (step 1), in one selector query. ``total``: the text length of the whole
     body; an element holding more than half of it is kept whatever its name or role (a site that names its
-    wrapper "main-nav"), and inline elements are never pruned by name."""
+    wrapper "main-nav"), and inline elements are never pruned by name. ``upper``: the page writes its tags in
+    capitals (HTML's names are case-insensitive)."""
     guard = max(total // 2, 1)
     # a selector costs its match against every element: ask only for what the source holds
     present = set(_TAGS_RE.findall(html))
-    if _UPPER_TAG_RE.search(html):
-        present |= {t.lower() for t in _TAGS_RE_I.findall(html)}
+    if upper:  # tags written in capitals (old HTML): ask for every tag of the list
+        present = set(_PRUNED_TAGS)
     never = _NEVER_TAGS & present
     for tags, keep in ((("table",), cfg.keep_tables), (("ul", "ol", "dl"), cfg.keep_lists), (("pre",), cfg.keep_code)):
         if not keep:
             never |= set(tags)
     selectors = sorted(never) + (["header"] if "header" in present else [])
-    if "role=" in html:
+    if "role=" in html or upper:
         selectors.append("[role]")
-    if "hidden" in html:
+    if "hidden" in html or upper:
         selectors.append(_HIDDEN)
     names = _boilerplate_selector(html)
     if names:
         selectors.append(names)
     if not selectors:
         return
-    for el in root.query_selector_all(", ".join(selectors))[:]:
-        if el.parent is None:  # inside one removed already
-            continue
-        tag = el.tag
-        if tag in never:
-            el.decompose()
-        elif tag == "header":
-            if el.query_selector("h1") is None:
-                el.decompose()
-        elif tag in _INLINE:
-            continue
-        elif (el.getattr("role") in _ROLES or el.hasattr("hidden") or el.getattr("aria-hidden") == "true"
-              or _named_boilerplate(el)) and _text_len(el) < guard:
-            el.decompose()
+    full = ", ".join(selectors)
+    # the outermost matches only (what is inside a removed element goes with it, never handed to Python); inside
+    # a match that stays (a header with the page's heading, role=main, a wrapper holding most of the text), every
+    # match is looked at
+    outermost = f":is({full}):not(:is({full}) *)"
+    for el in root.query_selector_all(outermost)[:]:
+        if not _remove_if_boilerplate(el, never, guard):
+            for inner in el.query_selector_all(full)[:]:
+                if inner.parent is not None:  # (None: inside one removed already)
+                    _remove_if_boilerplate(inner, never, guard)
 
 
-def _semantic_root(body, html: str, total: int):
+def _remove_if_boilerplate(el, never, guard: int) -> bool:
+    """Decompose ``el`` when it is boilerplate by its tag, role, hidden state or name; whether it was."""
+    tag = el.tag
+    if tag in never:
+        el.decompose()
+        return True
+    if tag == "header":
+        if el.query_selector("h1") is None:
+            el.decompose()
+            return True
+        return False
+    if tag in _INLINE:
+        return False
+    if (el.getattr("role") in _ROLES or el.hasattr("hidden") or el.getattr("aria-hidden") == "true"
+            or _named_boilerplate(el)) and _text_len(el) < guard:
+        el.decompose()
+        return True
+    return False
+
+
+def _semantic_root(body, html: str, upper: bool, total: int):
     """A single ``<main>`` / ``role=main``, else a single ``<article>``, holding at least 30% of the page's
     text: the site's own mark of its main content (step 2, first rule)."""
-    for selector, how, needle in (("main, [role=main]", "main", ("<main", "role=\"main", "role=main")),
-                                  ("article", "article", ("<article",))):
-        if not any(n in html for n in needle) and not _UPPER_TAG_RE.search(html):
-            continue
-        found = body.query_selector_all(selector)[:]
+    found = []
+    if upper or "<main" in html:
+        found = body.get_elements_by_tag_name("main")[:]
+    if upper or "role=\"main" in html or "role=main" in html or "role='main" in html:
+        found = list({id(el): el for el in (*found, *body.get_elements_by_attr("role", "main")[:])}.values())
+    if len(found) == 1 and _text_len(found[0]) >= 0.3 * total:
+        return found[0], "main"
+    if upper or "<article" in html:
+        found = body.get_elements_by_tag_name("article")[:]
         if len(found) == 1 and _text_len(found[0]) >= 0.3 * total:
-            return found[0], how
+            return found[0], "article"
     return None, ""
 
 
@@ -246,8 +266,8 @@ def _scored_root(body):
     if parent is not None and parent.tag not in ("body", "html"):
         floor = 0.2 * scores.get(best, 0)
         tag = best.tag
-        if any(sib is not best and sib.tag == tag and scores.get(sib, 0) >= floor
-               for sib in parent.children[:]):
+        if any(score >= floor and node is not best and node.tag == tag and node.parent is parent
+               for node, score in scores.items()):
             best = parent
     return best, f"scored:{best.tag}"
 
@@ -299,6 +319,15 @@ def _title(tree: HTMLTree, root) -> str:
     return " ".join(title.split())
 
 
+_UPPER_TAG_RE = re.compile(r"<[A-Z][A-Za-z]*[\s>]")
+
+
+def _has_upper_tags(html: str) -> bool:
+    """The page writes its tags in capitals (``<HTML>``, ``<P>``, ``<Main>``), judged on its first 4 kB (where
+    its head is): then the lowercase shortcuts (which tags a page holds) do not hold."""
+    return _UPPER_TAG_RE.search(html, 0, 4096) is not None
+
+
 def extract_corpusmill(html: str, cfg: ExtractConfig) -> Extracted:
     tree = HTMLTree.parse(html)
     body = tree.body
@@ -307,13 +336,14 @@ def extract_corpusmill(html: str, cfg: ExtractConfig) -> Extracted:
     total = _text_len(body)
     if total == 0:
         return Extracted("", _title(tree, None), NO_MAIN_TEXT, "body", len(html))
-    root, how = _semantic_root(body, html, total)
+    upper = _has_upper_tags(html)
+    root, how = _semantic_root(body, html, upper, total)
     if root is not None:  # prune inside the site's own main element only: the rest goes first
         title = _title(tree, root)
         _isolate(body, root)
-        _prune(root, html, _text_len(root), cfg)
+        _prune(root, html, upper, _text_len(root), cfg)
     else:
-        _prune(body, html, total, cfg)
+        _prune(body, html, upper, total, cfg)
         root, how = _scored_root(body)
         title = _title(tree, root)
         _isolate(body, root)
