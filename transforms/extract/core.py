@@ -228,7 +228,7 @@ _BLOCKISH = frozenset(("p", "div", "section", "article", "ul", "ol", "dl", "tabl
 
 def _scored_root(body):
     """The element that gathers the most paragraph text (step 2, when the page marks no main content)."""
-    scores: dict = {}
+    own: dict = {}
     for el in body.query_selector_all(_PARAGRAPHS)[:]:
         text = el.text
         n = len(text)
@@ -242,9 +242,10 @@ def _scored_root(body):
                 continue
         weight = n + 10 * (text.count(",") + text.count("，") + text.count("、"))
         parent = el.parent
-        if parent is None:
-            continue
-        scores[parent] = scores.get(parent, 0) + weight
+        if parent is not None:
+            own[parent] = own.get(parent, 0) + weight
+    scores = dict(own)
+    for parent, weight in own.items():  # the grandparent gets half, looked up once per parent
         grand = parent.parent
         if grand is not None and grand.tag != "html":
             scores[grand] = scores.get(grand, 0) + weight / 2
