@@ -74,7 +74,7 @@ _TOKEN_SPLIT = re.compile(r"[\s_\-:.]+|(?<=[a-z])(?=[A-Z])")
 # Names that mark content: an element so named is not pruned by the vocabulary.
 _CONTENT_TOKENS = {"content", "article", "main", "post", "entry", "story", "body", "text", "markdown", "prose"}
 
-_PARAGRAPHS = "p, pre, li, td, dd, blockquote, h2, h3, h4"
+_PARAGRAPHS = "p, pre, li, td, dd, blockquote"
 _LINK_BLOCKS = "ul, ol, dl, table, div, section, p"
 
 
@@ -132,13 +132,16 @@ def _boilerplate_selector(html: str) -> str:
     """A CSS selector list that matches (at least) every element whose class or id names boilerplate: one
     substring selector per boilerplate token found in the HTML source's class and id values (few selectors, so
     one query stays cheap); ``_named_boilerplate`` then checks each match's own value."""
-    parts = set()
+    parts = []
     for attr, pattern in zip(("class", "id"), _ATTR_RES):
-        for value in {dq or sq or bare for dq, sq, bare in pattern.findall(html)}:
-            token = _name_verdict(value)
-            if token is not None and _SAFE_VALUE.match(token):
-                parts.add(f'[{attr}*="{token}"]{_NOT_INLINE}')
-    return ", ".join(sorted(parts))
+        tokens = {_name_verdict(value) for value in {dq or sq or bare for dq, sq, bare in pattern.findall(html)}}
+        tokens.discard(None)
+        # "comment" matches what "comments" and "commentlist" would: one selector for them all (each selector
+        # costs a match against every element)
+        for token in sorted(tokens, key=len):
+            if _SAFE_VALUE.match(token) and not any(t in token for t in tokens if len(t) < len(token)):
+                parts.append(f'[{attr}*="{token}"]{_NOT_INLINE}')
+    return ", ".join(parts)
 
 
 def _named_boilerplate(el) -> bool:
