@@ -55,6 +55,49 @@ def extractors() -> dict:
             "all_text": all_text}
 
 
+def design_variants() -> dict:
+    """The designs weighed for corpusmill's extractor (``--variants``), against the one shipped: the same rules
+    with Resiliparse's own main-content heuristics doing the last step, or the pruning rules alone (no root
+    chosen) before Resiliparse's main-content extraction."""
+    from resiliparse.extract.html2text import extract_plain_text
+    from resiliparse.parse.html import HTMLTree
+
+    from transforms.extract import core
+    from transforms.extract.config import ExtractConfig
+
+    cfg = ExtractConfig()
+
+    def root_then_resiliparse_main(html: str) -> str:
+        tree = HTMLTree.parse(html)
+        body = tree.body
+        if body is None or not body.text:
+            return ""
+        upper = core._has_upper_tags(html)
+        root, _ = core._semantic_root(body, html, upper, len(body.text))
+        if root is not None:
+            core._isolate(body, root)
+            core._prune(root, html, upper, len(root.text), cfg)
+        else:
+            core._prune(body, html, upper, len(body.text), cfg)
+            root, _ = core._scored_root(body)
+            core._isolate(body, root)
+        core._drop_link_dense(root, html, cfg.boilerplate_link_density)
+        return extract_plain_text(tree, preserve_formatting=True, main_content=True, list_bullets=False,
+                                  comments=False)
+
+    def prune_then_resiliparse_main(html: str) -> str:
+        tree = HTMLTree.parse(html)
+        body = tree.body
+        if body is None or not body.text:
+            return ""
+        core._prune(body, html, core._has_upper_tags(html), len(body.text), cfg)
+        return extract_plain_text(tree, preserve_formatting=True, main_content=True, list_bullets=False,
+                                  comments=False)
+
+    return {"variant:root+resiliparse_main": root_then_resiliparse_main,
+            "variant:prune+resiliparse_main": prune_then_resiliparse_main}
+
+
 def load(path: str) -> list[dict]:
     with gzip.open(path, "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f]
@@ -117,6 +160,8 @@ def main() -> None:
     ap.add_argument("--worst", help="list this extractor's worst pages")
     ap.add_argument("--kind", choices=["real", "templated"], help="only pages of this kind")
     ap.add_argument("--anonymize-names", action="store_true", help="replace every class and id value by a hash")
+    ap.add_argument("--variants", action="store_true", help="also run the designs weighed for corpusmill's "
+                                                            "extractor (design_variants)")
     ap.add_argument("--show", type=int, default=8)
     args = ap.parse_args()
     pages = load(args.data)
@@ -125,6 +170,8 @@ def main() -> None:
     if args.anonymize_names:
         pages = [{**p, "html": anonymize_names(p["html"])} for p in pages]
     fns = extractors()
+    if args.variants:
+        fns.update(design_variants())
     if args.only:
         fns = {k: v for k, v in fns.items() if k in args.only.split(",")}
     outputs, speed = run(pages, fns, args.rounds)
