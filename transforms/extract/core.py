@@ -298,6 +298,8 @@ def _drop_link_dense(root, html: str, threshold: float) -> None:
 
 
 _BLANKS = re.compile(r"\n{3,}")
+# images' alt texts are not the page's text (logos, icons, "photo of ..."): skipped in C while the text is taken
+_NO_TEXT = ["img", "picture", "area"]
 
 
 def _isolate(body, root) -> None:
@@ -311,7 +313,7 @@ def _plain(tree) -> str:
     # alt_texts stays on: with alt_texts=False, Resiliparse 2.0.0 drops everything inside a <figure> (mdBook's
     # code listings are figures: their code was lost); alt texts are short
     text = extract_plain_text(tree, preserve_formatting=True, main_content=False, list_bullets=False,
-                              alt_texts=True, links=False, form_fields=False, noscript=False)
+                              alt_texts=True, links=False, form_fields=False, noscript=False, skip_elements=_NO_TEXT)
     return (_BLANKS.sub("\n\n", text) if "\n\n\n" in text else text).strip()
 
 
