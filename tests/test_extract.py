@@ -142,6 +142,22 @@ def test_scripts_and_styles_never_reach_the_text():
             assert word not in text, (extractor, word)
 
 
+def test_class_names_are_read_word_by_word():
+    """WordPress-style names: a boilerplate word wins over the content word it is compounded with (post-navigation,
+    entry-footer), a content word on its own keeps the element, a header holding the page's <h1> stays."""
+    body = ('<div class="site-header"><a href="/">Harbour Gazette</a><span>Local news since 1901</span></div>'
+            '<div class="site-content"><div class="entry-content"><header class="entry-header"><h1>Harbour plan '
+            f'approved</h1></header>{ARTICLE}<div class="post-meta sharedaddy sd-sharing">Share this: Email</div>'
+            '<footer class="entry-footer">Posted in Harbour, Council</footer></div><div class="post-navigation">'
+            '<div>Previous: Bridge repairs</div><div>Next: Ferry timetable</div></div>'
+            '<div id="comments" class="comments-area"><p>Totally agree with the plan, about time somebody fixed '
+            'the old wall before winter.</p></div></div>')
+    text = extract(page(body)).text
+    assert text.startswith("Harbour plan approved") and "at the library" in text
+    for word in ("Local news since", "Share this", "Posted in", "Ferry timetable", "Totally agree"):
+        assert word not in text, (word, text)
+
+
 def test_a_wrapper_named_like_boilerplate_that_holds_the_page_is_kept():
     """A site naming its whole layout "nav-wrapper": an element holding most of the page's text is not pruned."""
     text = extract(page(f'<div class="nav-wrapper"><div class="sidebar-layout">{ARTICLE}</div></div>')).text

@@ -63,9 +63,11 @@ _BOILER_TOKENS = {
     "widgets", "footer", "colophon", "copyright", "banner", "advert", "advertisement", "ad", "ads", "adv",
     "sponsor", "sponsored", "promo", "newsletter", "subscribe", "subscription", "signup", "popup", "modal",
     "pagination", "pager", "masthead", "toolbar", "topbar", "skip", "login", "search", "tagcloud", "byline",
-    "dateline", "rail", "outbrain", "taboola", "dfp", "yarpp", "trending", "popular", "more-stories",
-    "toc", "tags", "trail", "follow", "mailing",
+    "dateline", "rail", "outbrain", "taboola", "dfp", "yarpp", "trending", "popular", "discussion", "addthis",
+    "sharethis", "toc", "tags", "trail", "follow", "mailing", "header",
 }
+# a header names the page's top bar, and an article's own head too: one holding the page's <h1> stays
+_HEADER_TOKENS = frozenset(("header", "masthead"))
 _BOILER_PREFIXES = ("comment", "share", "social", "sidebar", "cookie", "breadcrumb", "related", "advert",
                     "sponsor", "newsletter", "subscri", "promo", "popup", "pagination", "widget", "navbar",
                     "footer", "disqus", "recommend")
@@ -79,16 +81,26 @@ _LINK_BLOCKS = "ul, ol, dl, table, div, section, p"
 
 
 def _boilerplate_token(value: str) -> str | None:
-    """The boilerplate token (a part of the value, as written) of a class or id value, or None: no token of
-    boilerplate, or a token of content (``post-content``, ``article-body``) beside it."""
-    tokens = [t for t in _TOKEN_SPLIT.split(value) if t]
-    lowered = [t.lower() for t in tokens]
-    if not tokens or any(t in _CONTENT_TOKENS for t in lowered):
-        return None
-    for t, low in zip(tokens, lowered):
-        if low in _BOILER_TOKENS or low.startswith(_BOILER_PREFIXES) or low.endswith(_BOILER_SUFFIXES):
-            return t
-    return None
+    """The boilerplate token (a part of the value, as written) of a class or id value, or None. Read word by
+    word (class names are space-separated): a word with a boilerplate token is boilerplate whatever else it says
+    (``post-navigation``, ``entry-footer``, ``sidebar-content``, ``main-nav``); a word of content tokens only
+    (``post-content``, ``article-body``, ``content-main``) vetoes the element (``entry-content share-ready``)."""
+    verdict = None
+    for word in value.split():
+        found = None
+        head_is_content = False
+        for t in _TOKEN_SPLIT.split(word):
+            if not t:
+                continue
+            low = t.lower()
+            head_is_content = low in _CONTENT_TOKENS
+            if not head_is_content and (low in _BOILER_TOKENS or low.startswith(_BOILER_PREFIXES)
+                                        or low.endswith(_BOILER_SUFFIXES)):
+                found = found or t
+        if found is None and head_is_content:
+            return None
+        verdict = verdict or found
+    return verdict
 
 
 def _boilerplate_name(value: str) -> bool:
@@ -144,12 +156,15 @@ def _boilerplate_selector(html: str) -> str:
     return ", ".join(parts)
 
 
-def _named_boilerplate(el) -> bool:
+def _named_token(el) -> str | None:
+    """The boilerplate token of the element's class or id, or None."""
     for attr in ("class", "id"):
         value = el.getattr(attr)
-        if value and _name_verdict(value) is not None:
-            return True
-    return False
+        if value:
+            token = _name_verdict(value)
+            if token is not None:
+                return token
+    return None
 
 
 def _prune(root, html: str, upper: bool, total: int, cfg: ExtractConfig) -> None:
@@ -201,8 +216,12 @@ def _remove_if_boilerplate(el, never, guard: int) -> bool:
         return False
     if tag in _INLINE:
         return False
-    if (el.getattr("role") in _ROLES or el.hasattr("hidden") or el.getattr("aria-hidden") == "true"
-            or _named_boilerplate(el)) and _text_len(el) < guard:
+    if el.getattr("role") in _ROLES or el.hasattr("hidden") or el.getattr("aria-hidden") == "true":
+        boilerplate = True
+    else:
+        token = _named_token(el)
+        boilerplate = token is not None and not (token.lower() in _HEADER_TOKENS and el.query_selector("h1"))
+    if boilerplate and _text_len(el) < guard:
         el.decompose()
         return True
     return False
