@@ -83,8 +83,9 @@ _LINK_BLOCKS = "ul, ol, dl, table, div, section, p"
 def _boilerplate_token(value: str) -> str | None:
     """The boilerplate token (a part of the value, as written) of a class or id value, or None. Read word by
     word (class names are space-separated): a word with a boilerplate token is boilerplate whatever else it says
-    (``post-navigation``, ``entry-footer``, ``sidebar-content``, ``main-nav``); a word of content tokens only
-    (``post-content``, ``article-body``, ``content-main``) vetoes the element (``entry-content share-ready``)."""
+    (``post-navigation``, ``entry-footer``, ``sidebar-content``, ``main-nav``); a word without one whose last
+    part names content (``post-content``, ``article-body``, ``content-main``) vetoes the element
+    (``entry-content share-ready`` is content; ``post-meta sharedaddy`` is not)."""
     verdict = None
     for word in value.split():
         found = None
