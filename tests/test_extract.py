@@ -158,6 +158,19 @@ def test_class_names_are_read_word_by_word():
         assert word not in text, (word, text)
 
 
+def test_a_page_wrapped_in_one_form_is_read():
+    """ASP.NET pages wrap the whole page in <form id="aspnetForm">: a form holding most of the text stays (its
+    fields are still never text); a form beside the article goes."""
+    body = (f'<form id="aspnetForm"><input type="hidden" value="VIEWSTATEsecret"><div><h1>Harbour</h1>{ARTICLE}'
+            '</div><div><p>Find older stories in the archive of the whole newspaper</p><input name="q">'
+            '<button>Go</button></div></form>')
+    text = extract(page(body)).text
+    assert "The committee met" in text and "VIEWSTATE" not in text and "Go" not in text
+    beside = extract(page(f'<div><h1>Harbour</h1>{ARTICLE}</div><form action="/s"><p>Find older stories in the '
+                          'archive of the whole newspaper</p><input name="q"><button>Go</button></form>')).text
+    assert "The committee met" in beside and "archive" not in beside
+
+
 def test_a_wrapper_named_like_boilerplate_that_holds_the_page_is_kept():
     """A site naming its whole layout "nav-wrapper": an element holding most of the page's text is not pruned."""
     text = extract(page(f'<div class="nav-wrapper"><div class="sidebar-layout">{ARTICLE}</div></div>')).text

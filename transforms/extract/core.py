@@ -3,19 +3,22 @@
 The corpusmill extractor works on Resiliparse's DOM (lexbor, C): every rule below is about the page's structure or
 the vocabulary of boilerplate in general use on the web, never about one site:
 
-1. Prune what is never main text: scripts, styles, forms, frames; ``nav``, ``aside``, ``footer`` and a
-   ``header`` without the page's heading; ARIA landmarks that are not content (navigation, banner,
-   contentinfo, complementary, search, dialog); hidden elements; elements whose class or id names boilerplate
-   (menu, breadcrumb, cookie/consent, share/social, related, comments, sidebar/widget, footer, ad/sponsor,
-   newsletter/subscribe, pagination: the vocabulary Readability and boilerplate studies list). An element that
-   holds most of the page's text is never pruned, whatever its name.
-2. Choose the main-content root: a single ``<main>`` / ``role=main`` or ``<article>`` that holds a fair share
-   of the text; else the element that gathers the most paragraph text (Readability's scoring: each paragraph,
-   list item, cell or code block credits its parent fully and its grandparent half).
-3. Inside the root, drop link-dense blocks (lists, tables, divs of three links or more whose text is mostly link
-   text: related links, tag clouds, pagers).
-4. Text of the root by Resiliparse's ``extract_plain_text`` (block structure kept: paragraphs, headings, list
-   items and table rows one a line, ``<pre>`` with its line breaks).
+1. The site's own mark first: a single ``<main>`` / ``role=main``, else a single ``<article>``, holding at least
+   30% of the page's text becomes the root; everything else is dropped.
+2. Prune (inside that root, else in the whole body): ``nav``, ``aside``, ``footer``, ``form``, ``dialog``,
+   ``menu``; a ``header`` without the page's ``<h1>``; ARIA landmarks that are not content (navigation, banner,
+   contentinfo, complementary, search, dialog); hidden elements; block elements whose class or id names
+   boilerplate (menu, breadcrumb, cookie/consent, share/social, related, comments, sidebar/widget, footer,
+   ad/sponsor, newsletter/subscribe, pagination: the vocabulary Readability and boilerplate studies list), read
+   class word by class word. An element that holds half the page's text is never pruned, whatever its tag or name.
+3. Without a marked root: the element that gathers the most paragraph text (Readability's scoring: each
+   paragraph, list item, cell or code block credits its parent fully and its grandparent half), widened over
+   wrappers that add little and to its parent when same-tag siblings score too.
+4. Inside the root, drop link-dense lists and tables (three links or more, mostly link text: related links, tag
+   clouds, pagers).
+5. Text of the root by Resiliparse's ``extract_plain_text`` (block structure kept: paragraphs, headings, list
+   items and table rows one a line, ``<pre>`` with its line breaks), scripts, styles, form fields, frames and
+   images skipped there, in C.
 
 The other two extractors (``resiliparse``, ``trafilatura``) are there to compare and as fallbacks of choice.
 """
@@ -48,9 +51,13 @@ class Extracted:
     html_chars: int = 0
 
 
-# Tags never part of main text (removed before anything else).
-_NEVER = ("script, style, noscript, template, svg, iframe, object, embed, canvas, form, button, select, textarea, "
-          "input, nav, aside, footer, dialog, menu")
+# Tags whose content is never main text. The structural ones are removed from the tree (before the main content
+# is chosen, so that a navigation block cannot be chosen; a form only when it does not hold most of the page's
+# text: an ASP.NET page wraps everything in one <form>); the others are only skipped, in C, while the text is
+# taken (``extract_plain_text``'s skip list: they never reach Python).
+_NEVER = "nav, aside, footer, form, dialog, menu"
+_SKIPPED = ["script", "style", "noscript", "template", "svg", "iframe", "object", "embed", "canvas", "button",
+            "select", "textarea", "input", "img", "picture", "area"]  # img..area: alt texts are not the page's text
 # ARIA roles of landmarks that are not content; hidden elements.
 _ROLES = frozenset(("navigation", "banner", "contentinfo", "complementary", "search", "dialog", "alertdialog",
                     "menu", "menubar", "toolbar"))
@@ -153,8 +160,8 @@ def _boilerplate_selector(html: str) -> str:
         # costs a match against every element)
         for token in sorted(tokens, key=len):
             if _SAFE_VALUE.match(token) and not any(t in token for t in tokens if len(t) < len(token)):
-                parts.append(f'[{attr}*="{token}"]{_NOT_INLINE}')
-    return ", ".join(parts)
+                parts.append(f'[{attr}*="{token}"]')
+    return f":is({', '.join(parts)}){_NOT_INLINE}" if parts else ""
 
 
 def _named_token(el) -> str | None:
@@ -179,9 +186,6 @@ def _prune(root, html: str, upper: bool, total: int, cfg: ExtractConfig) -> None
     if upper:  # tags written in capitals (old HTML): ask for every tag of the list
         present = set(_PRUNED_TAGS)
     never = _NEVER_TAGS & present
-    for tags, keep in ((("table",), cfg.keep_tables), (("ul", "ol", "dl"), cfg.keep_lists), (("pre",), cfg.keep_code)):
-        if not keep:
-            never |= set(tags)
     selectors = sorted(never) + (["header"] if "header" in present else [])
     if "role=" in html or upper:
         selectors.append("[role]")
@@ -208,8 +212,10 @@ def _remove_if_boilerplate(el, never, guard: int) -> bool:
     """Decompose ``el`` when it is boilerplate by its tag, role, hidden state or name; whether it was."""
     tag = el.tag
     if tag in never:
-        el.decompose()
-        return True
+        if tag != "form" or _text_len(el) < guard:  # (an ASP.NET page wraps all of itself in one <form>)
+            el.decompose()
+            return True
+        return False
     if tag == "header":
         if el.query_selector("h1") is None:
             el.decompose()
@@ -318,8 +324,6 @@ def _drop_link_dense(root, html: str, threshold: float) -> None:
 
 
 _BLANKS = re.compile(r"\n{3,}")
-# images' alt texts are not the page's text (logos, icons, "photo of ..."): skipped in C while the text is taken
-_NO_TEXT = ["img", "picture", "area"]
 
 
 def _isolate(body, root) -> None:
@@ -329,11 +333,17 @@ def _isolate(body, root) -> None:
         body.replace_children(root)
 
 
-def _plain(tree) -> str:
+def _skipped(cfg: ExtractConfig) -> list[str]:
+    """What the text never includes: ``_SKIPPED``, and tables, lists or code when the config leaves them out."""
+    return _SKIPPED + [tag for tags, keep in ((("table",), cfg.keep_tables), (("ul", "ol", "dl"), cfg.keep_lists),
+                                              (("pre",), cfg.keep_code)) if not keep for tag in tags]
+
+
+def _plain(tree, skip: list[str]) -> str:
     # alt_texts stays on: with alt_texts=False, Resiliparse 2.0.0 drops everything inside a <figure> (mdBook's
     # code listings are figures: their code was lost); alt texts are short
     text = extract_plain_text(tree, preserve_formatting=True, main_content=False, list_bullets=False,
-                              alt_texts=True, links=False, form_fields=False, noscript=False, skip_elements=_NO_TEXT)
+                              alt_texts=True, links=False, form_fields=False, noscript=False, skip_elements=skip)
     return (_BLANKS.sub("\n\n", text) if "\n\n\n" in text else text).strip()
 
 
@@ -374,7 +384,7 @@ def extract_corpusmill(html: str, cfg: ExtractConfig) -> Extracted:
         title = _title(tree, root)
         _isolate(body, root)
     _drop_link_dense(root, html, cfg.boilerplate_link_density)
-    text = _plain(tree)
+    text = _plain(tree, _skipped(cfg))
     return Extracted(text, title, None, how, len(html))
 
 
