@@ -84,7 +84,6 @@ _TOKEN_SPLIT = re.compile(r"[\s_\-:.]+|(?<=[a-z])(?=[A-Z])")
 _CONTENT_TOKENS = {"content", "article", "main", "post", "entry", "story", "body", "text", "markdown", "prose"}
 
 _PARAGRAPHS = "p, pre, li, td, dd, blockquote"
-_LINK_BLOCKS = "ul, ol, dl, table, div, section, p"
 
 
 def _boilerplate_token(value: str) -> str | None:
@@ -111,10 +110,6 @@ def _boilerplate_token(value: str) -> str | None:
     return verdict
 
 
-def _boilerplate_name(value: str) -> bool:
-    return _boilerplate_token(value) is not None
-
-
 def _text_len(node) -> int:
     return len(node.text) if node is not None else 0
 
@@ -122,7 +117,8 @@ def _text_len(node) -> int:
 # Resiliparse wraps every DOM node it hands to Python in a cached object (a few microseconds each), and iterating
 # its node lists is quadratic: the code below takes node lists by slice (``[:]``) and touches as few nodes as it
 # can. The class/id vocabulary is matched on the attribute values found in the HTML source (a regex over the
-# string), so only the elements that carry a boilerplate name are ever looked up, by an exact selector.
+# string): the query asks only for the boilerplate tokens the page uses, and each element it returns is judged
+# on its own value.
 # class and id values, double-quoted, single-quoted or bare (a literal prefix each: the regex engine skips ahead)
 _ATTR_RES = (re.compile(r"""class=(?:"([^"<>]*)"|'([^'<>]*)'|([^\s"'<>=`]+))"""),
              re.compile(r"""id=(?:"([^"<>]*)"|'([^'<>]*)'|([^\s"'<>=`]+))"""))
