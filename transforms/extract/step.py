@@ -103,8 +103,8 @@ class ExtractStep(ConfiguredStep):
                 doc["text"] = ""
                 reasons.append(NOT_A_STRING)
                 continue
-            if self._extract is None:
-                self.setup()
+            if self._extract is None and self._unavailable is None:
+                self.setup()  # (a step used without Beam's setup call: the command, tests)
             if self._extract is None:
                 annotate(doc, self.name, extractor=self.cfg.extractor, error=self._unavailable)
                 reasons.append(UNAVAILABLE)
