@@ -250,6 +250,16 @@ def test_step_extracts_marked_records_and_passes_the_others_untouched():
     assert ExtractStep(ExtractConfig()).apply(docs)[4:] == [None, None] and docs[4]["text"] == "ignored"
 
 
+def test_without_the_extractor_library_html_records_are_removed_with_a_reason(monkeypatch):
+    from transforms.extract import step as step_module
+
+    monkeypatch.setattr(step_module, "library_error", lambda cfg: "resiliparse cannot be imported (test)")
+    docs = step_docs()
+    reasons = ExtractStep(ExtractConfig()).apply(docs)
+    assert reasons[:2] == ["extractor_unavailable", None]  # the plain record still passes
+    assert "cannot be imported" in docs[0]["annotations"]["extract"]["error"]
+
+
 def test_step_in_a_beam_pipeline_accounts_for_every_record(tmp_path):
     import apache_beam as beam
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
