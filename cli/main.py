@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "cli.prepare",
     "cli.train",
     "cli.pii",
+    "cli.extract",
     "cli.dedup",
     "cli.report",
     "cli.quality",

@@ -23,6 +23,7 @@ from runio.files import sha256_bytes
 from tokenizer.config import PackingConfig, TokenizerConfig
 from trainer_bridge.config import TrainConfig
 from transforms.exact_dedup import ExactDedupConfig
+from transforms.extract.config import ExtractConfig
 from transforms.filters import FiltersConfig
 from transforms.langid import LangIdConfig
 from transforms.near_dedup import NearDedupConfig
@@ -90,6 +91,8 @@ class RunConfig(Strict):
     output: OutputConfig = Field(OutputConfig(), description="where the run directory goes and how its files are "
                                                              "sized")
     runner: RunnerConfig = Field(RunnerConfig(), description="the Beam runner of the cleaning and shard stages")
+    extract: ExtractConfig = Field(ExtractConfig(), description="the extract step: main text of HTML records "
+                                                                "(first step; other records pass untouched)")
     normalize: NormalizeConfig = Field(NormalizeConfig(), description="the normalize step: Unicode form, whitespace, "
                                                                       "script detection")
     langid: LangIdConfig = Field(LangIdConfig(), description="the langid step: language of each document (picks its "

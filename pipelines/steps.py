@@ -49,6 +49,34 @@ def _no_check(cfg: RunConfig, ctx: StepContext) -> None:
     pass
 
 
+def _check_extract(cfg: RunConfig, ctx: StepContext) -> None:
+    from transforms.extract.step import check
+    check(cfg.extract)
+
+
+PLAIN_FORMATS = ("jsonl", "parquet", "text")
+
+
+def _extract_applies(cfg: RunConfig) -> bool:
+    """The extract step runs when it can have work: ``extract.html_field`` names the HTML, or an input is not
+    JSONL, Parquet or text by its name or ``input.format`` (a folder, a WARC or HTML file: what the readers
+    mark ``text/html``). A run over JSONL/Parquet/text files only has no step more: its output, stats and
+    report are what they were."""
+    if not cfg.extract.enabled:
+        return False
+    if cfg.extract.html_field is not None:
+        return True
+    from pipelines.read import detect_format
+
+    return any(detect_format(path, cfg.input.format) not in PLAIN_FORMATS for path in cfg.input.paths)
+
+
+def _extract(cfg: RunConfig, ctx: StepContext):
+    from transforms.beam_step import ApplyStep
+    from transforms.extract.step import ExtractStep
+    return ApplyStep(ExtractStep(cfg.extract, text_field=cfg.input.text_field), progress_dir=ctx.progress_dir)
+
+
 def _normalize(cfg: RunConfig, ctx: StepContext):
     return ApplyStep(NormalizeStep(cfg.normalize), progress_dir=ctx.progress_dir)
 
@@ -119,6 +147,7 @@ class Step:
 
 
 STEPS: list[Step] = [
+    Step("extract", _extract_applies, _extract, _check_extract),
     Step("normalize", lambda cfg: True, _normalize),
     Step("langid", lambda cfg: cfg.langid.enabled, _langid, _check_langid),
     Step("filters", lambda cfg: cfg.filters.enabled, _filters, _check_filters),

@@ -1,0 +1,93 @@
+"""`corpusmill extract INPUT --html-field html --out OUT.jsonl`: the main text of HTML held in a record field.
+
+Runs the pipeline's own extractor (``transforms.extract.core.extract`` with the run config's ``extract`` section),
+so what this writes is what a run keeps, and extraction can be scored on its own. Each output line, one per input
+record and in input order: {"id", "text"}; a record whose page has no usable main text gets "text": "" and a
+"reason" (no_main_text, too_short_after_extraction, html_too_large); a record the reader cannot read (no such
+field, not a string, empty, invalid JSON) gets "id": null, "text": "", the "reason" (the reader's kind) and its
+"source" and "position" (JSONL line from 1). A record without the id field gets "id": null with its "source" and
+"position". Nothing is dropped: the summary line counts every kind. Input: what a run reads (JSONL, optionally
+.gz/.zst, or Parquet), through the pipeline's reader.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+
+SECTION = "extract"
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("extract", help="main text of the HTML in a record field; write {id, text} per record",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("input", help="a file, folder or glob: JSONL (.gz/.zst) or Parquet")
+    p.add_argument("--html-field", default=None, help="record field holding the HTML (default: --config's "
+                                                      "extract.html_field, else html)")
+    p.add_argument("--out", required=True, help="output JSONL path")
+    p.add_argument("--id-field", help="record field holding the document id (default: --config's input.id_field, "
+                                      "else id)")
+    p.add_argument("--config", help="run config YAML; its `extract` section is used (default: built-in defaults)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="extract.KEY=VALUE",
+                   help="override a setting of the extract section (repeatable)")
+    p.set_defaults(handler=_run)
+
+
+def _run(args) -> int:
+    from cli.analysis import check_out_path, resolve_input_fields, run_config_for
+    from pipelines.config import InputConfig, load_section
+    from pipelines.read import Quarantined, iter_records, record_position, reported_id, resolve_inputs
+    from runio.files import atomic_output
+    from transforms.extract.config import ExtractConfig
+    from transforms.extract.step import check
+
+    cfg = load_section(args.config, SECTION, ExtractConfig, args.overrides)
+    html_field = args.html_field or cfg.html_field or "html"
+    args.text_field = html_field  # the reader's text is the page
+    resolve_input_fields(args)
+    args.text_field = html_field
+    input_cfg = InputConfig(paths=[args.input], text_field=html_field, id_field=args.id_field)
+    if args.config is not None:  # the rest of the file as prepare checks it: a misspelt section is an error
+        run_config_for("extract", args.config, input_cfg, extract=cfg)
+    check(cfg.model_copy(update={"html_field": html_field}))  # the extractor's library must import (exit 2)
+    check_out_path(args.out)
+    from transforms.extract.core import extract
+
+    say = lambda line: print(f"corpusmill extract: {line}", file=sys.stderr)  # noqa: E731
+    files = resolve_inputs(input_cfg.paths, log=say)
+    reasons: Counter = Counter()
+    written = extracted = no_id = 0
+    html_bytes = 0
+    started, cpu_started = time.perf_counter(), time.process_time()
+    with atomic_output(args.out, "w") as out:
+        for source, index, item in iter_records(input_cfg, files):
+            if isinstance(item, Quarantined):
+                kind = "missing_html_field" if item.kind == "missing_text" else item.kind
+                row = {"id": None, "text": "", "reason": kind, "source": item.source, "position": item.position}
+                say(f"record {item.position} of {source}: {kind}: {item.reason}")
+                reasons[kind] += 1
+            else:
+                html = item["text"]
+                html_bytes += len(html)
+                result = extract(html, cfg)
+                doc_id = reported_id(item, args.id_field)
+                row = {"id": doc_id, "text": result.text if result.reason is None else ""}
+                if result.reason is not None:
+                    row["reason"] = result.reason
+                    reasons[result.reason] += 1
+                else:
+                    extracted += 1
+                if doc_id is None:
+                    no_id += 1
+                    row.update(source=item["source"], position=record_position(source, index, input_cfg))
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+            written += 1
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    why = ", ".join(f"{k} {v}" for k, v in sorted(reasons.items()))
+    tail = f"; without {args.id_field!r}: {no_id}" if no_id else ""
+    speed = f", {html_bytes / 1e6 / cpu:.1f} MB of HTML per CPU-s" if cpu > 0 and html_bytes else ""
+    say(f"{written} records: {extracted} with main text, {written - extracted} without"
+        f"{f' ({why})' if why else ''}{tail}; extractor {cfg.extractor}; {elapsed:.1f}s{speed}; wrote {args.out}")
+    return 0
