@@ -1,8 +1,8 @@
 """`corpusmill extract INPUT --html-field html --out OUT.jsonl`: the main text of HTML held in a record field.
 
-Runs the pipeline's own extractor (``transforms.extract.core.extract`` with the run config's ``extract`` section),
-so what this writes is what a run keeps, and extraction can be scored on its own. Each output line, one per input
-record and in input order: {"id", "text"}; a record whose page has no usable main text gets "text": "" and a
+Parse, call ``pipelines.extract.write_extracted`` (the pipeline's own extractor, the run config's ``extract``
+section), print the summary line: what this writes is what a run keeps, and extraction can be scored on its own.
+Each output line, one per input record and in input order: {"id", "text"}; a record whose page has no usable main text gets "text": "" and a
 "reason" (no_main_text, too_short_after_extraction, html_too_large); a record the reader cannot read (no such
 field, not a string, empty, invalid JSON) gets "id": null, "text": "", the "reason" (the reader's kind) and its
 "source" and "position" (JSONL line from 1). A record without the id field gets "id": null with its "source" and
@@ -12,10 +12,13 @@ field, not a string, empty, invalid JSON) gets "id": null, "text": "", the "reas
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
-from collections import Counter
+
+from beamio.config_base import InputConfig, load_section
+from cli.analysis import check_out_path, resolve_input_fields, run_config_for
+from runio.errors import ExitCode
+from transforms.extract.config import ExtractConfig
+from transforms.extract.step import check
 
 SECTION = "extract"
 
@@ -36,13 +39,6 @@ def register(subparsers) -> None:
 
 
 def _run(args) -> int:
-    from cli.analysis import check_out_path, resolve_input_fields, run_config_for
-    from pipelines.config import InputConfig, load_section
-    from pipelines.read import Quarantined, iter_records, record_position, reported_id, resolve_inputs
-    from runio.files import atomic_output
-    from transforms.extract.config import ExtractConfig
-    from transforms.extract.step import check
-
     cfg = load_section(args.config, SECTION, ExtractConfig, args.overrides)
     html_field = args.html_field or cfg.html_field or "html"
     args.text_field = html_field  # the reader's text is the page
@@ -53,41 +49,14 @@ def _run(args) -> int:
         run_config_for("extract", args.config, input_cfg, extract=cfg)
     check(cfg.model_copy(update={"html_field": html_field}))  # the extractor's library must import (exit 2)
     check_out_path(args.out)
-    from transforms.extract.core import extract
-
     say = lambda line: print(f"corpusmill extract: {line}", file=sys.stderr)  # noqa: E731
-    files = resolve_inputs(input_cfg.paths, log=say)
-    reasons: Counter = Counter()
-    written = extracted = no_id = 0
-    html_bytes = 0
-    started, cpu_started = time.perf_counter(), time.process_time()
-    with atomic_output(args.out, "w") as out:
-        for source, index, item in iter_records(input_cfg, files):
-            if isinstance(item, Quarantined):
-                kind = "missing_html_field" if item.kind == "missing_text" else item.kind
-                row = {"id": None, "text": "", "reason": kind, "source": item.source, "position": item.position}
-                say(f"record {item.position} of {source}: {kind}: {item.reason}")
-                reasons[kind] += 1
-            else:
-                html = item["text"]
-                html_bytes += len(html)
-                result = extract(html, cfg)
-                doc_id = reported_id(item, args.id_field)
-                row = {"id": doc_id, "text": result.text if result.reason is None else ""}
-                if result.reason is not None:
-                    row["reason"] = result.reason
-                    reasons[result.reason] += 1
-                else:
-                    extracted += 1
-                if doc_id is None:
-                    no_id += 1
-                    row.update(source=item["source"], position=record_position(source, index, input_cfg))
-            out.write(json.dumps(row, ensure_ascii=False) + "\n")
-            written += 1
-    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
-    why = ", ".join(f"{k} {v}" for k, v in sorted(reasons.items()))
-    tail = f"; without {args.id_field!r}: {no_id}" if no_id else ""
-    speed = f", {html_bytes / 1e6 / cpu:.1f} MB of HTML per CPU-s" if cpu > 0 and html_bytes else ""
-    say(f"{written} records: {extracted} with main text, {written - extracted} without"
-        f"{f' ({why})' if why else ''}{tail}; extractor {cfg.extractor}; {elapsed:.1f}s{speed}; wrote {args.out}")
-    return 0
+    from pipelines.extract import write_extracted  # deferred: Resiliparse (the optional `web` extra), checked above
+
+    done = write_extracted(input_cfg, cfg, args.out, say)
+    why = ", ".join(f"{k} {v}" for k, v in sorted(done.reasons.items()))
+    tail = f"; without {args.id_field!r}: {done.without_id}" if done.without_id else ""
+    speed = (f", {done.html_bytes / 1e6 / done.cpu_s:.1f} MB of HTML per CPU-s"
+             if done.cpu_s > 0 and done.html_bytes else "")
+    say(f"{done.written} records: {done.extracted} with main text, {done.written - done.extracted} without"
+        f"{f' ({why})' if why else ''}{tail}; extractor {cfg.extractor}; {done.wall_s:.1f}s{speed}; wrote {args.out}")
+    return ExitCode.OK

@@ -13,12 +13,15 @@ from typing import Callable
 
 import apache_beam as beam
 
+from beamio.read import detect_format
 from pipelines.config import ConfigError, RunConfig
 from runio.layout import RunPaths
 from transforms.base import StepConfigError
 from transforms import filters, langid
 from transforms.beam_step import ApplyStep
 from transforms.exact_dedup import ExactDedup
+from transforms.extract import step as extract_step
+from transforms.extract.step import ExtractStep
 from transforms.filters import HeuristicFilterStep
 from transforms.langid import LangIdStep
 from transforms.near_dedup.beam import NearDedup
@@ -50,8 +53,7 @@ def _no_check(cfg: RunConfig, ctx: StepContext) -> None:
 
 
 def _check_extract(cfg: RunConfig, ctx: StepContext) -> None:
-    from transforms.extract.step import check
-    check(cfg.extract)
+    extract_step.check(cfg.extract)
 
 
 PLAIN_FORMATS = ("jsonl", "parquet", "text")
@@ -66,14 +68,10 @@ def _extract_applies(cfg: RunConfig) -> bool:
         return False
     if cfg.extract.html_field is not None:
         return True
-    from pipelines.read import detect_format
-
     return any(detect_format(path, cfg.input.format) not in PLAIN_FORMATS for path in cfg.input.paths)
 
 
 def _extract(cfg: RunConfig, ctx: StepContext):
-    from transforms.beam_step import ApplyStep
-    from transforms.extract.step import ExtractStep
     return ApplyStep(ExtractStep(cfg.extract, text_field=cfg.input.text_field), progress_dir=ctx.progress_dir)
 
 

@@ -71,7 +71,7 @@ class ExtractStep(ConfiguredStep):
     def setup(self) -> None:
         self._unavailable = library_error(self.cfg)
         if self._unavailable is None:
-            from transforms.extract.core import extract
+            from transforms.extract.core import extract  # deferred: Resiliparse (the optional `web` extra)
 
             self._extract = extract
 
