@@ -2,12 +2,12 @@
 
 Parse, call ``pipelines.extract.write_extracted`` (the pipeline's own extractor, the run config's ``extract``
 section), print the summary line: what this writes is what a run keeps, and extraction can be scored on its own.
-Each output line, one per input record and in input order: {"id", "text"}; a record whose page has no usable main text gets "text": "" and a
-"reason" (no_main_text, too_short_after_extraction, html_too_large); a record the reader cannot read (no such
-field, not a string, empty, invalid JSON) gets "id": null, "text": "", the "reason" (the reader's kind) and its
-"source" and "position" (JSONL line from 1). A record without the id field gets "id": null with its "source" and
-"position". Nothing is dropped: the summary line counts every kind. Input: what a run reads (JSONL, optionally
-.gz/.zst, or Parquet), through the pipeline's reader.
+Each output line, one per input record and in input order: {"id", "text"}; a record whose page has no usable main
+text gets "text": "" and a "reason" (no_main_text, too_short_after_extraction, html_too_large); a record the reader
+cannot read (no such field, not a string, empty, invalid JSON) gets "id": null, "text": "", the "reason" (the
+reader's kind) and its "source" and "position" (JSONL line from 1). A record without the id field gets "id": null
+with its "source" and "position". Nothing is dropped: the summary line counts every kind. Input: what a run reads
+(JSONL, optionally .gz/.zst, or Parquet), through the pipeline's reader.
 """
 from __future__ import annotations
 
