@@ -29,6 +29,7 @@ from transforms.near_dedup import NearDedupConfig
 from transforms.normalize import NormalizeConfig
 from transforms.pii import PiiConfig
 from transforms.quality import QualityConfig
+from transforms.url_filter import UrlFilterConfig
 
 
 class OutputConfig(Strict):
@@ -90,6 +91,9 @@ class RunConfig(Strict):
     output: OutputConfig = Field(OutputConfig(), description="where the run directory goes and how its files are "
                                                              "sized")
     runner: RunnerConfig = Field(RunnerConfig(), description="the Beam runner of the cleaning and shard stages")
+    url_filter: UrlFilterConfig = Field(UrlFilterConfig(), description="the URL filter: block and allow lists of "
+                                                                       "domains, URL prefixes and regexes, applied "
+                                                                       "to meta.url before any text work")
     normalize: NormalizeConfig = Field(NormalizeConfig(), description="the normalize step: Unicode form, whitespace, "
                                                                       "script detection")
     langid: LangIdConfig = Field(LangIdConfig(), description="the langid step: language of each document (picks its "

@@ -214,9 +214,24 @@ class Stage:
 
 
 def _clean_settings(cfg: RunConfig, against: tuple[str, ...]) -> dict[str, Any]:
-    """Local input paths made absolute (their spelling is irrelevant), and the earlier runs it is cleaned against."""
-    return {"input.paths": [_local_abspath(p) for p in cfg.input.paths],
-            "against": sorted(_local_abspath(str(a)) for a in against)}
+    """Local input paths made absolute (their spelling is irrelevant), the earlier runs it is cleaned against, and
+    the URL filter's list files by their content (an edited block list re-runs the clean)."""
+    settings = {"input.paths": [_local_abspath(p) for p in cfg.input.paths],
+                "against": sorted(_local_abspath(str(a)) for a in against)}
+    if cfg.url_filter.active():
+        for key in ("block_list", "allow_list"):
+            path = getattr(cfg.url_filter, key)
+            if path:
+                settings[f"url_filter.{key}"] = _file_sha256(path)
+    return settings
+
+
+def _file_sha256(path: str) -> str | None:
+    """The content's sha256 of a local file, None when it cannot be read (the clean's checks then say why)."""
+    try:
+        return sha256_bytes(Path(path).read_bytes())
+    except OSError:
+        return None
 
 
 def _clean_digest(paths: RunPaths, manifest: dict) -> str | None:
@@ -324,7 +339,7 @@ def _report_stage(run: StageRun) -> dict:
 
 
 STAGES: tuple[Stage, ...] = (
-    Stage("clean", keys=("input", "output.target_shard_bytes", "normalize", "filters", "exact_dedup", "near_dedup",
+    Stage("clean", keys=("input", "output.target_shard_bytes", "url_filter", "normalize", "filters", "exact_dedup", "near_dedup",
                          "quality", "pii"),
           outputs=lambda p: (p.docs, p.removed, p.quarantine, p.dedup, p.stats, p.progress),
           run=_clean_stage, settings=_clean_settings, digest=_clean_digest),

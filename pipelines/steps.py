@@ -16,7 +16,7 @@ import apache_beam as beam
 from pipelines.config import ConfigError, RunConfig
 from runio.layout import RunPaths
 from transforms.base import StepConfigError
-from transforms import filters, langid
+from transforms import filters, langid, url_filter
 from transforms.beam_step import ApplyStep
 from transforms.exact_dedup import ExactDedup
 from transforms.filters import HeuristicFilterStep
@@ -28,6 +28,7 @@ from transforms.pii import PiiStep
 from transforms.pii import step as pii_step
 from transforms.quality import QualityFilter, ensure_models
 from transforms.quality import step as quality_step
+from transforms.url_filter import UrlFilterStep
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,16 @@ class StepContext:
 
 def _no_check(cfg: RunConfig, ctx: StepContext) -> None:
     pass
+
+
+def _check_url_filter(cfg: RunConfig, ctx: StepContext) -> None:
+    url_filter.check(cfg.url_filter)
+
+
+def _url_filter(cfg: RunConfig, ctx: StepContext):
+    # the lists are read and compiled here, when the graph is built: workers get the rules, not the files
+    return ApplyStep(UrlFilterStep(cfg.url_filter, url_filter.build_filter(cfg.url_filter)),
+                     progress_dir=ctx.progress_dir)
 
 
 def _normalize(cfg: RunConfig, ctx: StepContext):
@@ -119,6 +130,8 @@ class Step:
 
 
 STEPS: list[Step] = [
+    # right after read, before any text work (and before the extract step, which the lead orders with it)
+    Step("url_filter", lambda cfg: cfg.url_filter.active(), _url_filter, _check_url_filter),
     Step("normalize", lambda cfg: True, _normalize),
     Step("langid", lambda cfg: cfg.langid.enabled, _langid, _check_langid),
     Step("filters", lambda cfg: cfg.filters.enabled, _filters, _check_filters),
