@@ -149,11 +149,16 @@ class Crawl:
         http_headers = StatusAndHeaders(status, [("Date", _http_date(date)), ("Server", "nginx"),
                                                  *headers, ("Content-Length", str(len(body))),
                                                  ("Connection", "close")], protocol="HTTP/1.1")
+        content_type = dict(headers).get("Content-Type", "")
         response = self.writer.create_warc_record(url, "response", payload=io.BytesIO(body),
                                                   http_headers=http_headers,
                                                   warc_headers_dict={"WARC-Record-ID": _rid(url, "response"),
                                                                      "WARC-Date": date,
-                                                                     "WARC-Concurrent-To": _rid(url, "request")})
+                                                                     "WARC-Concurrent-To": _rid(url, "request"),
+                                                                     # as Common Crawl does: the payload's type as
+                                                                     # identified from its bytes (here: as served)
+                                                                     "WARC-Identified-Payload-Type":
+                                                                         content_type.split(";")[0].strip()})
         self.writer.write_record(request)
         self.writer.write_record(response)
         return date
