@@ -102,9 +102,11 @@ def side_datatrove(warc: Path, out: Path) -> None:
     for step in stats:
         s = step.get("stats", {})
         total = s.get("total", (s.get("documents") or {}).get("total"))  # the reader counts "documents"
-        steps.append({"name": step.get("name"), "total": total, "forwarded": s.get("forwarded", total),
-                      "dropped": s.get("dropped", 0),
-                      "dropped_by": {k[len("dropped_"):]: v for k, v in s.items() if k.startswith("dropped_")}})
+        forwarded = s.get("forwarded", None if total is None else total - s.get("dropped", 0))  # 0: no key
+        steps.append({"name": step.get("name"), "total": total, "forwarded": forwarded,
+                      # every plain counter: dropped_<rule> of the filters, the extractor's timeout/broken_process
+                      "counters": {k: v for k, v in s.items() if isinstance(v, (int, float))
+                                   and k not in ("total", "forwarded")}})
     written = sum(1 for p in (out / "output").glob("*.jsonl.gz") for _ in _gz_lines(p))
     _report_own_cpu({"side": "datatrove", "steps": steps, "written": written})
 
@@ -238,8 +240,8 @@ def main() -> None:
         rounds.append(row)
     first = rounds[0]
     if "datatrove" in first:
-        print("datatrove steps: " + "; ".join(f"{s['name']}: {s['total']} in, {s['forwarded']} out"
-                                              for s in first["datatrove"]["steps"])
+        print("datatrove steps: " + "; ".join(f"{s['name']}: {s['total']} in, {s['forwarded']} out "
+                                              f"{s['counters']}" for s in first["datatrove"]["steps"])
               + f"; written {first['datatrove']['written']}")
     if "corpusmill" in first:
         c = first["corpusmill"]
