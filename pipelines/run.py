@@ -214,15 +214,18 @@ class Stage:
 
 
 def _clean_settings(cfg: RunConfig, against: tuple[str, ...]) -> dict[str, Any]:
-    """Local input paths made absolute (their spelling is irrelevant), the earlier runs it is cleaned against, and
-    the URL filter's list files by their content (an edited block list re-runs the clean)."""
+    """Local input paths made absolute (their spelling is irrelevant), the earlier runs it is cleaned against, and,
+    when the URL filter runs, its settings and its list files' content (an edited block list re-runs the clean)."""
     settings = {"input.paths": [_local_abspath(p) for p in cfg.input.paths],
                 "against": sorted(_local_abspath(str(a)) for a in against)}
-    if cfg.url_filter.active():
+    if cfg.url_filter.active():  # only then: a run made before the URL filter existed keeps its fingerprint
+        section = cfg.url_filter.model_dump(mode="json", exclude={"top_domains"})  # that one: stats.json only
+        settings.update(_flatten(section, "url_filter"))
         for key in ("block_list", "allow_list"):
             path = getattr(cfg.url_filter, key)
             if path:
-                settings[f"url_filter.{key}"] = _file_sha256(path)
+                settings[f"url_filter.{key}"] = _local_abspath(path)
+                settings[f"url_filter.{key}_sha256"] = _file_sha256(path)
     return settings
 
 
@@ -339,7 +342,7 @@ def _report_stage(run: StageRun) -> dict:
 
 
 STAGES: tuple[Stage, ...] = (
-    Stage("clean", keys=("input", "output.target_shard_bytes", "url_filter", "normalize", "filters", "exact_dedup", "near_dedup",
+    Stage("clean", keys=("input", "output.target_shard_bytes", "normalize", "filters", "exact_dedup", "near_dedup",
                          "quality", "pii"),
           outputs=lambda p: (p.docs, p.removed, p.quarantine, p.dedup, p.stats, p.progress),
           run=_clean_stage, settings=_clean_settings, digest=_clean_digest),

@@ -126,6 +126,13 @@ def test_registered_domain_uses_the_bundled_suffix_list():
     assert registered_domain("") == ""
 
 
+def test_without_tldextract_a_host_is_its_own_domain(monkeypatch):
+    import transforms.url_filter as uf
+
+    monkeypatch.setattr(uf, "_EXTRACTOR", False)  # what _extractor() settles on when tldextract is not installed
+    assert registered_domain("doc.rust-lang.org") == "doc.rust-lang.org"
+
+
 def test_the_step_annotates_domains_and_leaves_urlless_documents_untouched(block_file):
     step = UrlFilterStep(UrlFilterConfig(block_list=str(block_file)))
     docs = [{"id": 1, "text": "a", "meta": {"url": "https://ads.example.com/x"}, "annotations": {}},
@@ -209,3 +216,20 @@ def test_a_bad_line_stops_the_run_before_reading(tmp_path, capsys):
     assert code == 2 and len(err.splitlines()) == 1, (code, err)
     assert f"url_filter.block_list: {bad}:2: 'example.com/ads' is not a domain" in err
     assert not (tmp_path / "runs" / "u" / "docs").exists()
+
+
+def test_the_clean_fingerprint_follows_the_lists_only_when_the_filter_runs(tmp_path, block_file):
+    """A config without the URL filter fingerprints its clean stage as before the filter existed (an earlier run
+    directory stays valid); with it, an edited list re-runs the clean, and top_domains (stats only) does not."""
+    from pipelines.run import stage_settings
+
+    base = {"name": "t", "input": {"paths": [str(tmp_path / "x.jsonl")]}}
+    assert not any(key.startswith("url_filter") for key in stage_settings(validate_config(base), "clean"))
+    cfg = validate_config({**base, "url_filter": {"block_list": str(block_file)}})
+    before = stage_settings(cfg, "clean")
+    assert before["url_filter.block_list"] == str(block_file.resolve())
+    assert stage_settings(validate_config({**base, "url_filter": {"block_list": str(block_file),
+                                                                  "top_domains": 5}}), "clean") == before
+    block_file.write_text(BLOCK + "more.example\n", encoding="utf-8")
+    after = stage_settings(cfg, "clean")
+    assert after["url_filter.block_list_sha256"] != before["url_filter.block_list_sha256"]
