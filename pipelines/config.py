@@ -30,6 +30,7 @@ from transforms.near_dedup import NearDedupConfig
 from transforms.normalize import NormalizeConfig
 from transforms.pii import PiiConfig
 from transforms.quality import QualityConfig
+from transforms.url_filter import UrlFilterConfig
 
 
 class OutputConfig(Strict):
@@ -91,6 +92,9 @@ class RunConfig(Strict):
     output: OutputConfig = Field(OutputConfig(), description="where the run directory goes and how its files are "
                                                              "sized")
     runner: RunnerConfig = Field(RunnerConfig(), description="the Beam runner of the cleaning and shard stages")
+    url_filter: UrlFilterConfig = Field(UrlFilterConfig(), description="the URL filter: block and allow lists of "
+                                                                       "domains, URL prefixes and regexes, applied "
+                                                                       "to meta.url before any text work")
     extract: ExtractConfig = Field(ExtractConfig(), description="the extract step: main text of HTML records "
                                                                 "(first step; other records pass untouched)")
     normalize: NormalizeConfig = Field(NormalizeConfig(), description="the normalize step: Unicode form, whitespace, "

@@ -31,6 +31,7 @@ from pipelines.steps import CleanDocuments, StepContext, check_steps, enabled_st
 from runio.files import write_json
 from runio.layout import RunPaths
 from tokenizer.build import build_shards
+from transforms.url_filter import STEP as URL_FILTER, DomainTally
 
 PACKAGES = ("corpusmill", "apache-beam", "datasketch", "presidio-analyzer", "spacy", "fasttext-numpy2",
             "tokenizers", "pyarrow", "torch", "pydantic")
@@ -110,8 +111,10 @@ def near_dedup_consistency(counters: dict[tuple[str, str], int]) -> list[str]:
     return problems
 
 
-def collect_stats(run: RunPaths | Path, steps: list[str], counters: dict[tuple[str, str], int]) -> dict:
-    """Count the outputs on disk and check them against what the reader counted."""
+def collect_stats(run: RunPaths | Path, steps: list[str], counters: dict[tuple[str, str], int],
+                  top_domains: int = 20) -> dict:
+    """Count the outputs on disk and check them against what the reader counted. With the URL filter among the
+    steps, also the per-domain counts (``domains``, the ``top_domains`` largest)."""
     paths = run if isinstance(run, RunPaths) else RunPaths(run)
     kept = count_parquet_rows(paths.docs)
     removed_by: dict[str, Counter] = {step: Counter() for step in steps}
@@ -154,7 +157,7 @@ def collect_stats(run: RunPaths | Path, steps: list[str], counters: dict[tuple[s
         problems.append(f"read {read_total} != kept {kept} + removed {n_removed} + quarantined {n_quarantined}")
     problems += near_dedup_consistency(counters)
     warnings: list[str] = []  # (none at present: near-dedup's components are exact for any number of rounds)
-    return {
+    stats = {
         "warnings": warnings,
         "counters": {f"{ns}/{name}": value for (ns, name), value in sorted(counters.items())},
         "documents_read": read_total,
@@ -166,6 +169,25 @@ def collect_stats(run: RunPaths | Path, steps: list[str], counters: dict[tuple[s
         "accounting": {"read": read_total, "kept": kept, "removed": n_removed, "quarantined": n_quarantined,
                        "balanced": not problems, "problems": problems},
     }
+    if URL_FILTER in steps:
+        stats["domains"] = domain_counts(paths, top_domains)
+    return stats
+
+
+def domain_counts(run: RunPaths | Path, top: int) -> dict:
+    """Per registered domain (the URL filter's ``domain`` annotation), from the documents on disk: documents that
+    entered the URL filter, kept at the end, removed (and by which step). The ``top`` largest by documents; the
+    others summed; documents without a URL apart (``transforms.url_filter.DomainTally``)."""
+    paths = run if isinstance(run, RunPaths) else RunPaths(run)
+    tally = DomainTally()
+    for path in sorted(paths.docs.glob("*.parquet")):
+        for raw in pq.read_table(path, columns=["annotations"]).column("annotations").to_pylist():
+            tally.add(json.loads(raw) if isinstance(raw, str) else raw)
+    for path in sorted(paths.removed.glob("*.parquet")):
+        table = pq.read_table(path, columns=["removed_by", "annotations"])
+        for step, raw in zip(table.column("removed_by").to_pylist(), table.column("annotations").to_pylist()):
+            tally.add(json.loads(raw) if isinstance(raw, str) else raw, removed_by=step)
+    return tally.block(top)
 
 
 QUALITY_BINS = 10  # score histogram bins per language: [0, 0.1), ..., [0.9, 1.0]
@@ -264,6 +286,10 @@ def summary_table(stats: dict) -> str:
         entered, kept = mix["steps"][0]["docs"], mix["kept"]["docs"]
         lines.append("languages (kept of read): " + ", ".join(
             f"{lang} {kept.get(lang, 0)}/{n}" for lang, n in list(entered.items())[:8]))
+    domains = stats.get("domains")
+    if domains and domains.get("rows"):
+        lines.append(f"domains (kept of read, {domains['domains']} in all): " + ", ".join(
+            f"{row['domain']} {row['kept']}/{row['documents']}" for row in domains["rows"][:8]))
     lines += [f"WARNING {w}" for w in stats.get("warnings", [])]
     acc = stats["accounting"]
     lines.append(f"accounting: read {acc['read']} = kept {acc['kept']} + removed {acc['removed']} + quarantined "
@@ -300,7 +326,7 @@ def run_clean(cfg: RunConfig, against: tuple[str, ...] = (), log: Callable[[str]
         result = pipeline.run()
         result.wait_until_finish()
     clear_outputs((paths.progress,))
-    stats = collect_stats(paths, steps, _counters(result))
+    stats = collect_stats(paths, steps, _counters(result), cfg.url_filter.top_domains)
     stats["cleaning_seconds"] = round(time.time() - started, 2)
     stats["inputs"] = new_inputs
     stats["inputs_seen"] = sorted(seen | {i["sha256"] for i in new_inputs})

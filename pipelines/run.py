@@ -211,9 +211,27 @@ class Stage:
 
 
 def _clean_settings(cfg: RunConfig, against: tuple[str, ...]) -> dict[str, Any]:
-    """Local input paths made absolute (their spelling is irrelevant), and the earlier runs it is cleaned against."""
-    return {"input.paths": [_local_abspath(p) for p in cfg.input.paths],
-            "against": sorted(_local_abspath(str(a)) for a in against)}
+    """Local input paths made absolute (their spelling is irrelevant), the earlier runs it is cleaned against, and,
+    when the URL filter runs, its settings and its list files' content (an edited block list re-runs the clean)."""
+    settings = {"input.paths": [_local_abspath(p) for p in cfg.input.paths],
+                "against": sorted(_local_abspath(str(a)) for a in against)}
+    if cfg.url_filter.active():  # only then: a run made before the URL filter existed keeps its fingerprint
+        section = cfg.url_filter.model_dump(mode="json", exclude={"top_domains"})  # that one: stats.json only
+        settings.update(_flatten(section, "url_filter"))
+        for key in ("block_list", "allow_list"):
+            path = getattr(cfg.url_filter, key)
+            if path:
+                settings[f"url_filter.{key}"] = _local_abspath(path)
+                settings[f"url_filter.{key}_sha256"] = _file_sha256(path)
+    return settings
+
+
+def _file_sha256(path: str) -> str | None:
+    """The content's sha256 of a local file, None when it cannot be read (the clean's checks then say why)."""
+    try:
+        return sha256_bytes(Path(path).read_bytes())
+    except OSError:
+        return None
 
 
 def _clean_digest(paths: RunPaths, manifest: dict) -> str | None:

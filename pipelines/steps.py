@@ -17,7 +17,7 @@ from beamio.read import detect_format
 from pipelines.config import ConfigError, RunConfig
 from runio.layout import RunPaths
 from transforms.base import StepConfigError
-from transforms import filters, langid
+from transforms import filters, langid, url_filter
 from transforms.beam_step import ApplyStep
 from transforms.exact_dedup import ExactDedup
 from transforms.extract import step as extract_step
@@ -31,6 +31,7 @@ from transforms.pii import PiiStep
 from transforms.pii import step as pii_step
 from transforms.quality import QualityFilter, ensure_models
 from transforms.quality import step as quality_step
+from transforms.url_filter import UrlFilterStep
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,16 @@ class StepContext:
 
 def _no_check(cfg: RunConfig, ctx: StepContext) -> None:
     pass
+
+
+def _check_url_filter(cfg: RunConfig, ctx: StepContext) -> None:
+    url_filter.check(cfg.url_filter)
+
+
+def _url_filter(cfg: RunConfig, ctx: StepContext):
+    # the lists are read and compiled here, when the graph is built: workers get the rules, not the files
+    return ApplyStep(UrlFilterStep(cfg.url_filter, url_filter.build_filter(cfg.url_filter)),
+                     progress_dir=ctx.progress_dir)
 
 
 def _check_extract(cfg: RunConfig, ctx: StepContext) -> None:
@@ -145,6 +156,9 @@ class Step:
 
 
 STEPS: list[Step] = [
+    # right after read, before any text work: a blocked page is never extracted, and every document read has its
+    # domain counted
+    Step("url_filter", lambda cfg: cfg.url_filter.active(), _url_filter, _check_url_filter),
     Step("extract", _extract_applies, _extract, _check_extract),
     Step("normalize", lambda cfg: True, _normalize),
     Step("langid", lambda cfg: cfg.langid.enabled, _langid, _check_langid),

@@ -58,6 +58,7 @@ def pipeline_section(data: RunData) -> str:
             rows.append((f"stage: {stage}", None, None, None, stage_seconds))
     body += "<h3>Steps</h3>" + html_table(("step", "in", "kept", "removed", "seconds"), rows, "pipeline-steps")
     body += language_mix_body(data.stats.get("languages") or {})
+    body += domains_body(data.stats.get("domains") or {})
     q = data.stats.get("quarantined") or {}
     if q.get("total"):
         body += "<h3>Quarantined input</h3>" + html_table(("kind", "records"), sorted((q.get("by_kind") or {}).items()),
@@ -68,6 +69,25 @@ def pipeline_section(data: RunData) -> str:
                              "Tokenizing and packing have not run: no shards/manifest.json, so the graph ends at the "
                              "kept documents.")
     return html_section("Pipeline", body, "pipeline")
+
+
+def domains_body(domains: dict) -> str:
+    """The URL filter's per-domain counts (stats.json ``domains``), when the step ran: the largest registered
+    domains, the others summed, documents without a URL apart."""
+    if not domains:
+        return ""
+    rows = [(row["domain"], row["documents"], row["kept"], row["removed"],
+             ", ".join(f"{step} {n}" for step, n in (row.get("removed_by") or {}).items()))
+            for row in domains.get("rows", [])]
+    other = domains.get("other") or {}
+    if other.get("domains"):
+        rows.append((f"other ({other['domains']} domains)", other["documents"], other["kept"], other["removed"], ""))
+    no_url = domains.get("without_url") or {}
+    if no_url.get("documents"):
+        rows.append(("(no url)", no_url["documents"], no_url["kept"], no_url["removed"], ""))
+    return (f"<h3>Domains</h3><p>Registered domains of the documents' URLs ({domains.get('domains', 0)} in all), "
+            f"most documents first.</p>"
+            + html_table(("domain", "documents", "kept", "removed", "removed by step"), rows, "domains"))
 
 
 def language_mix_body(mix: dict) -> str:

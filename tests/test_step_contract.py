@@ -162,22 +162,25 @@ def test_every_step_counts_times_reports_progress_and_annotates_only_its_own_nam
             super().__exit__(*exc)
 
     monkeypatch.setattr(prepare, "ProgressPrinter", RecordingPrinter)
+    block_list = tmp_path / "block.txt"  # the URL filter on too: the demo's records have corpus:// URLs
+    block_list.write_text("re:^corpus://gcide/\n", encoding="utf-8")
     cfg = validate_config({"name": "contract", "input": {"paths": [str(DEMO_CORPUS)]},
                            "output": {"runs_dir": str(tmp_path / "runs")},
-                           "runner": {"name": "inprocess", "workers": 1}, "pii": {"ner": "off"}})
+                           "runner": {"name": "inprocess", "workers": 1}, "pii": {"ner": "off"},
+                           "url_filter": {"block_list": str(block_list)}})
     run_stages(cfg, ("clean",), log=lambda _: None)
     paths = RunPaths.of(cfg)
     stats = json.loads(paths.stats.read_text())
     steps = enabled_steps(cfg)  # every step the config enables, in the order they run
-    assert {"normalize", "filters", "exact_dedup", "near_dedup", "quality", "pii"} <= set(steps)
+    assert {"url_filter", "normalize", "filters", "exact_dedup", "near_dedup", "quality", "pii"} <= set(steps)
     assert [row["step"] for row in stats["steps"]] == steps and stats["accounting"]["balanced"]
     for row in stats["steps"]:
         step = row["step"]
         assert row["busy_seconds"] > 0, row
         assert stats["counters"][f"{step}/kept"] == row["kept"], step
         assert stats["counters"].get(f"{step}/removed", 0) == row["removed"], step
-    assert {row["step"] for row in stats["steps"] if row["removed"]} >= {"filters", "exact_dedup", "near_dedup",
-                                                                        "quality"}
+    assert {row["step"] for row in stats["steps"] if row["removed"]} >= {"url_filter", "filters", "exact_dedup",
+                                                                        "near_dedup", "quality"}
     # the progress line lists every step, with the documents each one saw
     assert {k: v for k, v in seen.items() if k != "read"} == {row["step"]: row["in"] for row in stats["steps"]}
     assert all(f" {step} " in lines[-1] for step in steps), lines[-1]
