@@ -66,8 +66,13 @@ def _open_bytes(path: str):
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".deflate", ".xz")
-UNSUPPORTED_REASON = (f"unsupported file type (expected {' '.join(JSONL_SUFFIXES)}, .parquet or .txt, each may be "
-                      f"compressed: {' '.join(COMPRESSION_SUFFIXES)}; or set input.format)")
+# raw sources (beamio.read_web, beamio.read_docs): suffix → format, checked after a compression suffix is removed
+RAW_SUFFIXES = {".warc": "warc", ".wet": "warc", ".arc": "arc", ".html": "html", ".htm": "html", ".xhtml": "html",
+                ".pdf": "pdf", ".docx": "docx", ".md": "markdown", ".markdown": "markdown"}
+SINGLE_DOCUMENT_FORMATS = ("text", "html", "pdf", "docx", "markdown")  # one document per file, at position 0
+UNSUPPORTED_REASON = (f"unsupported file type (expected {' '.join(JSONL_SUFFIXES)}, .parquet, .txt, "
+                      f"{' '.join(RAW_SUFFIXES)}, each but .parquet, .pdf and .docx may be compressed: "
+                      f"{' '.join(COMPRESSION_SUFFIXES)}; or set input.format)")
 _GLOB_CHARS = set("*?[")
 _READ_CHUNK = 1 << 20
 _RAW_CHUNK = 1 << 16
@@ -78,7 +83,8 @@ ID_SCHEME = {
     "id": "int64 = first 8 bytes of blake2b(digest_size=8) of '<key>\\0<position>' (big endian) & 0x7FFF_FFFF_FFFF_FFFF",
     "key": "sha256 of the input file's bytes (content address: independent of the path's spelling, the working "
            "directory and the file's location)",
-    "position": "JSONL: line number from 1; Parquet: row from 0; text file: 0",
+    "position": "JSONL: line number from 1; Parquet: row from 0; WARC/WET/ARC: record index from 0, every record "
+                "counted (skipped ones too); text, HTML, PDF, DOCX, Markdown file: 0",
     "source": "the file's path relative to the configured input it matched (folder: relative to it; glob: "
               "relative to the directory before the first wildcard; file: its name)",
 }
@@ -91,15 +97,16 @@ def doc_id(key: str, position: int) -> int:
 
 
 def is_text_file(name: str) -> bool:
-    """Whether the reader takes ``name`` (a path or a ``source``) as a text file: one document, the whole file."""
-    return detect_format(name, "auto") == "text"
+    """Whether the reader takes ``name`` (a path or a ``source``) as one document, the whole file (a text,
+    HTML, PDF, DOCX or Markdown file)."""
+    return detect_format(name, "auto") in SINGLE_DOCUMENT_FORMATS
 
 
 def record_position(path: str, index: int, cfg: InputConfig) -> int:
     """The place of a file's record at ``index`` (from 0, as the parsers count) as quarantine records and the
     commands' lines name it: a JSONL line number from 1, a Parquet row from 0, 0 for a text file."""
     fmt = detect_format(path, cfg.format)
-    return index + 1 if fmt == "jsonl" else 0 if fmt == "text" else index
+    return index + 1 if fmt == "jsonl" else 0 if fmt in SINGLE_DOCUMENT_FORMATS else index
 
 
 def reported_id(doc: dict, id_field: str | None, default=None):
@@ -129,6 +136,9 @@ def detect_format(path: str, configured: str) -> str | None:
         return "parquet"
     if name.endswith(".txt"):
         return "text"
+    for suffix, fmt in RAW_SUFFIXES.items():
+        if name.endswith(suffix):
+            return fmt
     return None
 
 
@@ -297,6 +307,18 @@ class Quarantined:
     def as_record(self) -> dict:
         return {"id": doc_id(self.key or self.source, self.position), "source": self.source,
                 "position": self.position, "byte_offset": self.byte_offset, "kind": self.kind, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Skipped(Quarantined):
+    """A record of a raw source that is, by design, no document (a WARC request record, a non-2xx or non-HTML
+    response, a record over input.max_record_bytes, a PDF without text ...): ``kind`` is the reason's short
+    name, ``reason`` says it in words. A kind of ``Quarantined``, so a command that reports quarantined records
+    reports these too; the pipeline's reader counts them per kind (``read/skipped/<kind>``) instead of writing
+    them to quarantine/."""
+
+    def as_record(self) -> dict:
+        return {**super().as_record(), "skipped": True}
 
 
 def _describe(value) -> str:
@@ -592,7 +614,59 @@ def parse_text(fh, source: InputFile, cfg: InputConfig) -> Iterator[tuple[int, d
     yield 0, Quarantined(name, 0, *doc, None, key) if isinstance(doc, tuple) else doc
 
 
-PARSERS = {"jsonl": parse_jsonl, "parquet": parse_parquet, "text": parse_text}
+def parse_warc(fh, source: InputFile, cfg: InputConfig):
+    from beamio.read_web import parse_archive
+
+    return parse_archive(fh, source, cfg, "warc")
+
+
+def parse_arc(fh, source: InputFile, cfg: InputConfig):
+    from beamio.read_web import parse_archive
+
+    return parse_archive(fh, source, cfg, "arc")
+
+
+def parse_html(fh, source: InputFile, cfg: InputConfig):
+    from beamio.read_web import parse_html_file
+
+    return parse_html_file(fh, source, cfg)
+
+
+def parse_pdf(fh, source: InputFile, cfg: InputConfig):
+    from beamio.read_docs import parse_pdf as parse
+
+    return parse(fh, source, cfg)
+
+
+def parse_docx(fh, source: InputFile, cfg: InputConfig):
+    from beamio.read_docs import parse_docx as parse
+
+    return parse(fh, source, cfg)
+
+
+def parse_markdown(fh, source: InputFile, cfg: InputConfig):
+    from beamio.read_docs import parse_markdown as parse
+
+    return parse(fh, source, cfg)
+
+
+PARSERS = {"jsonl": parse_jsonl, "parquet": parse_parquet, "text": parse_text, "warc": parse_warc, "arc": parse_arc,
+           "html": parse_html, "pdf": parse_pdf, "docx": parse_docx, "markdown": parse_markdown}
+# formats whose parser takes the file's raw bytes: archives decompress (gzip per record) themselves, PDF and
+# DOCX are binary; the NUL-byte check of text files does not apply to any of them
+RAW_BYTE_FORMATS = ("warc", "arc", "pdf", "docx")
+RAW_FORMATS = ("warc", "arc", "html", "pdf", "docx", "markdown")
+
+
+def records_in(fmt: str | None, items: int, last_index: int) -> int:
+    """How many records a file held, from what its parser yielded: ``items`` (documents, skips, quarantines)
+    and the highest record index among them. A raw archive numbers every record (skipped ones too) from 0, so
+    its count is the highest index + 1 whatever was yielded: a record its parser lost without a trace leaves a
+    gap, and the accounting check (records = documents + skipped + quarantined) fails. Other formats: one
+    record per item (a blank JSONL line is no record)."""
+    if fmt in ("warc", "arc"):
+        return max(last_index + 1, items)
+    return items
 
 
 def read_file_indexed(path: str, cfg: InputConfig,
@@ -611,6 +685,11 @@ def read_file_indexed(path: str, cfg: InputConfig,
     if fmt is None:
         yield 0, Quarantined(name, 0, "unsupported_file", UNSUPPORTED_REASON, None, key)
         return
+    if fmt in SINGLE_DOCUMENT_FORMATS and fmt != "text" and _compression_of(path) is None \
+            and source.bytes > cfg.max_record_bytes:
+        yield 0, Skipped(name, 0, "too_large", f"file of {source.bytes} bytes exceeds input.max_record_bytes="
+                         f"{cfg.max_record_bytes}", None, key)  # never opened
+        return
     try:
         fh = _open_bytes(path)
     except Exception as err:  # the filesystem layer raises per-backend error types
@@ -618,6 +697,17 @@ def read_file_indexed(path: str, cfg: InputConfig,
         return
     with fh:
         stream = fh
+        if fmt in RAW_BYTE_FORMATS:
+            if fmt in ("pdf", "docx") and _compression_of(path) is not None:
+                yield 0, Quarantined(name, 0, "unsupported_file", f"a compressed .{fmt} is not read: decompress it "
+                                     f"first", None, key)
+                return
+            try:
+                yield from PARSERS[fmt](fh, source, cfg)
+            except (OSError, EOFError, ValueError) as err:
+                yield -1, Quarantined(name, -1, "unreadable_file", f"file unreadable while reading: "
+                                      f"{type(err).__name__}: {err}", None, key)
+            return
         if fmt != "parquet":
             kind = _compression_of(path)
             if kind is not None:
@@ -631,7 +721,7 @@ def read_file_indexed(path: str, cfg: InputConfig,
                 yield 0, Quarantined(name, 0, "unreadable_file", f"cannot read: {type(err).__name__}: not a valid "
                                      f"compressed file?", None, key)
                 return
-            if b"\x00" in head:
+            if b"\x00" in head and fmt not in RAW_FORMATS:
                 yield 0, Quarantined(name, 0, "binary_file", "binary content (NUL bytes) in a text file", None, key)
                 return
             stream = _Prepended(head, stream)
