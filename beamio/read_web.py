@@ -121,6 +121,14 @@ def decode_bytes(data: bytes, http_charset: str | None = None, *, sniff_meta: bo
         return text, {"charset": "utf-8", "charset_source": "utf-8", "undecodable_bytes": 0, **meta}
     except UnicodeDecodeError:
         pass
+    # Mostly UTF-8 with a few bad bytes (a page cut and pasted together, one stray Latin-1 byte): UTF-8, the bad
+    # bytes replaced and counted. A legacy page is the opposite: (nearly) every non-ASCII byte is invalid UTF-8.
+    _counting.bad = 0
+    text = data.decode("utf-8", errors="corpusmill-count")
+    bad = _counting.bad
+    non_ascii = len(data) - len(data.decode("ascii", errors="ignore"))
+    if non_ascii - bad >= 9 * bad:
+        return text, {"charset": "utf-8", "charset_source": "utf-8", "undecodable_bytes": bad, **meta}
     codec = _codec(detect_charset(data[:_DETECT_BYTES])) or "utf-8"
     _counting.bad = 0
     text = data.decode(codec, errors="corpusmill-count")
