@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import codecs
 import html
+import io
 import re
 import threading
 import zlib
@@ -217,6 +218,8 @@ class _Record:
     read: Callable[[int], bytes]  # read up to n payload bytes
     is_cut: Callable[[int], bool]  # after reading the payload (n bytes came): did the file end inside it?
     extra: dict = field(default_factory=dict)
+    transfer_encoding: str | None = None  # as the HTTP headers say: the payload is still encoded
+    content_encoding: str | None = None
 
 
 def _read_all(rec: _Record) -> bytes:
@@ -266,10 +269,85 @@ def record_outcome(rec: _Record, cfg: InputConfig) -> Outcome:
         payload = _read_all(rec)
     if rec.is_cut(len(payload)):
         return _cut(rec, len(payload))
+    if rec.transfer_encoding or rec.content_encoding:
+        try:
+            payload = http_body(payload, rec.transfer_encoding, rec.content_encoding, cfg.max_record_bytes)
+        except _BodyTooLarge:
+            return Outcome(skip="too_large", reason=f"payload decoded ({rec.content_encoding}) exceeds "
+                                                    f"input.max_record_bytes={cfg.max_record_bytes}")
+        except (OSError, ValueError) as err:
+            return Outcome(quarantine="undecodable_payload",
+                           reason=f"the payload does not decode as its HTTP headers say (Transfer-Encoding: "
+                                  f"{rec.transfer_encoding}, Content-Encoding: {rec.content_encoding}): {err}")
     meta = {"url": rec.url, "crawl_date": rec.date, "warc_record_id": rec.record_id, **rec.extra}
     meta = {k: v for k, v in meta.items() if v is not None}
     content_type = "text/plain" if rec.type == "conversion" else rec.content_type
     return payload_outcome(payload, content_type, rec.charset, meta)
+
+
+class _BodyTooLarge(ValueError):
+    pass
+
+
+def _decoded(reader, limit: int) -> bytes:
+    data = read_up_to(reader, limit + 1)
+    if len(data) > limit:
+        raise _BodyTooLarge()
+    return data
+
+
+def _dechunk(payload: bytes) -> bytes:
+    """An HTTP/1.1 chunked body's data; a body that does not start with a chunk size (a crawler that stored it
+    decoded and kept the header) is returned as it is."""
+    out, pos = [], 0
+    while True:
+        end = payload.find(b"\r\n", pos)
+        line = payload[pos:end if end >= 0 else len(payload)].split(b";", 1)[0].strip()
+        try:
+            size = int(line, 16)
+        except ValueError:
+            if pos == 0:
+                return payload
+            raise ValueError(f"bad chunk size {line[:20]!r} at byte {pos}") from None
+        if size == 0:
+            return b"".join(out)
+        start = end + 2
+        if start + size > len(payload):
+            raise ValueError(f"chunk of {size} bytes at byte {pos} runs past the payload's end")
+        out.append(payload[start:start + size])
+        pos = start + size + 2
+
+
+def http_body(payload: bytes, transfer_encoding: str | None, content_encoding: str | None, limit: int) -> bytes:
+    """An HTTP payload as the server meant it: chunked transfer decoded, then gzip/deflate/br/zstd content
+    decoded (FastWARC's readers), at most ``limit`` bytes (more: ``_BodyTooLarge``); ``identity`` and an empty
+    payload are returned as they are. Raises ValueError for an encoding it does not know."""
+    from fastwarc import stream_io
+
+    if transfer_encoding and "chunked" in transfer_encoding.lower():
+        payload = _dechunk(payload)
+    for coding in reversed([c.strip().lower() for c in (content_encoding or "").split(",") if c.strip()]):
+        if coding in ("identity", "none") or not payload:
+            continue
+        if coding in ("gzip", "x-gzip"):
+            if payload[:2] != b"\x1f\x8b":  # stored decoded, header kept (as some crawlers do)
+                continue
+            payload = _decoded(stream_io.GzipReader(io.BytesIO(payload)), limit)
+        elif coding == "deflate":
+            try:
+                payload = _decoded(stream_io.GzipReader(io.BytesIO(payload), zlib=True), limit)
+            except OSError:  # raw deflate without the zlib wrapper, as some servers send it
+                raw = zlib.decompressobj(-zlib.MAX_WBITS)
+                payload = raw.decompress(payload, limit + 1)
+                if len(payload) > limit:
+                    raise _BodyTooLarge() from None
+        elif coding == "br":
+            payload = _decoded(stream_io.BrotliReader(io.BytesIO(payload)), limit)
+        elif coding == "zstd":
+            payload = _decoded(stream_io.ZstdReader(io.BytesIO(payload)), limit)
+        else:
+            raise ValueError(f"unknown content encoding {coding!r}")
+    return payload
 
 
 def _skipped_after_consume(rec: _Record, kind: str, reason: str, already: int = 0) -> Outcome:
@@ -309,9 +387,11 @@ def _iter_warc(fh) -> Iterator[_Record]:
             extra = {"refers_to": headers.get("WARC-Refers-To"),
                      "language": headers.get("WARC-Identified-Content-Language")}
         length = r.content_length
+        encodings = (r.http_headers.get("Transfer-Encoding"), r.http_headers.get("Content-Encoding")) \
+            if status is not None else (None, None)
         yield _Record(rtype, headers.get("WARC-Target-URI"), headers.get("WARC-Date"), headers.get("WARC-Record-ID"),
                       r.stream_pos, status, content_type, charset, length, headers.get("WARC-Truncated"),
-                      r.reader.read, lambda got, length=length: got < length, extra)
+                      r.reader.read, lambda got, length=length: got < length, extra, *encodings)
 
 
 def _charset_param(content_type: str | None) -> str | None:

@@ -7,6 +7,7 @@ import gzip
 import io
 import json
 import shutil
+import zlib
 from collections import Counter
 from pathlib import Path
 
@@ -49,9 +50,9 @@ def test_formats_by_suffix():
 
 def test_warc_records_documents_and_skips_with_reasons():
     items = read(RAW / "pages.warc.gz")
-    assert [i for i, _ in items] == list(range(21))  # every record, skipped ones included, by its index
+    assert [i for i, _ in items] == list(range(22))  # every record, skipped ones included, by its index
     docs = docs_of(items)
-    assert len(docs) == 6
+    assert len(docs) == 7
     page = next(d for d in docs if d["meta"]["url"] == "https://nodejs.org/api/punycode.html")
     assert page["meta"] == {"url": "https://nodejs.org/api/punycode.html", "crawl_date": "2024-05-01T12:00:00Z",
                             "warc_record_id": "<urn:uuid:00000000-0000-4000-8000-000000000003>",
@@ -69,6 +70,26 @@ def test_warc_records_documents_and_skips_with_reasons():
     assert "HTTP status 404" in reasons and "content type 'image/png' is not HTML or text" in reasons
     assert all(isinstance(i.byte_offset, int) for _, i in items if isinstance(i, Skipped))
     assert balanced(RAW / "pages.warc.gz", items)
+    # a raw capture's body, chunked and gzip-encoded as the server sent it: decoded
+    synopsis = next(d for d in docs if d["meta"]["url"].endswith("synopsis.html"))
+    assert synopsis["text"].startswith("<!DOCTYPE html>") and synopsis["meta"]["title"].startswith("Usage and example")
+
+
+def test_http_body_encodings():
+    from beamio.read_web import _BodyTooLarge, http_body
+
+    page = (RAW / "html" / "string_decoder.html").read_bytes()
+    assert http_body(gzip.compress(page), None, "gzip", 10**6) == page
+    assert http_body(zlib.compress(page), None, "deflate", 10**6) == page
+    raw = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    assert http_body(raw.compress(page) + raw.flush(), None, "deflate", 10**6) == page
+    assert http_body(page, None, "gzip", 10**6) == page  # stored decoded, header kept
+    assert http_body(b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n", "chunked", None, 100) == b"hello world"
+    assert http_body(page, "chunked", None, 10**6) == page  # stored de-chunked, header kept
+    with pytest.raises(_BodyTooLarge):
+        http_body(gzip.compress(b"x" * 10**6), None, "gzip", 1000)  # a small payload that decodes huge
+    with pytest.raises(ValueError, match="unknown content encoding 'compress'"):
+        http_body(page, None, "compress", 10**6)
 
 
 def test_lying_charset_falls_back_to_detection():
@@ -206,7 +227,7 @@ def test_too_large_records_and_files_are_skipped(tmp_path):
     big.unlink()
     # a record over a (lowered) limit in a WARC: skipped, the records after it still read
     items = read(RAW / "pages.warc.gz", max_record_bytes=26000)
-    assert kinds(items, Skipped)["too_large"] == 3 and len(docs_of(items)) == 3
+    assert kinds(items, Skipped)["too_large"] == 3 and len(docs_of(items)) == 4
     assert balanced(RAW / "pages.warc.gz", items)
     (item,) = [i for _, i in read(RAW / "punycode.docx", max_record_bytes=1000)]
     assert item.kind == "too_large"
@@ -219,7 +240,7 @@ def test_compressed_html_and_uncompressed_warc(tmp_path):
     plain = b"".join(_members((RAW / "pages.warc.gz").read_bytes()))
     (tmp_path / "pages.warc").write_bytes(plain)
     items = read(tmp_path / "pages.warc")
-    assert len(docs_of(items)) == 6 and balanced(tmp_path / "pages.warc", items)
+    assert len(docs_of(items)) == 7 and balanced(tmp_path / "pages.warc", items)
 
 
 def _members(data: bytes):
@@ -244,13 +265,13 @@ def test_prepare_over_a_folder_mixing_formats_accounts_for_every_record(tmp_path
                            "pii": {"enabled": False}, "quality": {"enabled": False}})
     stats = run_clean(cfg, log=lambda _: None)
     rec = stats["records"]
-    # 21 WARC + 4 ARC + 5 WET records, 3 HTML, 2 Markdown, 1 DOCX, 3 PDF files, 2 JSONL lines
-    assert rec["read"] == 21 + 4 + 5 + 3 + 2 + 1 + 3 + 2
+    # 22 WARC + 4 ARC + 5 WET records, 3 HTML, 2 Markdown, 1 DOCX, 3 PDF files, 2 JSONL lines
+    assert rec["read"] == 22 + 4 + 5 + 3 + 2 + 1 + 3 + 2
     assert rec["skipped"]["by_reason"] == {"content_type": 1, "http_status": 2, "metadata_record": 4, "no_body": 2,
                                            "no_text": 1, "request_record": 4, "revisit_record": 1,
                                            "truncated_record": 1, "warcinfo_record": 3}
     assert rec["quarantined"] == 2  # the encrypted PDF, the line that is not JSON
-    assert rec["documents"] == 6 + 3 + 4 + 2 + 2 + 1 + 1 + 1
+    assert rec["documents"] == 7 + 3 + 4 + 2 + 2 + 1 + 1 + 1
     assert rec["read"] == rec["documents"] + rec["skipped"]["total"] + rec["quarantined"]
     assert stats["accounting"]["balanced"], stats["accounting"]["problems"]
     assert stats["counters"]["read/skipped/no_body"] == 2

@@ -103,6 +103,12 @@ def build_warc() -> bytes:
     w.add("response", "https://nodejs.org/api/tty.html", (NODE / "tty.html").read_bytes()[:4096], http=html_type,
           headers={"WARC-Truncated": "length"})
     w.add("response", "https://nodejs.org/api/empty.html", NO_BODY, http=html_type)
+    # as a server sends it and a raw capture keeps it: gzip content encoding, in chunks
+    body = _gz((NODE / "synopsis.html").read_bytes())
+    chunked = b"".join(b"%x\r\n" % len(body[i:i + 4000]) + body[i:i + 4000] + b"\r\n"
+                       for i in range(0, len(body), 4000)) + b"0\r\n\r\n"
+    w.add("response", "https://nodejs.org/api/synopsis.html", chunked,
+          http=html_type + [("Content-Encoding", "gzip"), ("Transfer-Encoding", "chunked")])
     return w.bytes()
 
 
