@@ -28,32 +28,20 @@ import bz2
 import datetime
 import decimal
 import glob
-import hashlib
 import json
 import lzma
 import math
 import os
 import posixpath
 import zlib
-from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from beamio.config_base import ConfigError, InputConfig
+from beamio.read_docs import parse_docx, parse_markdown, parse_pdf
+from beamio.read_web import parse_archive, parse_html_file
+from beamio.records import (InputFile, Quarantined, Skipped, _basename, _filesystems, _size_of,  # noqa: F401
+                            doc_id)
 from runio.files import is_uri, sha256_file
-
-
-def _filesystems():
-    """Beam's FileSystems, imported on first use: local files are matched, sized and opened without Beam (so a
-    command reading local files in this process never imports it); globs, folders and URIs go through Beam."""
-    from apache_beam.io.filesystems import FileSystems
-
-    return FileSystems
-
-
-def _size_of(path: str) -> int:
-    if not is_uri(path):
-        return os.path.getsize(path)
-    return _filesystems().match([path])[0].metadata_list[0].size_in_bytes
 
 
 def _open_bytes(path: str):
@@ -88,12 +76,6 @@ ID_SCHEME = {
     "source": "the file's path relative to the configured input it matched (folder: relative to it; glob: "
               "relative to the directory before the first wildcard; file: its name)",
 }
-
-
-def doc_id(key: str, position: int) -> int:
-    """A stable, non-negative int64 id from the file's canonical source key and the position in it."""
-    digest = hashlib.blake2b(f"{key}\x00{position}".encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 
 def is_text_file(name: str) -> bool:
@@ -140,27 +122,6 @@ def detect_format(path: str, configured: str) -> str | None:
         if name.endswith(suffix):
             return fmt
     return None
-
-
-@dataclass(frozen=True)
-class InputFile:
-    """One input file: where it is read from, the ``source`` its records carry, and the key their ids derive
-    from (``ID_SCHEME``)."""
-
-    path: str  # as matched: a local path or a URI
-    name: str  # the records' ``source``: relative to the configured input it matched
-    key: str   # sha256 of the file's bytes
-    bytes: int = 0
-
-    @classmethod
-    def of(cls, path: str, name: str | None = None) -> "InputFile":
-        """An input file on its own (its name is its base name); reads the file once to hash it."""
-        size = _size_of(path)
-        return cls(path, name or _basename(path), sha256_file(path), size)
-
-
-def _basename(path: str) -> str:
-    return posixpath.basename(path.rstrip("/")) if is_uri(path) else os.path.basename(os.path.normpath(path))
 
 
 def _glob_base(pattern: str) -> str:
@@ -293,32 +254,6 @@ def resolve_inputs(paths: Sequence[str], log=None, on_twin=None) -> list[InputFi
 
 def _as_input_files(files: Sequence[InputFile | str]) -> list[InputFile]:
     return [f if isinstance(f, InputFile) else InputFile.of(f) for f in files]
-
-
-@dataclass(frozen=True)
-class Quarantined:
-    source: str  # the input's name (``InputFile.name``)
-    position: int
-    kind: str  # a short category for stats: invalid_json, invalid_utf8, too_large, truncated_file, ...
-    reason: str
-    byte_offset: int | None = None
-    key: str = ""  # the input's content key, from which the record's id derives
-
-    def as_record(self) -> dict:
-        return {"id": doc_id(self.key or self.source, self.position), "source": self.source,
-                "position": self.position, "byte_offset": self.byte_offset, "kind": self.kind, "reason": self.reason}
-
-
-@dataclass(frozen=True)
-class Skipped(Quarantined):
-    """A record of a raw source that is, by design, no document (a WARC request record, a non-2xx or non-HTML
-    response, a record over input.max_record_bytes, a PDF without text ...): ``kind`` is the reason's short
-    name, ``reason`` says it in words. A kind of ``Quarantined``, so a command that reports quarantined records
-    reports these too; the pipeline's reader counts them per kind (``read/skipped/<kind>``) instead of writing
-    them to quarantine/."""
-
-    def as_record(self) -> dict:
-        return {**super().as_record(), "skipped": True}
 
 
 def _describe(value) -> str:
@@ -615,43 +550,15 @@ def parse_text(fh, source: InputFile, cfg: InputConfig) -> Iterator[tuple[int, d
 
 
 def parse_warc(fh, source: InputFile, cfg: InputConfig):
-    from beamio.read_web import parse_archive
-
     return parse_archive(fh, source, cfg, "warc")
 
 
 def parse_arc(fh, source: InputFile, cfg: InputConfig):
-    from beamio.read_web import parse_archive
-
     return parse_archive(fh, source, cfg, "arc")
 
 
-def parse_html(fh, source: InputFile, cfg: InputConfig):
-    from beamio.read_web import parse_html_file
-
-    return parse_html_file(fh, source, cfg)
-
-
-def parse_pdf(fh, source: InputFile, cfg: InputConfig):
-    from beamio.read_docs import parse_pdf as parse
-
-    return parse(fh, source, cfg)
-
-
-def parse_docx(fh, source: InputFile, cfg: InputConfig):
-    from beamio.read_docs import parse_docx as parse
-
-    return parse(fh, source, cfg)
-
-
-def parse_markdown(fh, source: InputFile, cfg: InputConfig):
-    from beamio.read_docs import parse_markdown as parse
-
-    return parse(fh, source, cfg)
-
-
 PARSERS = {"jsonl": parse_jsonl, "parquet": parse_parquet, "text": parse_text, "warc": parse_warc, "arc": parse_arc,
-           "html": parse_html, "pdf": parse_pdf, "docx": parse_docx, "markdown": parse_markdown}
+           "html": parse_html_file, "pdf": parse_pdf, "docx": parse_docx, "markdown": parse_markdown}
 # formats whose parser takes the file's raw bytes: archives decompress (gzip per record) themselves, PDF and
 # DOCX are binary; the NUL-byte check of text files does not apply to any of them
 RAW_BYTE_FORMATS = ("warc", "arc", "pdf", "docx")

@@ -21,7 +21,7 @@ from typing import Iterator
 import yaml
 
 from beamio.config_base import InputConfig
-from beamio.read import InputFile, Quarantined, Skipped, doc_id
+from beamio.records import InputFile, Quarantined, Skipped, doc_id
 from beamio.read_web import decode_bytes, read_up_to
 
 PDF_TYPE = "application/pdf"

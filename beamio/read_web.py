@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from beamio.config_base import InputConfig
-from beamio.read import InputFile, Quarantined, Skipped, doc_id
+from beamio.records import InputFile, Quarantined, Skipped, doc_id
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 TEXT_TYPES = ("text/plain",)
@@ -220,6 +220,7 @@ class _Record:
     extra: dict = field(default_factory=dict)
     transfer_encoding: str | None = None  # as the HTTP headers say: the payload is still encoded
     content_encoding: str | None = None
+    skip: Callable[[], int] | None = None  # the library's own way to pass over the payload: bytes passed
 
 
 def _read_all(rec: _Record) -> bytes:
@@ -232,6 +233,8 @@ def _read_all(rec: _Record) -> bytes:
 
 
 def _consume(rec: _Record) -> int:
+    if rec.skip is not None:
+        return rec.skip()
     n = 0
     while True:
         chunk = rec.read(1 << 20)
@@ -391,7 +394,8 @@ def _iter_warc(fh) -> Iterator[_Record]:
             if status is not None else (None, None)
         yield _Record(rtype, headers.get("WARC-Target-URI"), headers.get("WARC-Date"), headers.get("WARC-Record-ID"),
                       r.stream_pos, status, content_type, charset, length, headers.get("WARC-Truncated"),
-                      r.reader.read, lambda got, length=length: got < length, extra, *encodings)
+                      r.reader.read, lambda got, length=length: got < length, extra, *encodings,
+                      lambda r=r: r.consume() or 0)
 
 
 def _charset_param(content_type: str | None) -> str | None:

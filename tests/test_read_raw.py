@@ -275,6 +275,18 @@ def test_prepare_over_a_folder_mixing_formats_accounts_for_every_record(tmp_path
     assert rec["read"] == rec["documents"] + rec["skipped"]["total"] + rec["quarantined"]
     assert stats["accounting"]["balanced"], stats["accounting"]["problems"]
     assert stats["counters"]["read/skipped/no_body"] == 2
+    # the report's funnel starts at the records: input → records → (skipped: reason ...) and read
+    from report.build import build_report
+    from report.data import load_run
+    from report.figures import pipeline_edges
+
+    edges = pipeline_edges(load_run(cfg.run_dir))
+    assert (edges[0].source, edges[0].target, edges[0].documents) == ("input", "records", rec["read"])
+    skips = {e.target: e.documents for e in edges if e.source == "records" and e.target.startswith("skipped: ")}
+    assert skips == {f"skipped: {k}": v for k, v in rec["skipped"]["by_reason"].items()}
+    assert [e.documents for e in edges if (e.source, e.target) == ("records", "read")] == [stats["documents_read"]]
+    page = build_report(cfg.run_dir).read_text()
+    assert "Skipped records" in page and f"read {rec['read']:,} = documents {rec['documents']:,}" in page
 
 
 def test_record_accounting_fails_when_records_go_missing():
