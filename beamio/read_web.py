@@ -378,6 +378,8 @@ def _iter_warc(fh) -> Iterator[_Record]:
     for r in ArchiveIterator(fh, parse_http=True, record_types=WarcRecordType.any_type):
         rtype = str(r.record_type).rsplit(".", 1)[-1]
         headers = r.headers
+        if headers.get("Content-Length") is None:  # mandatory: its headers are cut off or garbled
+            rtype = "unknown"
         status = content_type = charset = None
         if r.is_http and rtype == "response":
             status = r.http_headers.status_code
@@ -409,8 +411,16 @@ def _charset_param(content_type: str | None) -> str | None:
 def _iter_arc(fh) -> Iterator[_Record]:
     from warcio.archiveiterator import ArchiveIterator
 
+    from warcio.exceptions import ArchiveLoadFailed
+
     it = ArchiveIterator(fh, arc2warc=True)
-    for r in it:
+    while True:
+        try:
+            r = next(it)
+        except StopIteration:
+            return
+        except ArchiveLoadFailed as err:  # warcio's error for a record it cannot parse
+            raise ValueError(str(err)[:200]) from None
         status = content_type = None
         if r.http_headers is not None and r.rec_type == "response":
             try:
@@ -443,6 +453,7 @@ def parse_archive(fh, source: InputFile, cfg: InputConfig, kind: str) -> Iterato
     """(index, document | Skipped | Quarantined) for every record of a WARC/WET (``kind="warc"``) or ARC file."""
     index = -1
     pending = None  # a record the parser could not type: the end of a cut file, unless more records follow
+    last_offset, last_cut = 0, False
     records = _iter_warc(fh) if kind == "warc" else _iter_arc(fh)
     try:
         for index, rec in enumerate(records):
@@ -450,6 +461,7 @@ def parse_archive(fh, source: InputFile, cfg: InputConfig, kind: str) -> Iterato
                 yield pending
                 pending = None
             out = record_outcome(rec, cfg)
+            last_offset, last_cut = rec.offset or 0, out.quarantine == "truncated_file"
             if out.quarantine == "corrupt_record":
                 pending = index, _item(out, source, index, rec.offset)
                 continue
@@ -458,15 +470,64 @@ def parse_archive(fh, source: InputFile, cfg: InputConfig, kind: str) -> Iterato
         if pending is not None:
             yield pending
         # the archive cannot be parsed past here: one record for the rest, the records before it are read
-        yield index + 1, Quarantined(source.name, index + 1, "unreadable_file",
-                                     f"the archive cannot be read past record {index + 1} ({type(err).__name__}: "
-                                     f"{err}); every record before it was read", None, source.key)
+        cut = _unfinished_member(fh, last_offset) if source.path.lower().endswith(".gz") else None
+        if cut is not None:  # the parser choked on a member the file ends inside: a cut file
+            yield index + 1, Quarantined(source.name, index + 1, "truncated_file",
+                                         f"the file ends inside a gzip member (at compressed byte {cut}) after record "
+                                         f"{index}: truncated, or still being written; every record before it was "
+                                         f"read", cut, source.key)
+        else:
+            yield index + 1, Quarantined(source.name, index + 1, "unreadable_file",
+                                         f"the archive cannot be read past record {index + 1} ({type(err).__name__}: "
+                                         f"{err}); every record before it was read", None, source.key)
         return
     if pending is not None:  # the last record has no type: the file ends inside its headers
         at, item = pending
         yield at, Quarantined(source.name, at, "truncated_file",
                               "the file ends inside this record's headers: truncated, or still being written; every "
                               "record before it was read", item.byte_offset, source.key)
+    elif not last_cut and source.path.lower().endswith(".gz"):
+        # the libraries stop quietly when a file ends inside a gzip member they have not started to parse (a cut
+        # right after a member's header): the members after the last record must all be complete
+        where = _unfinished_member(fh, last_offset)
+        if where is not None:
+            yield index + 1, Quarantined(source.name, index + 1, "truncated_file",
+                                         f"the file ends inside a gzip member (at compressed byte {where}) after "
+                                         f"record {index}: truncated, or still being written; every record before it "
+                                         f"was read", where, source.key)
+
+
+def _unfinished_member(fh, offset: int) -> int | None:
+    """The compressed offset of a gzip member that the file ends inside, reading from ``offset`` (a record's
+    member start) to the end; None when every member there is complete (or the stream cannot seek back).
+    Decompressed bytes are discarded as they come (at most 64 KB at a time)."""
+    seekable = getattr(fh, "seekable", None)
+    if seekable is None or not seekable():
+        return None
+    fh.seek(offset)
+    decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    member_start = fed = offset  # where the current member starts; where the bytes being fed start
+    started = False
+    while True:
+        data = fh.read(1 << 16)
+        if not data:
+            return member_start if started else None
+        while data:
+            try:
+                decompressor.decompress(data, 1 << 16)
+            except zlib.error:
+                return member_start
+            started = True
+            if decompressor.eof:
+                rest = decompressor.unused_data
+                stripped = rest.lstrip(b"\x00")  # gzip files may be padded with zeros between members
+                fed += len(data) - len(stripped)
+                member_start, data = fed, stripped
+                decompressor, started = zlib.decompressobj(16 + zlib.MAX_WBITS), False
+            else:
+                tail = decompressor.unconsumed_tail
+                fed += len(data) - len(tail)
+                data = tail
 
 
 def read_up_to(fh, n: int) -> bytes:

@@ -132,6 +132,36 @@ def test_truncated_warc_gz_reads_records_before_the_cut(tmp_path):
         assert balanced(path, items)
 
 
+@pytest.mark.parametrize("name", ["pages.warc.gz", "pages.arc.gz"])
+def test_a_cut_anywhere_is_one_quarantine_after_the_records_before_it(tmp_path, name):
+    """Cut the file at every 61st byte: the records wholly before the cut are read as from the whole file, the
+    cut is one truncated_file record (none when the cut falls between two gzip members: a shorter valid
+    file), and the records balance."""
+    def same(items):  # what a record is, apart from the file's name and content key
+        return [(index, (item["text"], item["meta"]) if isinstance(item, dict) else
+                 (item.position, item.kind, item.reason, item.byte_offset)) for index, item in items]
+
+    data = (RAW / name).read_bytes()
+    whole = read(RAW / name)
+    starts, pos = {len(data)}, 0  # the gzip members' boundaries
+    while pos < len(data):
+        starts.add(pos)
+        member = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        member.decompress(data[pos:])
+        pos = len(data) - len(member.unused_data)
+    for cut in range(1, len(data), 61):
+        path = tmp_path / f"cut{cut}{name[name.index('.'):]}"
+        path.write_bytes(data[:cut])
+        items = read(path)
+        quarantined = [i for _, i in items if type(i) is Quarantined]
+        assert [q.kind for q in quarantined] in ([], ["truncated_file"]), (cut, quarantined)
+        assert len(quarantined) == 1 or cut in starts, cut
+        before = [(index, item) for index, item in items if not (type(item) is Quarantined)]
+        assert same(before) == same(whole[:len(before)]), cut  # the same records and meta
+        assert balanced(path, items), cut
+        path.unlink()
+
+
 def test_arc(tmp_path):
     items = read(RAW / "pages.arc.gz")
     docs = docs_of(items)
