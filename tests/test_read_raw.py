@@ -328,3 +328,25 @@ def test_record_accounting_fails_when_records_go_missing():
     lost = record_accounting({("read", "records"): 11, ("read", "documents"): 6, ("read", "skipped"): 3,
                               ("read", "skipped/request_record"): 3, ("read", "quarantined"): 1})
     assert lost["problems"] == ["records read 11 != documents 6 + skipped 3 + quarantined 1"]
+
+
+def test_a_run_whose_reader_loses_a_record_fails(tmp_path, monkeypatch):
+    """A parser that drops a record without a trace leaves a gap in its record numbering: the run's record
+    accounting does not balance and the run fails (as a lost document fails it)."""
+    import beamio.read as read_module
+    from pipelines.config import validate_config
+    from pipelines.prepare import AccountingError, run_clean
+
+    honest = read_module.PARSERS["warc"]
+
+    def lossy(fh, source, cfg):
+        return ((index, item) for index, item in honest(fh, source, cfg) if index != 3)  # a metadata record
+
+    monkeypatch.setitem(read_module.PARSERS, "warc", lossy)
+    (tmp_path / "in").mkdir()
+    shutil.copy(RAW / "pages.warc.gz", tmp_path / "in")
+    cfg = validate_config({"name": "lossy", "input": {"paths": [str(tmp_path / "in")]},
+                           "output": {"runs_dir": str(tmp_path / "runs")}, "runner": {"name": "direct", "workers": 1},
+                           "pii": {"enabled": False}, "quality": {"enabled": False}})
+    with pytest.raises(AccountingError, match=r"records read 22 != documents 7 \+ skipped 14 \+ quarantined 0"):
+        run_clean(cfg, log=lambda _: None)
