@@ -101,9 +101,12 @@ def decode_bytes(data: bytes, http_charset: str | None = None, *, sniff_meta: bo
     """(text, meta) for a page's bytes: ``meta`` holds ``charset`` (the codec used), ``charset_source``
     (``http``, ``meta``, ``utf-8`` (no declaration, valid UTF-8) or ``detected``), ``undecodable_bytes``, and
     ``declared_charset`` when a declaration was not used (unknown to Python, or contradicted by the bytes)."""
-    declared = [("http", http_charset)] + ([("meta", meta_charset(data))] if sniff_meta else [])
     rejected = None
-    for where, name in declared:
+    for where in ("http", "meta"):
+        if where == "http":
+            name = http_charset
+        else:
+            name = meta_charset(data) if sniff_meta else None  # only when the header declares none that works
         if not name:
             continue
         codec = _codec(name)
@@ -149,7 +152,7 @@ def has_body_text(text: str) -> bool:
     start = _BODY_START.search(text)
     for match in _BODY_TOKEN.finditer(text, start.start() if start else 0):
         run = match.group(2)
-        if run and html.unescape(run).strip():
+        if run and not run.isspace() and not html.unescape(run).isspace():
             return True
     return False
 
@@ -175,11 +178,11 @@ def _mime(content_type: str | None) -> str:
 def payload_outcome(payload: bytes, content_type: str | None, charset: str | None, meta: dict) -> Outcome:
     """A payload read whole: an HTML or plain-text document, or a skip (empty, HTML with no body text)."""
     mime = _mime(content_type)
-    if not payload.strip():
+    if not payload or payload.isspace():  # (no copy of the payload made to find out)
         return Outcome(skip="empty", reason="the record's payload is empty")
     is_html = mime in HTML_TYPES
     text, charset_meta = decode_bytes(payload, charset, sniff_meta=is_html)
-    if not text.strip():
+    if text.isspace():
         return Outcome(skip="empty", reason="the record's payload holds only white space")
     meta = {**meta, "content_type": "text/html" if is_html else mime, **charset_meta}
     if is_html:
@@ -380,6 +383,11 @@ def _iter_warc(fh) -> Iterator[_Record]:
         headers = r.headers
         if headers.get("Content-Length") is None:  # mandatory: its headers are cut off or garbled
             rtype = "unknown"
+        length = r.content_length
+        if rtype in SKIP_TYPES or rtype == "unknown":  # skipped or quarantined whatever else it says
+            yield _Record(rtype, None, None, None, r.stream_pos, None, None, None, length, None, r.reader.read,
+                          lambda got, length=length: got < length, skip=lambda r=r: r.consume() or 0)
+            continue
         status = content_type = charset = None
         if r.is_http and rtype == "response":
             status = r.http_headers.status_code
@@ -391,7 +399,6 @@ def _iter_warc(fh) -> Iterator[_Record]:
         if rtype == "conversion":
             extra = {"refers_to": headers.get("WARC-Refers-To"),
                      "language": headers.get("WARC-Identified-Content-Language")}
-        length = r.content_length
         encodings = (r.http_headers.get("Transfer-Encoding"), r.http_headers.get("Content-Encoding")) \
             if status is not None else (None, None)
         yield _Record(rtype, headers.get("WARC-Target-URI"), headers.get("WARC-Date"), headers.get("WARC-Record-ID"),

@@ -15,7 +15,7 @@ on the same file, one process:
 - C ``warcio``: warcio's ArchiveIterator (what datatrove's ``WarcReader`` iterates with), response records'
   content read and decoded as UTF-8 with replacement.
 
-Figures: compressed MB of WARC per CPU-second of the process (``time.process_time``) and per wall-second, the
+Figures: compressed MB of WARC (and MB of the HTML it holds) per CPU-second of the process (``time.process_time``) and per wall-second, the
 median over rounds, and the ratio of each to A in the same run.
 """
 from __future__ import annotations
@@ -32,19 +32,20 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def build_warc(path: str, copies: int) -> tuple[int, int]:
+def build_warc(path: str, copies: int) -> tuple[int, int, int]:
     from warcio.statusandheaders import StatusAndHeaders
     from warcio.warcwriter import WARCWriter
 
     pages = sorted(glob.glob("/usr/share/doc/nodejs/api/*.html"))
     pages += sorted(glob.glob("/root/.rustup/toolchains/stable*/share/doc/rust/html/book/*.html"))
     pages += sorted(glob.glob("/root/.rustup/toolchains/stable*/share/doc/rust/html/rust-by-example/*/*.html"))
-    n = 0
+    n = html_bytes = 0
     with open(path, "wb") as fh:
         writer = WARCWriter(fh, gzip=True)
         for copy in range(copies):
             for page in pages:
                 body = open(page, "rb").read()
+                html_bytes += len(body)
                 url = f"https://example{copy}.org/{os.path.basename(os.path.dirname(page))}/{os.path.basename(page)}"
                 writer.write_record(writer.create_warc_record(url, "request", payload=io.BytesIO(b""), length=0,
                                                               warc_content_type="application/http; msgtype=request"))
@@ -57,7 +58,7 @@ def build_warc(path: str, copies: int) -> tuple[int, int]:
                                                               length=len(meta),
                                                               warc_content_type="application/warc-fields"))
                 n += 1
-    return n, os.path.getsize(path)
+    return n, os.path.getsize(path), html_bytes
 
 
 def run_corpusmill(path: str) -> int:
@@ -98,8 +99,9 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "crawl.warc.gz")
-        pages, size = build_warc(path, args.copies)
-        print(f"WARC: {pages} pages x 3 records, {size / 1e6:.1f} MB compressed; load average "
+        pages, size, html_bytes = build_warc(path, args.copies)
+        print(f"WARC: {pages} pages x 3 records, {size / 1e6:.1f} MB compressed, {html_bytes / 1e6:.1f} MB of HTML; "
+              f"load average "
               f"{os.getloadavg()[0]:.2f}")
         runs = {"corpusmill": run_corpusmill, "fastwarc bare": run_fastwarc, "warcio": run_warcio}
         cpu = {k: [] for k in runs}
@@ -113,11 +115,12 @@ def main() -> None:
                 assert docs == pages, (name, docs, pages)
         mb = size / 1e6
         base_cpu, base_wall = statistics.median(cpu["corpusmill"]), statistics.median(wall["corpusmill"])
-        print("| reader | MB/CPU-s | MB/wall-s | CPU vs corpusmill | wall vs corpusmill |")
-        print("|---|---|---|---|---|")
+        print("| reader | WARC MB/CPU-s | HTML MB/CPU-s | WARC MB/wall-s | CPU vs corpusmill | wall vs corpusmill |")
+        print("|---|---|---|---|---|---|")
         for name in runs:
             c, w = statistics.median(cpu[name]), statistics.median(wall[name])
-            print(f"| {name} | {mb / c:.1f} | {mb / w:.1f} | {c / base_cpu:.2f} | {w / base_wall:.2f} |")
+            print(f"| {name} | {mb / c:.1f} | {html_bytes / 1e6 / c:.1f} | {mb / w:.1f} | {c / base_cpu:.2f} | "
+                  f"{w / base_wall:.2f} |")
 
 
 if __name__ == "__main__":
