@@ -45,6 +45,15 @@ def _read_limited(fh, source: InputFile, cfg: InputConfig) -> bytes | Skipped:
 # ------------------------------------------------------------------------------------- PDF
 
 
+def _page_text(raw: str) -> str:
+    """pdfium's page text with its line ends as \\n, and the mark it puts where a word was hyphenated at a line
+    end (\\x02, or U+FFFE) removed: the word joined again ("manip\\x02ulation" → "manipulation")."""
+    text = raw.replace("\r\n", "\n").replace("\r", "\n")
+    for mark in ("\x02", "\ufffe"):
+        text = text.replace(mark + "\n", "").replace(mark, "")
+    return text
+
+
 def pdf_text(data: bytes) -> tuple[list[str], dict]:
     """(text of each page, document information) of a PDF's bytes; raises pypdfium2's PdfiumError."""
     import pypdfium2 as pdfium
@@ -57,7 +66,7 @@ def pdf_text(data: bytes) -> tuple[list[str], dict]:
             for i in range(len(pdf)):
                 page = pdf[i]
                 textpage = page.get_textpage()
-                pages.append(textpage.get_text_bounded().replace("\r\n", "\n").replace("\r", "\n"))
+                pages.append(_page_text(textpage.get_text_bounded()))
                 textpage.close()
                 page.close()
         finally:

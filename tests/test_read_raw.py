@@ -204,8 +204,12 @@ def test_pdf_text_layer_page_count_and_scanned_pages():
     assert doc["meta"]["content_type"] == "application/pdf"
     assert doc["meta"]["page_count"] == 4 and doc["meta"]["pages_without_text"] == 1  # the last page is an image
     assert "Shared MIME-info Database" in doc["text"] and "\n\n" in doc["text"]
+    assert doc["meta"]["title"] == "The Shared MIME-info Database (excerpt)"
     (doc,) = docs_of(read(RAW / "libtasn1-excerpt.pdf"))
-    assert doc["meta"]["page_count"] == 3 and "Libtasn1" in doc["text"]
+    assert doc["meta"]["page_count"] == 3 and "Libtasn1" in doc["text"] and "title" not in doc["meta"]
+    # a word hyphenated at a line end is joined again, and no control character is left
+    assert "Distinguished Encoding Rules (DER) manipulation." in doc["text"]
+    assert not any(c in doc["text"] for c in "\x02\ufffe\r")
 
 
 def test_pdf_without_text_layer_and_encrypted_pdf():

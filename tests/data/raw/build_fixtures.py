@@ -6,7 +6,8 @@ Run once by a maintainer (the tests read only the files it wrote, never the base
 
 Deterministic: fixed WARC record ids and dates, fixed zip timestamps, fixed PDF/DOCX metadata. The password-
 protected PDF needs ``pypdf`` (not a project dependency): it is written by a separate interpreter given with
-``--encrypted-with`` and left as it is when that option is not given.
+``--encrypted-with`` and left as it is when that option is not given; the same interpreter writes a document
+title into ``shared-mime-info-excerpt.pdf``.
 """
 from __future__ import annotations
 
@@ -264,6 +265,10 @@ def main() -> None:
     build_pdfs()
     build_docx()
     if args.encrypted_with:
+        # a document title in the information dictionary, as most PDFs carry one (these two manuals do not)
+        code = ("import sys, pypdf; r = pypdf.PdfReader(sys.argv[1]); w = pypdf.PdfWriter(clone_from=r); "
+                "w.add_metadata({'/Title': 'The Shared MIME-info Database (excerpt)'}); w.write(sys.argv[1])")
+        subprocess.run([args.encrypted_with, "-c", code, str(HERE / "shared-mime-info-excerpt.pdf")], check=True)
         code = ("import sys, pypdf; r = pypdf.PdfReader(sys.argv[1]); w = pypdf.PdfWriter(); "
                 "[w.add_page(p) for p in r.pages]; w.add_metadata({'/Title': 'libtasn1 excerpt'}); "
                 "w.encrypt('corpusmill', algorithm='AES-128'); w.write(sys.argv[2])")
