@@ -3,6 +3,7 @@ README), bad input skipped or quarantined with a reason while the rest is read, 
 exactly (records = documents + skipped + quarantined), in the reader and in a `prepare` run."""
 from __future__ import annotations
 
+import codecs
 import gzip
 import io
 import json
@@ -117,6 +118,15 @@ def test_undecodable_bytes_counted_not_crashed(tmp_path):
     assert doc["meta"]["charset"] == "utf-8" and doc["meta"]["undecodable_bytes"] == 2
     assert doc["meta"]["declared_charset"] == "utf-8" and doc["text"].count("\ufffd") == 2
     assert doc["text"].replace("\ufffd\ufffd ", "") == page.decode("utf-8")
+
+
+def test_a_byte_order_mark_decides(tmp_path):
+    page = (RAW / "html" / "string_decoder.html").read_text(encoding="utf-8")
+    (tmp_path / "utf16.html").write_bytes(codecs.BOM_UTF16_LE + page.encode("utf-16-le"))  # NUL bytes: still read
+    (tmp_path / "bom8.html").write_bytes(codecs.BOM_UTF8 + page.encode("utf-8"))
+    for name, codec in (("utf16.html", "utf-16-le"), ("bom8.html", "utf-8")):
+        (doc,) = docs_of(read(tmp_path / name))
+        assert doc["text"] == page and doc["meta"]["charset"] == codec and doc["meta"]["charset_source"] == "bom"
 
 
 def test_truncated_warc_gz_reads_records_before_the_cut(tmp_path):
