@@ -58,13 +58,21 @@ def _count_errors(err: UnicodeDecodeError):
 codecs.register_error("corpusmill-count", _count_errors)
 
 
+# Labels that browsers decode with a superset (WHATWG Encoding): pages labelled so use the superset's characters.
+_AS_BROWSERS_READ = {**dict.fromkeys(("iso-8859-1", "iso8859-1", "latin1", "latin-1", "l1", "us-ascii", "ascii",
+                                      "ansi_x3.4-1968", "cp819", "ibm819"), "cp1252"),
+                     **dict.fromkeys(("gb2312", "gb_2312-80", "gbk", "x-gbk", "chinese", "csgb2312"), "gb18030"),
+                     "big5": "big5hkscs", "shift_jis": "cp932", "sjis": "cp932", "x-sjis": "cp932",
+                     "euc-kr": "cp949", "ks_c_5601-1987": "cp949", "iso-8859-9": "cp1254", "latin5": "cp1254",
+                     "tis-620": "cp874", "iso-8859-11": "cp874"}
+
+
 def _codec(name: str | None) -> str | None:
     """The Python codec of a declared charset name, or None when Python does not know it."""
     if not name:
         return None
     name = name.strip().strip("\"'").lower()
-    if name in ("iso-8859-1", "latin1", "latin-1", "us-ascii", "ascii"):
-        name = "cp1252"  # as browsers read them (WHATWG Encoding): a superset that decodes 0x80-0x9f
+    name = _AS_BROWSERS_READ.get(name, name)
     try:
         return codecs.lookup(name).name
     except LookupError:

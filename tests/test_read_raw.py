@@ -120,6 +120,16 @@ def test_undecodable_bytes_counted_not_crashed(tmp_path):
     assert doc["text"].replace("\ufffd\ufffd ", "") == page.decode("utf-8")
 
 
+def test_declared_labels_read_as_browsers_read_them():
+    from beamio.read_web import decode_bytes
+
+    zh = "网页正文：数据清洗与语料库。㐀䶵"  # the last two characters are in GB18030, not in GB2312 or GBK
+    text, meta = decode_bytes(zh.encode("gb18030"), "gb2312")
+    assert text == zh and meta == {"charset": "gb18030", "charset_source": "http", "undecodable_bytes": 0}
+    text, meta = decode_bytes("café “quoted”".encode("cp1252"), "iso-8859-1")  # 0x93/0x94: cp1252 quotes
+    assert text == "café “quoted”" and meta["charset"] == "cp1252"
+
+
 def test_a_byte_order_mark_decides(tmp_path):
     page = (RAW / "html" / "string_decoder.html").read_text(encoding="utf-8")
     (tmp_path / "utf16.html").write_bytes(codecs.BOM_UTF16_LE + page.encode("utf-16-le"))  # NUL bytes: still read
