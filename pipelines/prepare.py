@@ -167,6 +167,8 @@ def collect_stats(run: RunPaths | Path, steps: list[str], counters: dict[tuple[s
         "kept": kept,
         "languages": language_mix(paths, steps),
         "accounting": {"read": read_total, "kept": kept, "removed": n_removed, "quarantined": n_quarantined,
+                       # raw sources: the records that are no document by design (stats' ``records`` has why)
+                       **({"skipped_records": records["skipped"]["total"]} if records["skipped"]["total"] else {}),
                        "balanced": not problems, "problems": problems},
     }
 

@@ -374,3 +374,31 @@ def test_a_run_whose_reader_loses_a_record_fails(tmp_path, monkeypatch):
                            "pii": {"enabled": False}, "quality": {"enabled": False}})
     with pytest.raises(AccountingError, match=r"records read 22 != documents 7 \+ skipped 14 \+ quarantined 0"):
         run_clean(cfg, log=lambda _: None)
+
+
+def test_a_run_of_skipped_records_only_says_so(tmp_path):
+    """A crawl whose every record is skipped (no HTML or text in it) is an empty result that names the skipped
+    records, not a silent 'read 0'."""
+    from warcio.warcwriter import WARCWriter
+    from warcio.statusandheaders import StatusAndHeaders
+
+    from pipelines.config import validate_config
+    from pipelines.run import run_stages, summary_line
+
+    (tmp_path / "in").mkdir()
+    with open(tmp_path / "in" / "images.warc.gz", "wb") as fh:
+        writer = WARCWriter(fh, gzip=True)
+        png = (RAW / "pages.warc.gz").read_bytes()[:64]  # any bytes: an image/png response is skipped unread
+        for n in range(3):
+            http = StatusAndHeaders("200 OK", [("Content-Type", "image/png")], protocol="HTTP/1.1")
+            writer.write_record(writer.create_warc_record(f"https://example.org/{n}.png", "response",
+                                                          payload=io.BytesIO(png), length=len(png), http_headers=http))
+    cfg = validate_config({"name": "images", "input": {"paths": [str(tmp_path / "in")]},
+                           "output": {"runs_dir": str(tmp_path / "runs")}, "runner": {"name": "direct", "workers": 1},
+                           "pii": {"enabled": False}, "quality": {"enabled": False}})
+    run_stages(cfg, ("clean",), log=lambda _: None)
+    stats = json.loads((cfg.run_dir / "stats.json").read_text())
+    assert stats["records"]["skipped"] == {"total": 3, "by_reason": {"content_type": 3}}
+    manifest = json.loads((cfg.run_dir / "manifest.json").read_text())
+    assert manifest["counts"]["skipped_records"] == 3 and manifest["counts"]["balanced"]
+    assert "read 0 → kept 0 (removed 0, quarantined 0; 3 records skipped (not documents))" in summary_line(manifest)
