@@ -86,7 +86,8 @@ def is_text_file(name: str) -> bool:
 
 def record_position(path: str, index: int, cfg: InputConfig) -> int:
     """The place of a file's record at ``index`` (from 0, as the parsers count) as quarantine records and the
-    commands' lines name it: a JSONL line number from 1, a Parquet row from 0, 0 for a text file."""
+    commands' lines name it: a JSONL line number from 1, a Parquet row from 0, a WARC/ARC record index from 0,
+    0 for a single-document file (text, HTML, PDF, DOCX, Markdown)."""
     fmt = detect_format(path, cfg.format)
     return index + 1 if fmt == "jsonl" else 0 if fmt in SINGLE_DOCUMENT_FORMATS else index
 
@@ -550,10 +551,12 @@ def parse_text(fh, source: InputFile, cfg: InputConfig) -> Iterator[tuple[int, d
 
 
 def parse_warc(fh, source: InputFile, cfg: InputConfig):
+    """WARC and WET files (``beamio.read_web``)."""
     return parse_archive(fh, source, cfg, "warc")
 
 
 def parse_arc(fh, source: InputFile, cfg: InputConfig):
+    """ARC files (``beamio.read_web``)."""
     return parse_archive(fh, source, cfg, "arc")
 
 

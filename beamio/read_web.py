@@ -528,6 +528,12 @@ def _unfinished_member(fh, offset: int) -> int | None:
     if seekable is None or not seekable():
         return None
     fh.seek(offset)
+    head = fh.read(2)
+    if not head or not b"\x1f\x8b".startswith(head):  # no gzip member (a plain WARC named .gz): nothing to check
+        return None
+    if len(head) < 2:  # the file ends one byte into a member
+        return offset
+    fh.seek(offset)
     decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
     member_start = fed = offset  # where the current member starts; where the bytes being fed start
     started = False

@@ -295,6 +295,8 @@ def test_compressed_html_and_uncompressed_warc(tmp_path):
     (tmp_path / "pages.warc").write_bytes(plain)
     items = read(tmp_path / "pages.warc")
     assert len(docs_of(items)) == 7 and balanced(tmp_path / "pages.warc", items)
+    (tmp_path / "plain.warc.gz").write_bytes(plain)  # a plain WARC named .gz: read, no false cut reported
+    assert [i for _, i in read(tmp_path / "plain.warc.gz") if type(i) is Quarantined] == []
 
 
 def _members(data: bytes):
