@@ -292,10 +292,11 @@ def summary_table(stats: dict) -> str:
         lines.append("languages (kept of read): " + ", ".join(
             f"{lang} {kept.get(lang, 0)}/{n}" for lang, n in list(entered.items())[:8]))
     rec = stats.get("records") or {}
-    if (rec.get("skipped") or {}).get("total"):
-        lines.append(f"records: read {rec['read']} = documents {rec['documents']} + skipped {rec['skipped']['total']} ("
-                     + ", ".join(f"{k} {v}" for k, v in rec["skipped"]["by_reason"].items())
-                     + f") + quarantined {rec['quarantined']}")
+    if (rec.get("skipped") or {}).get("total"):  # raw sources: the funnel starts at the records
+        lines.insert(0, f"records: read {rec['read']} = documents {rec['documents']} + skipped "
+                        f"{rec['skipped']['total']} ("
+                        + ", ".join(f"{k} {v}" for k, v in rec["skipped"]["by_reason"].items())
+                        + f") + quarantined {rec['quarantined']}")
     lines += [f"WARNING {w}" for w in stats.get("warnings", [])]
     acc = stats["accounting"]
     lines.append(f"accounting: read {acc['read']} = kept {acc['kept']} + removed {acc['removed']} + quarantined "

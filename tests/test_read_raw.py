@@ -331,6 +331,10 @@ def test_prepare_over_a_folder_mixing_formats_accounts_for_every_record(tmp_path
     assert rec["read"] == rec["documents"] + rec["skipped"]["total"] + rec["quarantined"]
     assert stats["accounting"]["balanced"], stats["accounting"]["problems"]
     assert stats["counters"]["read/skipped/no_body"] == 2
+    from pipelines.prepare import summary_table
+
+    assert summary_table(stats).startswith(f"records: read {rec['read']} = documents {rec['documents']} + skipped "
+                                           f"{rec['skipped']['total']} (content_type 1, http_status 2, ")
     # the report's funnel starts at the records: input → records → (skipped: reason ...) and read
     from report.build import build_report
     from report.data import load_run
