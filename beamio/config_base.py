@@ -24,12 +24,16 @@ class Strict(BaseModel):
 
 class InputConfig(Strict):
     paths: list[str] = Field(min_length=1, description="files, folders or globs; local paths or any Beam FileSystems URI")
-    format: Literal["auto", "jsonl", "parquet", "text"] = Field("auto",
-                                                                description="auto (by file extension), jsonl, parquet "
-                                                                            "or text (one document per file)")
+    format: Literal["auto", "jsonl", "parquet", "text", "warc", "arc", "html", "pdf", "docx", "markdown"] = Field(
+        "auto", description="auto (by file extension), jsonl, parquet, text (one document per file), warc (WARC and "
+                            "WET), arc, html, pdf, docx or markdown (see docs/inputs.md)")
     text_field: str = Field("text", description="record field holding the document text; the other fields go to meta")
     id_field: str | None = Field(None, description="input field reported as the document's id by analysis commands")
     max_doc_bytes: int = Field(8_000_000, gt=0, description="larger documents are quarantined, never loaded whole")
+    max_record_bytes: int = Field(50_000_000, gt=0,
+                                  description="raw sources (WARC/ARC/WET records, HTML, PDF, DOCX and Markdown files): "
+                                              "a record or file with more bytes is skipped as too_large, without "
+                                              "being held in memory whole")
 
 
 def _parse_value(text: str) -> Any:

@@ -28,32 +28,20 @@ import bz2
 import datetime
 import decimal
 import glob
-import hashlib
 import json
 import lzma
 import math
 import os
 import posixpath
 import zlib
-from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from beamio.config_base import ConfigError, InputConfig
+from beamio.read_docs import parse_docx, parse_markdown, parse_pdf
+from beamio.read_web import parse_archive, parse_html_file
+from beamio.records import (InputFile, Quarantined, Skipped, _basename, _filesystems, _size_of,  # noqa: F401
+                            doc_id)
 from runio.files import is_uri, sha256_file
-
-
-def _filesystems():
-    """Beam's FileSystems, imported on first use: local files are matched, sized and opened without Beam (so a
-    command reading local files in this process never imports it); globs, folders and URIs go through Beam."""
-    from apache_beam.io.filesystems import FileSystems
-
-    return FileSystems
-
-
-def _size_of(path: str) -> int:
-    if not is_uri(path):
-        return os.path.getsize(path)
-    return _filesystems().match([path])[0].metadata_list[0].size_in_bytes
 
 
 def _open_bytes(path: str):
@@ -66,8 +54,13 @@ def _open_bytes(path: str):
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd", ".bz2", ".deflate", ".xz")
-UNSUPPORTED_REASON = (f"unsupported file type (expected {' '.join(JSONL_SUFFIXES)}, .parquet or .txt, each may be "
-                      f"compressed: {' '.join(COMPRESSION_SUFFIXES)}; or set input.format)")
+# raw sources (beamio.read_web, beamio.read_docs): suffix → format, checked after a compression suffix is removed
+RAW_SUFFIXES = {".warc": "warc", ".wet": "warc", ".arc": "arc", ".html": "html", ".htm": "html", ".xhtml": "html",
+                ".pdf": "pdf", ".docx": "docx", ".md": "markdown", ".markdown": "markdown"}
+SINGLE_DOCUMENT_FORMATS = ("text", "html", "pdf", "docx", "markdown")  # one document per file, at position 0
+UNSUPPORTED_REASON = (f"unsupported file type (expected {' '.join(JSONL_SUFFIXES)}, .parquet, .txt, "
+                      f"{' '.join(RAW_SUFFIXES)}, each but .parquet, .pdf and .docx may be compressed: "
+                      f"{' '.join(COMPRESSION_SUFFIXES)}; or set input.format)")
 _GLOB_CHARS = set("*?[")
 _READ_CHUNK = 1 << 20
 _RAW_CHUNK = 1 << 16
@@ -78,28 +71,25 @@ ID_SCHEME = {
     "id": "int64 = first 8 bytes of blake2b(digest_size=8) of '<key>\\0<position>' (big endian) & 0x7FFF_FFFF_FFFF_FFFF",
     "key": "sha256 of the input file's bytes (content address: independent of the path's spelling, the working "
            "directory and the file's location)",
-    "position": "JSONL: line number from 1; Parquet: row from 0; text file: 0",
+    "position": "JSONL: line number from 1; Parquet: row from 0; WARC/WET/ARC: record index from 0, every record "
+                "counted (skipped ones too); text, HTML, PDF, DOCX, Markdown file: 0",
     "source": "the file's path relative to the configured input it matched (folder: relative to it; glob: "
               "relative to the directory before the first wildcard; file: its name)",
 }
 
 
-def doc_id(key: str, position: int) -> int:
-    """A stable, non-negative int64 id from the file's canonical source key and the position in it."""
-    digest = hashlib.blake2b(f"{key}\x00{position}".encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") & 0x7FFF_FFFF_FFFF_FFFF
-
-
 def is_text_file(name: str) -> bool:
-    """Whether the reader takes ``name`` (a path or a ``source``) as a text file: one document, the whole file."""
-    return detect_format(name, "auto") == "text"
+    """Whether the reader takes ``name`` (a path or a ``source``) as one document, the whole file (a text,
+    HTML, PDF, DOCX or Markdown file)."""
+    return detect_format(name, "auto") in SINGLE_DOCUMENT_FORMATS
 
 
 def record_position(path: str, index: int, cfg: InputConfig) -> int:
     """The place of a file's record at ``index`` (from 0, as the parsers count) as quarantine records and the
-    commands' lines name it: a JSONL line number from 1, a Parquet row from 0, 0 for a text file."""
+    commands' lines name it: a JSONL line number from 1, a Parquet row from 0, a WARC/ARC record index from 0,
+    0 for a single-document file (text, HTML, PDF, DOCX, Markdown)."""
     fmt = detect_format(path, cfg.format)
-    return index + 1 if fmt == "jsonl" else 0 if fmt == "text" else index
+    return index + 1 if fmt == "jsonl" else 0 if fmt in SINGLE_DOCUMENT_FORMATS else index
 
 
 def reported_id(doc: dict, id_field: str | None, default=None):
@@ -129,28 +119,10 @@ def detect_format(path: str, configured: str) -> str | None:
         return "parquet"
     if name.endswith(".txt"):
         return "text"
+    for suffix, fmt in RAW_SUFFIXES.items():
+        if name.endswith(suffix):
+            return fmt
     return None
-
-
-@dataclass(frozen=True)
-class InputFile:
-    """One input file: where it is read from, the ``source`` its records carry, and the key their ids derive
-    from (``ID_SCHEME``)."""
-
-    path: str  # as matched: a local path or a URI
-    name: str  # the records' ``source``: relative to the configured input it matched
-    key: str   # sha256 of the file's bytes
-    bytes: int = 0
-
-    @classmethod
-    def of(cls, path: str, name: str | None = None) -> "InputFile":
-        """An input file on its own (its name is its base name); reads the file once to hash it."""
-        size = _size_of(path)
-        return cls(path, name or _basename(path), sha256_file(path), size)
-
-
-def _basename(path: str) -> str:
-    return posixpath.basename(path.rstrip("/")) if is_uri(path) else os.path.basename(os.path.normpath(path))
 
 
 def _glob_base(pattern: str) -> str:
@@ -294,20 +266,6 @@ def resolve_inputs(paths: Sequence[str], log=None, on_twin=None) -> list[InputFi
 
 def _as_input_files(files: Sequence[InputFile | str]) -> list[InputFile]:
     return [f if isinstance(f, InputFile) else InputFile.of(f) for f in files]
-
-
-@dataclass(frozen=True)
-class Quarantined:
-    source: str  # the input's name (``InputFile.name``)
-    position: int
-    kind: str  # a short category for stats: invalid_json, invalid_utf8, too_large, truncated_file, ...
-    reason: str
-    byte_offset: int | None = None
-    key: str = ""  # the input's content key, from which the record's id derives
-
-    def as_record(self) -> dict:
-        return {"id": doc_id(self.key or self.source, self.position), "source": self.source,
-                "position": self.position, "byte_offset": self.byte_offset, "kind": self.kind, "reason": self.reason}
 
 
 def _describe(value) -> str:
@@ -603,7 +561,33 @@ def parse_text(fh, source: InputFile, cfg: InputConfig) -> Iterator[tuple[int, d
     yield 0, Quarantined(name, 0, *doc, None, key) if isinstance(doc, tuple) else doc
 
 
-PARSERS = {"jsonl": parse_jsonl, "parquet": parse_parquet, "text": parse_text}
+def parse_warc(fh, source: InputFile, cfg: InputConfig):
+    """WARC and WET files (``beamio.read_web``)."""
+    return parse_archive(fh, source, cfg, "warc")
+
+
+def parse_arc(fh, source: InputFile, cfg: InputConfig):
+    """ARC files (``beamio.read_web``)."""
+    return parse_archive(fh, source, cfg, "arc")
+
+
+PARSERS = {"jsonl": parse_jsonl, "parquet": parse_parquet, "text": parse_text, "warc": parse_warc, "arc": parse_arc,
+           "html": parse_html_file, "pdf": parse_pdf, "docx": parse_docx, "markdown": parse_markdown}
+# formats whose parser takes the file's raw bytes: archives decompress (gzip per record) themselves, PDF and
+# DOCX are binary; the NUL-byte check of text files does not apply to any of them
+RAW_BYTE_FORMATS = ("warc", "arc", "pdf", "docx")
+RAW_FORMATS = ("warc", "arc", "html", "pdf", "docx", "markdown")
+
+
+def records_in(fmt: str | None, items: int, last_index: int) -> int:
+    """How many records a file held, from what its parser yielded: ``items`` (documents, skips, quarantines)
+    and the highest record index among them. A raw archive numbers every record (skipped ones too) from 0, so
+    its count is the highest index + 1 whatever was yielded: a record its parser lost without a trace leaves a
+    gap, and the accounting check (records = documents + skipped + quarantined) fails. Other formats: one
+    record per item (a blank JSONL line is no record)."""
+    if fmt in ("warc", "arc"):
+        return max(last_index + 1, items)
+    return items
 
 
 def read_file_indexed(path: str, cfg: InputConfig,
@@ -622,6 +606,11 @@ def read_file_indexed(path: str, cfg: InputConfig,
     if fmt is None:
         yield 0, Quarantined(name, 0, "unsupported_file", UNSUPPORTED_REASON, None, key)
         return
+    if fmt in SINGLE_DOCUMENT_FORMATS and fmt != "text" and _compression_of(path) is None \
+            and source.bytes > cfg.max_record_bytes:
+        yield 0, Skipped(name, 0, "too_large", f"file of {source.bytes} bytes exceeds input.max_record_bytes="
+                         f"{cfg.max_record_bytes}", None, key)  # never opened
+        return
     try:
         fh = _open_bytes(path)
     except Exception as err:  # the filesystem layer raises per-backend error types
@@ -629,6 +618,17 @@ def read_file_indexed(path: str, cfg: InputConfig,
         return
     with fh:
         stream = fh
+        if fmt in RAW_BYTE_FORMATS:
+            if fmt in ("pdf", "docx") and _compression_of(path) is not None:
+                yield 0, Quarantined(name, 0, "unsupported_file", f"a compressed .{fmt} is not read: decompress it "
+                                     f"first", None, key)
+                return
+            try:
+                yield from PARSERS[fmt](fh, source, cfg)
+            except (OSError, EOFError, ValueError) as err:
+                yield -1, Quarantined(name, -1, "unreadable_file", f"file unreadable while reading: "
+                                      f"{type(err).__name__}: {err}", None, key)
+            return
         if fmt != "parquet":
             kind = _compression_of(path)
             if kind is not None:
@@ -642,7 +642,7 @@ def read_file_indexed(path: str, cfg: InputConfig,
                 yield 0, Quarantined(name, 0, "unreadable_file", f"cannot read: {type(err).__name__}: not a valid "
                                      f"compressed file?", None, key)
                 return
-            if b"\x00" in head:
+            if b"\x00" in head and fmt not in RAW_FORMATS:
                 yield 0, Quarantined(name, 0, "binary_file", "binary content (NUL bytes) in a text file", None, key)
                 return
             stream = _Prepended(head, stream)

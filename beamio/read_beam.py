@@ -7,7 +7,8 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from beamio.config_base import InputConfig
-from beamio.read import InputFile, Quarantined, _as_input_files, read_file, resolve_inputs
+from beamio.read import (InputFile, Quarantined, Skipped, _as_input_files, detect_format, read_file_indexed,
+                         records_in, resolve_inputs)
 from runio.progress import ProgressFile
 
 
@@ -19,6 +20,9 @@ class _ReadFileFn(beam.DoFn):
         self._docs = Metrics.counter("read", "documents")
         self._quarantined = Metrics.counter("read", "quarantined")
         self._bytes = Metrics.counter("read", "text_bytes")
+        self._records = Metrics.counter("read", "records")
+        self._skipped = Metrics.counter("read", "skipped")
+        self._skipped_by: dict = {}
 
     def setup(self):
         self._progress = ProgressFile(self.progress_dir, "read")
@@ -27,15 +31,24 @@ class _ReadFileFn(beam.DoFn):
         self._progress.flush()
 
     def process(self, source: InputFile):
-        for item in read_file(source.path, self.cfg, source):
+        items, last = 0, -1
+        for index, item in read_file_indexed(source.path, self.cfg, source):
+            items, last = items + 1, max(last, index)
             self._progress.add(1)
-            if isinstance(item, Quarantined):
+            if isinstance(item, Skipped):  # no document by design: counted per reason, not quarantined
+                self._skipped.inc()
+                if item.kind not in self._skipped_by:
+                    self._skipped_by[item.kind] = Metrics.counter("read", f"skipped/{item.kind}")
+                self._skipped_by[item.kind].inc()
+            elif isinstance(item, Quarantined):
                 self._quarantined.inc()
                 yield beam.pvalue.TaggedOutput("quarantined", item.as_record())
             else:
                 self._docs.inc()
                 self._bytes.inc(len(item["text"].encode("utf-8")))
                 yield item
+        # records the file held, counted from the parser's record numbering (beamio.read.records_in)
+        self._records.inc(records_in(detect_format(source.path, self.cfg.format), items, last))
 
 
 class ReadCorpus(beam.PTransform):

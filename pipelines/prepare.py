@@ -155,6 +155,8 @@ def collect_stats(run: RunPaths | Path, steps: list[str], counters: dict[tuple[s
         problems.append(f"after the last step {flowing} documents should remain, docs/ holds {kept}")
     if read_total != kept + n_removed + n_quarantined:
         problems.append(f"read {read_total} != kept {kept} + removed {n_removed} + quarantined {n_quarantined}")
+    records = record_accounting(counters)
+    problems += records.pop("problems")
     problems += near_dedup_consistency(counters)
     warnings: list[str] = []  # (none at present: near-dedup's components are exact for any number of rounds)
     stats = {
@@ -163,10 +165,13 @@ def collect_stats(run: RunPaths | Path, steps: list[str], counters: dict[tuple[s
         "documents_read": read_total,
         "text_bytes_read": counters.get(("read", "text_bytes"), 0),
         "quarantined": {"total": n_quarantined, "by_kind": dict(sorted(quarantined.items()))},
+        "records": records,
         "steps": step_rows,
         "kept": kept,
         "languages": language_mix(paths, steps),
         "accounting": {"read": read_total, "kept": kept, "removed": n_removed, "quarantined": n_quarantined,
+                       # raw sources: the records that are no document by design (stats' ``records`` has why)
+                       **({"skipped_records": records["skipped"]["total"]} if records["skipped"]["total"] else {}),
                        "balanced": not problems, "problems": problems},
     }
     if URL_FILTER in steps:
@@ -188,6 +193,28 @@ def domain_counts(run: RunPaths | Path, top: int) -> dict:
         for step, raw in zip(table.column("removed_by").to_pylist(), table.column("annotations").to_pylist()):
             tally.add(json.loads(raw) if isinstance(raw, str) else raw, removed_by=step)
     return tally.block(top)
+
+
+def record_accounting(counters: dict[tuple[str, str], int]) -> dict:
+    """The reader's records (WARC/ARC records, JSONL lines, Parquet rows, files): records read = documents +
+    skipped (per reason: a WARC request record, a non-HTML response, ...) + quarantined, exactly. ``records`` is
+    counted from the parsers' record numbering, the others from what they yielded, so a record lost without a
+    trace shows as a difference (in ``problems``). JSONL, Parquet and text inputs: records = documents +
+    quarantined."""
+    read_docs = counters.get(("read", "documents"), 0)
+    read_quarantined = counters.get(("read", "quarantined"), 0)
+    skipped = counters.get(("read", "skipped"), 0)
+    by_reason = {name.split("/", 1)[1]: value for (ns, name), value in sorted(counters.items())
+                 if ns == "read" and name.startswith("skipped/")}
+    read = counters.get(("read", "records"), 0)
+    problems = []
+    if sum(by_reason.values()) != skipped:
+        problems.append(f"reader skipped {skipped} records, its reasons count {sum(by_reason.values())}")
+    if read != read_docs + skipped + read_quarantined:
+        problems.append(f"records read {read} != documents {read_docs} + skipped {skipped} + quarantined "
+                        f"{read_quarantined}")
+    return {"read": read, "documents": read_docs, "skipped": {"total": skipped, "by_reason": by_reason},
+            "quarantined": read_quarantined, "problems": problems}
 
 
 QUALITY_BINS = 10  # score histogram bins per language: [0, 0.1), ..., [0.9, 1.0]
@@ -286,6 +313,12 @@ def summary_table(stats: dict) -> str:
         entered, kept = mix["steps"][0]["docs"], mix["kept"]["docs"]
         lines.append("languages (kept of read): " + ", ".join(
             f"{lang} {kept.get(lang, 0)}/{n}" for lang, n in list(entered.items())[:8]))
+    rec = stats.get("records") or {}
+    if (rec.get("skipped") or {}).get("total"):  # raw sources: the funnel starts at the records
+        lines.insert(0, f"records: read {rec['read']} = documents {rec['documents']} + skipped "
+                        f"{rec['skipped']['total']} ("
+                        + ", ".join(f"{k} {v}" for k, v in rec["skipped"]["by_reason"].items())
+                        + f") + quarantined {rec['quarantined']}")
     domains = stats.get("domains")
     if domains and domains.get("rows"):
         lines.append(f"domains (kept of read, {domains['domains']} in all): " + ", ".join(

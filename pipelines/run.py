@@ -272,8 +272,9 @@ def _empty_result(manifest: dict, what: str) -> str | None:
     if not manifest.get("empty"):
         return None
     c = manifest.get("counts", {})
+    skipped = f", {c['skipped_records']} records skipped" if c.get("skipped_records") else ""
     return (f"{EMPTY_REASON} (read {c.get('read', 0)}: removed {c.get('removed', 0)}, quarantined "
-            f"{c.get('quarantined', 0)}); {what}")
+            f"{c.get('quarantined', 0)}{skipped}); {what}")
 
 
 def _skip_shards(manifest: dict) -> str | None:
@@ -713,8 +714,9 @@ def metered(cfg: RunConfig, paths: RunPaths, stage: str, log: Callable[[str], No
 def summary_line(manifest: dict) -> str:
     """One line for the end of a command (and a cron log): what came out, or that the result is empty."""
     c = manifest.get("counts") or {}
+    skipped = f"; {c['skipped_records']} records skipped (not documents)" if c.get("skipped_records") else ""
     counts = (f"read {c.get('read', 0)} → kept {c.get('kept', 0)} (removed {c.get('removed', 0)}, quarantined "
-              f"{c.get('quarantined', 0)})")
+              f"{c.get('quarantined', 0)}{skipped})")
     if manifest.get("empty"):
         skipped = sorted(manifest.get("skipped", {}), key=ALL_STAGES.index)
         return (f"empty result: {EMPTY_REASON}: {counts}; {' and '.join(skipped) or 'nothing'} skipped; "

@@ -30,6 +30,10 @@ def header_section(data: RunData) -> str:
         facts.append(("accounting", f"read {acc.get('read', 0):,} = kept {acc.get('kept', 0):,} + removed "
                                     f"{acc.get('removed', 0):,} + quarantined {acc.get('quarantined', 0):,}: "
                                     + ("balanced" if acc.get("balanced") else "NOT BALANCED")))
+    rec = s.get("records") or {}
+    if (rec.get("skipped") or {}).get("total"):
+        facts.append(("records", f"read {rec.get('read', 0):,} = documents {rec.get('documents', 0):,} + skipped "
+                                 f"{rec['skipped']['total']:,} + quarantined {rec.get('quarantined', 0):,}"))
     body = html_table(("", ""), facts, "run-facts")
     if data.problems:
         body += '<ul class="problems">' + "".join(f"<li>{html.escape(p)}</li>" for p in data.problems) + "</ul>"
@@ -58,6 +62,10 @@ def pipeline_section(data: RunData) -> str:
             rows.append((f"stage: {stage}", None, None, None, stage_seconds))
     body += "<h3>Steps</h3>" + html_table(("step", "in", "kept", "removed", "seconds"), rows, "pipeline-steps")
     body += language_mix_body(data.stats.get("languages") or {})
+    skipped = (data.stats.get("records") or {}).get("skipped") or {}
+    if skipped.get("total"):
+        body += "<h3>Skipped records</h3>" + html_table(("reason", "records"),
+                                                        sorted((skipped.get("by_reason") or {}).items()), "skipped")
     body += domains_body(data.stats.get("domains") or {})
     q = data.stats.get("quarantined") or {}
     if q.get("total"):

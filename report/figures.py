@@ -73,7 +73,15 @@ def pipeline_edges(data: RunData) -> list[Edge]:
         return edges
     read = int(stats.get("documents_read", 0))
     quarantined = stats.get("quarantined") or {}
-    edges.append(Edge("input", "read", read))
+    records = stats.get("records") or {}
+    skipped = records.get("skipped") or {}
+    if skipped.get("total"):  # raw sources: the funnel starts at the records, the skipped ones leave first
+        edges.append(Edge("input", "records", int(records.get("read", 0))))
+        for reason, count in sorted((skipped.get("by_reason") or {}).items(), key=lambda kv: -kv[1]):
+            edges.append(Edge("records", f"skipped: {reason}", int(count), kind="removed"))
+        edges.append(Edge("records", "read", read))
+    else:
+        edges.append(Edge("input", "read", read))
     for kind, count in sorted((quarantined.get("by_kind") or {}).items()):
         edges.append(Edge("read", f"quarantined: {kind}", int(count), kind="quarantined"))
     previous = "read"
@@ -105,6 +113,8 @@ def node_labels(data: RunData, edges: list[Edge]) -> dict[str, str]:
     labels["input"] = (f"input<br>{len(inputs)} file(s)<br>{sum(i.get('bytes', 0) for i in inputs) / 1e6:.1f} MB"
                        if inputs else "input")
     labels["read"] = f"read<br>{_fmt(stats.get('documents_read'))} docs"
+    if "records" in {e.target for e in edges}:
+        labels["records"] = f"records<br>{_fmt((stats.get('records') or {}).get('read'))}"
     for row in stats.get("steps", []):
         labels[row["step"]] = (f"{row['step']}<br>{_fmt(row.get('in'))} → {_fmt(row.get('kept'))}<br>"
                                f"{seconds.get(row['step'], 0.0):.1f} s")
