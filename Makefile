@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install system-tools demo test bench docs clean
+.PHONY: install system-tools demo demo-web test bench docs clean
 
 install: $(STAMP)
 
@@ -17,6 +17,10 @@ $(STAMP): pyproject.toml constraints.txt
 
 demo: install
 	$(BIN)/corpusmill run configs/demo.yaml
+
+# The web demo: the shipped crawl's WARC records to a trained model (docs/inputs.md, docs/extract.md).
+demo-web: install
+	$(BIN)/corpusmill run configs/web.yaml
 
 # The report's browser test (headless Chromium) and the alert-rule check (promtool) need two Debian packages.
 # Installed here when missing (root with apt-get); elsewhere one line says what to install and those tests fail.
