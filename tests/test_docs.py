@@ -64,3 +64,19 @@ def test_docs_pages_link_only_existing_pages():
             if not (page.parent / target).resolve().is_file():
                 broken.append(f"{page.name} -> {target}")
     assert not broken, f"links to pages that do not exist: {broken}"
+
+
+def test_results_show_the_present_one_table_per_measurement_with_its_command_and_date():
+    """benchmarks/RESULTS.md: at most 500 lines, and every table's section says the command that produced it and
+    the date it ran (the dated lab log lives in benchmarks/history/, never as current figures)."""
+    text = (REPO / "benchmarks" / "RESULTS.md").read_text()
+    assert len(text.splitlines()) <= 500, f"RESULTS.md has {len(text.splitlines())} lines (at most 500)"
+    sections = re.split(r"\n(?=## )", text)
+    missing = []
+    for section in sections:
+        if not re.search(r"^\|.*\|$", section, flags=re.M) or section.startswith("## The benchmark scripts"):
+            continue
+        title = section.splitlines()[0]
+        if "Command" not in section or not re.search(r"Date[^\n]*20\d\d-\d\d-\d\d", section):
+            missing.append(title)
+    assert not missing, f"sections with a table but no Command or no dated Date line: {missing}"
