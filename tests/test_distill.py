@@ -131,6 +131,21 @@ def test_distill_single_process_teacher_frozen(tmp_path):
     assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
 
 
+def test_a_teacher_whose_shard_manifest_is_damaged_is_refused_not_unchecked(tmp_path):
+    """The teacher's tokenizer comes from its shards' manifest when its run has no tokenizer.json: a manifest that
+    cannot be read is an error naming the field (the tokenizer check used to be skipped without a word)."""
+    write_synthetic_shards(tmp_path / "shards")
+    teacher_run = run_with_shards(tmp_path / "teacher", tmp_path / "shards")
+    Trainer(base_config({"steps": 2, "eval": {"interval": 0}, "checkpoint": {"interval": 2}}), teacher_run).fit()
+    teacher_run.shards.unlink()  # the teacher's own copy of the shards' manifest, damaged
+    teacher_run.shards.mkdir()
+    (teacher_run.shards / "manifest.json").write_text("{not json")
+    student = ModelConfig(vocab_size=64, max_seq_len=32, dim=32, n_layers=2, n_heads=2)
+    with pytest.raises(TrainConfigError, match=r"train\.distill\.teacher.*unreadable manifest"):
+        load_teacher(DistillConfig(teacher=str(teacher_run.root)), student, shard_tokenizer_sha256="ab" * 32,
+                     seq_len=32, device="cpu")
+
+
 def test_preflight_names_a_missing_teacher(tmp_path):
     from types import SimpleNamespace
 

@@ -21,12 +21,17 @@ Times are written as epoch seconds (``last_record_time``, ``resumed_at``) for to
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Callable
 
+import psutil
+
 from runio.files import append_jsonl, read_jsonl
 from runio.layout import RunPaths
+
+log = logging.getLogger(__name__)
 
 RESTART_AFTER_FAILURE = "restart after a failure"
 RESUME_AFTER_INTERRUPTION = "resume after an interruption"
@@ -63,21 +68,19 @@ def resume_kind(checkpoint_step: int, provenance: dict | None, train_steps_now: 
 def _process_started_at() -> float | None:
     """When this process started (epoch seconds), or None when psutil cannot tell."""
     try:
-        import psutil
-
         return float(psutil.Process().create_time())
-    except Exception:  # noqa: BLE001 - a breakdown is optional
+    except (psutil.Error, OSError) as error:  # a breakdown is optional: said at debug level, then left out
+        log.debug("process start time unknown (%s: %s)", type(error).__name__, error)
         return None
 
 
 def _process_cpu_seconds() -> float | None:
     """CPU seconds this process has used (user + system, all its threads), or None when psutil cannot tell."""
     try:
-        import psutil
-
         times = psutil.Process().cpu_times()
         return float(times.user + times.system)
-    except Exception:  # noqa: BLE001
+    except (psutil.Error, OSError) as error:  # as above
+        log.debug("process CPU time unknown (%s: %s)", type(error).__name__, error)
         return None
 
 

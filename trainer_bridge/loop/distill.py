@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from runio.files import sha256_file
 from runio.layout import RunPaths
-from tokenizer.shards import read_manifest
+from tokenizer.shards import ShardFormatError, manifest_path, read_manifest
 from trainer_bridge import hf
 from trainer_bridge.checkpoint import run_model
 from trainer_bridge.config import DistillConfig, ModelConfig
@@ -69,13 +69,17 @@ class Distiller:
         return torch.stack([ce, kl, (1 - self.alpha) * ce + self.alpha * kl]).to(device)
 
 
-def _teacher_tokenizer_sha256(paths: RunPaths) -> str | None:
+def _teacher_tokenizer_sha256(paths: RunPaths, say: Callable[[str], None]) -> str | None:
+    """The teacher's tokenizer: its run's tokenizer.json, else its shards' manifest. A run with neither has no
+    known tokenizer (said; the vocabulary check remains); a manifest that cannot be read is an error (a
+    ``ShardFormatError``, which ``load_teacher`` reports naming the field), never a silently skipped check."""
     if paths.tokenizer_json.is_file():
         return sha256_file(paths.tokenizer_json)
-    try:
-        return read_manifest(str(paths.shards)).get("tokenizer_sha256")
-    except Exception:  # a teacher run without shards: its tokenizer is unknown, the vocabulary check remains
+    if not Path(manifest_path(str(paths.shards))).is_file():
+        say(f"train.distill.teacher: {paths.root} has neither tokenizer/tokenizer.json nor shards: its tokenizer "
+            "cannot be compared with the student's (the vocabulary size still is)")
         return None
+    return read_manifest(str(paths.shards)).get("tokenizer_sha256")
 
 
 def load_teacher(cfg: DistillConfig, student: ModelConfig, *, shard_tokenizer_sha256: str | None,
@@ -96,10 +100,10 @@ def load_teacher(cfg: DistillConfig, student: ModelConfig, *, shard_tokenizer_sh
             checkpoint = run_model.find_checkpoint(paths, say=say or run_model.say_on_stderr)
             config = run_model.checkpoint_model_config(paths, checkpoint)
             state = run_model.load_model_state(checkpoint)
-            tokenizer_sha256 = _teacher_tokenizer_sha256(paths)
+            tokenizer_sha256 = _teacher_tokenizer_sha256(paths, say or run_model.say_on_stderr)
     except TrainConfigError:
         raise
-    except (FileNotFoundError, ValueError, OSError, hf.MissingExtra) as error:
+    except (FileNotFoundError, ValueError, OSError, ShardFormatError, hf.MissingExtra) as error:
         raise TrainConfigError(f"{where}: cannot load the teacher: {error}") from error
     if shard_tokenizer_sha256 and tokenizer_sha256 and shard_tokenizer_sha256 != tokenizer_sha256:
         raise TrainConfigError(f"{where}: the teacher's tokenizer (sha256 {tokenizer_sha256[:12]}) is not the one "

@@ -50,6 +50,7 @@ class GpuSampler:
         self.available = False
         self._nvml = None
         self._handles: list = []
+        self._missing: set[str] = set()  # readings a device does not have (logged once each)
         try:
             import pynvml  # nvidia-ml-py
 
@@ -76,8 +77,11 @@ class GpuSampler:
             ):
                 try:
                     reading[key] = float(query(handle))
-                except Exception:
-                    pass
+                except Exception as error:  # noqa: BLE001 - NVML's own errors: a device without this sensor
+                    if key not in self._missing:
+                        self._missing.add(key)
+                        log.info("GPU %s not readable (%s: %s): left out of the hardware metrics", key,
+                                 type(error).__name__, error)
             readings.append(reading)
         return readings
 
@@ -85,8 +89,8 @@ class GpuSampler:
         if self.available:
             try:
                 self._nvml.nvmlShutdown()
-            except Exception:
-                pass
+            except Exception as error:  # noqa: BLE001 - closing is best effort: said, not raised
+                log.debug("NVML shutdown failed: %s", error)
             self.available = False
 
 
