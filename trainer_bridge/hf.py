@@ -47,10 +47,9 @@ from trainer_bridge.checkpoint.run_model import (
     LoadedModel,
     SpecialTokens,
     check_model_state,
-    checkpoint_model_config,
+    checkpoint_weights,
     ffn_hidden,
     find_checkpoint,
-    load_model_state,
     load_run_model,
     load_train_progress,
     say_on_stderr,
@@ -545,10 +544,7 @@ def export_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike, *, step: 
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} exists and is not empty: choose another --out or remove it")
     checkpoint = find_checkpoint(paths, step, best, say=say)
-    cfg = checkpoint_model_config(paths, checkpoint)
-    state = load_model_state(checkpoint)
-    if cfg.tie_embeddings and "output.weight" not in state:
-        state["output.weight"] = state["tok_embeddings.weight"]
+    cfg, state = checkpoint_weights(paths, checkpoint)
     if not paths.tokenizer_json.exists():
         raise ConversionError(f"{paths.tokenizer_json} does not exist: the model's tokenizer is needed for the export")
     special = special_tokens_of_run(paths, checkpoint)

@@ -243,15 +243,21 @@ def check_model_state(state: dict[str, torch.Tensor], cfg: ModelConfig, where: s
                               f"{extra[:8]}, shape differs {[(k, tuple(state[k].shape), want[k]) for k in wrong[:4]]}")
 
 
+def checkpoint_weights(paths: RunPaths, checkpoint: Path) -> tuple[ModelConfig, dict]:
+    """A checkpoint's model config and weights, a tied output projection filled in from the embedding."""
+    cfg = checkpoint_model_config(paths, checkpoint)
+    state = load_model_state(checkpoint)
+    if cfg.tie_embeddings and "output.weight" not in state:
+        state["output.weight"] = state["tok_embeddings.weight"]
+    return cfg, state
+
+
 def load_run_model(paths: RunPaths, *, step: int | None = None, best: bool = False,
                    say: Callable[[str], None] = say_on_stderr) -> LoadedModel:
     """Weights, config, special tokens and tokenizer of a run directory (or an import's); a damaged newer
     checkpoint passed over is said through ``say`` (``find_checkpoint``)."""
     checkpoint = find_checkpoint(paths, step, best, say=say)
-    cfg = checkpoint_model_config(paths, checkpoint)
-    state = load_model_state(checkpoint)
-    if cfg.tie_embeddings and "output.weight" not in state:
-        state["output.weight"] = state["tok_embeddings.weight"]
+    cfg, state = checkpoint_weights(paths, checkpoint)
     if not paths.tokenizer_json.exists():
         raise ConversionError(f"{paths.tokenizer_json} does not exist")
     return LoadedModel(cfg, state, special_tokens_of_run(paths, checkpoint), paths.tokenizer_json,
