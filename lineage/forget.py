@@ -262,7 +262,7 @@ def forget(run_dir: str | Path, ids: Iterable[str], reason: str, *, duplicates: 
         # the duplicates of the forgotten still in docs/, when asked: exact key or MinHash at the threshold
         dup_ids: set[int] = set()
         if duplicates:
-            dup_ids = _duplicates_in_docs(paths, cfg, forgotten, raw)
+            dup_ids = duplicates_in_docs(paths, cfg, forgotten, raw)
             for path in _doc_files(paths.docs):
                 for row in pq.read_table(path).to_pylist():
                     if row["id"] in dup_ids:
@@ -318,7 +318,7 @@ def forget(run_dir: str | Path, ids: Iterable[str], reason: str, *, duplicates: 
                         already_removed, shards, checkpoints, len(raw), notes)
 
 
-def _duplicates_in_docs(paths: RunPaths, cfg: RunConfig, forgotten: dict[int, dict],
+def duplicates_in_docs(paths: RunPaths, cfg: RunConfig, forgotten: dict[int, dict],
                         raw: dict[int, dict]) -> set[int]:
     """Ids of documents still in docs/ that are exact (content hash) or near (MinHash estimate at
     ``near_dedup.threshold``) duplicates of the forgotten ones."""

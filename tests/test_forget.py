@@ -11,7 +11,9 @@ import pytest
 import yaml
 
 from cli.main import main
-from lineage.forget import forget
+from beamio.write import DOCS_SCHEMA, doc_row, parquet_writer
+from experiments.ablate import Variant, variant_config
+from lineage.forget import duplicates_in_docs
 from pipelines.config import validate_config
 from pipelines.run import run_stages
 from runio.errors import ExitCode
@@ -216,3 +218,28 @@ def test_takedown_index_matches_by_id_input_id_content_and_near_copy():
     assert matched == ["doc_id", "input_id", "content_hash", "near_duplicate", None]
     without_near = TakedownIndex(forgotten, "key")
     assert [m and m["matched"] for m in without_near.match(docs)][3:] == [None, None]
+
+
+def test_duplicates_of_forgotten_documents_are_found_in_docs(tmp_path):
+    """``forget --duplicates``: exact (case and spacing aside) and near copies still in docs/, not the others."""
+    text = " ".join(f"word{i} river{i % 7} stone{i % 11}" for i in range(120))
+    docs = [{"id": 2, "text": text.upper(), "source": "a", "meta": {}, "annotations": {}},
+            {"id": 3, "text": text.replace("word9 ", "wordnine ", 1), "source": "a", "meta": {}, "annotations": {}},
+            {"id": 4, "text": "an unrelated text about something else, " * 20, "source": "a", "meta": {},
+             "annotations": {}}]
+    paths = RunPaths(tmp_path / "run")
+    paths.docs.mkdir(parents=True)
+    parquet_writer(DOCS_SCHEMA)(str(paths.docs / "docs-00000-of-00001.parquet"), [doc_row(d) for d in docs])
+    cfg = validate_config(_config(tmp_path, "run", [tmp_path / "x.jsonl"]))
+    forgotten = {1: {"id": 1, "text": text, "source": "a", "meta": {}}}
+    assert duplicates_in_docs(paths, cfg, forgotten, {}) == {2, 3}
+
+
+def test_ablation_variants_read_the_runs_ledger(tmp_path):
+    """An ablation variant cleans into its own run directory: it names the run's ledger, so even the raw variant
+    drops what the run forgot."""
+    cfg = validate_config(_config(tmp_path, "run", [tmp_path / "x.jsonl"]))
+    run = RunPaths.of(cfg)
+    append_entry(run.takedown_ledger, LedgerEntry("2026-12-07T01:02:03Z", "r", [], [1], []))
+    variant = variant_config(cfg, Variant("raw"), run.ablation, None)
+    assert variant.takedown.ledgers == [str(run.takedown_ledger)]
