@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "cli.quality",
     "cli.hf",
     "cli.sweep",
+    "cli.forget",
 )
 # Commands parsed with their own module alone (a light path of theirs then imports neither Beam nor the other
 # commands' modules; every other command, and `corpusmill --help`, registers them all).

@@ -223,6 +223,13 @@ def _clean_settings(cfg: RunConfig, against: tuple[str, ...]) -> dict[str, Any]:
             if path:
                 settings[f"url_filter.{key}"] = _local_abspath(path)
                 settings[f"url_filter.{key}_sha256"] = _file_sha256(path)
+    if cfg.takedown.ledgers or cfg.takedown.near_duplicates:  # only then, as above; the run's own ledger is not
+        # here: `forget` applies it to the outputs itself, so appending to it must not make the clean stale
+        settings["takedown.near_duplicates"] = cfg.takedown.near_duplicates
+        for index, given in enumerate(cfg.takedown.ledgers):
+            settings[f"takedown.ledgers.{index}"] = _local_abspath(given)
+            ledger = RunPaths(given).takedown_ledger if os.path.isdir(given) else Path(given)
+            settings[f"takedown.ledgers.{index}_sha256"] = _file_sha256(str(ledger))
     return settings
 
 

@@ -107,6 +107,17 @@ class RunPaths:
         """The near-dedup index (sketches and band keys) that a later refresh dedups against."""
         return self.root / "dedup"
 
+    # -- takedowns (`corpusmill forget`) -------------------------------------------------------------------
+    @property
+    def takedown(self) -> Path:
+        """What `corpusmill forget` forgot (``runio.ledger``): never cleared by a stage, so it outlives re-runs."""
+        return self.root / "takedown"
+
+    @property
+    def takedown_ledger(self) -> Path:
+        """The append-only takedown ledger (``runio.ledger``), read by every later clean into this directory."""
+        return self.takedown / "ledger.jsonl"
+
     # -- shard stage --------------------------------------------------------------------------------------
     @property
     def tokenizer_dir(self) -> Path:

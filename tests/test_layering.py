@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOORS = {"runio": 0, "beamio": 1, "transforms": 2, "tokenizer": 2, "beam_dask": 2, "trainer_bridge": 3,
-          "pipelines": 4, "experiments": 5, "report": 5, "cli": 6}
+          "pipelines": 4, "lineage": 4, "experiments": 5, "report": 5, "cli": 6}
 
 
 @dataclass(frozen=True)
