@@ -93,6 +93,25 @@ class _WritePartFn(beam.DoFn):
         yield name, len(rows)
 
 
+class _PartCount(beam.CombineFn):
+    """How many parts of about ``target_bytes`` the rows make: their summed ``size_of``, divided, at least 1."""
+
+    def __init__(self, size_of: Callable[[dict], int], target_bytes: int):
+        self.size_of, self.target_bytes = size_of, target_bytes
+
+    def create_accumulator(self) -> int:
+        return 0
+
+    def add_input(self, total: int, row: dict) -> int:
+        return total + self.size_of(row)
+
+    def merge_accumulators(self, totals) -> int:
+        return sum(totals)
+
+    def extract_output(self, total: int) -> int:
+        return max(1, math.ceil(total / self.target_bytes))
+
+
 class WriteSorted(beam.PTransform):
     """Write rows into ``ceil(total_bytes / target_bytes)`` files by ``id % parts``, each sorted.
 
@@ -108,12 +127,13 @@ class WriteSorted(beam.PTransform):
         self.sort_key = sort_key or (lambda r: r["id"])
 
     def expand(self, rows):
-        size_of, target = self.size_of, self.target_bytes
-        parts = (rows | "SizeOf" >> beam.Map(size_of) | "TotalBytes" >> beam.CombineGlobally(sum)
-                 | "PartCount" >> beam.Map(lambda total: max(1, math.ceil(total / target))))
+        # Without defaults: an empty input has no rows to place, so it needs no part count (the side input's
+        # default); a global combine with its default costs five more transforms, each a DoFn to set up.
+        parts = rows | "PartCount" >> beam.CombineGlobally(_PartCount(self.size_of, self.target_bytes)).without_defaults()
         return (
             rows
-            | "KeyByPart" >> beam.Map(lambda r, n: ((r["id"] % n, n), r), n=beam.pvalue.AsSingleton(parts))
+            | "KeyByPart" >> beam.Map(lambda r, n: ((r["id"] % n, n), r),
+                                      n=beam.pvalue.AsSingleton(parts, default_value=1))
             | "GroupParts" >> beam.GroupByKey()
             | "WriteParts" >> beam.ParDo(_WritePartFn(self.directory, self.prefix, self.suffix, self.write,
                                                        self.sort_key))

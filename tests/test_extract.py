@@ -373,3 +373,13 @@ def test_command_refuses_a_bad_setting_in_one_line(tmp_path):
                            "--set", "extract.extractor=magic"], capture_output=True, text=True, cwd=REPO, env=env,
                           timeout=120)
     assert proc.returncode == 2 and "extract.extractor" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_trafilatura_cannot_drop_lists_or_code():
+    import pydantic
+    import pytest
+
+    from transforms.extract.config import ExtractConfig
+    with pytest.raises(pydantic.ValidationError, match="extract.keep_code"):
+        ExtractConfig(extractor="trafilatura", keep_code=False)
+    assert ExtractConfig(extractor="trafilatura", keep_tables=False).keep_tables is False

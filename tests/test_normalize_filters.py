@@ -105,3 +105,73 @@ def test_progress_counters_sum_across_workers_and_give_a_line(tmp_path):
     assert totals == {"filters": 502, "read": 600}
     line = progress_line(totals, ["normalize", "filters"], {"filters": 49.0}, read_done=True)
     assert line == "clean: read 600 | filters 502 (49/s) | ETA ≤ 2s"
+
+
+# The fast paths below must give exactly what the plain definitions give: each is checked against a reference
+# written the slow, obvious way, on real text and on made-up edge cases.
+
+def _reference_ngram_measures(tokens, top_ns, dup_ns):
+    from collections import Counter
+    out, total = {}, sum(map(len, tokens))
+    if not tokens:
+        return out
+    for n in top_ns:
+        grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+        counts = Counter(grams)
+        best = max(counts.values(), default=0)
+        if best < 2:
+            out[f"top_{n}gram_char_frac"] = 0.0
+            continue
+        # ties: every n-gram of the most frequent count covers the same share only if equally long; take them all
+        shares = {round(sum(map(len, g)) * best / total, 4) for g, c in counts.items() if c == best}
+        out[f"top_{n}gram_char_frac"] = shares
+    for n in dup_ns:
+        grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+        counts = Counter(grams)
+        covered = [False] * len(tokens)
+        for i, g in enumerate(grams):
+            if counts[g] > 1:
+                covered[i:i + n] = [True] * n
+        out[f"dup_{n}gram_char_frac"] = round(sum(len(t) for t, c in zip(tokens, covered) if c) / total, 4)
+    return out
+
+
+def test_ngram_measures_match_the_plain_count(demo_corpus):
+    import random
+    rng = random.Random(7)
+    texts = [r["text"] for r in demo_corpus[:60]]
+    vocab = "a b c the of and to".split()
+    texts += [" ".join(rng.choice(vocab) for _ in range(rng.randint(0, 60))) for _ in range(200)]
+    for text in texts:
+        tokens = [t.lower() for t in words(text)]
+        got = ngram_measures(tokens, [2, 3, 4], [5, 6, 7, 8, 9, 10])
+        want = _reference_ngram_measures(tokens, [2, 3, 4], [5, 6, 7, 8, 9, 10])
+        for key, value in want.items():
+            assert got[key] in value if isinstance(value, set) else got[key] == value, (key, text[:80])
+    # CJK thresholds skip sizes (10, 12, ...): candidates come from the last size measured, not the one before
+    tokens = list("天地玄黄宇宙洪荒日月盈昃辰宿列张" * 3 + "寒来暑往")
+    assert ngram_measures(tokens, [], [10, 12, 14]) == _reference_ngram_measures(tokens, [], [10, 12, 14])
+
+
+def test_fast_paths_equal_the_plain_definitions(demo_corpus):
+    import re
+    from transforms.filters import _BOILERPLATE_LINE_RE, drop_boilerplate_lines
+    from transforms.text_units import _WORD_RE, CJK_RE
+
+    def plain_drop(text):
+        lines = text.split("\n")
+        kept = [line for line in lines if not _BOILERPLATE_LINE_RE.search(line)]
+        return "\n".join(kept).strip(), len(lines) - len(kept)
+
+    letter = re.compile(r"[^\W\d_]")
+    edge = ["USES COOKIES\nkeep", "Uſes cookies\nkeep", "JavaScript is off", "TERMS OF USE", "Terms of Uſe",
+            "privacy POLICY", "x\ncookie policy\ny", "KOOKIE", "\u212aOOKIE", "  a\u3000\u3000b\t\tc  \n\n\n\nd ",
+            "中文 text\u00a0here", "ǅungla ²½ 123", ""]
+    for text in [r["text"] for r in demo_corpus[:200]] + edge:
+        assert drop_boilerplate_lines(text) == plain_drop(text)
+        assert words(text) == _WORD_RE.findall(text)
+        letters = len(letter.findall(text))
+        assert cjk_ratio(text) == (len(CJK_RE.findall(text)) / letters if letters else 0.0)
+        lines = [re.sub(r"[ \t\u00a0\u2000-\u200a\u3000]+", " ", line).strip() for line in text.split("\n")]
+        plain = re.sub("\n{3,}", "\n\n", "\n".join(lines)).strip()
+        assert normalize_text(text, NormalizeConfig(unicode_form="none")) == plain

@@ -15,6 +15,7 @@ document was judged by are recorded as ``annotations["filters"]["rules"]`` (``by
 from __future__ import annotations
 
 import re
+from itertools import filterfalse
 from typing import Sequence
 
 import numpy as np
@@ -167,13 +168,35 @@ def _duplicates(items: list[str]) -> tuple[int, int]:
     return count, chars
 
 
-def _ngram_hashes(ids: np.ndarray, n: int) -> np.ndarray:
-    """A 64-bit polynomial hash of every n-gram of word ids (wrapping arithmetic is intended)."""
-    hashes = np.zeros(len(ids) - n + 1, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for k in range(n):
-            hashes = hashes * np.uint64(1_000_003) + ids[k:len(ids) - n + 1 + k]
-    return hashes
+class _NgramHashes:
+    """64-bit polynomial hashes of every n-gram of word ids, for n = 1, 2, ... in turn: the n-gram hash at i is the
+    (n-1)-gram hash at i times the base plus the id at i+n-1 (wrapping arithmetic is intended), one pass per n."""
+
+    BASE = np.uint64(1_000_003)
+
+    def __init__(self, ids: np.ndarray):
+        self.ids, self.n, self.hashes = ids, 0, np.zeros(len(ids), dtype=np.uint64)
+
+    def of(self, n: int) -> np.ndarray:
+        """The hashes of the ``len(ids) - n + 1`` n-grams (n never decreases between calls)."""
+        with np.errstate(over="ignore"):
+            while self.n < n:
+                self.n += 1
+                self.hashes = self.hashes[:len(self.ids) - self.n + 1] * self.BASE + self.ids[self.n - 1:]
+        return self.hashes
+
+
+def _repeated(hashes: np.ndarray) -> np.ndarray:
+    """A mask: True where the hash occurs more than once."""
+    order = np.argsort(hashes, kind="stable")
+    ordered = hashes[order]
+    same_as_next = ordered[1:] == ordered[:-1]
+    repeated_in_order = np.zeros(len(hashes), dtype=bool)
+    repeated_in_order[1:] |= same_as_next
+    repeated_in_order[:-1] |= same_as_next
+    repeated = np.empty(len(hashes), dtype=bool)
+    repeated[order] = repeated_in_order
+    return repeated
 
 
 def ngram_measures(tokens: list[str], top_ns: Sequence[int], dup_ns: Sequence[int]) -> dict[str, float]:
@@ -187,31 +210,45 @@ def ngram_measures(tokens: list[str], top_ns: Sequence[int], dup_ns: Sequence[in
     lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
     total_chars = int(lengths.sum())
     cum = np.concatenate(([0], np.cumsum(lengths)))
+    hashes = _NgramHashes(ids)
     for n in top_ns:
         if len(tokens) < n:
             out[f"top_{n}gram_char_frac"] = 0.0
             continue
-        hashes = _ngram_hashes(ids, n)
-        uniq, first, counts = np.unique(hashes, return_index=True, return_counts=True)
-        best = int(np.argmax(counts))
+        ngram = hashes.of(n)
+        ordered = np.sort(ngram)
+        run_starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+        counts = np.diff(np.append(run_starts, len(ordered)))
+        best = int(np.argmax(counts))  # the first of equally frequent n-grams in hash order
         if counts[best] < 2:
             out[f"top_{n}gram_char_frac"] = 0.0
             continue
-        start = int(first[best])
+        start = int(np.flatnonzero(ngram == ordered[run_starts[best]])[0])
         ngram_chars = int(cum[start + n] - cum[start])
         out[f"top_{n}gram_char_frac"] = round(ngram_chars * int(counts[best]) / total_chars, 4)
+    # An n-gram that repeats is made of m-grams (m < n) that repeat at each of its n - m + 1 offsets: only the
+    # positions where those did are candidates for the next n, so the larger n look at a handful of positions.
+    repeated_before: tuple[int, np.ndarray] | None = None
     for n in dup_ns:
         if len(tokens) < n:
             out[f"dup_{n}gram_char_frac"] = 0.0
             continue
-        hashes = _ngram_hashes(ids, n)
-        _, inverse, counts = np.unique(hashes, return_inverse=True, return_counts=True)
-        repeated_starts = np.nonzero(counts[inverse] > 1)[0]
-        covered = np.zeros(len(tokens) + 1, dtype=np.int64)
-        np.add.at(covered, repeated_starts, 1)
-        np.add.at(covered, repeated_starts + n, -1)
-        mask = np.cumsum(covered[:-1]) > 0
-        out[f"dup_{n}gram_char_frac"] = round(int(lengths[mask].sum()) / total_chars, 4)
+        ngram = hashes.of(n)
+        if repeated_before is None:
+            candidates = np.arange(len(ngram))
+        else:
+            m, repeated_m = repeated_before
+            possible = np.ones(len(ngram), dtype=bool)
+            for shift in range(n - m + 1):
+                possible &= repeated_m[shift:shift + len(ngram)]
+            candidates = np.flatnonzero(possible)
+        repeated = np.zeros(len(ngram), dtype=bool)
+        repeated[candidates] = _repeated(ngram[candidates])
+        repeated_before = (n, repeated)
+        starts = np.flatnonzero(repeated)
+        covered = np.cumsum(np.bincount(starts, minlength=len(tokens) + 1)[:len(tokens)]
+                            - np.bincount(starts + n, minlength=len(tokens) + 1)[:len(tokens)]) > 0
+        out[f"dup_{n}gram_char_frac"] = round(int(lengths[covered].sum()) / total_chars, 4)
     return out
 
 
@@ -226,20 +263,23 @@ def measure(text: str, script: str, cfg: FiltersConfig, thresholds: Thresholds |
     lines = [line for line in text.split("\n") if line.strip()]
     n_lines = max(len(lines), 1)
     paragraphs = [p.strip() for p in _PARA_SPLIT_RE.split(text) if p.strip()]
-    lowered = [t.lower() for t in tokens]
-    # Word length is a property of space-delimited words: CJK characters in mixed text would drag it to 1.
-    spaced = [t for t in tokens if not CJK_RE.fullmatch(t)] if CJK_RE.search(text) else tokens
+    lowered = list(map(str.lower, tokens))
+    # Word length is a property of space-delimited words: CJK characters in mixed text would drag it to 1. A CJK
+    # token is one CJK character (``words``) and every CJK character is a token, so they are counted, not listed.
+    cjk_tokens = len(CJK_RE.findall(text)) if CJK_RE.search(text) else 0
+    spaced_words, spaced_chars = n_words - cjk_tokens, sum(map(len, tokens)) - cjk_tokens
     dup_lines, dup_line_chars = _duplicates(lines)
     dup_paras, dup_para_chars = _duplicates(paragraphs)
     chars = max(len(text), 1)
     m: dict[str, float] = {
         "n_words": n_words,
-        "mean_word_len": round(sum(map(len, spaced)) / len(spaced), 3) if spaced else 0.0,
+        "mean_word_len": round(spaced_chars / spaced_words, 3) if spaced_words else 0.0,
         "symbol_word_ratio": round((text.count("#") + sum(text.count(e) for e in _ELLIPSES)) / max(n_words, 1), 4),
         "bullet_line_frac": round(sum(line.lstrip().startswith(_BULLETS) for line in lines) / n_lines, 4),
         "ellipsis_line_frac": round(sum(line.rstrip().endswith(_ELLIPSES) for line in lines) / n_lines, 4),
-        # a word with a letter: most are letters only, so isalpha() answers at C speed before the scan
-        "alpha_word_frac": round(sum(1 for t in tokens if t.isalpha() or any(map(str.isalpha, t)))
+        # a word with a letter: most are letters only, counted at C speed; only the rest are scanned
+        "alpha_word_frac": round((sum(map(str.isalpha, tokens))
+                                  + sum(1 for t in filterfalse(str.isalpha, tokens) if any(map(str.isalpha, t))))
                                  / max(n_words, 1), 4),
         "stop_words": len(stop_words.intersection(lowered)) if stop_words else None,
         "dup_line_frac": round(dup_lines / n_lines, 4),
@@ -295,7 +335,17 @@ def decide(m: dict, t: Thresholds) -> str | None:
     return None
 
 
+def _may_have_boilerplate(text: str) -> bool:
+    """False only when no line can match ``_BOILERPLATE_LINE_RE``: each of its phrases holds one of these pieces,
+    lower-cased (pieces without i and s, whose case-insensitive matches str.lower() does not map: ı, ſ). A
+    lower-cased copy and four substring tests are ~10x faster than the case-insensitive pattern."""
+    lowered = text.lower()
+    return "java" in lowered or "vacy" in lowered or "cook" in lowered or ("term" in lowered and "of u" in lowered)
+
+
 def drop_boilerplate_lines(text: str) -> tuple[str, int]:
+    if not _may_have_boilerplate(text):  # most documents: no line to drop
+        return text.strip(), 0
     lines = text.split("\n")
     kept = [line for line in lines if not _BOILERPLATE_LINE_RE.search(line)]
     return "\n".join(kept).strip(), len(lines) - len(kept)

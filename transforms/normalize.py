@@ -16,7 +16,9 @@ from transforms.text_units import cjk_ratio
 
 # C0/C1 controls except tab and newline, plus zero-width and bidi marks that only hide text.
 _CONTROL_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
-_SPACES_RE = re.compile(r"[ \t\u00a0\u2000-\u200a\u3000]+")
+# Runs of spaces that change when collapsed to one " ": two or more, or one that is not " " itself. Matching every
+# single space too (the plain `[...]+`) gives the same text but replaces each word gap: 5x slower on prose.
+_SPACES_RE = re.compile(r"[ \t\u00a0\u2000-\u200a\u3000]{2,}|[\t\u00a0\u2000-\u200a\u3000]")
 
 
 class NormalizeConfig(BaseModel):
@@ -33,14 +35,12 @@ def normalize_text(text: str, cfg: NormalizeConfig) -> str:
     if cfg.unicode_form != "none":
         text = unicodedata.normalize(cfg.unicode_form, text)
     text = _CONTROL_RE.sub("", text)
-    lines = text.split("\n")
     if cfg.collapse_spaces:
-        lines = [_SPACES_RE.sub(" ", line).strip() for line in lines]
-    else:
-        lines = [line.rstrip() for line in lines]
-    text = "\n".join(lines)
+        text = _SPACES_RE.sub(" ", text)  # one pass over the text: the pattern never spans a newline
+    text = "\n".join(map(str.strip if cfg.collapse_spaces else str.rstrip, text.split("\n")))
     keep = cfg.max_blank_lines + 1
-    text = re.sub("\n{%d,}" % (keep + 1), "\n" * keep, text)
+    if "\n" * (keep + 1) in text:  # most texts have no run to shorten: no regex pass
+        text = re.sub("\n{%d,}" % (keep + 1), "\n" * keep, text)
     return text.strip()
 
 

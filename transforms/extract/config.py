@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 EXTRACTORS = ("corpusmill", "resiliparse", "trafilatura")
 
@@ -35,3 +35,13 @@ class ExtractConfig(BaseModel):
         0.6, gt=0, le=1, description="corpusmill extractor: inside the main content, a list, table or block of "
                                      "three links or more whose text is at least this share link text is "
                                      "dropped as navigation (related links, tag lists, pagers)")
+
+    @model_validator(mode="after")
+    def _trafilatura_keeps_lists_and_code(self) -> "ExtractConfig":
+        # trafilatura.extract has a switch for tables only: its text always holds lists and code blocks
+        if self.extractor == "trafilatura":
+            for name in ("keep_lists", "keep_code"):
+                if not getattr(self, name):
+                    raise ValueError(f"extract.{name}: false is not possible with extract.extractor trafilatura "
+                                     f"(its text always keeps lists and code); use corpusmill or resiliparse")
+        return self

@@ -398,8 +398,7 @@ def extract_trafilatura(html: str, cfg: ExtractConfig) -> Extracted:
 
     text = trafilatura.extract(html, include_tables=cfg.keep_tables, include_comments=False,
                                include_formatting=False, favor_precision=False, favor_recall=False) or ""
-    if not cfg.keep_code or not cfg.keep_lists:  # trafilatura has no switch for these: its text keeps them
-        pass
+    # keep_code/keep_lists false are refused with this extractor when the config is read (ExtractConfig)
     meta = trafilatura.extract_metadata(html) if text else None
     title = (meta.title or "") if meta is not None else ""
     return Extracted(text.strip(), title, None, "trafilatura", len(html))
