@@ -325,7 +325,25 @@ def _train_stage(run: StageRun) -> dict:
                           code=code)
     if code != 0:
         raise StageFailed(f"train stage failed with exit code {code}; re-run to resume from the last checkpoint")
+    write_data_cards(run.paths, run.log)
     return {}
+
+
+def write_data_cards(paths: RunPaths, say: Callable[[str], None]) -> None:
+    """Each checkpoint's data card (``lineage.card``), after a training ended."""
+    # deferred: the cards read the sampler and checkpoints through trainer_bridge (torch), which the data stages
+    # never need
+    from lineage.card import refresh_data_cards
+    from lineage.withdrawn import LedgerError
+    from tokenizer.shards import ShardFormatError
+
+    try:
+        cards = refresh_data_cards(paths.root)
+    except (LedgerError, ShardFormatError, OSError) as error:  # the training stands; the cards are said missing
+        say(f"data cards not written: {error}")
+        return
+    if cards:
+        say(f"data cards: {len(cards)} checkpoint(s), newest {cards[-1]}")
 
 
 def _report_stage(run: StageRun) -> dict:
@@ -642,6 +660,8 @@ def record_training(cfg: RunConfig, code: int) -> None:
     interrupted, failed) leaves neither recorded. A refusal before training (exit 2, 4, 5: nothing trained, train/
     as it was) changes nothing."""
     paths = RunPaths.of(cfg)
+    if code not in (ExitCode.CONFIG, ExitCode.REFUSED) and paths.shards_manifest.is_file():
+        write_data_cards(paths, lambda line: print(f"corpusmill train: {line}", flush=True))
     if code in (ExitCode.CONFIG, ExitCode.REFUSED, ExitCode.FAILED) or not paths.manifest.is_file():
         return
     with run_lock(paths):

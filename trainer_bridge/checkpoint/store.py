@@ -326,6 +326,9 @@ class Checkpointer:
                             if cfg.async_save and runtime.distributed else None)
         self._pending = None  # (future, partial_path, step)
         self.val_losses: dict[int, float] = {}  # step -> validation loss, for provenance.json and ``best``
+        # step -> the data position saved with it (global sample index, tokens seen), for provenance.json: what
+        # the checkpoint had consumed, readable without loading tensors (``lineage``'s data cards).
+        self.positions: dict[int, dict[str, int]] = {}
         self.last_blocking_seconds = 0.0
         self.promotions = 0  # async saves promoted so far (each by ``wait``, on the loop's thread)
         if runtime.is_main:
@@ -347,6 +350,9 @@ class Checkpointer:
         final = self.root / step_dir_name(step)
         partial = self.root / (step_dir_name(step) + PARTIAL_SUFFIX)
         state = _full_state(self.runtime, parts, optimizers, train_state)
+        if "progress" in train_state:  # the loop's Progress: step, samples, tokens_seen, ...
+            progress = [int(v) for v in train_state["progress"][:3]]
+            self.positions[step] = {"samples": progress[1], "tokens_seen": progress[2]}
         if self.cfg.async_save:
             # async_save copies (stages) the state to CPU memory before returning; training may then change
             # the parameters while the background thread writes the copy.
@@ -387,9 +393,12 @@ class Checkpointer:
             return
         step = step_of(final)
         val_loss = self.val_losses.get(step)
+        position = self.positions.pop(step, None)
         for name, value in (self.describe(step) if self.describe else {}).items():
             if name == PROVENANCE_FILE and val_loss is not None:
                 value = {**value, "val_loss": val_loss}
+            if name == PROVENANCE_FILE and position is not None:
+                value = {**value, **position}
             write_json(partial / name, value, indent=2, sort_keys=True)
         write_checksums(partial)
         if final.exists():  # the same step saved again (after a rollback or a damaged copy): replace it
@@ -564,7 +573,7 @@ def training_logs(paths: RunPaths) -> tuple[Path, ...]:
     ``set_aside`` moves with them, so that a new run's report shows nothing of the old one. (``train_config.json``
     is rewritten by every start; ``RESUME`` is the operator's signal, not the run's.)"""
     return (paths.metrics_jsonl, paths.recovery_jsonl, paths.alerts_jsonl, paths.samples_jsonl, paths.tensorboard,
-            paths.paused)
+            paths.paused, paths.data_order_jsonl)
 
 
 def set_aside(paths: RunPaths) -> Path | None:

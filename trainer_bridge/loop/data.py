@@ -18,7 +18,8 @@ from typing import Iterator, Protocol
 import numpy as np
 import torch
 
-from runio.files import sha256_file
+from runio.files import append_jsonl, sha256_file
+from runio.layout import RunPaths
 from tokenizer.shards import ShardReader, manifest_path, read_manifest
 
 IGNORE_INDEX = -100
@@ -88,8 +89,14 @@ def shards_difference(saved: dict, current: dict) -> list[str]:
     return out
 
 
+# Names the sample order below in train/data_order.jsonl: a reader that knows this name can replay which rows
+# every step used (``lineage``); a changed order must get a new name, so that old runs are never misread.
+SAMPLE_ORDER = "pcg64-permutation-per-epoch/1"
+
+
 class SampleOrder:
-    """Global sample index -> row index: epoch e is a permutation of all rows seeded by (seed, e)."""
+    """Global sample index -> row index: epoch e is a permutation of all rows seeded by (seed, e)
+    (``numpy.random.Generator(PCG64([seed, e])).permutation(rows)``; ``SAMPLE_ORDER`` names it)."""
 
     def __init__(self, num_rows: int, seed: int):
         if num_rows <= 0:
@@ -99,13 +106,41 @@ class SampleOrder:
         self._epoch = -1
         self._permutation = np.empty(0, dtype=np.int64)
 
+    def permutation(self, epoch: int) -> np.ndarray:
+        """Row of each position of ``epoch``: sample ``epoch * num_rows + p`` is row ``permutation(epoch)[p]``."""
+        return np.random.Generator(np.random.PCG64([self.seed, epoch])).permutation(self.num_rows)
+
     def row_index(self, sample_index: int) -> int:
         epoch, position = divmod(sample_index, self.num_rows)
         if epoch != self._epoch:
-            generator = np.random.Generator(np.random.PCG64([self.seed, epoch]))
-            self._permutation = generator.permutation(self.num_rows)
+            self._permutation = self.permutation(epoch)
             self._epoch = epoch
         return int(self._permutation[position])
+
+
+class DataOrderLog:
+    """``train/data_order.jsonl`` (rank 0): one ``stretch`` line whenever training starts consuming samples at a
+    step (a start, a resume on any world size, an init from another run, a rollback, where the step goes back
+    but the data moves on) and one ``end`` line when the loop ends without an error. Within a stretch step s
+    uses samples ``sample + (s - step) * global_batch_size`` onwards; with the order's name, seed and row count
+    that is every step's rows, for ``corpusmill trace`` and the data cards. Two small writes per start."""
+
+    def __init__(self, paths: RunPaths, *, seed: int, global_batch_size: int, micro_batch_size: int, dp: int,
+                 train_rows: int, shards_manifest_sha256: str | None, is_main: bool):
+        self.path = paths.data_order_jsonl
+        self.is_main = is_main
+        self.common = {"order": SAMPLE_ORDER, "seed": seed, "train_rows": train_rows,
+                       "global_batch_size": global_batch_size, "micro_batch_size": micro_batch_size, "dp": dp,
+                       "shards_manifest_sha256": shards_manifest_sha256}
+
+    def stretch(self, cause: str, step: int, sample: int, **extra) -> None:
+        if self.is_main:
+            append_jsonl(self.path, {"event": "stretch", "cause": cause, "step": step, "sample": sample,
+                                     **self.common, **extra, "time": time.time()})
+
+    def end(self, step: int, sample: int) -> None:
+        if self.is_main:
+            append_jsonl(self.path, {"event": "end", "step": step, "sample": sample, "time": time.time()})
 
 
 @dataclass

@@ -1,0 +1,2 @@
+"""Lineage: which documents a run trained on, where, and which checkpoints saw them (``trace``), what each
+checkpoint had seen (``card``), and withdrawing documents after the fact (``forget``)."""
