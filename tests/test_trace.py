@@ -4,13 +4,16 @@ the next global_batch_size samples), never through the project's sampler or line
 the trainer itself reported through ``TrainHooks.on_batch``.
 
 One tiny corpus (60 short documents packed into ~20 rows of 128 tokens) and two trainings on it, 8 steps of 8 rows
-(over two epochs): straight through, and stopped at step 3 then resumed with another micro-batch layout.
+(over two epochs): straight through in this process, and 3 steps on two data-parallel ranks (torchrun, FSDP2)
+resumed here on one process with another micro-batch layout.
 """
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -81,13 +84,30 @@ def train(paths: RunPaths, log: SampleLog, **overrides):
     return run_training(cfg, paths, hooks=log.hooks())
 
 
+def train_on_two_ranks(paths: RunPaths, log: SampleLog, **overrides) -> None:
+    """Train with torchrun on two data-parallel ranks (FSDP2, gloo); the ranks' rows per step go into ``log``."""
+    cfg = train_config(**overrides)
+    paths.train.mkdir(parents=True, exist_ok=True)
+    paths.train_config.write_text(json.dumps(cfg.model_dump(mode="json")))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           str(REPO / "tests" / "dist" / "trace_scenario.py"), str(paths.root),
+                           str(paths.train_config)], env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    for rank in (0, 1):
+        for step, rows in json.loads((paths.root / f"rank{rank}.samples.json").read_text()).items():
+            log.sample_ids.setdefault(int(step), []).extend(rows)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     corpus = Corpus(tmp_path_factory.mktemp("trace"))
     straight, straight_log = corpus.run_dir("straight"), SampleLog()
     train(straight, straight_log)
     resumed, resumed_log = corpus.run_dir("resumed"), SampleLog()
-    train(resumed, resumed_log, steps=3)
+    # dp 2 (micro-batches of 2, 2 accumulation steps) for 3 steps, then resumed here on one process
+    train_on_two_ranks(resumed, resumed_log, steps=3, mesh={"dp": 2},
+                       batch={"global_batch_size": GBS, "micro_batch_size": 2})
     train(resumed, resumed_log, batch={"global_batch_size": GBS, "micro_batch_size": 8})
     return corpus, {"straight": (straight, straight_log), "resumed": (resumed, resumed_log)}
 
@@ -153,13 +173,13 @@ def test_trace_steps_equal_the_replay_of_contract_4(runs, name):
         assert all(r["split"] == "train" for r in record["rows"]) or record["steps_note"]
 
 
-def test_resumed_run_logs_two_stretches_with_their_layouts(runs):
+def test_run_resumed_from_two_ranks_on_one_logs_two_stretches(runs):
     _, by_name = runs
     paths, _ = by_name["resumed"]
     log = [r for r in read_jsonl(paths.data_order_jsonl)]
     stretches = [r for r in log if r["event"] == "stretch"]
-    assert [(r["cause"], r["step"], r["sample"], r["micro_batch_size"]) for r in stretches] == [
-        ("start", 0, 0, 4), ("resume", 3, 3 * GBS, 8)]
+    assert [(r["cause"], r["step"], r["sample"], r["micro_batch_size"], r["dp"], r["world_size"])
+            for r in stretches] == [("start", 0, 0, 2, 2, 2), ("resume", 3, 3 * GBS, 8, 1, 1)]
     assert [r["step"] for r in log if r["event"] == "end"] == [3, STEPS]
 
 
