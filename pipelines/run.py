@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 from beamio.read import ID_SCHEME, expand_inputs
+from lineage.withdrawn import LedgerError
 from pipelines.config import ConfigError, RunConfig
 from pipelines.prepare import base_manifest, previously_processed, run_clean, run_shards, summary_table
 from pipelines.rundir import clear_outputs, read_manifest, remove_stale_temporaries
@@ -49,6 +50,7 @@ from runio.errors import ExitCode
 from runio.files import is_uri, read_json, read_jsonl, sha256_bytes, sha256_file, write_atomic, write_json
 from runio.layout import RunPaths
 from runio.pushgateway import push_cost, push_pipeline_stats
+from tokenizer.shards import ShardFormatError
 from tokenizer.train import check_tokenizer
 from trainer_bridge.outcomes import TRAIN_FAILURE_CODES
 from transforms.pii import engine_description
@@ -334,8 +336,6 @@ def write_data_cards(paths: RunPaths, say: Callable[[str], None]) -> None:
     # deferred: the cards read the sampler and checkpoints through trainer_bridge (torch), which the data stages
     # never need
     from lineage.card import refresh_data_cards
-    from lineage.withdrawn import LedgerError
-    from tokenizer.shards import ShardFormatError
 
     try:
         cards = refresh_data_cards(paths.root)
