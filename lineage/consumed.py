@@ -21,8 +21,8 @@ import numpy as np
 
 from runio.files import read_jsonl
 from runio.layout import RunPaths
-from trainer_bridge.checkpoint.store import PROVENANCE_FILE, complete_checkpoints, read_checkpoint_json, step_of
-from trainer_bridge.loop.data import SAMPLE_ORDER, SampleOrder
+from trainer_bridge.checkpoint.names import PROVENANCE_FILE, complete_checkpoints, read_checkpoint_json, step_of
+from trainer_bridge.loop.order import SAMPLE_ORDER, SampleOrder
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from hashlib import blake2b
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -190,19 +191,41 @@ def records_read(paths: RunPaths) -> int:
 
 
 class Positions:
-    """Input position of a document: its id is a hash of (the file's sha256, the position), so the positions
-    of one file are found by hashing 0 .. records read once per file asked about (about a million a second)."""
+    """Input positions of documents: an id is a hash of (the file's sha256, the position) (``doc_id``), so the
+    positions of one file's documents are found by hashing positions 0, 1, ... until every asked id of that file
+    is found or every record read is passed (about a million hashes a second)."""
 
     def __init__(self, paths: RunPaths):
         self.paths = paths
         self.bound = records_read(paths) + 1
-        self._by_source: dict[str, dict[int, int]] = {}
+        self.found: dict[int, int] = {}
+
+    def resolve(self, docs: list[Found]) -> None:
+        """Find the positions of ``docs`` (those without one), one pass over each of their input files' positions."""
+        by_source: dict[str, set[int]] = {}
+        for doc in docs:
+            if doc.position is None and doc.source is not None:
+                by_source.setdefault(doc.source, set()).add(doc.doc_id)
+        for source, wanted in by_source.items():
+            entry = input_named(self.paths, source)
+            if entry and entry.get("sha256"):
+                self.found.update(_positions_of(entry["sha256"], wanted - set(self.found), self.bound))
 
     def of(self, found: Found) -> int | None:
-        if found.position is not None or found.source is None:
-            return found.position
-        if found.source not in self._by_source:
-            entry = input_named(self.paths, found.source)
-            key = entry.get("sha256") if entry else None
-            self._by_source[found.source] = ({doc_id(key, p): p for p in range(self.bound + 1)} if key else {})
-        return self._by_source[found.source].get(found.doc_id)
+        return found.position if found.position is not None else self.found.get(found.doc_id)
+
+
+def _positions_of(key: str, wanted: set[int], bound: int) -> dict[int, int]:
+    """The hash of ``beamio.records.doc_id``, inlined (the key's bytes encoded once): tests/test_trace.py checks
+    the positions it gives against the ids of known positions."""
+    prefix = f"{key}\x00".encode("utf-8")
+    mask = 0x7FFF_FFFF_FFFF_FFFF
+    found, remaining = {}, set(wanted)
+    for position in range(bound + 1):
+        if not remaining:
+            break
+        value = int.from_bytes(blake2b(prefix + str(position).encode(), digest_size=8).digest(), "big") & mask
+        if value in remaining:
+            found[value] = position
+            remaining.discard(value)
+    return found

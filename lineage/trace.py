@@ -158,6 +158,7 @@ def trace(run_dir: str | Path, query: TraceQuery) -> list[dict]:
     order = training_order(paths)
     checkpoints = checkpoint_positions(paths)
     positions = Positions(paths)
+    positions.resolve([d for _, d in docs])
     kept_ids = np.array(sorted({d.doc_id for _, d in docs if d.fate == "kept"}), dtype=np.int64)
     rows_by_doc = index.rows_of(kept_ids) if len(kept_ids) else {}
     for query_text, doc in docs:

@@ -35,7 +35,6 @@ import json
 import math
 import os
 import pickle
-import re
 import shutil
 import signal
 import threading
@@ -60,6 +59,14 @@ from torch.distributed.checkpoint.state_dict import (
 from runio.files import sha256_file, write_atomic, write_json
 from runio.layout import RunPaths
 from trainer_bridge.parallel import device as devices
+from trainer_bridge.checkpoint.names import (  # noqa: F401 (re-exported: the store's names, where callers look)
+    PROVENANCE_FILE,
+    STEP_DIR,
+    complete_checkpoints,
+    read_checkpoint_json,
+    step_dir_name,
+    step_of,
+)
 from trainer_bridge.config import CheckpointConfig
 from trainer_bridge.loop.data import shards_difference
 from trainer_bridge.outcomes import TrainRefused, raise_terminated
@@ -70,20 +77,9 @@ PARTIAL_SUFFIX = ".partial"
 UPLOADING_SUFFIX = ".uploading-"  # a hard-linked hand-over copy for the tier uploader (trainer_bridge/checkpoint/tiers.py)
 DELETING_SUFFIX = ".deleting"  # an old checkpoint being pruned: renamed first, so a half-deleted one never loads
 MODEL_CONFIG_FILE = "model_config.json"  # the resolved ModelConfig
-PROVENANCE_FILE = "provenance.json"
-STEP_DIR = re.compile(r"step-\d{8}")
 SET_ASIDE_PREFIX = "set-aside-"
 # Model settings that do not change a trained model (only how a fresh one is initialized).
 MODEL_KEYS_NOT_COMPARED = frozenset({"init_std"})
-
-
-def step_dir_name(step: int) -> str:
-    return f"step-{step:08d}"
-
-
-def step_of(checkpoint: Path) -> int:
-    """The step a ``step-NNNNNNNN`` checkpoint directory was saved after (its completed optimizer steps)."""
-    return int(Path(checkpoint).name.split("-", 1)[1])
 
 
 class _MetadataUnpickler(pickle.Unpickler):
@@ -159,14 +155,6 @@ def checkpoint_problem(path: Path) -> str | None:
         if sha256_file(file) != want["sha256"]:
             return f"{name} does not match its checksum"
     return None
-
-
-def complete_checkpoints(root: Path) -> list[Path]:
-    """Every ``step-NNNNNNNN`` directory (not a partial save, not one being pruned), oldest first."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    return sorted(p for p in root.iterdir() if STEP_DIR.fullmatch(p.name) and p.is_dir())
 
 
 def checkpoint_candidates(root: Path) -> list[Path]:
@@ -456,14 +444,6 @@ class RunIdentity:
         if self.init_from:
             provenance["init_from"] = self.init_from
         return {MODEL_CONFIG_FILE: self.model, PROVENANCE_FILE: provenance}
-
-
-def read_checkpoint_json(path: Path, name: str) -> dict | None:
-    """One of a checkpoint's JSON files (it passed its checksums); None when an older version did not write it."""
-    file = Path(path) / name
-    if not file.is_file():
-        return None
-    return json.loads(file.read_text(encoding="utf-8"))
 
 
 def model_difference(saved: dict, current: dict) -> list[str]:
