@@ -205,6 +205,7 @@ def test_card_tokens_per_source_sum_to_the_tokens_consumed(runs, name):
 
 def test_ledger_entry_shows_in_cards_and_the_exported_model_card(runs, tmp_path):
     from lineage.card import read_data_card, refresh_data_cards
+    from report.build import data_cards_body
     from trainer_bridge.hf import export_run
 
     corpus, by_name = runs
@@ -227,6 +228,9 @@ def test_ledger_entry_shows_in_cards_and_the_exported_model_card(runs, tmp_path)
             saw = card["step"] > first_use[late]
             assert (card["withdrawn"]["doc_ids"] == [late]) is saw, checkpoint.name
             assert (card["withdrawn"]["tokens"] > 0) is saw
+        table = data_cards_body(paths)  # the report's "Data seen per checkpoint"
+        assert table.count("tokens of 1 documents") == sum(int(c.name[5:]) > first_use[late]
+                                                            for c in paths.checkpoints.glob("step-*"))
         export_run(paths.root, tmp_path / "model", say=lambda line: None)
         readme = (tmp_path / "model" / "README.md").read_text()
         assert "**Withdrawn data:**" in readme and "1 document(s) later withdrawn" in readme
