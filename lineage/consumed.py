@@ -73,14 +73,18 @@ class TrainingOrder:
 
     def steps_of_samples(self, samples: np.ndarray) -> list[dict]:
         """(step, micro-step, position in the global batch) of every use of the given sample indices; a sample
-        can be used by two steps of the same number only around a rollback (then both are listed)."""
-        uses = []
+        can be used by two steps of the same number only around a rollback (then both are listed). A crashed
+        stretch and the resume after it replay the same (step, sample) pairs: listed once."""
+        uses, seen = [], set()
         for stretch in self.stretches:
             lo, hi = stretch.first_sample, stretch.samples_end()
             inside = samples[(samples >= lo) & (samples < hi)]
             per_micro_step = stretch.micro_batch_size * stretch.dp
             for sample in inside.tolist():
                 offset, position = divmod(sample - lo, stretch.global_batch_size)
+                if (stretch.first_step + offset, sample) in seen:
+                    continue
+                seen.add((stretch.first_step + offset, sample))
                 uses.append({"step": stretch.first_step + offset, "micro_step": position // per_micro_step,
                              "position": position, "sample": sample})
         return uses

@@ -268,3 +268,31 @@ def test_a_run_without_the_data_order_log_says_steps_cannot_be_derived(runs, tmp
     copy.data_order_jsonl.unlink()
     [record] = [r for r in trace(copy.root, TraceQuery(ids=["rec-0"])) if r["rows"]]
     assert record["steps"] is None and "cannot be derived" in record["steps_note"]
+
+
+def test_rollback_and_crash_stretches_map_steps_to_the_samples_they_used(tmp_path):
+    """A hand-written log (the trainer's format): steps 0-5 from sample 0, a rollback after step 5 to step 4 with
+    the data moving on (sample 48), a crash after step 6 logged only in metrics.jsonl, a resume at step 6 from
+    its checkpoint (sample 64), the end at step 8."""
+    from lineage.consumed import training_order
+    from trainer_bridge.loop.order import SAMPLE_ORDER
+
+    paths = RunPaths(tmp_path)
+    paths.train.mkdir()
+    common = {"order": SAMPLE_ORDER, "seed": 1, "train_rows": 10, "global_batch_size": 8, "micro_batch_size": 2,
+              "dp": 2}
+    log = [{"event": "stretch", "cause": "start", "step": 0, "sample": 0, "time": 1.0, **common},
+           {"event": "stretch", "cause": "rollback", "step": 4, "sample": 48, "previous_last_step": 5, "time": 2.0,
+            **common},
+           {"event": "stretch", "cause": "resume", "step": 6, "sample": 64, "time": 4.0, **common},
+           {"event": "end", "step": 8, "sample": 80, "time": 5.0}]
+    paths.data_order_jsonl.write_text("".join(json.dumps(r) + "\n" for r in log))
+    paths.metrics_jsonl.write_text("".join(json.dumps({"step": s, "time": t}) + "\n")
+                                   for s, t in [(4, 2.5), (5, 2.6), (6, 2.7), (7, 3.0)])
+    order = training_order(paths)
+    assert [(s.first_step, s.first_sample, s.last_step) for s in order.stretches] == [(0, 0, 5), (4, 48, 7), (6, 64, 7)]
+    uses = order.steps_of_samples(np.array([40, 47, 48, 63, 64, 79]))
+    assert [(u["sample"], u["step"]) for u in uses] == [(40, 5), (47, 5), (48, 4), (63, 5), (64, 6), (79, 7)]
+    assert uses[1]["micro_step"] == 1 and uses[1]["position"] == 7  # 8 per step, 2 × 2 per micro-step
+    # the crashed stretch's steps 6-7 (samples 64-79) are the resumed stretch's too: the same rows, both listed
+    assert order.samples_consumed == 80 and len(order.samples_of_rows(np.arange(10))) == 80
