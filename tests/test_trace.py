@@ -287,8 +287,8 @@ def test_rollback_and_crash_stretches_map_steps_to_the_samples_they_used(tmp_pat
            {"event": "stretch", "cause": "resume", "step": 6, "sample": 64, "time": 4.0, **common},
            {"event": "end", "step": 8, "sample": 80, "time": 5.0}]
     paths.data_order_jsonl.write_text("".join(json.dumps(r) + "\n" for r in log))
-    paths.metrics_jsonl.write_text("".join(json.dumps({"step": s, "time": t}) + "\n")
-                                   for s, t in [(4, 2.5), (5, 2.6), (6, 2.7), (7, 3.0)])
+    paths.metrics_jsonl.write_text("".join(json.dumps({"step": s, "time": t}) + "\n"
+                                           for s, t in [(4, 2.5), (5, 2.6), (6, 2.7), (7, 3.0)]))
     order = training_order(paths)
     assert [(s.first_step, s.first_sample, s.last_step) for s in order.stretches] == [(0, 0, 5), (4, 48, 7), (6, 64, 7)]
     uses = order.steps_of_samples(np.array([40, 47, 48, 63, 64, 79]))
