@@ -22,6 +22,9 @@ def register(subparsers) -> None:
     parser.add_argument("--match", metavar="REGEX", help="a regular expression over the kept documents' text")
     parser.add_argument("--doc-id", dest="doc_ids", action="append", default=[], type=int, metavar="N",
                         help="a corpusmill document id (docs/, removed/, the shards' doc_ids); repeatable")
+    parser.add_argument("--inputs", action="store_true",
+                        help="also read the run's input files again (checked against their sha256) to find removed "
+                             "documents by --id or --match: removed/ stores neither input ids nor text")
     parser.add_argument("--json", action="store_true", help="one JSON object per document per line")
     parser.set_defaults(handler=_trace)
 
@@ -32,7 +35,8 @@ def _trace(args: argparse.Namespace) -> int:
     from lineage.trace import TraceQuery, describe, read_ids_file, trace
 
     ids = list(args.ids) + (read_ids_file(args.ids_file) if args.ids_file else [])
-    results = trace(args.run_dir, TraceQuery(ids=ids, sources=args.sources, match=args.match, doc_ids=args.doc_ids))
+    results = trace(args.run_dir, TraceQuery(ids=ids, sources=args.sources, match=args.match, doc_ids=args.doc_ids,
+                                                 inputs=args.inputs))
     for record in results:
         print(json.dumps(record, ensure_ascii=False, default=str) if args.json else describe(record))
     missing = sum(r["fate"] == "not_found" for r in results)

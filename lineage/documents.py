@@ -19,8 +19,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
-from beamio.records import doc_id
-from runio.files import read_json, read_jsonl
+from beamio.config_base import InputConfig
+from beamio.records import InputFile, doc_id
+from runio.files import read_json, read_jsonl, sha256_file
 from runio.layout import RunPaths
 
 DEFAULT_ID_FIELD = "id"
@@ -229,3 +230,42 @@ def _positions_of(key: str, wanted: set[int], bound: int) -> dict[int, int]:
             found[value] = position
             remaining.discard(value)
     return found
+
+
+@dataclass
+class InputScan:
+    """What a pass over the run's input files found: doc id → (input id, source, position) of the records whose
+    input id or text matched, and the inputs that could not be read (missing, or changed since the run)."""
+
+    matches: dict[int, tuple[object, str, int]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+def scan_inputs(paths: RunPaths, input_ids: set[str], regex: str | None) -> InputScan:
+    """Read the run's input files again (as ``manifest.json`` names them, each checked against its sha256) with
+    the pipeline's own reader, for the records whose input id is in ``input_ids`` or whose text matches
+    ``regex``: the way to find *removed* documents by input id or text, which ``removed/`` does not store. Costs
+    one read of every input; only on request (``corpusmill trace --inputs``)."""
+    from beamio.read import read_file_indexed, record_position  # noqa: PLC0415 (imports the raw-format parsers)
+
+    cfg = yaml.safe_load(paths.config_yaml.read_text(encoding="utf-8")) if paths.config_yaml.is_file() else {}
+    input_cfg = InputConfig.model_validate({**((cfg or {}).get("input") or {}), "paths": ["(trace)"]})
+    field_name = id_field(paths)
+    pattern = re.compile(regex) if regex is not None else None
+    scan = InputScan()
+    for entry in inputs(paths):
+        path, key = entry.get("path"), entry.get("sha256")
+        if not path or not Path(path).is_file():
+            scan.problems.append(f"{entry.get('source')}: input {path} is not here (relative to {Path.cwd()})")
+            continue
+        if sha256_file(path) != key:
+            scan.problems.append(f"{entry.get('source')}: {path} changed since the run (sha256 differs)")
+            continue
+        source = InputFile(path, entry.get("source") or path, key, Path(path).stat().st_size)
+        for index, item in read_file_indexed(path, input_cfg, source):
+            if not isinstance(item, dict):
+                continue
+            input_id = (item.get("meta") or {}).get(field_name)
+            if (input_id is not None and str(input_id) in input_ids) or (pattern and pattern.search(item["text"])):
+                scan.matches[int(item["id"])] = (input_id, source.name, record_position(path, index, input_cfg))
+    return scan

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from lineage.consumed import checkpoint_positions, training_order
 from lineage.documents import (Found, Positions, find_by_doc_ids, find_by_input_ids, find_by_text, input_named,
-                               quarantined)
+                               quarantined, scan_inputs)
 from runio.errors import CorpusmillError, ExitCode
 from runio.layout import RunPaths
 from tokenizer.shards import ShardFormatError, ShardReader, read_manifest
@@ -41,6 +41,7 @@ class TraceQuery:
     sources: list[str] = field(default_factory=list)
     match: str | None = None
     doc_ids: list[int] = field(default_factory=list)
+    inputs: bool = False  # also read the input files again, for removed documents' input ids and text
 
     def empty(self) -> bool:
         return not (self.ids or self.sources or self.match or self.doc_ids)
@@ -87,6 +88,22 @@ def _by_source(paths: RunPaths, spec: str) -> tuple[list[Found], list[dict]]:
     return list(find_by_doc_ids(paths, ids).values()), []
 
 
+def _removed_from_inputs(paths: RunPaths, input_ids: set[str], match: str | None,
+                         known: set[int]) -> tuple[list[Found], list[str]]:
+    """Removed and quarantined documents found by reading the inputs again (``scan_inputs``); kept ones are
+    already found through ``docs/``."""
+    scan = scan_inputs(paths, input_ids, match)
+    wanted = set(scan.matches) - known
+    found = find_by_doc_ids(paths, wanted) if wanted else {}
+    out = []
+    for identifier, doc in sorted(found.items()):
+        if doc.fate == "kept":
+            continue
+        doc.input_id, _, doc.position = scan.matches[identifier]
+        out.append(doc)
+    return out, scan.problems
+
+
 class ShardIndex:
     """Each split's segments (``doc_ids``/``doc_lens`` only), opened once per trace."""
 
@@ -127,15 +144,27 @@ def trace(run_dir: str | Path, query: TraceQuery) -> list[dict]:
         raise TraceError("nothing to trace: give --id, --ids-file, --source or --match")
     results: list[dict] = []
     docs: list[tuple[str, Found]] = []
+    unfound: list[str] = []
     if query.ids:
         by_input = find_by_input_ids(paths, query.ids)
         for input_id in dict.fromkeys(str(i) for i in query.ids):
             if by_input[input_id]:
                 docs += [(f"--id {input_id}", d) for d in by_input[input_id]]
             else:
-                results.append(_not_found(f"--id {input_id}", input_id,
-                                          "no kept document has this input id (removed/ and quarantine/ store no "
-                                          "input ids: find a removed record by --source FILE:LINE)"))
+                unfound.append(input_id)
+    if query.inputs and (unfound or query.match is not None):
+        found_docs, problems = _removed_from_inputs(paths, set(unfound), query.match, {d.doc_id for _, d in docs})
+        for doc in found_docs:
+            if doc.input_id is not None and str(doc.input_id) in unfound:
+                docs.append((f"--id {doc.input_id}", doc))
+            else:
+                docs.append((f"--match {query.match}", doc))
+        unfound = [i for i in unfound if all(str(d.input_id) != i for d in found_docs)]
+        why = ("not in the input files either" + (f" ({'; '.join(problems)})" if problems else ""))
+    else:
+        why = ("no kept document has this input id (removed/ and quarantine/ store no input ids: pass --inputs "
+               "to search the input files, or give --source FILE:LINE)")
+    results += [_not_found(f"--id {i}", i, why) for i in unfound]
     for spec in query.sources:
         found, missing = _by_source(paths, spec)
         docs += [(f"--source {spec}", d) for d in found]
