@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "cli.hf",
     "cli.sweep",
     "cli.lineage",
+    "cli.forget",
 )
 # Commands parsed with their own module alone (a light path of theirs then imports neither Beam nor the other
 # commands' modules; every other command, and `corpusmill --help`, registers them all).

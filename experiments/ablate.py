@@ -84,6 +84,8 @@ def variant_config(cfg: RunConfig, variant: Variant, ablation: AblationPaths, to
         data[variant.step]["enabled"] = False
     if tokenizer is not None:
         data["tokenizer"]["path"] = str(tokenizer)
+    if ablation.run.takedown_ledger.is_file():  # every variant, raw included, drops what the run forgot
+        data["takedown"]["ledgers"] = [*data["takedown"]["ledgers"], str(ablation.run.takedown_ledger)]
     return validate_config(data)
 
 

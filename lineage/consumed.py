@@ -52,6 +52,7 @@ class TrainingOrder:
     seed: int | None = None
     train_rows: int | None = None
     problem: str | None = None
+    shards: set = field(default_factory=set)  # the shard manifests' sha256 the stretches trained on
 
     @property
     def samples_consumed(self) -> int:
@@ -138,7 +139,8 @@ def training_order(paths: RunPaths) -> TrainingOrder:
                                  global_batch_size=int(record["global_batch_size"]),
                                  micro_batch_size=int(record["micro_batch_size"]), dp=int(record["dp"]),
                                  last_step=last))
-    return TrainingOrder(stretches=stretches, seed=int(seed), train_rows=int(train_rows))
+    return TrainingOrder(stretches=stretches, seed=int(seed), train_rows=int(train_rows),
+                         shards={r.get("shards_manifest_sha256") for r in stretches_raw} - {None})
 
 
 @dataclass(frozen=True)

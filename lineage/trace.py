@@ -15,10 +15,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from lineage.card import documents_seen
 from lineage.consumed import checkpoint_positions, training_order
 from lineage.documents import (Found, Positions, find_by_doc_ids, find_by_input_ids, find_by_text, input_named,
                                quarantined, scan_inputs)
 from runio.errors import CorpusmillError, ExitCode
+from runio.files import sha256_file
 from runio.layout import RunPaths
 from tokenizer.shards import ShardFormatError, ShardReader, read_manifest
 from beamio.records import doc_id as make_doc_id
@@ -185,7 +187,19 @@ def trace(run_dir: str | Path, query: TraceQuery) -> list[dict]:
     except ShardFormatError as error:
         raise TraceError(f"{paths.shards}: {error}") from error
     order = training_order(paths)
+    current_shards = sha256_file(paths.shards_manifest) if paths.shards_manifest.is_file() else None
+    if not order.problem and order.shards and order.shards != {current_shards}:
+        order.problem = ("the shards were rebuilt after training (corpusmill forget): the rows above are today's, "
+                         "which no step used; the checkpoints listed are those whose data card saw the document")
+        rebuilt = True
+    else:
+        rebuilt = False
     checkpoints = checkpoint_positions(paths)
+    seen_by_checkpoint = []  # after a rebuild: the documents each checkpoint's card saw
+    if rebuilt:
+        for checkpoint in checkpoints:
+            seen = documents_seen(paths, checkpoint.path)
+            seen_by_checkpoint.append((checkpoint, set(seen.tolist()) if seen is not None else set()))
     positions = Positions(paths)
     positions.resolve([d for _, d in docs])
     kept_ids = np.array(sorted({d.doc_id for _, d in docs if d.fate == "kept"}), dtype=np.int64)
@@ -201,7 +215,10 @@ def trace(run_dir: str | Path, query: TraceQuery) -> list[dict]:
             record["steps_note"] = VAL_NOTE
         if doc.fate == "kept" and not rows:
             record["steps_note"] = "kept, but in no shard row (the shards were written before it was kept?)"
-        if len(train_rows):
+        if rebuilt:
+            record["steps"], record["steps_note"] = None, order.problem
+            record["checkpoints"] = [c.path.name for c, seen in seen_by_checkpoint if doc.doc_id in seen]
+        elif len(train_rows):
             if order.problem:
                 record["steps_note"] = order.problem
                 record["steps"] = None

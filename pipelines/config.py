@@ -31,6 +31,7 @@ from transforms.near_dedup import NearDedupConfig
 from transforms.normalize import NormalizeConfig
 from transforms.pii import PiiConfig
 from transforms.quality import QualityConfig
+from transforms.takedown import TakedownConfig
 from transforms.url_filter import UrlFilterConfig
 
 
@@ -93,6 +94,10 @@ class RunConfig(Strict):
     output: OutputConfig = Field(OutputConfig(), description="where the run directory goes and how its files are "
                                                              "sized")
     runner: RunnerConfig = Field(RunnerConfig(), description="the Beam runner of the cleaning and shard stages")
+    takedown: TakedownConfig = Field(TakedownConfig(), description="the takedown step: documents that `corpusmill "
+                                                                   "forget` forgot (in this run directory's ledger, "
+                                                                   "--against runs' and these) are dropped when they "
+                                                                   "come back, before any other step")
     url_filter: UrlFilterConfig = Field(UrlFilterConfig(), description="the URL filter: block and allow lists of "
                                                                        "domains, URL prefixes and regexes, applied "
                                                                        "to meta.url before any text work")

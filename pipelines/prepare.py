@@ -348,10 +348,10 @@ def run_clean(cfg: RunConfig, against: tuple[str, ...] = (), log: Callable[[str]
             f"reading {len(new_inputs)} new")
     for folder in (paths.docs, paths.removed, paths.quarantine, paths.dedup):
         folder.mkdir(parents=True, exist_ok=True)
-    steps = enabled_steps(cfg)
     clear_outputs((paths.progress,))
     ctx = StepContext(paths, earlier, input_bytes=sum(i["bytes"] for i in new_inputs),
                       workers=shuffle_workers(cfg.runner.name, cfg.runner.workers, cfg.runner.dask_address))
+    steps = enabled_steps(cfg, ctx)
     pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options, cfg.runner.dask_address,
                              worker_memory=cfg.runner.worker_memory, input_bytes=ctx.input_bytes)
     build_cleaning_graph(pipeline, cfg, new_files, ctx)

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 from beamio.read import ID_SCHEME, expand_inputs
-from lineage.withdrawn import LedgerError
+from lineage.card import refresh_data_cards
 from pipelines.config import ConfigError, RunConfig
 from pipelines.prepare import base_manifest, previously_processed, run_clean, run_shards, summary_table
 from pipelines.rundir import clear_outputs, read_manifest, remove_stale_temporaries
@@ -49,6 +49,7 @@ from runio.cost import StageMeter, record_stage
 from runio.errors import ExitCode
 from runio.files import is_uri, read_json, read_jsonl, sha256_bytes, sha256_file, write_atomic, write_json
 from runio.layout import RunPaths
+from runio.ledger import LedgerError
 from runio.pushgateway import push_cost, push_pipeline_stats
 from tokenizer.shards import ShardFormatError
 from tokenizer.train import check_tokenizer
@@ -225,6 +226,13 @@ def _clean_settings(cfg: RunConfig, against: tuple[str, ...]) -> dict[str, Any]:
             if path:
                 settings[f"url_filter.{key}"] = _local_abspath(path)
                 settings[f"url_filter.{key}_sha256"] = _file_sha256(path)
+    if cfg.takedown.ledgers or cfg.takedown.near_duplicates:  # only then, as above; the run's own ledger is not
+        # here: `forget` applies it to the outputs itself, so appending to it must not make the clean stale
+        settings["takedown.near_duplicates"] = cfg.takedown.near_duplicates
+        for index, given in enumerate(cfg.takedown.ledgers):
+            settings[f"takedown.ledgers.{index}"] = _local_abspath(given)
+            ledger = RunPaths(given).takedown_ledger if os.path.isdir(given) else Path(given)
+            settings[f"takedown.ledgers.{index}_sha256"] = _file_sha256(str(ledger))
     return settings
 
 
@@ -333,10 +341,6 @@ def _train_stage(run: StageRun) -> dict:
 
 def write_data_cards(paths: RunPaths, say: Callable[[str], None]) -> None:
     """Each checkpoint's data card (``lineage.card``), after a training ended."""
-    # deferred: the cards read the sampler and checkpoints through trainer_bridge (torch), which the data stages
-    # never need
-    from lineage.card import refresh_data_cards
-
     try:
         cards = refresh_data_cards(paths.root)
     except (LedgerError, ShardFormatError, OSError) as error:  # the training stands; the cards are said missing

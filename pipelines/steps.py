@@ -9,6 +9,7 @@ to build it. Every built step is "annotate and decide" followed by the shared ro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import apache_beam as beam
@@ -17,6 +18,7 @@ from beamio.read import detect_format
 from pipelines.config import ConfigError, RunConfig
 from runio.layout import RunPaths
 from transforms.base import StepConfigError
+from runio.ledger import forgotten_in, read_signatures
 from transforms import filters, langid, url_filter
 from transforms.beam_step import ApplyStep
 from transforms.exact_dedup import ExactDedup
@@ -31,6 +33,7 @@ from transforms.pii import PiiStep
 from transforms.pii import step as pii_step
 from transforms.quality import QualityFilter, ensure_models
 from transforms.quality import step as quality_step
+from transforms.takedown import TakedownIndex, TakedownStep, check_signatures
 from transforms.url_filter import UrlFilterStep
 
 
@@ -51,6 +54,43 @@ class StepContext:
 
 def _no_check(cfg: RunConfig, ctx: StepContext) -> None:
     pass
+
+
+def _named_ledger(given: str) -> Path:
+    return RunPaths(given).takedown_ledger if Path(given).is_dir() else Path(given)
+
+
+def takedown_ledgers(cfg: RunConfig, ctx: StepContext) -> list[Path]:
+    """The ledgers the takedown step reads: ``takedown.ledgers`` (a file, or a run directory's), this run
+    directory's own and those of the runs it is cleaned against (the last two when they exist)."""
+    named = [_named_ledger(p) for p in cfg.takedown.ledgers]
+    found = [p for p in (ctx.paths.takedown_ledger, *(run.takedown_ledger for run in ctx.against)) if p.is_file()]
+    return list(dict.fromkeys(named + found))
+
+
+def _takedown_active(cfg: RunConfig, ctx: StepContext) -> bool:
+    """The step runs when there is a ledger to read: a run that never forgot anything has no step more."""
+    return bool(takedown_ledgers(cfg, ctx))
+
+
+def _check_takedown(cfg: RunConfig, ctx: StepContext) -> None:
+    for given in cfg.takedown.ledgers:
+        if not _named_ledger(given).is_file():
+            raise StepConfigError(f"takedown.ledgers: {given} does not exist (a ledger.jsonl written by `corpusmill "
+                                  f"forget`, or a run directory holding takedown/ledger.jsonl)")
+    forgotten_in(takedown_ledgers(cfg, ctx))  # a damaged ledger is refused here, before any worker starts
+    if cfg.takedown.near_duplicates:
+        for ledger in takedown_ledgers(cfg, ctx):
+            check_signatures(read_signatures(ledger), cfg.near_dedup, str(ledger))
+
+
+def _takedown(cfg: RunConfig, ctx: StepContext):
+    # the ledgers are read here, when the graph is built: workers get what was forgotten, not the files
+    ledgers = takedown_ledgers(cfg, ctx)
+    signatures = [s for ledger in ledgers for s in read_signatures(ledger)] if cfg.takedown.near_duplicates else []
+    index = TakedownIndex(forgotten_in(ledgers), cfg.input.id_field, signatures,
+                          cfg.near_dedup if cfg.takedown.near_duplicates else None)
+    return ApplyStep(TakedownStep(index), progress_dir=ctx.progress_dir)
 
 
 def _check_url_filter(cfg: RunConfig, ctx: StepContext) -> None:
@@ -153,9 +193,20 @@ class Step:
     enabled: Callable[[RunConfig], bool]
     build: Callable[[RunConfig, StepContext], beam.PTransform]
     check: Callable[[RunConfig, StepContext], None] = _no_check
+    # when whether it runs depends on the run directory too (its own files, the --against runs): then this decides
+    enabled_in: Callable[[RunConfig, StepContext], bool] | None = None
+
+    def is_enabled(self, cfg: RunConfig, ctx: StepContext | None = None) -> bool:
+        if self.enabled_in is not None:
+            return self.enabled_in(cfg, ctx if ctx is not None else StepContext(RunPaths.of(cfg)))
+        return self.enabled(cfg)
 
 
 STEPS: list[Step] = [
+    # first of all: a forgotten document is dropped before any text work reads it (and its ids and hashes are
+    # those of the input as read)
+    Step("takedown", lambda cfg: _takedown_active(cfg, StepContext(RunPaths.of(cfg))), _takedown, _check_takedown,
+         enabled_in=_takedown_active),
     # right after read, before any text work: a blocked page is never extracted, and every document read has its
     # domain counted
     Step("url_filter", lambda cfg: cfg.url_filter.active(), _url_filter, _check_url_filter),
@@ -172,18 +223,20 @@ STEPS: list[Step] = [
 
 def _runs_before(cfg: RunConfig, step: str, later: str) -> bool:
     """Whether ``step`` is enabled and runs before ``later``."""
-    order = enabled_steps(cfg)
+    order = [s.name for s in STEPS if s.enabled(cfg)]
     return step in order and later in order and order.index(step) < order.index(later)
 
 
-def enabled_steps(cfg: RunConfig) -> list[str]:
-    return [step.name for step in STEPS if step.enabled(cfg)]
+def enabled_steps(cfg: RunConfig, ctx: StepContext | None = None) -> list[str]:
+    """The steps that run, in order (``ctx``: the run directory and the --against runs; default the config's run
+    directory alone)."""
+    return [step.name for step in STEPS if step.is_enabled(cfg, ctx)]
 
 
 def check_steps(cfg: RunConfig, ctx: StepContext) -> None:
     """Every enabled step's build-time checks; the first problem is a one-line ``ConfigError`` naming the field."""
     for step in STEPS:
-        if step.enabled(cfg):
+        if step.is_enabled(cfg, ctx):
             try:
                 step.check(cfg, ctx)
             except StepConfigError as err:
@@ -204,7 +257,7 @@ class CleanDocuments(beam.PTransform):
         check_steps(self.cfg, self.ctx)
         removed = []
         for step in STEPS:
-            if not step.enabled(self.cfg):
+            if not step.is_enabled(self.cfg, self.ctx):
                 continue
             out = docs | step.name >> step.build(self.cfg, self.ctx)
             docs = out["kept"]

@@ -107,6 +107,17 @@ class RunPaths:
         """The near-dedup index (sketches and band keys) that a later refresh dedups against."""
         return self.root / "dedup"
 
+    # -- takedowns (`corpusmill forget`) -------------------------------------------------------------------
+    @property
+    def takedown(self) -> Path:
+        """What `corpusmill forget` forgot (``runio.ledger``): never cleared by a stage, so it outlives re-runs."""
+        return self.root / "takedown"
+
+    @property
+    def takedown_ledger(self) -> Path:
+        """The append-only takedown ledger (``runio.ledger``), read by every later clean into this directory."""
+        return self.takedown / "ledger.jsonl"
+
     # -- shard stage --------------------------------------------------------------------------------------
     @property
     def tokenizer_dir(self) -> Path:
@@ -173,11 +184,10 @@ class RunPaths:
         """What the model had seen up to a checkpoint (``lineage.card``), written beside its files."""
         return Path(checkpoint) / "data_card.json"
 
-    # -- compliance ---------------------------------------------------------------------------------------
-    @property
-    def takedown_ledger(self) -> Path:
-        """The append-only takedown ledger (``lineage``): documents withdrawn after the run was made."""
-        return self.root / "takedown" / "ledger.jsonl"
+    def data_card_documents(self, checkpoint: str | os.PathLike) -> Path:
+        """The card's per-document token counts (ids, tokens; numpy ``.npz``): what lets the card say which
+        withdrawn documents the checkpoint saw after `corpusmill forget` rebuilt the shards it was trained on."""
+        return Path(checkpoint) / "data_card_documents.npz"
 
     @property
     def resume(self) -> Path:

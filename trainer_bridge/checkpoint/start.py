@@ -125,7 +125,7 @@ def plan_start(train_cfg: TrainConfig, paths: RunPaths, identity: RunIdentity, *
         refuse_training_anew_beside(paths.checkpoints, durable_tiers(checkpoint, paths))
         return checked_init_from(train_cfg, identity, say)
     restore_from_durable(checkpoint, paths, say)  # the fast tier lost or behind: before it is planned
-    path = plan_resume(paths.checkpoints, identity, say=say)
+    path = plan_resume(paths.checkpoints, identity, say=say, takedown_ledger=paths.takedown_ledger)
     if path is not None:
         return StartPlan(RESUME, str(path), identity=_identity(identity))
     return checked_init_from(train_cfg, identity, say)

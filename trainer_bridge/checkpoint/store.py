@@ -42,6 +42,7 @@ import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
@@ -57,6 +58,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from runio.files import sha256_file, write_atomic, write_json
+from runio.ledger import LedgerEntry, read_ledger
 from runio.layout import RunPaths
 from trainer_bridge.parallel import device as devices
 from trainer_bridge.checkpoint.names import (  # noqa: F401 (re-exported: the store's names, where callers look)
@@ -471,8 +473,34 @@ WHAT_TO_DO = ("restore the old settings or shards, choose another run name, pass
               "checkpoints aside and start over, or start a new run with train.init_from")
 
 
+def forgotten_since(path: Path, ledger: Path | None) -> LedgerEntry | None:
+    """The latest takedown (``corpusmill forget``) in ``ledger`` made after checkpoint ``path`` was saved, or
+    None: then the shards that changed under it changed because documents were forgotten."""
+    if ledger is None:
+        return None
+    saved_at = (read_checkpoint_json(path, PROVENANCE_FILE) or {}).get("saved_at")
+    later = []
+    for entry in read_ledger(ledger):
+        try:
+            made = datetime.strptime(entry.time, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+        except ValueError:
+            made = None
+        if saved_at is None or made is None or made >= float(saved_at) - 1:
+            later.append(entry)
+    return later[-1] if later else None
+
+
+def takedown_refusal(path: Path, entry: LedgerEntry, ledger: Path) -> str:
+    """One line: the checkpoint saw documents since forgotten; the way forward is ``--from-scratch`` (continuing
+    it, even on the remaining data, keeps what it learnt from them in the weights)."""
+    return (f"{path.name} was trained on documents since forgotten (`corpusmill forget` {entry.time}, "
+            f"{len(entry.doc_ids)} documents, reason {entry.reason!r}; ledger {ledger}), and the shards changed under "
+            f"it: refusing to resume; pass --from-scratch to train anew on the documents that remain (the "
+            f"checkpoints are set aside, not deleted)")
+
+
 def plan_resume(root: Path, identity: RunIdentity, *, say: Callable[[str], None] | None = None,
-                soundness: SoundnessCache | None = None) -> Path | None:
+                soundness: SoundnessCache | None = None, takedown_ledger: Path | None = None) -> Path | None:
     """The checkpoint this run resumes from: the newest sound one (each damaged one skipped is said through
     ``say``), or None when there is no checkpoint at all. Raises ``TrainRefused`` when checkpoints exist but none
     is sound, when the newest sound one was trained with another model or on other shards, or when it is past
@@ -483,6 +511,9 @@ def plan_resume(root: Path, identity: RunIdentity, *, say: Callable[[str], None]
         problem = soundness.problem(path)
         if problem is None:
             mismatch = resume_problem(path, identity)
+            forgotten = forgotten_since(path, takedown_ledger) if mismatch and "shards: " in mismatch else None
+            if forgotten is not None:
+                raise TrainRefused(takedown_refusal(path, forgotten, takedown_ledger))
             if mismatch is not None:
                 raise TrainRefused(f"{path.name} was trained with a different configuration ({mismatch}): refusing "
                                    f"to resume; {WHAT_TO_DO}")
