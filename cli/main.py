@@ -32,11 +32,12 @@ COMMAND_MODULES = (
     "cli.quality",
     "cli.hf",
     "cli.sweep",
+    "cli.lineage",
     "cli.forget",
 )
 # Commands parsed with their own module alone (a light path of theirs then imports neither Beam nor the other
 # commands' modules; every other command, and `corpusmill --help`, registers them all).
-SINGLE_MODULE_COMMANDS = {"dedup": "cli.dedup"}
+SINGLE_MODULE_COMMANDS = {"dedup": "cli.dedup", "trace": "cli.lineage"}
 VERBOSE_FLAGS = ("-v", "--verbose")
 # Errors of the file system a command writes to: said in one line, exit 5 (never a traceback).
 WRITE_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG}

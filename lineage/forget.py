@@ -23,7 +23,8 @@ In this order, so that a forget cut short leaves the documents forgotten (the le
    rebuilds it.
 6. **Checkpoints** trained on the old shards are left as they are: the trainer refuses to resume them on the
    rebuilt shards, naming the ledger and ``--from-scratch`` (``trainer_bridge.checkpoint.store.plan_resume``).
-   The data cards and provenance are marked by the lineage card code (see the call site below).
+   Their data cards (``lineage.card``) are refreshed right after the ledger entry, while ``docs/`` and the shards
+   are still those they were trained on: each names the forgotten documents its checkpoint saw.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ import pyarrow.parquet as pq
 from beamio.beam_options import make_pipeline
 from beamio.read import iter_records, reported_id
 from beamio.write import DOCS_SCHEMA, REMOVED_SCHEMA, parquet_writer, removed_row
+from lineage.card import refresh_data_cards
 from pipelines.config import ConfigError, RunConfig, load_config
 from pipelines.prepare import collect_stats
 from pipelines.rundir import clear_outputs, read_manifest
@@ -285,6 +287,11 @@ def forget(run_dir: str | Path, ids: Iterable[str], reason: str, *, duplicates: 
             if sig is not None])
         log(f"forget: ledger {paths.takedown_ledger}: {len(forgotten)} documents ({len(entry.content_hashes)} "
             f"content hashes), reason {reason!r}")
+        # the checkpoints' data cards, while docs/ and the shards are still those they were trained on: each
+        # says which forgotten documents its checkpoint saw (after the rebuild, only that part can be updated)
+        cards = refresh_data_cards(paths.root)
+        if cards:
+            log(f"forget: data cards of {len(cards)} checkpoint(s) name the forgotten documents they saw")
 
         # 3. docs/ → removed/
         moved = _rewrite_docs(paths, set(in_docs))
@@ -309,10 +316,7 @@ def forget(run_dir: str | Path, ids: Iterable[str], reason: str, *, duplicates: 
                 "rebuilds it")
         _update_manifest(paths, stats, shards, len(read_ledger(paths.takedown_ledger)))
 
-        # 6. checkpoints trained on them: marked in their provenance and data cards by the lineage card code.
-        # >>> LINEAGE CALL SITE (after merge): lineage.card.refresh_data_cards(paths) <<<
-        # (the `trace` engineer's function recomputes which checkpoints saw which documents, from the ledger's
-        # doc_ids, and writes it into each checkpoint's provenance/data card and any export's model card)
+        # 6. checkpoints trained on them: their data cards were refreshed after the ledger entry (step 2)
         checkpoints = _checkpoints(paths)
     return ForgetResult(entry, paths.takedown_ledger, moved - len(dup_ids), len(dup_ids),
                         already_removed, shards, checkpoints, len(raw), notes)

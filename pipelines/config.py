@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from beamio.config_base import (M, ConfigError, InputConfig, Strict, _format_error, _parse_value,  # noqa: F401
                                 apply_overrides, load_section, param_overrides, read_config_file)
+from lineage.config import LineageConfig
 from pipelines.report_config import ReportConfig
 from pipelines.sweep_config import SweepConfig
 from runio.cost import CostConfig
@@ -121,6 +122,8 @@ class RunConfig(Strict):
     report: ReportConfig = Field(ReportConfig(), description="the run report (report.html)")
     sweep: SweepConfig = Field(SweepConfig(), description="the hyper-parameter search of `corpusmill sweep`")
     cost: CostConfig = Field(CostConfig(), description="prices and assumptions of cost.json (energy, money, carbon)")
+    lineage: LineageConfig = Field(LineageConfig(), description="the per-checkpoint data cards (`corpusmill trace`, "
+                                   "docs/compliance.md)")
 
     @field_validator("name", mode="before")
     @classmethod

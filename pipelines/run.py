@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 from beamio.read import ID_SCHEME, expand_inputs
+from lineage.card import refresh_data_cards
 from pipelines.config import ConfigError, RunConfig
 from pipelines.prepare import base_manifest, previously_processed, run_clean, run_shards, summary_table
 from pipelines.rundir import clear_outputs, read_manifest, remove_stale_temporaries
@@ -48,7 +49,9 @@ from runio.cost import StageMeter, record_stage
 from runio.errors import ExitCode
 from runio.files import is_uri, read_json, read_jsonl, sha256_bytes, sha256_file, write_atomic, write_json
 from runio.layout import RunPaths
+from runio.ledger import LedgerError
 from runio.pushgateway import push_cost, push_pipeline_stats
+from tokenizer.shards import ShardFormatError
 from tokenizer.train import check_tokenizer
 from trainer_bridge.outcomes import TRAIN_FAILURE_CODES
 from transforms.pii import engine_description
@@ -332,7 +335,19 @@ def _train_stage(run: StageRun) -> dict:
                           code=code)
     if code != 0:
         raise StageFailed(f"train stage failed with exit code {code}; re-run to resume from the last checkpoint")
+    write_data_cards(run.paths, run.log)
     return {}
+
+
+def write_data_cards(paths: RunPaths, say: Callable[[str], None]) -> None:
+    """Each checkpoint's data card (``lineage.card``), after a training ended."""
+    try:
+        cards = refresh_data_cards(paths.root)
+    except (LedgerError, ShardFormatError, OSError) as error:  # the training stands; the cards are said missing
+        say(f"data cards not written: {error}")
+        return
+    if cards:
+        say(f"data cards: {len(cards)} checkpoint(s), newest {cards[-1]}")
 
 
 def _report_stage(run: StageRun) -> dict:
@@ -649,6 +664,8 @@ def record_training(cfg: RunConfig, code: int) -> None:
     interrupted, failed) leaves neither recorded. A refusal before training (exit 2, 4, 5: nothing trained, train/
     as it was) changes nothing."""
     paths = RunPaths.of(cfg)
+    if code not in (ExitCode.CONFIG, ExitCode.REFUSED) and paths.shards_manifest.is_file():
+        write_data_cards(paths, lambda line: print(f"corpusmill train: {line}", flush=True))
     if code in (ExitCode.CONFIG, ExitCode.REFUSED, ExitCode.FAILED) or not paths.manifest.is_file():
         return
     with run_lock(paths):

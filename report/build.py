@@ -11,9 +11,11 @@ from report.data import RunData, _number, load_run
 from report.figures import (_fmt, alerts_figure, cost_figure, distribution_figures, pipeline_edges, pipeline_figure, shard_figure,
                             step_seconds, training_figures)
 from report.experiments import experiment_sections  # "Sweep" and "Does cleaning pay", when the run has them
+from lineage.card import read_data_card
 from report.page import html_chart, html_missing, html_section, html_table
 from runio.files import write_atomic
 from runio.layout import RunPaths
+from trainer_bridge.checkpoint.names import complete_checkpoints
 
 
 def header_section(data: RunData) -> str:
@@ -200,6 +202,7 @@ def training_section(data: RunData) -> str:
     body = html_table(("", ""), facts, "train-facts")
     body += "".join(html_chart(n, f) for n, f in figures) + "".join(html_missing(n) for n in notes)
     body += samples_body(data)
+    body += data_cards_body(data.paths)
     body += alerts_body(data)
     if data.restarts:
         keys = list(data.restarts[0])
@@ -211,6 +214,29 @@ def training_section(data: RunData) -> str:
 
 
 SAMPLE_STEPS_SHOWN = 5
+CARD_SOURCES_SHOWN = 3
+
+
+def data_cards_body(paths: RunPaths) -> str:
+    """What each checkpoint had seen (its ``data_card.json``, docs/compliance.md), withdrawn documents first."""
+    rows = []
+    for checkpoint in complete_checkpoints(paths.checkpoints):
+        card = read_data_card(paths, checkpoint)
+        if card is None:
+            rows.append((checkpoint.name, None, None, "no data card", None))
+        elif "unknown" in card:
+            rows.append((checkpoint.name, None, None, card["unknown"], None))
+        else:
+            withdrawn = card["withdrawn"]
+            sources = ", ".join(f"{name} {v['tokens']}" for name, v in list(card["by_source"].items())[:CARD_SOURCES_SHOWN])
+            rows.append((checkpoint.name, card["tokens"], card["documents"], sources,
+                         f"{withdrawn['tokens']} tokens of {withdrawn['documents']} documents"
+                         if withdrawn["documents"] else "none"))
+    if not rows:
+        return ""
+    return "<h3>Data seen per checkpoint</h3>" + html_table(
+        ("checkpoint", "tokens", "documents", "tokens by source (largest)", "withdrawn since (takedown ledger)"),
+        rows, "data-cards")
 
 
 def samples_body(data: RunData) -> str:

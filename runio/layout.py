@@ -175,6 +175,21 @@ class RunPaths:
         return self.train / "recovery.jsonl"
 
     @property
+    def data_order_jsonl(self) -> Path:
+        """One line per stretch of training that consumes consecutive samples (a start, a resume, a rollback)
+        and one at the end: with Contract 4's order it maps every step to its samples (``lineage``)."""
+        return self.train / "data_order.jsonl"
+
+    def data_card(self, checkpoint: str | os.PathLike) -> Path:
+        """What the model had seen up to a checkpoint (``lineage.card``), written beside its files."""
+        return Path(checkpoint) / "data_card.json"
+
+    def data_card_documents(self, checkpoint: str | os.PathLike) -> Path:
+        """The card's per-document token counts (ids, tokens; numpy ``.npz``): what lets the card say which
+        withdrawn documents the checkpoint saw after `corpusmill forget` rebuilt the shards it was trained on."""
+        return Path(checkpoint) / "data_card_documents.npz"
+
+    @property
     def resume(self) -> Path:
         """Written by ``corpusmill resume``: its mtime releases every pause that began before it."""
         return self.train / "RESUME"

@@ -17,7 +17,7 @@ README = REPO / "README.md"
 
 # Every top-level directory of the repository that a newcomer must be able to place.
 PACKAGE_DIRS = ("runio", "beamio", "transforms", "tokenizer", "beam_dask", "trainer_bridge", "pipelines",
-                "experiments", "report", "cli", "configs", "tests", "benchmarks", "docs", "data")
+                "lineage", "experiments", "report", "cli", "configs", "tests", "benchmarks", "docs", "data")
 
 
 def test_config_reference_is_current():

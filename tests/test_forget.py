@@ -129,6 +129,36 @@ def test_forget_removes_them_from_docs_and_every_shard_and_ledgers_them(forgotte
     assert manifest["shards"]["totals"]["train"]["docs"] == len(kept)
 
 
+def test_the_checkpoint_data_card_and_trace_name_the_forgotten_documents_it_saw(forgotten_run):
+    """The card is refreshed by forget while the old shards still exist: it lists exactly the forgotten documents
+    among those the 2 steps read (replayed here from Contract 4 on the shards as they were before), and trace
+    after the rebuild names that checkpoint for them."""
+    import numpy as np
+
+    from lineage.card import read_data_card, refresh_data_cards
+    from lineage.trace import TraceQuery, trace
+
+    paths, chosen = forgotten_run["paths"], forgotten_run["chosen"]
+    rows = []
+    for name, data in sorted(forgotten_run["shards_before"].items()):
+        if name.startswith("train-"):
+            rows += pa.ipc.open_file(pa.BufferReader(data)).read_all().column("doc_ids").to_pylist()
+    order = np.random.Generator(np.random.PCG64([TRAIN["seed"], 0])).permutation(len(rows))
+    seen = {d for r in order[:TRAIN["steps"] * TRAIN["batch"]["global_batch_size"]] for d in rows[r]}
+    checkpoint = paths.checkpoints / "step-00000002"
+    card = read_data_card(paths, checkpoint)
+    assert card["withdrawn"]["doc_ids"] == sorted(chosen & seen) and card["withdrawn"]["ledger_entries"] == 1
+    assert card["documents"] == len(seen)
+    refresh_data_cards(paths.root)  # after the rebuild: the card is kept, only its withdrawn part recomputed
+    again = read_data_card(paths, checkpoint)
+    assert again["shards_rebuilt"] and {k: v for k, v in again.items() if k != "shards_rebuilt"} == card
+    target = sorted(chosen & seen or chosen)[0]
+    [record] = trace(paths.root, TraceQuery(doc_ids=[target]))
+    assert record["fate"] == "removed" and record["removed_by"] == "takedown"
+    assert record["checkpoints"] == (["step-00000002"] if target in seen else [])
+    assert record["steps"] is None and "rebuilt" in record["steps_note"]
+
+
 def test_training_does_not_resume_on_the_rebuilt_shards(forgotten_run, capsys):
     paths = forgotten_run["paths"]
     capsys.readouterr()
@@ -243,3 +273,4 @@ def test_ablation_variants_read_the_runs_ledger(tmp_path):
     append_entry(run.takedown_ledger, LedgerEntry("2026-12-07T01:02:03Z", "r", [], [1], []))
     variant = variant_config(cfg, Variant("raw"), run.ablation, None)
     assert variant.takedown.ledgers == [str(run.takedown_ledger)]
+

@@ -3,7 +3,7 @@ built with ``ast`` from every ``import`` statement, at the top of a module and i
 
 Package floors, ground up; a module may import its own floor or a lower one, never a higher one::
 
-    runio → beamio → transforms, tokenizer, beam_dask → trainer_bridge → pipelines → experiments, report → cli
+    runio → beamio → transforms, tokenizer, beam_dask → trainer_bridge → pipelines, lineage → experiments, report → cli
 
 No circle between the project's modules (an import inside a function closes a circle as surely as one at the
 top: it only hides it until the function runs), and an import of the project's own modules inside a function

@@ -13,6 +13,7 @@ See ``tokenizer/FORMAT.md`` for the reference a reader in another tool needs.
 from __future__ import annotations
 
 import bisect
+from dataclasses import dataclass
 import json
 import logging
 import os
@@ -393,6 +394,23 @@ class _OpenShard:
         return self.tokens[b][r], self.lens[b][lo:hi], self.ids[b][ilo:ihi]
 
 
+@dataclass(frozen=True)
+class SplitSegments:
+    """Every document segment of one split in row order (``ShardReader.segments``): the ``doc_ids`` and
+    ``doc_lens`` columns flattened, and where each row's segments start."""
+
+    doc_ids: np.ndarray  # int64 [segments]
+    doc_lens: np.ndarray  # int64 [segments]
+    row_offsets: np.ndarray  # int64 [rows + 1]: row r holds segments row_offsets[r] .. row_offsets[r + 1] - 1
+    files: list[tuple[str, int]]  # (shard file, its first row in the split), in manifest order
+
+    def locate(self, row: int) -> tuple[str, int]:
+        """(shard file, row within it) of the split's row ``row``."""
+        starts = [start for _, start in self.files]
+        index = bisect.bisect_right(starts, row) - 1
+        return self.files[index][0], row - starts[index]
+
+
 class ShardReader:
     """Random access to one split of a shard directory, through its manifest, memory-mapped.
 
@@ -460,6 +478,25 @@ class ShardReader:
     def row(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         s, r = self.locate(i)
         return self._shards[s].row(r)
+
+    def segments(self) -> SplitSegments:
+        """The split's ``doc_ids`` and ``doc_lens`` columns, flattened (for tracing documents to rows): reads
+        those two columns' buffers of the memory-mapped files, never the tokens."""
+        ids, lens, offsets, files = [], [], [np.zeros(1, dtype=np.int64)], []
+        base = 0
+        for entry, shard, first_row in zip(self.shard_entries, self._shards, self._shard_starts):
+            files.append((entry["file"], first_row))
+            for batch_ids, id_offsets, batch_lens, len_offsets in zip(shard.ids, shard.id_offsets, shard.lens,
+                                                                     shard.len_offsets):
+                if not np.array_equal(id_offsets - id_offsets[0], len_offsets - len_offsets[0]):
+                    raise ShardFormatError(f"{shard.path}: doc_ids and doc_lens disagree on a row's segments")
+                ids.append(batch_ids[id_offsets[0]:id_offsets[-1]])
+                lens.append(batch_lens[len_offsets[0]:len_offsets[-1]])
+                offsets.append(id_offsets[1:].astype(np.int64) - id_offsets[0] + base)
+                base += int(id_offsets[-1] - id_offsets[0])
+        return SplitSegments(doc_ids=np.concatenate(ids).astype(np.int64) if ids else np.zeros(0, np.int64),
+                             doc_lens=np.concatenate(lens).astype(np.int64) if lens else np.zeros(0, np.int64),
+                             row_offsets=np.concatenate(offsets), files=files)
 
     __getitem__ = row
 

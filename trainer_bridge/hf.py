@@ -459,6 +459,39 @@ def _metrics_summary(paths: RunPaths, step: int) -> dict:
     return {"train": last_loss, "val": last_val}
 
 
+def data_card_lines(paths: RunPaths, checkpoint: Path) -> list[str]:
+    """The model card's "Data seen" section, from the checkpoint's data card (written by ``lineage.card`` after
+    training and after every takedown)."""
+    file = paths.data_card(checkpoint)
+    if not file.is_file():
+        return ["", "## Data seen", "", "No data card beside this checkpoint (written after training and by "
+                "`corpusmill forget`): what it had seen is not stated here."]
+    card = json.loads(file.read_text(encoding="utf-8"))
+    if "unknown" in card:
+        return ["", "## Data seen", "", f"Not derivable: {card['unknown']}."]
+    withdrawn = card.get("withdrawn") or {}
+    lines = ["", "## Data seen", "", f"Up to step {card['step']}: {card['tokens']} tokens of {card['documents']} "
+             f"documents (`{file.name}` beside the checkpoint).", ""]
+    if withdrawn.get("documents"):
+        lines += [f"**Withdrawn data:** {withdrawn['tokens']} of these tokens came from {withdrawn['documents']} "
+                  f"document(s) later withdrawn (takedown ledger, {withdrawn.get('ledger_entries', 0)} entries): "
+                  "this model's weights were trained on them and are not un-trained by the withdrawal.", ""]
+    else:
+        lines += [f"Withdrawn data: none of the documents in the takedown ledger "
+                  f"({withdrawn.get('ledger_entries', 0)} entries) was seen up to this step.", ""]
+    for title, key in (("source", "by_source"), ("language", "by_language")):
+        rows = card.get(key) or {}
+        if rows:
+            lines += [f"| {title} | tokens | documents |", "|---|---:|---:|"]
+            lines += [f"| {label} | {v['tokens']} | {v['documents']} |" for label, v in list(rows.items())[:20]]
+            lines.append("")
+    for field_name, rows in (card.get("by_field") or {}).items():
+        lines += [f"| {field_name} | tokens | documents |", "|---|---:|---:|"]
+        lines += [f"| {label} | {v['tokens']} | {v['documents']} |" for label, v in list(rows.items())[:20]]
+        lines.append("")
+    return lines
+
+
 def model_card(paths: RunPaths, checkpoint: Path, cfg: ModelConfig, config: dict, special: SpecialTokens) -> str:
     """README.md: where the model came from (data funnel, shards, tokens trained, losses; or, for the model-only
     checkpoint of ``import_hf``, the folder its weights were imported from) and its config."""
@@ -523,6 +556,7 @@ def model_card(paths: RunPaths, checkpoint: Path, cfg: ModelConfig, config: dict
             lines.append(f"- final train loss: {summary['train'][1]:.4f} (step {summary['train'][0]})")
         if summary["val"]:
             lines.append(f"- final validation loss: {summary['val'][1]:.4f} (step {summary['val'][0]})")
+        lines += data_card_lines(paths, checkpoint)
     lines += ["", "## Config", "", "Model (corpusmill `train.model`, resolved):", "", "```json",
               cfg.model_dump_json(indent=2), "```", "", "transformers `config.json`:", "", "```json",
               json.dumps(config, indent=2), "```", ""]

@@ -35,7 +35,6 @@ import json
 import math
 import os
 import pickle
-import re
 import shutil
 import signal
 import threading
@@ -62,6 +61,14 @@ from runio.files import sha256_file, write_atomic, write_json
 from runio.ledger import LedgerEntry, read_ledger
 from runio.layout import RunPaths
 from trainer_bridge.parallel import device as devices
+from trainer_bridge.checkpoint.names import (  # noqa: F401 (re-exported: the store's names, where callers look)
+    PROVENANCE_FILE,
+    STEP_DIR,
+    complete_checkpoints,
+    read_checkpoint_json,
+    step_dir_name,
+    step_of,
+)
 from trainer_bridge.config import CheckpointConfig
 from trainer_bridge.loop.data import shards_difference
 from trainer_bridge.outcomes import TrainRefused, raise_terminated
@@ -72,20 +79,9 @@ PARTIAL_SUFFIX = ".partial"
 UPLOADING_SUFFIX = ".uploading-"  # a hard-linked hand-over copy for the tier uploader (trainer_bridge/checkpoint/tiers.py)
 DELETING_SUFFIX = ".deleting"  # an old checkpoint being pruned: renamed first, so a half-deleted one never loads
 MODEL_CONFIG_FILE = "model_config.json"  # the resolved ModelConfig
-PROVENANCE_FILE = "provenance.json"
-STEP_DIR = re.compile(r"step-\d{8}")
 SET_ASIDE_PREFIX = "set-aside-"
 # Model settings that do not change a trained model (only how a fresh one is initialized).
 MODEL_KEYS_NOT_COMPARED = frozenset({"init_std"})
-
-
-def step_dir_name(step: int) -> str:
-    return f"step-{step:08d}"
-
-
-def step_of(checkpoint: Path) -> int:
-    """The step a ``step-NNNNNNNN`` checkpoint directory was saved after (its completed optimizer steps)."""
-    return int(Path(checkpoint).name.split("-", 1)[1])
 
 
 class _MetadataUnpickler(pickle.Unpickler):
@@ -161,14 +157,6 @@ def checkpoint_problem(path: Path) -> str | None:
         if sha256_file(file) != want["sha256"]:
             return f"{name} does not match its checksum"
     return None
-
-
-def complete_checkpoints(root: Path) -> list[Path]:
-    """Every ``step-NNNNNNNN`` directory (not a partial save, not one being pruned), oldest first."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    return sorted(p for p in root.iterdir() if STEP_DIR.fullmatch(p.name) and p.is_dir())
 
 
 def checkpoint_candidates(root: Path) -> list[Path]:
@@ -328,6 +316,9 @@ class Checkpointer:
                             if cfg.async_save and runtime.distributed else None)
         self._pending = None  # (future, partial_path, step)
         self.val_losses: dict[int, float] = {}  # step -> validation loss, for provenance.json and ``best``
+        # step -> the data position saved with it (global sample index, tokens seen), for provenance.json: what
+        # the checkpoint had consumed, readable without loading tensors (``lineage``'s data cards).
+        self.positions: dict[int, dict[str, int]] = {}
         self.last_blocking_seconds = 0.0
         self.promotions = 0  # async saves promoted so far (each by ``wait``, on the loop's thread)
         if runtime.is_main:
@@ -349,6 +340,9 @@ class Checkpointer:
         final = self.root / step_dir_name(step)
         partial = self.root / (step_dir_name(step) + PARTIAL_SUFFIX)
         state = _full_state(self.runtime, parts, optimizers, train_state)
+        if "progress" in train_state:  # the loop's Progress: step, samples, tokens_seen, ...
+            progress = [int(v) for v in train_state["progress"][:3]]
+            self.positions[step] = {"samples": progress[1], "tokens_seen": progress[2]}
         if self.cfg.async_save:
             # async_save copies (stages) the state to CPU memory before returning; training may then change
             # the parameters while the background thread writes the copy.
@@ -389,9 +383,12 @@ class Checkpointer:
             return
         step = step_of(final)
         val_loss = self.val_losses.get(step)
+        position = self.positions.pop(step, None)
         for name, value in (self.describe(step) if self.describe else {}).items():
             if name == PROVENANCE_FILE and val_loss is not None:
                 value = {**value, "val_loss": val_loss}
+            if name == PROVENANCE_FILE and position is not None:
+                value = {**value, **position}
             write_json(partial / name, value, indent=2, sort_keys=True)
         write_checksums(partial)
         if final.exists():  # the same step saved again (after a rollback or a damaged copy): replace it
@@ -449,14 +446,6 @@ class RunIdentity:
         if self.init_from:
             provenance["init_from"] = self.init_from
         return {MODEL_CONFIG_FILE: self.model, PROVENANCE_FILE: provenance}
-
-
-def read_checkpoint_json(path: Path, name: str) -> dict | None:
-    """One of a checkpoint's JSON files (it passed its checksums); None when an older version did not write it."""
-    file = Path(path) / name
-    if not file.is_file():
-        return None
-    return json.loads(file.read_text(encoding="utf-8"))
 
 
 def model_difference(saved: dict, current: dict) -> list[str]:
@@ -595,7 +584,7 @@ def training_logs(paths: RunPaths) -> tuple[Path, ...]:
     ``set_aside`` moves with them, so that a new run's report shows nothing of the old one. (``train_config.json``
     is rewritten by every start; ``RESUME`` is the operator's signal, not the run's.)"""
     return (paths.metrics_jsonl, paths.recovery_jsonl, paths.alerts_jsonl, paths.samples_jsonl, paths.tensorboard,
-            paths.paused)
+            paths.paused, paths.data_order_jsonl)
 
 
 def set_aside(paths: RunPaths) -> Path | None:

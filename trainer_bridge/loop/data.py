@@ -18,8 +18,10 @@ from typing import Iterator, Protocol
 import numpy as np
 import torch
 
-from runio.files import sha256_file
+from runio.files import append_jsonl, sha256_file
+from runio.layout import RunPaths
 from tokenizer.shards import ShardReader, manifest_path, read_manifest
+from trainer_bridge.loop.order import SAMPLE_ORDER, SampleOrder  # noqa: F401 (re-exported)
 
 IGNORE_INDEX = -100
 
@@ -88,24 +90,29 @@ def shards_difference(saved: dict, current: dict) -> list[str]:
     return out
 
 
-class SampleOrder:
-    """Global sample index -> row index: epoch e is a permutation of all rows seeded by (seed, e)."""
+class DataOrderLog:
+    """``train/data_order.jsonl`` (rank 0): one ``stretch`` line whenever training starts consuming samples at a
+    step (a start, a resume on any world size, an init from another run, a rollback, where the step goes back
+    but the data moves on) and one ``end`` line when the loop ends without an error. Within a stretch step s
+    uses samples ``sample + (s - step) * global_batch_size`` onwards; with the order's name, seed and row count
+    that is every step's rows, for ``corpusmill trace`` and the data cards. Two small writes per start."""
 
-    def __init__(self, num_rows: int, seed: int):
-        if num_rows <= 0:
-            raise ValueError("the training split has no rows: nothing to train on")
-        self.num_rows = num_rows
-        self.seed = seed
-        self._epoch = -1
-        self._permutation = np.empty(0, dtype=np.int64)
+    def __init__(self, paths: RunPaths, *, seed: int, global_batch_size: int, micro_batch_size: int, dp: int,
+                 train_rows: int, shards_manifest_sha256: str | None, is_main: bool):
+        self.path = paths.data_order_jsonl
+        self.is_main = is_main
+        self.common = {"order": SAMPLE_ORDER, "seed": seed, "train_rows": train_rows,
+                       "global_batch_size": global_batch_size, "micro_batch_size": micro_batch_size, "dp": dp,
+                       "shards_manifest_sha256": shards_manifest_sha256}
 
-    def row_index(self, sample_index: int) -> int:
-        epoch, position = divmod(sample_index, self.num_rows)
-        if epoch != self._epoch:
-            generator = np.random.Generator(np.random.PCG64([self.seed, epoch]))
-            self._permutation = generator.permutation(self.num_rows)
-            self._epoch = epoch
-        return int(self._permutation[position])
+    def stretch(self, cause: str, step: int, sample: int, **extra) -> None:
+        if self.is_main:
+            append_jsonl(self.path, {"event": "stretch", "cause": cause, "step": step, "sample": sample,
+                                     **self.common, **extra, "time": time.time()})
+
+    def end(self, step: int, sample: int) -> None:
+        if self.is_main:
+            append_jsonl(self.path, {"event": "end", "step": step, "sample": sample, "time": time.time()})
 
 
 @dataclass

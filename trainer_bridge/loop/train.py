@@ -43,7 +43,7 @@ from trainer_bridge.checkpoint.start import INIT, RESUME, StartPlan, agreed_plan
 from trainer_bridge.checkpoint.store import RunIdentity
 from trainer_bridge.config import GuardConfig, OptimizerConfig, TrainConfig
 from trainer_bridge.loop.distill import Distiller, load_teacher
-from trainer_bridge.loop.data import IGNORE_INDEX, StepBatch, StepBatches, open_split, shards_identity
+from trainer_bridge.loop.data import IGNORE_INDEX, DataOrderLog, StepBatch, StepBatches, open_split, shards_identity
 from trainer_bridge.observe.metrics import StepMetrics
 from trainer_bridge.observe.monitoring import TrainingMonitor
 from trainer_bridge.outcomes import TrainConfigError, TrainingStopped
@@ -316,6 +316,11 @@ class Trainer:
                                  agree=self._most_severe_on_any_rank,
                                  checkpoint=lambda: self.checkpoints.save_now(self.progress.step), say=say)
         self.recovery = RecoveryTracker(paths, is_main=runtime.is_main, say=say)
+        self.data_order = DataOrderLog(paths, seed=cfg.seed, global_batch_size=cfg.batch.global_batch_size,
+                                       micro_batch_size=cfg.batch.micro_batch_size, dp=cfg.mesh.dp,
+                                       train_rows=len(self.train_source),
+                                       shards_manifest_sha256=(self.identity.shards or {}).get("manifest_sha256"),
+                                       is_main=runtime.is_main)
         self.schedule = ScheduleCheck(cfg.schedule, paths, clock=clock or SystemClock(),
                                       agree=self._most_severe_on_any_rank,
                                       checkpoint=lambda: self.checkpoints.save_now(self.progress.step),
@@ -324,7 +329,8 @@ class Trainer:
     # -- the loop -----------------------------------------------------------------------------------------
     def fit(self) -> TrainResult:
         cfg, progress, result = self.cfg, self.progress, self.result
-        self._restore()
+        cause = self._restore()
+        self.data_order.stretch(cause, progress.step, progress.samples, world_size=self.runtime.world_size)
         loader = self._loader()
         self._describe()
         self.monitor.start()
@@ -356,6 +362,7 @@ class Trainer:
                     break
                 if progress.step < cfg.steps:
                     self.schedule.check(progress.step)
+            self.data_order.end(progress.step, progress.samples)
         finally:
             for component in (self.monitor, self.alerts, loader, self.checkpoints, self.metrics, self.schedule):
                 component.close()
@@ -369,9 +376,10 @@ class Trainer:
     def _most_severe_on_any_rank(self, code: int) -> int:
         return int(self.runtime.all_reduce(torch.tensor([code]), op=dist.ReduceOp.MAX)[0])
 
-    def _restore(self) -> None:
+    def _restore(self) -> str:
         """Start as the plan says (``checkpoint.start``): the launcher's, or, without one (``train`` called
-        directly, ranks restarted by torchrun), rank 0's made here and handed to every rank."""
+        directly, ranks restarted by torchrun), rank 0's made here and handed to every rank. Returns how the data
+        position was reached (for ``train/data_order.jsonl``): resume, init_from or start."""
         progress = self.progress
         plan = self._start_plan()
         if plan.kind == RESUME:
@@ -380,6 +388,7 @@ class Trainer:
             self.result.resumed_from = resumed.name
             self._say(f"resumed from {resumed.name}: step {progress.step}, sample {progress.samples}")
             self.recovery.resumed(resumed.name, progress.step, self.checkpoints.provenance(resumed), self.cfg.steps)
+            return "resume"
         elif plan.kind == INIT and plan.weights_only:  # hf:PATH or an import-hf folder: weights only
             described = hf.load_initial_weights(
                 plan.path, self.model.parts, self.cfg.model,
@@ -387,12 +396,15 @@ class Trainer:
                 shard_tokenizer_sha256=self.train_source.tokenizer_sha256, say=self._say)
             self.result.initialized_from = described
             self._say(f"initialized the weights from {described}: fresh optimizer, step 0")
+            return "init_from"
         elif plan.kind == INIT:
             path = Path(plan.path)
             source = RunPaths(self.cfg.init_from)
             self.checkpoints.load(path, keep_data_position=True)
             self.result.initialized_from = f"{source}/{path.name}"
             self._say(f"initialized from {source} {path.name}: step {progress.step}, data from sample 0 of this run")
+            return "init_from"
+        return "start"
 
     def _start_plan(self) -> StartPlan:
         restarted = restarted_by_torchrun()  # the launcher's plan predates what the failed attempt saved
@@ -458,6 +470,8 @@ class Trainer:
         progress.rollbacks = rollbacks
         self.guard.consecutive_bad = 0
         self.result.events.append({"step": bad_step, "event": "rollback", "to": path.name})
+        self.data_order.stretch("rollback", progress.step, progress.samples, previous_last_step=bad_step,
+                                world_size=self.runtime.world_size)
         self._say(f"{cfg.max_consecutive_bad} bad steps in a row (last: {reason}): rolled back to {path.name}")
         record["event"] = "rollback"
 
