@@ -22,6 +22,7 @@ import dataclasses
 import logging
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 
 WORKER_PRELOAD = "beam_dask.execute"  # the runner's worker side, imported by each worker as it starts
 _WALLTIME_DIRECTIVE = "#SBATCH -t "  # dask-jobqueue writes the walltime so (its default is 30 minutes)
+QUEUE_LOOK_S = 5.0  # while waiting for the workers, how often squeue is asked whether the jobs still exist
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +78,10 @@ class SlurmJobs:
         return kwargs
 
     def scheduler_options(self) -> dict:
-        return {"dashboard_address": None, **({"host": self.scheduler_host} if self.scheduler_host else {})}
+        # no dashboard; the scheduler's HTTP server (health, metrics) on a free loopback port, not on 8787 of
+        # every interface (two commands on one host would collide there)
+        return {"dashboard": False, "dashboard_address": "127.0.0.1:0",
+                **({"host": self.scheduler_host} if self.scheduler_host else {})}
 
 
 def _worker_environment(memory: str) -> list[str]:
@@ -103,6 +108,7 @@ class SlurmDaskCluster:
         self.jobs = jobs
         if jobs.log_directory:
             Path(jobs.log_directory).mkdir(parents=True, exist_ok=True)
+        check_submission(jobs)
         self.cluster = SLURMCluster(**jobs.job_kwargs(), scheduler_options=jobs.scheduler_options(),
                                     silence_logs=logging.WARNING)
         try:
@@ -127,15 +133,36 @@ class SlurmDaskCluster:
         """Until every job's workers are connected; ``SlurmStartError`` saying what Slurm says of the jobs when
         they are not within ``timeout`` (default the jobs' ``start_timeout_s``)."""
         timeout = self.jobs.start_timeout_s if timeout is None else timeout
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        next_queue_look = started + QUEUE_LOOK_S
         while True:
             connected = len(self.client.scheduler_info(n_workers=-1)["workers"])
             if connected >= self.jobs.workers:
                 return
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now >= next_queue_look:  # every job ended (its worker failed to start or died): no use waiting
+                next_queue_look = now + QUEUE_LOOK_S
+                ids = self.job_ids()
+                if ids and len(ids) == self.jobs.jobs and not self._queued(ids):
+                    raise SlurmStartError(f"runner.slurm: the Slurm jobs ended with {connected} of "
+                                          f"{self.jobs.workers} Dask workers connected; {self._jobs_state()}")
+            if now - started >= timeout:
                 raise SlurmStartError(f"runner.slurm: {connected} of {self.jobs.workers} Dask workers connected "
                                       f"after {timeout:g} s; {self._jobs_state()}")
             time.sleep(0.5)
+
+    @staticmethod
+    def _queued(ids: list[str]) -> list[str]:
+        """Those of the jobs ``ids`` that squeue lists (pending, running, completing); all of them when squeue
+        cannot be asked (then only the timeout ends the wait)."""
+        try:
+            listed = subprocess.run(["squeue", "--noheader", "--jobs", ",".join(ids), "--format", "%i"],
+                                    capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return ids
+        # squeue exits 1 ("Invalid job id specified") when none of the jobs is known any more
+        return listed.stdout.split() if listed.returncode == 0 or not listed.stdout.strip() and \
+            "Invalid job id" in listed.stderr else ids
 
     def _jobs_state(self) -> str:
         """What squeue says of the jobs (pending reasons included), and the end of their logs when they ran."""
@@ -209,6 +236,27 @@ def job_script(jobs: SlurmJobs, scheduler_address: str = "tcp://SCHEDULER:8786")
     from dask_jobqueue.slurm import SLURMJob
 
     return SLURMJob(scheduler=scheduler_address, name="worker", **jobs.job_kwargs()).job_script()
+
+
+def check_submission(jobs: SlurmJobs) -> None:
+    """``sbatch --test-only`` of the job script: Slurm's refusal of the request (an unknown partition or account,
+    more memory or cores than a node has, a time limit above the partition's) as a ``SlurmStartError`` with
+    sbatch's words, before any job is submitted (dask-jobqueue submits in the background and only logs it)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".sh", prefix="corpusmill-slurm-") as script:
+        script.write(job_script(jobs))
+        script.flush()
+        try:
+            tried = subprocess.run(["sbatch", "--test-only", script.name], capture_output=True, text=True,
+                                   timeout=60)
+        except FileNotFoundError:
+            raise SlurmStartError("runner.slurm: sbatch is not installed here (Slurm's client commands are "
+                                  "needed where corpusmill runs)") from None
+        except subprocess.TimeoutExpired:
+            raise SlurmStartError("runner.slurm: sbatch --test-only did not answer in 60 s (is slurmctld "
+                                  "reachable?)") from None
+    if tried.returncode != 0:
+        said = " | ".join(line.strip() for line in tried.stderr.strip().splitlines()) or f"exit {tried.returncode}"
+        raise SlurmStartError(f"runner.slurm: Slurm refuses the jobs: {said}")
 
 
 def directives(script: str) -> list[str]:

@@ -34,6 +34,7 @@ import beam_dask
 import pipelines.prepare as prepare
 from pipelines.config import load_config
 from pipelines.run import run_stages
+from pipelines.runners import SlurmUnavailable, dask_scheduler
 from slurm_node import PARTITION, SingleNodeSlurm
 
 REPO = Path(__file__).resolve().parents[1]
@@ -246,3 +247,17 @@ def test_prepare_with_dask_workers_started_as_slurm_jobs(reference, slurm, tmp_p
         time.sleep(0.5)
     assert slurm.job_ids() == [], "the command left its Slurm jobs in the queue"
     assert_same_as_reference(reference, got)
+
+
+def test_a_request_slurm_refuses_fails_at_once_in_one_line_and_submits_nothing(slurm, tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    runner = load_config(REPO / "configs" / "demo.yaml", [
+        "runner.name=dask", "runner.slurm.queue=no-such-partition", "runner.slurm.scheduler_host=127.0.0.1"]).runner
+    started = time.monotonic()
+    with pytest.raises(SlurmUnavailable) as refused:
+        dask_scheduler(runner, str(tmp_path / "run"), log=lambda _: None)
+    assert time.monotonic() - started < 30  # sbatch --test-only answers; the start timeout (600 s) is not waited
+    message = str(refused.value)
+    assert message.startswith("runner.slurm: Slurm refuses the jobs: ") and "\n" not in message, message
+    assert "invalid partition" in message.lower(), message
+    assert slurm.job_ids() == []
