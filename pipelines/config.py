@@ -48,7 +48,8 @@ _SIZE = r"^\s*\d+(\.\d+)?\s*([KMGT]i?B)?\s*$"  # a memory size as Dask reads it:
 
 
 class SlurmConfig(Strict):
-    """runner.slurm: the Dask workers of runner.name: dask started as Slurm batch jobs (dask-jobqueue)."""
+    """Submitted with sbatch through dask-jobqueue; the Dask scheduler runs in the corpusmill process, and the jobs
+    are cancelled when the command's data stages end."""
 
     jobs: int = Field(1, ge=1, description="Slurm batch jobs submitted (sbatch), each running `processes` Dask "
                                            "workers that connect to the scheduler in the corpusmill process")
