@@ -122,9 +122,6 @@ class SlurmDaskCluster:
     def address(self) -> str:
         return self.cluster.scheduler_address
 
-    def job_script(self) -> str:
-        return self.cluster.job_script()
-
     def job_ids(self) -> list[str]:
         """Slurm ids of the jobs submitted so far (and not yet cancelled)."""
         return [job.job_id for job in self.cluster.workers.values() if getattr(job, "job_id", None)]
@@ -140,11 +137,12 @@ class SlurmDaskCluster:
             if connected >= self.jobs.workers:
                 return
             now = time.monotonic()
-            if now >= next_queue_look:  # every job ended (its worker failed to start or died): no use waiting
+            if now >= next_queue_look:  # a job that ended (its workers failed to start, or died) never comes back
                 next_queue_look = now + QUEUE_LOOK_S
                 ids = self.job_ids()
-                if ids and len(ids) == self.jobs.jobs and not self._queued(ids):
-                    raise SlurmStartError(f"runner.slurm: the Slurm jobs ended with {connected} of "
+                ended = sorted(set(ids) - set(self._queued(ids))) if ids else []
+                if ended:
+                    raise SlurmStartError(f"runner.slurm: Slurm job(s) {', '.join(ended)} ended with {connected} of "
                                           f"{self.jobs.workers} Dask workers connected; {self._jobs_state()}")
             if now - started >= timeout:
                 raise SlurmStartError(f"runner.slurm: {connected} of {self.jobs.workers} Dask workers connected "
@@ -160,9 +158,10 @@ class SlurmDaskCluster:
                                     capture_output=True, text=True, timeout=30)
         except (OSError, subprocess.TimeoutExpired):
             return ids
+        if listed.returncode == 0:
+            return listed.stdout.split()
         # squeue exits 1 ("Invalid job id specified") when none of the jobs is known any more
-        return listed.stdout.split() if listed.returncode == 0 or not listed.stdout.strip() and \
-            "Invalid job id" in listed.stderr else ids
+        return [] if "Invalid job id" in listed.stderr else ids
 
     def _jobs_state(self) -> str:
         """What squeue says of the jobs (pending reasons included), and the end of their logs when they ran."""
@@ -172,14 +171,19 @@ class SlurmDaskCluster:
         try:
             state = subprocess.run(["squeue", "--noheader", "--jobs", ",".join(ids), "--format", "%i %T %r"],
                                    capture_output=True, text=True, timeout=30)
-            said = (state.stdout.strip() or "(not in the queue any more)") if state.returncode == 0 \
-                else f"squeue failed: {state.stderr.strip()}"
+            if state.returncode == 0 and state.stdout.strip():
+                said = "; ".join(line.strip() for line in state.stdout.strip().splitlines())
+            elif state.returncode == 0 or "Invalid job id" in state.stderr:
+                said = "not in the queue any more"
+            else:
+                said = f"squeue failed: {state.stderr.strip()}"
         except (OSError, subprocess.TimeoutExpired) as error:
             said = f"squeue could not be asked ({error})"
         tails = []
         if self.jobs.log_directory:
-            for path in sorted(Path(self.jobs.log_directory).glob("*.err")):
-                lines = path.read_text(errors="replace").strip().splitlines()[-3:]
+            for job_id in ids:
+                path = Path(self.jobs.log_directory) / f"{self.jobs.job_name}-{job_id}.err"
+                lines = path.read_text(errors="replace").strip().splitlines()[-3:] if path.is_file() else []
                 if lines:
                     tails.append(f"{path.name}: " + " | ".join(lines))
         return f"jobs {', '.join(ids)}: {said}" + ("; " + "; ".join(tails) if tails else "")
