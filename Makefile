@@ -22,18 +22,20 @@ demo: install
 demo-web: install
 	$(BIN)/corpusmill run configs/web.yaml
 
-# The report's browser test (headless Chromium) and the alert-rule check (promtool) need two Debian packages.
+# The report's browser test (headless Chromium), the alert-rule check (promtool) and the Slurm test (a single-node
+# Slurm: munged, slurmctld, slurmd and sbatch, tests/slurm_node.py) need Debian packages.
 # Installed here when missing (root with apt-get); elsewhere one line says what to install and those tests fail.
-SYSTEM_TOOLS := chromium:chromium chromedriver:chromium-driver promtool:prometheus
+SYSTEM_TOOLS := chromium:chromium chromedriver:chromium-driver promtool:prometheus \
+	munged:munge slurmctld:slurm-wlm slurmd:slurm-wlm sbatch:slurm-wlm
 system-tools:
 	@need=""; for pair in $(SYSTEM_TOOLS); do command -v $${pair%%:*} >/dev/null 2>&1 || need="$$need $${pair#*:}"; done; \
 	if [ -z "$$need" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing$$need (Debian packages for the browser and promtool tests)"; \
+		echo "installing$$need (Debian packages for the browser, promtool and Slurm tests)"; \
 		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$need >/dev/null; \
 	else \
-		echo "missing Debian packages:$$need (apt-get install -y$$need as root); the browser and promtool tests will fail" >&2; \
+		echo "missing Debian packages:$$need (apt-get install -y$$need as root); the browser, promtool and Slurm tests will fail" >&2; \
 	fi
 
 test: install system-tools

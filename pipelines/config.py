@@ -44,6 +44,70 @@ class OutputConfig(Strict):
 
 
 RUNNER_NAMES = ("direct", "inprocess", "dask", "flink", "spark", "dataflow")
+_SIZE = r"^\s*\d+(\.\d+)?\s*([KMGT]i?B)?\s*$"  # a memory size as Dask reads it: 2.5GiB, 4GB, 512MiB
+
+
+class SlurmConfig(Strict):
+    """Submitted with sbatch through dask-jobqueue; the Dask scheduler runs in the corpusmill process, and the jobs
+    are cancelled when the command's data stages end."""
+
+    jobs: int = Field(1, ge=1, description="Slurm batch jobs submitted (sbatch), each running `processes` Dask "
+                                           "workers that connect to the scheduler in the corpusmill process")
+    cores: int = Field(1, ge=1, description="CPU cores of each job (--cpus-per-task), shared out as threads among "
+                                            "its worker processes")
+    processes: int = Field(1, ge=1, description="Dask worker processes in each job (each with cores / processes "
+                                                "threads; the project's steps run best at one thread each)")
+    memory: str = Field("4GiB", pattern=_SIZE, description="memory of each job (--mem); each of its workers' "
+                                                            "limit is its share, beyond 60-70% of which it "
+                                                            "spills its shuffle data to disk (pause and terminate "
+                                                            "off, as for worker_memory)")
+    queue: str | None = Field(None, description="the partition (--partition/-p); null: the cluster's default")
+    account: str | None = Field(None, description="the account charged (--account/-A); null: the user's default")
+    walltime: str | None = Field(None, pattern=r"^\d+(-\d+)?(:\d+){0,2}$",
+                                 description="each job's time limit (-t) in Slurm's format, e.g. 02:00:00 or "
+                                             "1-12:00:00; it must cover the whole command (the jobs serve all its "
+                                             "data stages). null: the partition's default limit")
+    job_directives: list[str] = Field(default_factory=list, description="more sbatch options, one #SBATCH line "
+                                                                        "each, e.g. [--qos=high, "
+                                                                        "--constraint=skylake]")
+    prologue: list[str] = Field(default_factory=list, description="shell lines the job script runs before the "
+                                                                  "workers start, e.g. [module load python/3.11, "
+                                                                  "source /shared/venv/bin/activate]; the jobs "
+                                                                  "already inherit this command's environment and "
+                                                                  "working directory")
+    python: str | None = Field(None, description="the workers' Python interpreter (a path valid on the compute "
+                                                 "nodes, with corpusmill installed); null: the interpreter running "
+                                                 "this command")
+    scheduler_host: str | None = Field(None, description="the address the Dask scheduler (in this command's "
+                                                         "process) listens on and the workers connect to; null: "
+                                                         "all interfaces, announced as this host's address")
+    interface: str | None = Field(None, description="the network interface of the workers and the scheduler "
+                                                    "(e.g. ib0), when the compute nodes reach this host on one "
+                                                    "interface only")
+    local_directory: str | None = Field(None, description="each worker's scratch folder for spilled data, on the "
+                                                          "compute node (e.g. /scratch/$USER or $TMPDIR); null: "
+                                                          "Dask's default (a temporary folder)")
+    log_directory: str | None = Field(None, description="where the jobs' stdout/stderr go; null: the run "
+                                                        "directory's logs/slurm/ (a shared filesystem path)")
+    start_timeout_s: float = Field(600, gt=0, description="how long the command waits for every job's workers to "
+                                                         "connect (jobs pending in the queue included) before it "
+                                                         "stops with what squeue says of them")
+
+    @field_validator("job_directives")
+    @classmethod
+    def _sbatch_options(cls, value: list[str]) -> list[str]:
+        for option in value:
+            if not option.startswith("-"):
+                raise ValueError(f"{option!r} is not an sbatch option: write it as on sbatch's command line, e.g. "
+                                 f"--qos=high")
+        return value
+
+    @model_validator(mode="after")
+    def _processes_fit(self):
+        if self.processes > self.cores:
+            raise ValueError(f"processes ({self.processes}) exceed cores ({self.cores}): each worker process "
+                             f"needs at least one core")
+        return self
 
 
 class RunnerConfig(Strict):
@@ -54,12 +118,14 @@ class RunnerConfig(Strict):
     dask_address: str | None = Field(None, description="with name: dask, the scheduler (tcp://host:8786); null: "
                                                        "a LocalCluster on this machine")
     worker_memory: str | None = Field(
-        None, pattern=r"^\s*\d+(\.\d+)?\s*([KMGT]i?B)?\s*$",
+        None, pattern=_SIZE,
         description="with name: dask and no address, each LocalCluster worker's memory limit (e.g. 2.5GiB): beyond "
                     "60-70% of it the worker spills the shuffle data it holds to disk, so its memory is bounded "
                     "by the limit, not by the corpus. null: Dask's default (the machine's memory / workers, which "
                     "on a large machine never spills). Workers of a cluster started elsewhere take "
                     "`dask worker --memory-limit`")
+    slurm: SlurmConfig | None = Field(None, description="with name: dask, start the Dask workers as Slurm batch "
+                                                        "jobs (see docs/scale-out.md); null: no Slurm")
     options: list[str] = Field(default_factory=list, description="extra Beam pipeline options, passed through")
 
     @field_validator("name")
@@ -84,6 +150,14 @@ class RunnerConfig(Strict):
         if self.worker_memory and (self.name != "dask" or self.dask_address):
             raise ValueError("worker_memory applies to the LocalCluster of runner.name: dask without a dask_address "
                              "(workers of a running cluster take `dask worker --memory-limit`)")
+        if self.slurm is not None:
+            if self.name != "dask":
+                raise ValueError(f"slurm is set but name is {self.name!r}: Slurm jobs run Dask workers, set "
+                                 f"runner.name to dask")
+            given = [f for f in ("dask_address", "worker_memory", "workers") if getattr(self, f) is not None]
+            if given:
+                raise ValueError(f"slurm starts its own Dask cluster: {', '.join(given)} cannot be set with it "
+                                 f"(the jobs' size is slurm.jobs, slurm.processes and slurm.memory)")
         return self
 
 

@@ -26,7 +26,7 @@ from beamio.write import DOCS_SCHEMA, REMOVED_SCHEMA, WriteSorted, doc_row, json
 from pipelines.config import ConfigError, RunConfig
 from pipelines.progress import ProgressPrinter
 from pipelines.rundir import clear_outputs, count_parquet_rows, read_manifest
-from pipelines.runners import shuffle_workers
+from pipelines.runners import dask_scheduler, shuffle_workers
 from pipelines.steps import CleanDocuments, StepContext, check_steps, enabled_steps
 from runio.files import write_json
 from runio.layout import RunPaths
@@ -350,10 +350,12 @@ def run_clean(cfg: RunConfig, against: tuple[str, ...] = (), log: Callable[[str]
         folder.mkdir(parents=True, exist_ok=True)
     clear_outputs((paths.progress,))
     ctx = StepContext(paths, earlier, input_bytes=sum(i["bytes"] for i in new_inputs),
-                      workers=shuffle_workers(cfg.runner.name, cfg.runner.workers, cfg.runner.dask_address))
+                      workers=shuffle_workers(cfg.runner.name, cfg.runner.workers, cfg.runner.dask_address,
+                                              cfg.runner.slurm))
     steps = enabled_steps(cfg, ctx)
-    pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options, cfg.runner.dask_address,
-                             worker_memory=cfg.runner.worker_memory, input_bytes=ctx.input_bytes)
+    pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options,
+                             dask_scheduler(cfg.runner, str(paths), log), worker_memory=cfg.runner.worker_memory,
+                             input_bytes=ctx.input_bytes)
     build_cleaning_graph(pipeline, cfg, new_files, ctx)
     with ProgressPrinter(paths.progress, steps, log):
         result = pipeline.run()
@@ -372,8 +374,8 @@ def run_clean(cfg: RunConfig, against: tuple[str, ...] = (), log: Callable[[str]
 def run_shards(cfg: RunConfig, log: Callable[[str], None] = print) -> dict:
     """The shard stage: train or load the tokenizer, then encode, pack and write shards/ from docs/."""
     clear_outputs((RunPaths.of(cfg).shards,))
-    pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options, cfg.runner.dask_address,
-                             worker_memory=cfg.runner.worker_memory)
+    pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options,
+                             dask_scheduler(cfg.runner, str(RunPaths.of(cfg)), log), worker_memory=cfg.runner.worker_memory)
     return build_shards(str(RunPaths.of(cfg)), cfg.tokenizer, cfg.packing, pipeline)
 
 

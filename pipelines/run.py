@@ -43,6 +43,7 @@ from beamio.read import ID_SCHEME, expand_inputs
 from lineage.card import refresh_data_cards
 from pipelines.config import ConfigError, RunConfig
 from pipelines.prepare import base_manifest, previously_processed, run_clean, run_shards, summary_table
+from pipelines.runners import release_slurm_jobs
 from pipelines.rundir import clear_outputs, read_manifest, remove_stale_temporaries
 from pipelines.steps import StepContext, check_steps
 from runio.cost import StageMeter, record_stage
@@ -621,38 +622,50 @@ def run_stages(cfg: RunConfig, stages: tuple[str, ...], *, against: tuple[str, .
         manifest.setdefault("timings", {})
         manifest["id_scheme"] = ID_SCHEME
         write_atomic(paths.config_yaml, cfg.resolved_yaml().encode("utf-8"))
-        for index, stage in enumerate(stages, 1):
-            prefix = f"[{index}/{len(stages)}] {stage}"
-            expected = expected_fingerprints(cfg, paths, manifest, against)
-            if resume and stage in _current(records, expected):
-                log(f"{prefix}: already done with this config, skipped")
-                continue
-            started = time.time()
-            skip = _skip_reason(stage, manifest)
-            if skip is not None:
-                _clear_skipped(stage, paths, log)
-                log(f"{prefix}: skipped: {skip}")
-                result = {}
-            else:
-                log(f"{prefix} ...")
-                with metered(cfg, paths, stage, log):
-                    result = _run_stage(cfg, paths, stage, against, log, from_scratch=train_anew,
-                                        build_report=build_report)
-            manifest.update(result)
-            if stage == "clean":
-                manifest["empty"] = manifest["counts"]["kept"] == 0
-            seconds = round(time.time() - started, 2)
-            manifest["timings"][f"{stage}_seconds"] = seconds
-            expected = expected_fingerprints(cfg, paths, manifest, against)  # with this stage's outputs
-            records[stage] = {**expected[stage], **({"skipped": skip} if skip else {})}
-            manifest["skipped"] = {s: r["skipped"] for s, r in records.items() if r.get("skipped")}
-            manifest["stages"] = records
-            manifest["stages_done"] = _current(records, expected)
-            manifest["status"] = "complete" if all(s in manifest["stages_done"] for s in DATA_STAGES) else "incomplete"
-            write_json(paths.manifest, manifest)
-            if skip is None:
-                log(f"{prefix}: done in {seconds:.1f} s")
-        return manifest
+        try:
+            return _run_listed_stages(cfg, paths, stages, against, resume, records, manifest, train_anew, log,
+                                      build_report)
+        finally:
+            release_slurm_jobs()  # the Slurm jobs of runner.slurm (if started) serve the data stages only
+
+
+def _run_listed_stages(cfg: RunConfig, paths: RunPaths, stages: tuple[str, ...], against: tuple[str, ...],
+                       resume: bool, records: dict, manifest: dict, train_anew: bool, log: Callable[[str], None],
+                       build_report: Optional[ReportBuilder]) -> dict:
+    for index, stage in enumerate(stages, 1):
+        prefix = f"[{index}/{len(stages)}] {stage}"
+        expected = expected_fingerprints(cfg, paths, manifest, against)
+        if resume and stage in _current(records, expected):
+            log(f"{prefix}: already done with this config, skipped")
+            continue
+        started = time.time()
+        skip = _skip_reason(stage, manifest)
+        if skip is not None:
+            _clear_skipped(stage, paths, log)
+            log(f"{prefix}: skipped: {skip}")
+            result = {}
+        else:
+            log(f"{prefix} ...")
+            if stage not in DATA_STAGES:  # the Slurm jobs of runner.slurm are not held through training
+                release_slurm_jobs()
+            with metered(cfg, paths, stage, log):
+                result = _run_stage(cfg, paths, stage, against, log, from_scratch=train_anew,
+                                    build_report=build_report)
+        manifest.update(result)
+        if stage == "clean":
+            manifest["empty"] = manifest["counts"]["kept"] == 0
+        seconds = round(time.time() - started, 2)
+        manifest["timings"][f"{stage}_seconds"] = seconds
+        expected = expected_fingerprints(cfg, paths, manifest, against)  # with this stage's outputs
+        records[stage] = {**expected[stage], **({"skipped": skip} if skip else {})}
+        manifest["skipped"] = {s: r["skipped"] for s, r in records.items() if r.get("skipped")}
+        manifest["stages"] = records
+        manifest["stages_done"] = _current(records, expected)
+        manifest["status"] = "complete" if all(s in manifest["stages_done"] for s in DATA_STAGES) else "incomplete"
+        write_json(paths.manifest, manifest)
+        if skip is None:
+            log(f"{prefix}: done in {seconds:.1f} s")
+    return manifest
 
 
 def record_training(cfg: RunConfig, code: int) -> None:

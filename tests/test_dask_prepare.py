@@ -1,15 +1,19 @@
-"""The project's cleaning and shard stages on a 2-worker dask.distributed LocalCluster, end to end.
+"""The project's cleaning and shard stages on dask.distributed, end to end, against the local runner.
 
-One module fixture runs ``configs/demo.yaml`` three times (the demo cleaning stage takes about a minute on
-two cores, so the scenarios are batched):
+Module fixtures run ``configs/demo.yaml`` (the demo cleaning stage takes about a minute on two cores, so the
+scenarios share one reference run):
 
 1. the reference: the config as it is (the FnApiRunner), stages clean + shards;
-2. the same config on the Dask runner (``beam_dask``), clean + shards;
-3. the cleaning stage on the Dask runner again, with one worker process SIGKILLed while it executes a stage
-   task in the middle of the stage (the nanny restarts it; the scheduler reschedules and recomputes).
+2. ``corpusmill prepare configs/demo.yaml`` on the Dask runner (``beam_dask``) through the config, as a user's
+   would run it, with ``runner.slurm``: its Dask workers are two batch jobs of a real single-node Slurm
+   (munged, slurmctld and slurmd started by the fixture, ``tests/slurm_node.py``), clean + shards;
+3. the cleaning stage on the Dask runner on a 2-worker LocalCluster, with one worker process SIGKILLed while
+   it executes a stage task in the middle of the stage (the nanny restarts it; the scheduler reschedules and
+   recomputes).
 
 The runs share the checkout's quality-model cache (``runs/.cache``, as ``make demo``; the default model is keyed
-by its training data and parameters), so it is trained at most once. The Dask runner is patched in where ``pipelines.prepare`` builds its pipelines.
+by its training data and parameters), so it is trained at most once. The Dask runner is patched in where
+``pipelines.prepare`` builds its pipelines for the SIGKILL scenario.
 """
 from __future__ import annotations
 
@@ -17,6 +21,8 @@ import hashlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -29,6 +35,8 @@ import beam_dask
 import pipelines.prepare as prepare
 from pipelines.config import load_config
 from pipelines.run import run_stages
+from pipelines.runners import SlurmUnavailable, dask_scheduler
+from slurm_node import PARTITION, SingleNodeSlurm
 
 REPO = Path(__file__).resolve().parents[1]
 COMPARED = ("docs", "removed", "quarantine", "dedup", "tokenizer", "shards")
@@ -94,26 +102,39 @@ def _executing(dask_worker) -> tuple[int, list[str]]:
     return os.getpid(), [str(ts.key) for ts in dask_worker.state.executing]
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    base = tmp_path_factory.mktemp("dask-e2e")
-    # the runs directories' shared cache (the default quality model, keyed by its training data and parameters):
-    # the one `make demo` uses, so the model is trained at most once per checkout, not once per test session
+def runs_dir(base: Path, which: str) -> Path:
+    """A runs directory of its own, sharing the checkout's cache of the default quality model (keyed by its
+    training data and parameters): the one `make demo` uses, so the model is trained at most once per checkout,
+    not once per test session."""
     cache = REPO / "runs" / ".cache"
     cache.mkdir(parents=True, exist_ok=True)
+    path = base / which
+    path.mkdir()
+    (path / ".cache").symlink_to(cache, target_is_directory=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """The demo's clean + shards on the local runner (the FnApiRunner): the run directory every Dask run is
+    compared with."""
+    cfg = load_config(REPO / "configs" / "demo.yaml",
+                      [f"output.runs_dir={runs_dir(tmp_path_factory.mktemp('reference'), 'fnapi')}"])
+    assert cfg.runner.name == "direct"
+    started = time.time()
+    run_stages(cfg, ("clean", "shards"), log=lambda _: None)
+    print(f"reference (FnApiRunner) clean + shards: {time.time() - started:.1f} s")
+    return Path(cfg.run_dir)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, reference):
+    base = tmp_path_factory.mktemp("dask-e2e")
 
     def config(which: str, *overrides: str):
-        runs_dir = base / which
-        runs_dir.mkdir()
-        (runs_dir / ".cache").symlink_to(cache, target_is_directory=True)
-        return load_config(REPO / "configs" / "demo.yaml", [f"output.runs_dir={runs_dir}", *overrides])
+        return load_config(REPO / "configs" / "demo.yaml", [f"output.runs_dir={runs_dir(base, which)}", *overrides])
 
     timings = {}
-    started = time.time()
-    reference = config("fnapi")
-    assert reference.runner.name == "direct"
-    run_stages(reference, ("clean", "shards"), log=lambda _: None)
-    timings["fnapi"] = time.time() - started
 
     cluster = beam_dask.shared_local_cluster(2)
     cluster.wait_for_workers(2)
@@ -123,13 +144,6 @@ def runs(tmp_path_factory):
         pipeline = beam_dask.make_dask_pipeline(client=cluster.client, extra_args=options, input_bytes=input_bytes)
         runners.append(pipeline.runner)
         return pipeline
-
-    # the undisturbed run goes through the config, as a user's would: runner.name: dask at the cluster's address
-    started = time.time()
-    undisturbed = config("dask", "runner.name=dask", f"runner.dask_address={cluster.address}")
-    run_stages(undisturbed, ("clean", "shards"), log=lambda _: None)
-    timings["dask"] = time.time() - started
-    assert json.loads((Path(undisturbed.run_dir) / "manifest.json").read_text())["runner"]["name"] == "dask"
 
     # the killed run needs a handle on the runner (its progress): the runner is patched in
     with pytest.MonkeyPatch.context() as mp:
@@ -146,12 +160,12 @@ def runs(tmp_path_factory):
         timings["dask_sigkill_clean"] = time.time() - started
     cluster.wait_for_workers(2, timeout=120)
     print("end-to-end timings (s):", {k: round(v, 1) for k, v in timings.items()}, "kill:", killer.killed)
-    return {"fnapi": reference.run_dir, "dask": undisturbed.run_dir, "sigkill": killed.run_dir,
-            "killed": killer.killed}
+    return {"fnapi": reference, "sigkill": killed.run_dir, "killed": killer.killed}
 
 
-def test_demo_on_dask_is_byte_identical_to_the_fnapi_runner(runs):
-    ref, got = Path(runs["fnapi"]), Path(runs["dask"])
+def assert_same_as_reference(ref: Path, got: Path) -> None:
+    """Every published output byte for byte, stats.json's counts and the dedup index row for row as the
+    reference's, and the run complete."""
     for sub in COMPARED:
         expected = published_files(ref, sub)
         if sub != "quarantine":  # the demo corpus has no unreadable record: quarantine/ is empty on both
@@ -164,18 +178,90 @@ def test_demo_on_dask_is_byte_identical_to_the_fnapi_runner(runs):
     assert dedup_rows(got) == dedup_rows(ref) and dedup_rows(ref)  # (the index is not empty)
     manifest = json.loads((got / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["stages_done"] == ["clean", "shards"]
+    assert manifest["runner"]["name"] == "dask"
 
 
 def test_sigkill_of_a_worker_mid_stage_changes_nothing(runs):
     killed = runs["killed"]
     assert killed is not None, "no worker was killed: the scenario did not happen"
     assert killed["done"] < killed["total"], "the worker was killed after the stage had finished"
-    ref, undisturbed, got = Path(runs["fnapi"]), Path(runs["dask"]), Path(runs["sigkill"])
-    for sub in ("docs", "removed", "quarantine"):
-        assert published_files(got, sub) == published_files(undisturbed, sub) == published_files(ref, sub), sub
-    assert published_files(got, "dedup") == published_files(undisturbed, "dedup") == published_files(ref, "dedup")
+    ref, got = Path(runs["fnapi"]), Path(runs["sigkill"])
+    for sub in ("docs", "removed", "quarantine", "dedup"):
+        assert published_files(got, sub) == published_files(ref, sub), sub
     got_stats = json.loads((got / "stats.json").read_text())
     assert got_stats["accounting"]["balanced"], got_stats["accounting"]["problems"]
     # committed counters: the killed attempt's increments are not counted, the rescheduled attempt's are
-    assert counts(got_stats) == counts(json.loads((undisturbed / "stats.json").read_text()))
     assert counts(got_stats) == counts(json.loads((ref / "stats.json").read_text()))
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    """A real single-node Slurm (its daemons fail the test with their logs if they cannot start)."""
+    node = SingleNodeSlurm(tmp_path_factory.mktemp("slurm"), cpus=2)
+    try:
+        yield node.start()
+    finally:
+        node.stop()
+
+
+def test_prepare_with_dask_workers_started_as_slurm_jobs(reference, slurm, tmp_path):
+    runs = runs_dir(tmp_path, "slurm")
+    settings = {"output.runs_dir": runs, "runner.name": "dask", "runner.slurm.jobs": 2, "runner.slurm.cores": 1,
+                "runner.slurm.memory": "3GiB", "runner.slurm.queue": PARTITION, "runner.slurm.walltime": "00:15:00",
+                "runner.slurm.scheduler_host": "127.0.0.1", "runner.slurm.start_timeout_s": 120}
+    command = [sys.executable, "-m", "cli.main", "prepare", "configs/demo.yaml"]
+    for key, value in settings.items():
+        command += ["--set", f"{key}={value}"]
+    # the jobs inherit this environment (sbatch's --export=ALL): SLURM_CONF, and PYTHONPATH to this checkout
+    env = {**slurm.env, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    started = time.time()
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    print(f"corpusmill prepare on Slurm-started Dask workers: {time.time() - started:.1f} s")
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}" \
+                                 f"\n{slurm.log_tails()}"
+    assert "runner.slurm: 2 Dask workers in 2 Slurm jobs" in done.stdout, done.stdout
+    got = runs / "demo"
+    # each job ran a Dask worker that registered with the command's scheduler, and Slurm allocated it
+    job_logs = sorted((got / "logs" / "slurm").glob("corpusmill-dask-*.err"))
+    assert len(job_logs) == 2, job_logs
+    controller_log = (slurm.root / "log" / "slurmctld.log").read_text()
+    for job_log in job_logs:
+        assert "Registered to:" in job_log.read_text(), job_log.read_text()[-2000:]
+        job_id = job_log.stem.rsplit("-", 1)[1]
+        assert f"Allocate JobId={job_id} " in controller_log
+    # the command cancelled its jobs when its data stages ended
+    deadline = time.monotonic() + 30
+    while slurm.job_ids() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert slurm.job_ids() == [], "the command left its Slurm jobs in the queue"
+    assert_same_as_reference(reference, got)
+
+
+def test_a_request_slurm_refuses_fails_at_once_in_one_line_and_submits_nothing(slurm, tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    runner = load_config(REPO / "configs" / "demo.yaml", [
+        "runner.name=dask", "runner.slurm.queue=no-such-partition", "runner.slurm.scheduler_host=127.0.0.1"]).runner
+    started = time.monotonic()
+    with pytest.raises(SlurmUnavailable) as refused:
+        dask_scheduler(runner, str(tmp_path / "run"), log=lambda _: None)
+    assert time.monotonic() - started < 30  # sbatch --test-only answers; the start timeout (600 s) is not waited
+    message = str(refused.value)
+    assert message.startswith("runner.slurm: Slurm refuses the jobs: ") and "\n" not in message, message
+    assert "invalid partition" in message.lower(), message
+    assert slurm.job_ids() == []
+
+
+def test_jobs_whose_workers_cannot_start_end_the_wait_with_their_log(slurm, tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    missing_python = tmp_path / "no-such-venv" / "bin" / "python"
+    runner = load_config(REPO / "configs" / "demo.yaml", [
+        "runner.name=dask", f"runner.slurm.python={missing_python}", "runner.slurm.scheduler_host=127.0.0.1",
+        "runner.slurm.memory=1GiB"]).runner
+    started = time.monotonic()
+    with pytest.raises(SlurmUnavailable) as failed:
+        dask_scheduler(runner, str(tmp_path / "run"), log=lambda _: None)
+    assert time.monotonic() - started < 60  # the job's end is noticed; the start timeout (600 s) is not waited
+    message = str(failed.value)
+    assert "ended with 0 of 1 Dask workers connected" in message and "\n" not in message, message
+    assert f"{missing_python}: No such file or directory" in message, message  # the job log's tail
+    assert slurm.job_ids() == []
