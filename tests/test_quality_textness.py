@@ -157,3 +157,38 @@ def test_score_with_a_chinese_model_scores_chinese_documents(tiny_zh_model, tmp_
     assert "skipped" not in rows["zh1"]
     assert rows["de"]["score"] is None and rows["de"]["route"] == "unmodelled" and rows["de"]["keep"] is True
     assert "scores zh documents (its model card)" in capsys.readouterr().err
+
+
+def test_stats_and_report_show_what_the_policy_decided_per_language(tmp_path):
+    """stats.json's language mix counts, per language, the documents each route/policy kept and removed, with
+    the judge's histogram; the report's language table shows them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipelines.prepare import language_mix
+    from report.build import language_mix_body
+    from runio.layout import RunPaths
+
+    paths = RunPaths(tmp_path)
+    paths.docs.mkdir(parents=True)
+    paths.removed.mkdir(parents=True)
+
+    def ann(lang, quality):
+        return json.dumps({"langid": {"lang": lang, "score": 0.9}, "quality": quality})
+
+    judged = {"score": None, "skipped": "language ru: no quality model (quality.models.ru)", "route": "unmodelled",
+              "policy": "judge"}
+    kept = [ann("ru", {**judged, "textness": 0.93}), ann("en", {"score": 0.8, "logit": 1.4})]
+    removed = [ann("ru", {**judged, "textness": 0.04}), ann("zh", {"score": 0.9, "logit": 2.2, "route": "unsure",
+                                                                  "policy": "judge", "textness": 0.1})]
+    pq.write_table(pa.table({"annotations": kept}), paths.docs / "part-0.parquet")
+    pq.write_table(pa.table({"removed_by": ["quality", "quality"], "annotations": removed}),
+                   paths.removed / "part-0.parquet")
+    mix = language_mix(paths, ["langid", "quality"])
+    quality = mix["quality"]
+    assert quality["ru"]["policy"] == {"unmodelled/judge": {"kept": 1, "removed": 1}}
+    assert sum(quality["ru"]["textness_histogram"]) == 2 and quality["ru"]["scored"] == 0
+    assert quality["zh"]["policy"] == {"unsure/judge": {"removed": 1}} and quality["zh"]["scored"] == 1
+    assert "policy" not in quality["en"]
+    body = language_mix_body(mix)
+    assert "unmodelled/judge: 1 kept, 1 removed" in body and "unsure/judge: 0 kept, 1 removed" in body
