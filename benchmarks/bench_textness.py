@@ -4,6 +4,7 @@ measure split (sources disjoint: see data/quality/build_textness_probe.py).
     .venv/bin/python benchmarks/bench_textness.py fit        # writes data/quality/textness_judge.json
     .venv/bin/python benchmarks/bench_textness.py measure    # accuracy by kind and language, speed
 
+Texts are normalized first, as the pipeline's normalize step does before the quality step.
 measure: accuracy at the default threshold (``quality.textness_threshold``), overall, per garbage kind, real text
 per language; and docs per CPU-second of ``TextnessJudge.score`` (process CPU time) on the measure split.
 """
@@ -26,8 +27,13 @@ PROBE = os.path.join(ROOT, "data/quality/textness_probe.jsonl.gz")
 
 
 def _load(path: str, split: str) -> list[dict]:
+    """The split's records, their text normalized as the pipeline's normalize step does before quality runs (it
+    removes the C1 control characters UTF-8 read as Latin-1 leaves, for one)."""
+    from transforms.normalize import NormalizeConfig, normalize_text
+
+    cfg = NormalizeConfig()
     with gzip.open(path, "rt", encoding="utf-8") as fh:
-        return [r for r in map(json.loads, fh) if r["split"] == split]
+        return [{**r, "text": normalize_text(r["text"], cfg)} for r in map(json.loads, fh) if r["split"] == split]
 
 
 def _fit(args) -> None:

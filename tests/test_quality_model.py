@@ -205,7 +205,10 @@ def test_cli_train_and_score(tmp_path, records):
                  "--id-field", "doc", "--runner", "inprocess", "--workers", "1"]) == 0
     rows = [json.loads(line) for line in scores.read_text().splitlines()]
     assert sorted(r["id"] for r in rows) == sorted(f"d{i}" for i in range(60))
-    assert all(set(r) == {"id", "score", "keep"} and r["keep"] == (r["score"] >= 0.5) for r in rows)
+    # a document langid names unsurely (quality.unsure: judge) also needs the text-ness judge's pass
+    assert all(set(r) - {"route", "policy", "textness", "reason"} == {"id", "score", "keep"} for r in rows)
+    assert all(r["keep"] == (r["score"] >= 0.5 and r.get("textness", 1.0) >= 0.5) for r in rows)
+    assert all(r["route"] == "unsure" and r["policy"] == "judge" for r in rows if "textness" in r)
     # the same model through the pure core gives the same scores
     direct = QualityModel.load(str(model)).score([r["text"] for r in records[700:760]])["score"]
     by_id = {r["id"]: r["score"] for r in rows}
