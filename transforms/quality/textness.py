@@ -79,16 +79,20 @@ _SCRIPT_CLASSES = (("latin", "A-Za-z\u00c0-\u024f\u1e00-\u1eff"), ("cyrillic", "
                    ("halfwidth", "\uff61-\uffdc"), ("box", "\u2500-\u259f"))
 
 
-def _switch_pattern() -> re.Pattern:
-    alternatives = []
-    for i, (_, a) in enumerate(_SCRIPT_CLASSES):
-        for j, (_, b) in enumerate(_SCRIPT_CLASSES):
-            if i != j:
-                alternatives.append(f"[{a}](?=[{b}])")
-    return re.compile("|".join(alternatives))
+def _script_table() -> dict[int, str]:
+    """A ``str.translate`` table: each letter of a class of ``_SCRIPT_CLASSES`` to its class's code letter, every
+    other ASCII character to ``.`` (so that no character is taken for a class it is not)."""
+    table = {c: "." for c in range(128)}
+    for code, (_, ranges) in zip("LCGAHWB", _SCRIPT_CLASSES):
+        for part in re.findall(r"(.)-(.)|(.)", ranges):
+            first, last = (part[0], part[1]) if part[0] else (part[2], part[2])
+            for c in range(ord(first), ord(last) + 1):
+                table[c] = code
+    return table
 
 
-_SWITCH = _switch_pattern()
+_SCRIPT_TABLE = _script_table()
+_SWITCH = re.compile(r"([LCGAHWB])(?=[LCGAHWB])(?!\1)")
 
 
 def mojibake_share(text: str) -> float:
@@ -183,7 +187,7 @@ def textness_features(text: str) -> list[float]:
     return [
         mojibake_share(head),
         len(_BAD_CHARS.findall(head)) / chars,
-        len(_SWITCH.findall(head)) / max(letters, 1),
+        len(_SWITCH.findall(head.translate(_SCRIPT_TABLE))) / max(letters, 1),
         letters / non_space,
         digits / non_space,
         (non_space - letters - digits) / non_space,
