@@ -72,6 +72,9 @@ def _measure(args) -> None:
             groups[r["kind"] if r["label"] == "garbage" else f"real {r['lang']}"].append(ok)
         print(f"split {split}: {len(records)} records, accuracy {right.mean():.4f} (real {right[truth].mean():.4f}, "
               f"garbage {right[~truth].mean():.4f}); {len(records) / cpu:,.0f} docs/CPU-s")
+        unmodelled = [ok for r, ok in zip(records, right) if r["label"] == "real" and r["lang"] not in ("en", "zh")]
+        print(f"  real text in the languages without a quality model: {np.mean(unmodelled):.4f} "
+              f"({len(unmodelled)} passages)")
         for key in sorted(groups):
             print(f"  {key:<16}{len(groups[key]):>5}  {np.mean(groups[key]):.3f}")
         if args.show_errors:
