@@ -111,6 +111,9 @@ def test_unsure_language_is_judged_as_well(tiny_zh_model):
     assert docs[0]["annotations"]["quality"]["route"] == "unsure"
     assert isinstance(docs[0]["annotations"]["quality"]["score"], float)
     assert "route" not in docs[1]["annotations"]["quality"]  # sure: the model alone
+    docs = [_doc(1, broken, "zh", 0.2)]  # the model removes it first: its reason, not the judge's
+    assert QualityStep(cfg.model_copy(update={"threshold": 1.0}), {"zh": tiny_zh_model}).apply(docs) == [
+        "low_quality"]
     docs = [_doc(1, broken, "zh", 0.2)]
     assert QualityStep(cfg.model_copy(update={"unsure": "keep"}), {"zh": tiny_zh_model}).apply(docs) == [None]
     docs = [_doc(1, broken, "zh", 0.2)]

@@ -185,17 +185,20 @@ def decide(score: float, doc_id, cfg: QualityConfig, cutoff: float | None = None
 
 def decide_document(mine: dict, doc_id, cfg: QualityConfig, cutoff: float | None = None) -> str | None:
     """The removal reason of a scored document from its ``annotations.quality`` (``mine``), or None to keep it:
-    first the policy for documents no model judges surely (``policy``: remove, or judge by ``textness``), then
-    the model's score by ``quality.mode`` (top_fraction: its ``logit`` against ``cutoff``). A document without
-    a model score that passed the policy (or whose policy is keep) is kept."""
+    the policy ``remove`` for documents no model judges surely; else the model's score by ``quality.mode``
+    (top_fraction: its ``logit`` against ``cutoff``), when there is one; then, for a document the policy sends to
+    the judge, its ``textness`` against ``textness_threshold`` (so ``not_text`` counts only what the judge
+    removes on top of the model)."""
     policy = mine.get("policy")
     if policy == "remove":
         return POLICY_REASONS[mine.get("route", "unmodelled")]
+    if mine.get("score") is not None:
+        reason = decide(mine["logit"] if cfg.mode == "top_fraction" else mine["score"], doc_id, cfg, cutoff)
+        if reason is not None:
+            return reason
     if policy == "judge" and mine.get("textness") is not None and mine["textness"] < cfg.textness_threshold:
         return NOT_TEXT
-    if mine.get("score") is None:
-        return None
-    return decide(mine["logit"] if cfg.mode == "top_fraction" else mine["score"], doc_id, cfg, cutoff)
+    return None
 
 
 def local_model_copy(model_path: str, directory: str | None = None) -> str:
