@@ -159,6 +159,64 @@ def _accuracy(args) -> None:
               f"| {r['fasttext_accuracy']:.4f} / {ws[2]:.3f} / {mb[2]:.3f} |")
 
 
+def _pipeline(args) -> None:
+    """Accuracy through the pipeline's own path (``corpusmill quality score``: normalize -> langid -> routing to the
+    model of each document's language, or to the policy for unmodelled / unsure languages -> decision), with a model
+    trained on the other groups of ``--data``: what a user of ``prepare`` gets, where ``accuracy`` scores the model
+    alone. keep == (label == hq) counts as correct."""
+    import subprocess
+
+    from transforms.quality.model import load_labeled, split_records, train_quality_model
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rows = []
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        cfg = _train_config(args, seed)
+        records, _ = load_labeled(args.data, cfg)
+        train_idx, test_idx = split_records(records, cfg)
+        with tempfile.TemporaryDirectory(prefix="bench-quality-pipeline-") as tmp:
+            model, card = train_quality_model([records[i] for i in train_idx],
+                                              cfg.model_copy(update={"heldout_fraction": 0.0}),
+                                              log=lambda m: print(m, file=sys.stderr))
+            model_path = os.path.join(tmp, f"quality_{args.lang}.bin")
+            model.save(model_path, card)
+            test = [records[i] for i in test_idx]
+            test_path = os.path.join(tmp, "heldout.jsonl")
+            with open(test_path, "w", encoding="utf-8") as fh:
+                for r in test:
+                    fh.write(json.dumps({"id": r["id"], "text": r["text"]}, ensure_ascii=False) + "\n")
+            config = os.path.join(tmp, "config.yaml")
+            with open(config, "w", encoding="utf-8") as fh:
+                fh.write(f"name: bench\noutput: {{runs_dir: {args.runs_dir}}}\nquality:\n  "
+                         + (f"model: {model_path}\n" if args.lang == "en" else
+                            f"models:\n    {args.lang}:\n      model: {model_path}\n")
+                         + "".join(f"  {line}\n" for line in (args.quality or [])))
+            out = os.path.join(tmp, "scores.jsonl")
+            subprocess.run([sys.executable, "-m", "cli.main", "quality", "score", test_path, "--config", config,
+                            "--out", out, "--id-field", "id", "--runner", "inprocess"], check=True, cwd=root,
+                           env={**os.environ, "PYTHONPATH": root})
+            with open(out, encoding="utf-8") as fh:
+                kept = {row["id"]: row["keep"] for row in map(json.loads, fh)}
+        correct = np.array([kept[r["id"]] == (r["label"] == "hq") for r in test])
+        by = {}
+        for value in sorted({r["subtype"] for r in test}):
+            mask = np.array([r["subtype"] == value for r in test])
+            by[value] = (int(mask.sum()), int(correct[mask].sum()))
+        row = {"seed": seed, "heldout": len(test), "accuracy": round(float(correct.mean()), 4), "by_subtype": by}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    subtypes = sorted({k for r in rows for k in r["by_subtype"]})
+    print("\n| seed | held-out docs | accuracy | " + " | ".join(subtypes) + " |")
+    print("|---|---|---|" + "---|" * len(subtypes))
+    for r in rows + [{"seed": "pooled", "heldout": sum(r["heldout"] for r in rows),
+                      "by_subtype": {k: tuple(sum(r["by_subtype"].get(k, (0, 0))[j] for r in rows) for j in (0, 1))
+                                     for k in subtypes}}]:
+        right = sum(c for _, c in r["by_subtype"].values())
+        print(f"| {r['seed']} | {r['heldout']} | {right / r['heldout']:.4f} | "
+              + " | ".join(f"{r['by_subtype'][k][1] / r['by_subtype'][k][0]:.3f}" if r["by_subtype"].get(k, (0,))[0]
+                           else "-" for k in subtypes) + " |")
+
+
 def _texts(path: str, n: int, lang: str | None = None) -> list[str]:
     """``n`` texts evenly spaced through ``path``; with ``lang`` (zh) only records of that ``lang`` (all when
     none has the field, as in the labelled sets)."""
@@ -274,6 +332,16 @@ def main() -> None:
     acc.add_argument("--params", help="JSON of QualityTrainConfig overrides")
     acc.add_argument("--heldout", type=float, help="held-out fraction of the groups (0: train on all)")
     acc.add_argument("--test", nargs="*", help="labelled files every trained model is also scored on")
+    pipe = sub.add_parser("pipeline", help="held-out accuracy through `corpusmill quality score` (langid routing)")
+    pipe.add_argument("--data", default="../shared/eval/quality_train.jsonl.gz")
+    pipe.add_argument("--seeds", default="0")
+    pipe.add_argument("--lang", default="en", choices=("en", "zh"))
+    pipe.add_argument("--params", help="JSON of QualityTrainConfig overrides")
+    pipe.add_argument("--heldout", type=float, help="held-out fraction of the groups")
+    pipe.add_argument("--runs-dir", default="/tmp/bench-quality-runs", help="output.runs_dir: the default models' "
+                                                                            "cache (the other language's model)")
+    pipe.add_argument("--quality", action="append", help="another line of the quality section, e.g. "
+                                                         "'unmodelled: keep'; repeatable")
     fresh = sub.add_parser("fresh-zh")
     fresh.add_argument("--sample", default="../shared/corpora/real_text_sample.jsonl.gz")
     fresh.add_argument("--dev", default="../shared/eval/quality_zh_dev.jsonl.gz")
@@ -286,7 +354,7 @@ def main() -> None:
     speed.add_argument("--lang", default="en", help="the language the documents are routed as; zh also keeps "
                                                     "only the records of that lang")
     args = parser.parse_args()
-    {"accuracy": _accuracy, "speed": _speed, "fresh-zh": _fresh_zh}[args.what](args)
+    {"accuracy": _accuracy, "pipeline": _pipeline, "speed": _speed, "fresh-zh": _fresh_zh}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ from runio.errors import ExitCode
 from runio.files import atomic_output
 from runio.layout import RunPaths
 from transforms.base import step_annotations
-from transforms.quality.model import (QualityModel, QualityTrainConfig, binary_metrics, load_labeled, sidecar_paths,
-                                      split_records, train_quality_model)
+from transforms.quality.model import (QualityModel, QualityTrainConfig, binary_metrics, card_languages, load_labeled,
+                                      sidecar_paths, split_records, train_quality_model)
 from transforms.quality.step import QualityConfig, QualityFilter, ensure_models
 
 SECTION = "quality"
@@ -118,8 +118,10 @@ def _score(args: argparse.Namespace) -> int:
     twins = TextTwins()
     files = resolve_inputs(input_cfg.paths, on_twin=twins.add,
                            log=lambda line: print(f"corpusmill quality score: {line}", file=sys.stderr))
-    # --model alone, else the models `prepare` uses (quality.model and quality.models, else the default ones)
-    model_path = args.model or _default_model(cfg, paths.cache_for(SECTION))
+    # --model alone (for the languages its card records), else the models `prepare` uses (quality.model and
+    # quality.models, else the default ones)
+    model_path = model_by_language(args.model, cfg.model_lang) if args.model else _default_model(
+        cfg, paths.cache_for(SECTION))
     out_dir = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(out_dir, exist_ok=True)
     tmp_prefix = os.path.join(out_dir, f".{os.path.basename(args.out)}.{os.getpid()}.part")
@@ -129,8 +131,14 @@ def _score(args: argparse.Namespace) -> int:
         doc_id = reported_id(doc, id_field, default=doc["id"])  # its id field, a text file's name, else the internal id
         mine = step_annotations(doc["annotations"], SECTION)
         row = {"id": doc_id, "score": mine.get("score"), "keep": keep}
-        if mine.get("skipped"):  # no configured model covers its language (or script): kept unscored
+        if mine.get("skipped"):  # no configured model covers its language (or script)
             row["skipped"] = mine["skipped"]
+        if mine.get("route"):  # no model judges it surely: the policy for its route decided
+            row.update(route=mine["route"], policy=mine["policy"])
+        if mine.get("textness") is not None:
+            row["textness"] = mine["textness"]
+        if not keep and doc.get("removed_by") == SECTION and doc.get("reason") != "low_quality":
+            row["reason"] = doc["reason"]
         if doc.get("removed_by") not in (None, SECTION):  # removed before the quality step, as prepare removes it
             row.update(removed_by=doc["removed_by"], reason=doc["reason"])
         return json.dumps(row, ensure_ascii=False)
@@ -161,15 +169,34 @@ def _score(args: argparse.Namespace) -> int:
         for row in decoded:
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     kept_n = sum(1 for row in decoded if row["keep"])
-    unscored = sum(1 for row in decoded if row.get("skipped"))
+    unscored = sum(1 for row in decoded if row.get("skipped") and row["keep"])
+    judged = sum(1 for row in decoded if row.get("skipped") and row["keep"] and "textness" in row)
     earlier = sum(1 for row in decoded if "removed_by" in row)
-    also = f" (of them {unscored} unscored: no configured model covers their language)" if unscored else ""
+    also = (f" (of them {unscored} unscored: no configured model covers their language; {judged} of those "
+            f"passed the text-ness judge)") if unscored else ""
     by = f" ({earlier} of them by {'/'.join(s.name for s in before)} before scoring)" if earlier else ""
     print(f"scored {len(decoded)} documents ({cfg.mode}): kept {kept_n}{also}, removed {len(decoded) - kept_n}{by} "
           f"-> {args.out}")
     if quarantined:
         print(f"corpusmill quality score: {quarantine_summary(quarantined)}", file=sys.stderr)
     return no_document_exit_code("quality score", "to score", len(decoded), quarantined, args.text_field)
+
+
+def model_by_language(model: str, model_lang: str) -> dict[str, str]:
+    """``--model`` for each language its card records (a Chinese model scores the Chinese documents); a model
+    whose card does not say (trained before cards recorded it) stands for ``quality.model_lang``, as before."""
+    try:
+        languages = card_languages(model)
+    except ValueError as err:
+        raise ConfigError(f"--model: {err}") from None
+    if languages is None:
+        print(f"corpusmill quality score: {model} has no card recording its languages: used as the "
+              f"quality.model_lang ({model_lang}) model", file=sys.stderr)
+        languages = [model_lang]
+    else:
+        print(f"corpusmill quality score: {model} scores {'/'.join(languages)} documents (its model card)",
+              file=sys.stderr)
+    return {lang: model for lang in languages}
 
 
 def _default_model(cfg, cache_dir) -> dict[str, str]:
@@ -225,8 +252,9 @@ def register(subparsers) -> None:
                                        "one an earlier step removes has \"removed_by\" and \"reason\". A text "
                                        "file byte-identical to another input gets the line of the file it copies.")
     score.add_argument("input", help="JSONL(.gz/.zst), Parquet or a folder of .txt files")
-    score.add_argument("--model", help="model from `corpusmill quality train`, used alone (as the "
-                                       "quality.model_lang model: other languages are kept unscored) (default: "
+    score.add_argument("--model", help="model from `corpusmill quality train`, used alone for the languages its "
+                                       "card records (a card that does not say: quality.model_lang); other "
+                                       "languages go to the quality.unmodelled policy (default: "
                                        "the models `prepare` uses: quality.model and quality.models of --config, "
                                        "else the default ones, from the runs directory's cache; trained there "
                                        "once if missing)")

@@ -250,8 +250,11 @@ def language_mix(run: RunPaths | Path, steps: list[str]) -> dict:
     sources: Counter = Counter()
     hist: dict[str, list[int]] = {}
     skipped: dict[str, Counter] = {}
+    textness_hist: dict[str, list[int]] = {}
+    # per language: "route/policy" (unmodelled/judge, unsure/keep, ...) -> {"kept": n, "removed": n}
+    policy: dict[str, dict[str, Counter]] = {}
 
-    def add(annotations: dict, last: int) -> str:
+    def add(annotations: dict, last: int, removed_by: str | None = None) -> str:
         lang, source = _language_of(annotations)
         sources[source] += 1
         n_words = (annotations.get("filters") or {}).get("n_words")
@@ -268,6 +271,13 @@ def language_mix(run: RunPaths | Path, steps: list[str]) -> dict:
             bins[min(int(float(quality["score"]) * QUALITY_BINS), QUALITY_BINS - 1)] += 1
         elif quality.get("skipped"):
             skipped.setdefault(lang, Counter())[quality["skipped"]] += 1
+        if quality.get("textness") is not None:
+            bins = textness_hist.setdefault(lang, [0] * QUALITY_BINS)
+            bins[min(int(float(quality["textness"]) * QUALITY_BINS), QUALITY_BINS - 1)] += 1
+        if quality.get("route"):
+            outcome = "removed" if removed_by == "quality" else "kept" if removed_by is None else "removed_later"
+            policy.setdefault(lang, {}).setdefault(f"{quality['route']}/{quality.get('policy')}",
+                                                   Counter())[outcome] += 1
         return lang
 
     for path in sorted(paths.docs.glob("*.parquet")):
@@ -280,7 +290,7 @@ def language_mix(run: RunPaths | Path, steps: list[str]) -> dict:
         table = pq.read_table(path, columns=["removed_by", "annotations"])
         for step, raw in zip(table.column("removed_by").to_pylist(), table.column("annotations").to_pylist()):
             ann = json.loads(raw) if isinstance(raw, str) else (raw or {})
-            add(ann, order.get(step, len(steps) - 1))
+            add(ann, order.get(step, len(steps) - 1), step)
     langs = sorted(docs_in, key=lambda lang: (-docs_in[lang][0], lang))
     by_step = [{"step": step,
                 "docs": {lang: docs_in[lang][i] for lang in langs if docs_in[lang][i]},
@@ -292,9 +302,15 @@ def language_mix(run: RunPaths | Path, steps: list[str]) -> dict:
         "kept": {"docs": {lang: kept_docs[lang] for lang in langs if kept_docs[lang]},
                  "tokens": {lang: kept_tokens[lang] for lang in langs if kept_docs[lang]}},
         "unmeasured_docs": {lang: unmeasured[lang] for lang in langs if unmeasured[lang]},
+        # per language: documents its model scored (and their histogram), those no model covers (skipped: why),
+        # and those the policy for unmodelled / unsure languages decided (policy: "route/policy" -> kept,
+        # removed by quality, removed by a later step; textness: the judge's histogram)
         "quality": {lang: {"scored": sum(hist.get(lang, [])), "histogram": hist.get(lang, [0] * QUALITY_BINS),
-                           "skipped": dict(sorted(skipped.get(lang, Counter()).items()))}
-                    for lang in langs if lang in hist or lang in skipped},
+                           "skipped": dict(sorted(skipped.get(lang, Counter()).items())),
+                           **({"policy": {key: dict(sorted(c.items())) for key, c in sorted(policy[lang].items())},
+                               "textness_histogram": textness_hist.get(lang, [0] * QUALITY_BINS)}
+                              if lang in policy else {})}
+                    for lang in langs if lang in hist or lang in skipped or lang in policy},
         "quality_bins": [round(i / QUALITY_BINS, 2) for i in range(QUALITY_BINS + 1)],
     }
 

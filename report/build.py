@@ -102,7 +102,8 @@ def domains_body(domains: dict) -> str:
 
 def language_mix_body(mix: dict) -> str:
     """stats.json's language mix: documents (and word units) of each language entering every step, and kept;
-    then each language's quality scoring (scored, skipped and why)."""
+    then each language's quality scoring (scored, skipped and why, and what the policy for unmodelled and unsure
+    languages decided: quality.unmodelled / quality.unsure)."""
     steps, kept = mix.get("steps") or [], mix.get("kept") or {}
     langs = list((steps[0]["docs"] if steps else {}) or kept.get("docs") or {})
     if not langs:
@@ -113,9 +114,12 @@ def language_mix_body(mix: dict) -> str:
     body = "<h3>Languages at every step (documents)</h3>" + html_table(header, rows, "language-mix")
     quality = mix.get("quality") or {}
     if quality:
-        body += html_table(("language", "quality-scored", "skipped (reason: documents)"),
+        body += html_table(("language", "quality-scored", "no model (reason: documents)",
+                            "policy (route/policy: kept, removed)"),
                            ((lang, q.get("scored"), ", ".join(f"{k}: {v}" for k, v in (q.get("skipped") or {}).items())
-                         or "none") for lang, q in quality.items()), "language-quality")
+                             or "none", "; ".join(f"{k}: {c.get('kept', 0)} kept, {c.get('removed', 0)} removed"
+                                                  for k, c in (q.get("policy") or {}).items()) or "none")
+                            for lang, q in quality.items()), "language-quality")
     return body
 
 

@@ -646,9 +646,10 @@ def test_quality_score_skips_chinese_like_prepare_and_finds_the_default_model(tm
     assert code == 0, err
     assert "training the default model" in err and str(tmp_path / "runs" / ".cache" / "quality") in err
     rows = {r["id"]: r for r in map(json.loads, out_path.read_text(encoding="utf-8").splitlines())}
-    for i in range(3, 6):  # Chinese: kept unscored, as prepare keeps them
+    for i in range(3, 6):  # Chinese: no model score; the text-ness judge keeps real text, as prepare does
         assert rows[f"d{i}"]["score"] is None and rows[f"d{i}"]["keep"] is True
         assert rows[f"d{i}"]["skipped"] == "language zh: no quality model (quality.models.zh)"
+        assert rows[f"d{i}"]["policy"] == "judge" and rows[f"d{i}"]["textness"] >= 0.5
     assert all(isinstance(rows[f"d{i}"]["score"], float) and "skipped" not in rows[f"d{i}"] for i in range(3))
     assert "3 unscored" in out
     # a second time the cached model is used: nothing is trained

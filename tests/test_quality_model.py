@@ -205,7 +205,10 @@ def test_cli_train_and_score(tmp_path, records):
                  "--id-field", "doc", "--runner", "inprocess", "--workers", "1"]) == 0
     rows = [json.loads(line) for line in scores.read_text().splitlines()]
     assert sorted(r["id"] for r in rows) == sorted(f"d{i}" for i in range(60))
-    assert all(set(r) == {"id", "score", "keep"} and r["keep"] == (r["score"] >= 0.5) for r in rows)
+    # a document langid names unsurely (quality.unsure: judge) also needs the text-ness judge's pass
+    assert all(set(r) - {"route", "policy", "textness", "reason"} == {"id", "score", "keep"} for r in rows)
+    assert all(r["keep"] == (r["score"] >= 0.5 and r.get("textness", 1.0) >= 0.5) for r in rows)
+    assert all(r["route"] == "unsure" and r["policy"] == "judge" for r in rows if "textness" in r)
     # the same model through the pure core gives the same scores
     direct = QualityModel.load(str(model)).score([r["text"] for r in records[700:760]])["score"]
     by_id = {r["id"]: r["score"] for r in rows}
@@ -293,7 +296,8 @@ CHINESE = ("软件包管理器会解析软件包的依赖关系，并按照正�
 def test_cli_score_decides_as_prepare_does_for_every_language(tmp_path, model_path, records, capsys):
     """`quality score` runs the steps prepare runs before quality (normalize, langid) with prepare's code, so a
     document of a language no configured model covers (Russian, Arabic, Hindi; Chinese with the English model
-    alone) is kept unscored, as prepare keeps it, instead of being scored low by the English model and dropped:
+    alone) is judged by the text-ness judge, as prepare judges it, instead of being scored low by the English
+    model and dropped:
     every document gets prepare's score and decision. With langid switched off (quality routes by script), both
     score a Cyrillic document with the English model; a document langid removes (langid.keep) keeps its line."""
     import yaml
@@ -322,15 +326,17 @@ def test_cli_score_decides_as_prepare_does_for_every_language(tmp_path, model_pa
             for row in pq.read_table(part, columns=["id", "annotations"]).to_pylist():
                 quality = json.loads(row["annotations"])["quality"]
                 prepared[named[row["id"]]] = {"score": quality["score"], "keep": kept,
-                                                           **({"skipped": quality["skipped"]} if "skipped" in quality
-                                                              else {})}
+                                              **{k: quality[k] for k in ("skipped", "route", "policy", "textness")
+                                                 if k in quality}}
     out = tmp_path / "scores.jsonl"
     assert _score_command(str(source), "--config", str(config), "--id-field", "id", "--out", str(out)) == 0
     rows = _rows(out)
     assert {key: {k: v for k, v in row.items() if k != "id"} for key, row in rows.items()} == prepared
-    for lang in ("ru", "ar", "hi", "zh"):
-        assert rows[lang] == {"id": lang, "score": None, "keep": True,
-                              "skipped": f"language {lang}: no quality model (quality.models.{lang})"}
+    for lang in ("ru", "ar", "hi", "zh"):  # real text: the text-ness judge (quality.unmodelled: judge) keeps it
+        assert {k: v for k, v in rows[lang].items() if k != "textness"} == {
+            "id": lang, "score": None, "keep": True, "route": "unmodelled", "policy": "judge",
+            "skipped": f"language {lang}: no quality model (quality.models.{lang})"}
+        assert rows[lang]["textness"] >= 0.5
     assert all(isinstance(rows[f"en{i}"]["score"], float) for i in range(4))
     assert "4 unscored" in capsys.readouterr().out
 

@@ -25,7 +25,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from runio.files import atomic_output, atomic_path, write_json
+from transforms.langid import LangIdentifier
 from transforms.quality.features import OrderFeatures, char_stream
+
+# a language counts as one of a model's languages when at least this share of its high-quality training
+# records is identified as it (a handbook quoting English commands stays a Chinese model)
+LANGUAGE_MIN_SHARE = 0.1
 
 # 2: the order features carry a feature version (Chinese models from feature version 2 on write format 2, so that
 # code that reads only format 1 refuses them instead of computing the columns they were not fitted on); 1 still loads
@@ -200,6 +205,31 @@ def _load_fasttext(path: str):
 def sidecar_paths(model_path: str) -> tuple[str, str]:
     """(order-model arrays, model card) paths that belong to ``model_path``."""
     return model_path + ".order.npz", model_path + ".card.json"
+
+
+def training_languages(texts: Sequence[str]) -> tuple[list[str], dict[str, int]]:
+    """(languages, documents per language) of training texts, as the langid step identifies them: the languages
+    of at least ``LANGUAGE_MIN_SHARE`` of the texts, most frequent first."""
+    counts: dict[str, int] = {}
+    for result in LangIdentifier().identify(list(texts)):
+        counts[result["lang"]] = counts.get(result["lang"], 0) + 1
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return [lang for lang, n in ranked if n >= LANGUAGE_MIN_SHARE * max(len(texts), 1)], dict(ranked)
+
+
+def card_languages(model_path: str) -> list[str] | None:
+    """The languages a model's card records it was trained on; None when there is no card (a model trained
+    before cards recorded them, or a bare fastText file) or it does not say."""
+    _, card_path = sidecar_paths(model_path)
+    if "://" in model_path or not os.path.exists(card_path):
+        return None
+    with open(card_path, encoding="utf-8") as fh:
+        try:
+            card = json.load(fh)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{card_path}: not a model card ({err.msg})") from None
+    languages = card.get("languages") if isinstance(card, dict) else None
+    return [str(lang) for lang in languages] if isinstance(languages, list) and languages else None
 
 
 class QualityModel:
@@ -500,8 +530,13 @@ def train_quality_model(records: Sequence[dict], cfg: QualityTrainConfig, log=pr
     model = QualityModel(ft_model, order, stacker, cfg.positive_label)
     log(f"quality train: final model fitted on {len(train_idx)} records ({time.time() - started:.1f}s)")
 
+    languages, language_counts = training_languages(
+        [t for t, lab in zip(texts, labels) if lab == cfg.positive_label])
+    log(f"quality train: high-quality text in {', '.join(languages)} (langid: "
+        + ", ".join(f"{lang} {n}" for lang, n in list(language_counts.items())[:5]) + ")")
     card = {
         "format_version": model.format_version,
+        "languages": languages,
         "kind": "corpusmill quality model: fastText + class n-gram order features + logistic stacker",
         "positive_label": cfg.positive_label,
         "params": cfg.model_dump(),
@@ -510,6 +545,7 @@ def train_quality_model(records: Sequence[dict], cfg: QualityTrainConfig, log=pr
             "train_records": int(len(train_idx)),
             "heldout_records": int(len(test_idx)),
             "labels": {lab: labels.count(lab) for lab in label_set},
+            "languages": language_counts,  # of the high-quality records, by the langid step's identifier
             "split": f"by {cfg.group_field or 'record'}: heldout = groups with hash(seed, group) < "
                      f"{cfg.heldout_fraction}; no group in both",
         },

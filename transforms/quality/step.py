@@ -49,7 +49,9 @@ from transforms.base import Doc, StepConfigError, annotate, annotation, step_ann
 from transforms.beam_step import DecideEach, Route, timed
 from transforms.text_units import cjk_ratio
 from transforms.normalize import NormalizeConfig
-from transforms.quality.model import QualityModel, QualityTrainConfig, load_labeled, sidecar_paths, train_quality_model
+from transforms.quality.model import (QualityModel, QualityTrainConfig, card_languages, load_labeled, sidecar_paths,
+                                      train_quality_model)
+from transforms.quality.textness import TextnessJudge, resolve_judge
 
 STEP_NAME = "quality"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -57,6 +59,9 @@ DEFAULT_TRAIN_DATA = "data/quality/quality_train_subset.jsonl.gz"  # relative: t
 DEFAULT_ZH_TRAIN_DATA = "data/quality/quality_zh_train.jsonl.gz"
 DEFAULT_CJK_THRESHOLD = NormalizeConfig().cjk_threshold  # normalize.script of a document that was not normalized
 REASONS = {"threshold": "low_quality", "top_fraction": "below_top_fraction", "pareto": "pareto_sampled_out"}
+# removal reasons of the policy for documents no model judges surely (quality.unmodelled / quality.unsure)
+NOT_TEXT = "not_text"  # the text-ness judge scored it below quality.textness_threshold
+POLICY_REASONS = {"unmodelled": "no_quality_model", "unsure": "language_unsure"}
 
 
 def zh_train_defaults() -> QualityTrainConfig:
@@ -119,6 +124,21 @@ class QualityConfig(BaseModel):
         default_factory=lambda: {"cjk": "zh"},
         description="without the langid step: the language of a normalize.script (the CJK-share heuristic); "
                     "other scripts are quality.model_lang")
+    unmodelled: Literal["judge", "keep", "remove"] = Field(
+        "judge", description="a document of a language no quality model covers: judge (kept only when the "
+                             "language-independent text-ness judge passes it: quality.textness >= "
+                             "textness_threshold), keep (kept unscored) or remove (reason no_quality_model)")
+    unsure: Literal["judge", "keep", "remove"] = Field(
+        "judge", description="a document whose language langid names with a score below unsure_below: judge "
+                             "(its language's model, if any, and the text-ness judge must both pass it), keep "
+                             "(as if sure) or remove (reason language_unsure)")
+    unsure_below: float = Field(0.5, ge=0.0, le=1.0, description="langid.score below which a document's language "
+                                                                 "is unsure (quality.unsure applies)")
+    textness_threshold: float = Field(0.5, ge=0.0, le=1.0, description="keep a judged document when its "
+                                                                       "quality.textness (P(real text)) >= it")
+    textness_judge: str | None = Field(None, description="the text-ness judge's weights (JSON from "
+                                                         "benchmarks/bench_textness.py fit); null: the shipped "
+                                                         "data/quality/textness_judge.json")
 
     def language_models(self) -> dict[str, LanguageModelConfig]:
         """Every configured model by language: ``model_lang``'s from the top-level fields, then ``models``."""
@@ -163,6 +183,24 @@ def decide(score: float, doc_id, cfg: QualityConfig, cutoff: float | None = None
     return None if keep else REASONS[cfg.mode]
 
 
+def decide_document(mine: dict, doc_id, cfg: QualityConfig, cutoff: float | None = None) -> str | None:
+    """The removal reason of a scored document from its ``annotations.quality`` (``mine``), or None to keep it:
+    the policy ``remove`` for documents no model judges surely; else the model's score by ``quality.mode``
+    (top_fraction: its ``logit`` against ``cutoff``), when there is one; then, for a document the policy sends to
+    the judge, its ``textness`` against ``textness_threshold`` (so ``not_text`` counts only what the judge
+    removes on top of the model)."""
+    policy = mine.get("policy")
+    if policy == "remove":
+        return POLICY_REASONS[mine.get("route", "unmodelled")]
+    if mine.get("score") is not None:
+        reason = decide(mine["logit"] if cfg.mode == "top_fraction" else mine["score"], doc_id, cfg, cutoff)
+        if reason is not None:
+            return reason
+    if policy == "judge" and mine.get("textness") is not None and mine["textness"] < cfg.textness_threshold:
+        return NOT_TEXT
+    return None
+
+
 def local_model_copy(model_path: str, directory: str | None = None) -> str:
     """A local path for the model: ``model_path`` itself when local, else (gs://, s3://, ... through Beam's
     FileSystems) a copy of the model and its sidecars in a temporary directory, made once per worker: fastText
@@ -197,7 +235,12 @@ class QualityScorer:
     name = STEP_NAME
 
     def __init__(self, model_paths: str | dict[str, str], max_chars: int = 20_000, skip_scripts: Sequence[str] = (),
-                 batch_size: int = 256, model_lang: str = "en", fallback_langs: dict[str, str] | None = None):
+                 batch_size: int = 256, model_lang: str = "en", fallback_langs: dict[str, str] | None = None,
+                 unmodelled: str = "keep", unsure: str = "keep", unsure_below: float = 0.0,
+                 textness_judge: str | None = None):
+        self.unmodelled, self.unsure, self.unsure_below = unmodelled, unsure, unsure_below
+        self.textness_judge = textness_judge
+        self.judge: TextnessJudge | None = None
         self.model_paths = {model_lang: model_paths} if isinstance(model_paths, str) else dict(model_paths)
         self.model_path = self.model_paths.get(model_lang)  # the model_lang model (one-model callers)
         self.max_chars = max_chars
@@ -216,6 +259,8 @@ class QualityScorer:
         for lang, path in self.model_paths.items():
             if lang not in self.models:
                 self.models[lang] = QualityModel.load(local_model_copy(path))
+        if self.judge is None and "judge" in (self.unmodelled, self.unsure):
+            self.judge = TextnessJudge.load(self.textness_judge)
 
     def route(self, doc: Doc, skip_scripts: Sequence[str]) -> tuple[str | None, str | None]:
         """(language whose model scores ``doc``, None) or (None, why it is kept unscored)."""
@@ -242,12 +287,27 @@ class QualityScorer:
         skip_scripts = self.skip_scripts if skip_scripts is None else skip_scripts
         scores = np.full(len(docs), np.nan)
         by_lang: dict[str, list[int]] = {}
+        judged: list[int] = []  # documents the text-ness judge scores (the policy says judge)
+        policies: dict[int, tuple[str, str]] = {}  # index -> (route: unmodelled | unsure, policy)
         for i, doc in enumerate(docs):
             lang, why = self.route(doc, skip_scripts)
             if lang is None:
                 annotate(doc, STEP_NAME, score=None, skipped=why)
+                policies[i] = ("unmodelled", self.unmodelled)
             else:
                 by_lang.setdefault(lang, []).append(i)
+                lang_score = annotation(doc, "langid.score")
+                if lang_score is not None and float(lang_score) < self.unsure_below:
+                    policies[i] = ("unsure", self.unsure)
+            if i in policies and policies[i][1] == "judge":
+                judged.append(i)
+        for i, (route, policy) in policies.items():
+            annotate(docs[i], STEP_NAME, route=route, policy=policy)
+        if judged:
+            textness = self.judge.score([docs[i].get("text") if isinstance(docs[i].get("text"), str) else ""
+                                         for i in judged])
+            for i, value in zip(judged, textness):
+                annotate(docs[i], STEP_NAME, textness=round(float(value), 6))
         self._scored.inc(len(docs))
         for lang, scored_idx in by_lang.items():
             scored_docs = [docs[i] for i in scored_idx]
@@ -269,7 +329,8 @@ class QualityScorer:
 
 def _scorer_args(cfg: QualityConfig) -> dict:
     return {"max_chars": cfg.max_chars, "skip_scripts": cfg.skip_scripts, "batch_size": cfg.batch_size,
-            "model_lang": cfg.model_lang, "fallback_langs": cfg.fallback_langs}
+            "model_lang": cfg.model_lang, "fallback_langs": cfg.fallback_langs, "unmodelled": cfg.unmodelled,
+            "unsure": cfg.unsure, "unsure_below": cfg.unsure_below, "textness_judge": cfg.textness_judge}
 
 
 class QualityStep(QualityScorer):
@@ -283,8 +344,22 @@ class QualityStep(QualityScorer):
         self.cfg = cfg
 
     def apply(self, docs: Sequence[Doc]) -> list[str | None]:
-        scores = self.annotate(docs)
-        return [None if np.isnan(s) else decide(float(s), d.get("id"), self.cfg) for d, s in zip(docs, scores)]
+        self.annotate(docs)
+        return [decide_document(step_annotations(d["annotations"], STEP_NAME), d.get("id"), self.cfg) for d in docs]
+
+
+def check_model_language(model_path: str, lang: str, field: str) -> None:
+    """A model whose card records the languages it was trained on scores only those: configured for another
+    language, it would judge text it never saw (a Chinese model scoring English). Refused naming ``field``."""
+    try:
+        languages = card_languages(model_path)
+    except ValueError as err:
+        raise StepConfigError(f"{field}: {err}") from None
+    if languages is not None and lang not in languages:
+        where = (f"quality.models.{languages[0]}.model" if field != f"quality.models.{languages[0]}.model"
+                 else "its own language")
+        raise StepConfigError(f"{field}: {model_path} was trained on {'/'.join(languages)} text (its model card), "
+                              f"not {lang}; configure it as {where}")
 
 
 def _exists(path: str) -> bool:
@@ -297,7 +372,11 @@ def _exists(path: str) -> bool:
 
 def check(cfg: QualityConfig) -> None:
     """What must hold before a worker loads the models (checked when the graph is built): each configured model
-    and its ``.order.npz`` exist, or, without a model, the labelled data to train the default one does."""
+    and its ``.order.npz`` exist, or, without a model, the labelled data to train the default one does; a model
+    whose card records the languages it was trained on is configured for one of them; the text-ness judge
+    exists when a policy judges."""
+    if "judge" in (cfg.unmodelled, cfg.unsure) and not os.path.exists(resolve_judge(cfg.textness_judge)):
+        raise StepConfigError(f"quality.textness_judge: {resolve_judge(cfg.textness_judge)} does not exist")
     for lang, entry in cfg.language_models().items():
         field = "quality" if lang == cfg.model_lang else f"quality.models.{lang}"
         if entry.model:
@@ -305,6 +384,7 @@ def check(cfg: QualityConfig) -> None:
                 if not _exists(path):
                     raise StepConfigError(f"{field}.model: {path} does not exist (train one with `corpusmill "
                                           f"quality train`, which writes the model and its .order.npz)")
+            check_model_language(entry.model, lang, f"{field}.model")
             continue
         if not entry.train_data:
             raise StepConfigError(f"{field}: set model or train_data")
@@ -429,11 +509,9 @@ class Cutoff(beam.PTransform):
 def _decide_by_cutoff(decided, cfg: QualityConfig, cutoff: float):
     doc, _ = decided
     mine = step_annotations(doc["annotations"], STEP_NAME)
-    if mine.get("score") is None:  # a skipped script: kept unscored
-        yield doc, None
-        return
-    mine["cutoff"] = round(cutoff, 6)
-    yield doc, decide(mine["logit"], doc.get("id"), cfg, cutoff)
+    if mine.get("score") is not None:  # documents no model scores are decided by the policy alone
+        mine["cutoff"] = round(cutoff, 6)
+    yield doc, decide_document(mine, doc.get("id"), cfg, cutoff)
 
 
 class QualityFilter(beam.PTransform):

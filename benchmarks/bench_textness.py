@@ -1,0 +1,103 @@
+"""The text-ness judge (``transforms.quality.textness``): fit it on the probe's tune split, measure it on the
+measure split (sources disjoint: see data/quality/build_textness_probe.py).
+
+    .venv/bin/python benchmarks/bench_textness.py fit        # writes data/quality/textness_judge.json
+    .venv/bin/python benchmarks/bench_textness.py measure    # accuracy by kind and language, speed
+
+Texts are normalized first, as the pipeline's normalize step does before the quality step.
+measure: accuracy at the default threshold (``quality.textness_threshold``), overall, per garbage kind, real text
+per language; and docs per CPU-second of ``TextnessJudge.score`` (process CPU time) on the measure split.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROBE = os.path.join(ROOT, "data/quality/textness_probe.jsonl.gz")
+
+
+def _load(path: str, split: str) -> list[dict]:
+    """The split's records, their text normalized as the pipeline's normalize step does before quality runs (it
+    removes the C1 control characters UTF-8 read as Latin-1 leaves, for one)."""
+    from transforms.normalize import NormalizeConfig, normalize_text
+
+    cfg = NormalizeConfig()
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        return [{**r, "text": normalize_text(r["text"], cfg)} for r in map(json.loads, fh) if r["split"] == split]
+
+
+def _fit(args) -> None:
+    from transforms.quality.textness import DEFAULT_JUDGE, fit_textness_judge
+
+    records = _load(args.probe, "tune")
+    judge = fit_textness_judge([r["text"] for r in records], [r["label"] == "real" for r in records], l2=args.l2,
+                               meta={"fitted_on": "data/quality/textness_probe.jsonl.gz, split tune "
+                                                  f"({len(records)} records)", "l2": args.l2})
+    out = args.out or os.path.join(ROOT, DEFAULT_JUDGE)
+    with open(out, "w", encoding="utf-8") as fh:
+        json.dump(judge.to_json(), fh, indent=1)
+        fh.write("\n")
+    score = judge.score([r["text"] for r in records])
+    truth = np.array([r["label"] == "real" for r in records])
+    print(f"fitted on {len(records)} tune records: tune accuracy {((score >= 0.5) == truth).mean():.4f} -> {out}")
+
+
+def _measure(args) -> None:
+    from transforms.quality.step import QualityConfig
+    from transforms.quality.textness import TextnessJudge
+
+    threshold = QualityConfig().textness_threshold
+    judge = TextnessJudge.load(args.judge)
+    for split in args.splits.split(","):
+        records = _load(args.probe, split)
+        texts = [r["text"] for r in records]
+        judge.score(texts[:50])  # warm
+        cpu = time.process_time()
+        score = judge.score(texts)
+        cpu = time.process_time() - cpu
+        truth = np.array([r["label"] == "real" for r in records])
+        right = (score >= threshold) == truth
+        groups = defaultdict(list)
+        for r, ok in zip(records, right):
+            groups[r["kind"] if r["label"] == "garbage" else f"real {r['lang']}"].append(ok)
+        print(f"split {split}: {len(records)} records, accuracy {right.mean():.4f} (real {right[truth].mean():.4f}, "
+              f"garbage {right[~truth].mean():.4f}); {len(records) / cpu:,.0f} docs/CPU-s")
+        unmodelled = [ok for r, ok in zip(records, right) if r["label"] == "real" and r["lang"] not in ("en", "zh")]
+        print(f"  real text in the languages without a quality model: {np.mean(unmodelled):.4f} "
+              f"({len(unmodelled)} passages)")
+        for key in sorted(groups):
+            print(f"  {key:<16}{len(groups[key]):>5}  {np.mean(groups[key]):.3f}")
+        if args.show_errors:
+            for r, ok, s in zip(records, right, score):
+                if not ok:
+                    print(f"  MISS {r['kind']} {r['lang']} {s:.3f}: {r['text'][:160]!r}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="what", required=True)
+    fit = sub.add_parser("fit")
+    fit.add_argument("--probe", default=PROBE)
+    fit.add_argument("--l2", type=float, default=1.0)
+    fit.add_argument("--out", help="default: the shipped data/quality/textness_judge.json")
+    measure = sub.add_parser("measure")
+    measure.add_argument("--probe", default=PROBE)
+    measure.add_argument("--judge", help="default: the shipped judge")
+    measure.add_argument("--splits", default="measure")
+    measure.add_argument("--show-errors", action="store_true")
+    args = parser.parse_args()
+    {"fit": _fit, "measure": _measure}[args.what](args)
+
+
+if __name__ == "__main__":
+    main()
