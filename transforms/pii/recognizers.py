@@ -20,6 +20,7 @@ on every document whatever its language (mixed-language documents included).
 """
 from __future__ import annotations
 
+import bisect
 import datetime as _dt
 import functools
 import ipaddress
@@ -1035,7 +1036,7 @@ class StreetAddressRecognizer(_RegexRecognizer):
 # "O'Brien", "D'Angelo").
 _NAME_PART = r"(?:Mc|Mac|O['’]|D['’])?[A-ZÀ-ÖØ-Þ][a-zß-öø-ÿ'’]+"
 _NAME_WORD = rf"{_NAME_PART}(?:-{_NAME_PART})?"
-_TITLES = ("Mr", "Mrs", "Ms", "Miss", "Mx", "Dr", "Prof", "Sir", "Dame", "Lady", "Lord", "Herr", "Frau", "Ing",
+_TITLES = ("Mr", "Mrs", "Ms", "Miss", "Mx", "Dr", "Prof", "Sir", "Dame", "Lady", "Lord", "Herr", "Herrn", "Frau", "Ing",
            "Dipl.-Ing", "Univ.Prof", "Rev", "Hon")
 _TITLE_RE = r"(?:" + "|".join(re.escape(t) for t in sorted(_TITLES, key=len, reverse=True)) + r")\.?"
 _PARTICLES = ("von", "van", "de", "zu", "da", "di", "le", "la", "du", "del", "ten", "ter", "bin")
@@ -1062,7 +1063,11 @@ _FACILITY_WORDS = frozenset("""station airport airfield hospital infirmary clini
 college academy seminary polytechnic conservatory stadium auditorium theatre theater cinema hotel motel hostel
 terminal centre center mall zoo aquarium observatory prison cemetery cathedral basilica monastery railway harbour
 harbor lighthouse pavilion bahnhof hauptbahnhof flughafen krankenhaus klinik klinikum schule gymnasium
-universität hochschule kirche stadion bibliothek""".split())
+universität hochschule kirche stadion bibliothek falls bay beach canyon gulf peninsula coast county reservoir
+prize award medal memorial institut stiftung verein verband zentrum akademie turm brücke preis""".split())
+# First words of place names ("San Jose", "Santa Clara", "Bad Homburg", "Sankt Augustin", "Fort Worth"): they
+# never start a personal name, though some are rare given names too.
+_PLACE_PREFIXES = frozenset("""san santa santo são sao sankt saint st fort mount mt lake cape port bad""".split())
 _POSSESSIVE_END = re.compile(r"['’]s$")
 _HOUSE_NUMBER_AFTER = re.compile(r"[ \t]+\d+[a-z]?(?:[\-/]\d+)?(?![0-9A-Za-z])")
 _HOUSE_NUMBER_BEFORE = re.compile(r"\d+[A-Za-z]?,?[ \t]*$")
@@ -1075,7 +1080,8 @@ _CAPS_RUN = re.compile(
 # Forms of address that take a surname alone ("Mr. Mayers", "Frau Schmidt", "Prof. Dr. Müller"): after one of
 # these, a capitalised word is a person. Nobility and clerical titles (Sir, Lady, Lord, Rev, ...) are left to the
 # lexicon and NER: they usually precede a given name, and "Lord"/"Lady" are common nouns ("the Lord God").
-_COURTESY_TITLES = ("Mr", "Mrs", "Ms", "Miss", "Mx", "Dr", "Prof", "Professor", "Professorin", "Herr", "Frau")
+_COURTESY_TITLES = ("Mr", "Mrs", "Ms", "Miss", "Mx", "Dr", "Prof", "Professor", "Professorin", "Herr", "Herrn",
+                    "Frau")
 _COURTESY_TITLE_RE = r"(?:" + "|".join(sorted(_COURTESY_TITLES, key=len, reverse=True)) + r")\.?"
 _TITLED_SURNAME = re.compile(
     rf"(?<![0-9A-Za-zÀ-ÿ\-.])(?P<title>{_COURTESY_TITLE_RE})(?:[ \t]+{_TITLE_RE})*[ \t]+"
@@ -1108,11 +1114,14 @@ _ADDRESS_PHRASES = (
     "thanks", "thank you", "many thanks", "thanks again", "cheers", "sorry", "welcome", "welcome back",
     "congratulations", "congrats", "bye", "goodbye", "see you", "happy birthday", "best", "best regards",
     "best wishes", "kind regards", "warm regards", "regards", "sincerely", "yours", "yours sincerely",
-    "yours truly", "love", "take care", "all the best",
+    "yours truly", "love", "take care", "all the best", "good night", "goodnight", "night", "see you soon",
+    "see you later", "thanks so much", "thank you so much", "thx", "love you", "miss you", "happy new year",
+    "merry christmas",
     "hallo", "liebe", "lieber", "liebes", "servus", "moin", "grüß dich", "grüezi", "guten morgen", "guten tag",
     "guten abend", "danke", "danke schön", "dankeschön", "vielen dank", "herzlich willkommen", "willkommen",
     "bis morgen", "bis bald", "bis später", "bis dann", "tschüss", "ciao", "herzlichen glückwunsch", "viele grüße",
-    "liebe grüße", "beste grüße", "herzliche grüße", "schöne grüße", "freundliche grüße",
+    "liebe grüße", "beste grüße", "herzliche grüße", "schöne grüße", "freundliche grüße", "gute nacht",
+    "bis gleich", "bis nachher", "hallöchen", "huhu", "tschö", "alles gute", "gute besserung",
     "mit freundlichen grüßen", "gruß", "grüße", "lg", "vg", "mfg",
 )
 _ADDRESSED_NAME = re.compile(
@@ -1128,6 +1137,28 @@ _VOCATIVE_REQUEST = re.compile(
     r"(?:please|can|could|would|will|do|did|are|have|thanks|thank|let|bitte|kannst|könntest|kannst|hast|bist"
     r"|danke|lass|komm|ruf)\b)"
 )
+# Lower-case chat ("ask john about it", "frag mal thomas", "what emma posted"): a lower-case word is a given name
+# only in a line without any capital letter, right after one of these words (a verb of asking or telling, a
+# preposition that takes a person, a conjunction or question word that opens a clause) or opening the line,
+# and only when the name is common somewhere (frequency class >= 6 in the lexicon) and not an everyday word.
+_CHAT_CUES = frozenset("""ask asked tell told with and to from for call called text texted ping message cc met saw
+meet see thanks thx hi hey hello bye love miss what where when why how if whether that because think thought guess
+hope know bet lol omg haha btw but
+frag fragt frage sag sagt sage mit von an bei und für hallo hi danke ruf hab habe hat was wo wann warum wie ob dass
+weil glaub glaube denke weiß aber mal""".split())
+# ... or, in a question (the line ends with "?"), after the verb that opens it ("kommt julia heute auch?",
+# "is emma coming?"): elsewhere "is long", "war klein" are not followed by a subject.
+_CHAT_QUESTION_CUES = frozenset("""is was did does has can could would should will ist hat war kommt kann soll geht
+macht wird""".split())
+_CHAT_WORD = re.compile(r"(?<![^ \t])(?P<value>[a-zäöüß]+)(?=[ \t,.!?]|$)")
+# Given names that are everyday words when written in lower case ("will", "mark", "grace", "frank" = frei).
+_WORD_NAMES = frozenset("""will mark bill frank grace hope joy faith rose may june april august summer dawn sunny
+ernst art rich jack pat sue chase guy gene max ray rob don penny ruby iris holly ivy lily daisy heather amber crystal
+angel autumn river sky storm sage earl king prince young price major carol christian page hunter sandy rusty candy
+honey destiny trinity harmony melody misty star dusty brandy buck cliff drew bob bud dick moss reed rod wade wolf
+rosa kai fee eve jay kit lou van victor norman miles lane dean glen lana nick son sonne""".split())
+_COMMON_NAME_CLASS = 6  # nam_dict frequency class: 6 and above is common in at least one country
+
 # Greeting and thanking words are never the first word of a name ("Hi", "Hey" are rare given names too).
 _ADDRESS_WORDS = frozenset(w for p in _ADDRESS_PHRASES for w in p.split())
 _NAME_TOKEN = re.compile(rf"^{_NAME_WORD}$")
@@ -1223,6 +1254,7 @@ class PersonNameRecognizer(EntityRecognizer):
     @staticmethod
     def quick_check(text: str) -> bool:
         return (_CAPS_RUN.search(text) is not None or _NAME_CUE.search(text) is not None
+                or not any(c.isupper() for c in text)
                 or _ADDRESSED_NAME.search(text) is not None or _VOCATIVE_REQUEST.search(text) is not None)
 
     def cued_names(self, text: str) -> Iterator[tuple[int, int, float]]:
@@ -1246,14 +1278,19 @@ class PersonNameRecognizer(EntityRecognizer):
             if english is None:
                 english = self.is_english(text)
             word = m.group("value")
-            if self.given_name_strength(word, english) == 2 and not self.looks_like_street(text, *m.span("value")):
+            if ((self.given_name_strength(word, english) == 2 or self.is_nickname(word))
+                    and not self.looks_like_street(text, *m.span("value"))):
                 span = m.span("value")
                 seen.add(span)
                 yield span[0], span[1], 0.8
+        for span in self.chat_names(text):
+            if span not in seen:
+                seen.add(span)
+                yield span[0], span[1], 0.7
         for m in _TITLED_SURNAME.finditer(text):
             title = m.group("title").rstrip(".")
             before = text[max(0, m.start() - 40):m.start()]
-            if title in ("Herr", "Frau"):
+            if title in ("Herr", "Herrn", "Frau"):
                 prev = before.split()[-1].lower() if before.split() else ""
                 if prev in _GERMAN_DETERMINERS:
                     continue
@@ -1263,6 +1300,59 @@ class PersonNameRecognizer(EntityRecognizer):
             if span is not None and span not in seen and not self.looks_like_street(text, *span):
                 seen.add(span)
                 yield span[0], span[1], 0.8
+
+    def chat_names(self, text: str) -> Iterator[tuple[int, int]]:
+        """Given names written in lower case in chat lines ("tell sarah i said hi", "frag mal thomas ob …"): in a
+        line with no capital letter, a word after a ``_CHAT_CUES`` word or opening the line, whose capitalised
+        form is a common given name (class >= ``_COMMON_NAME_CLASS``) and which is neither a function word nor an
+        everyday word (``_WORD_NAMES``: "will", "mark", "grace"). The given name alone is the span."""
+        if not any(c.islower() for c in text):
+            return
+        pos = 0
+        for line in text.split("\n"):
+            if any(c.isupper() for c in line) or len(line.split()) < 3:
+                pos += len(line) + 1
+                continue
+            prev_end, prev_word = 0, None
+            question = line.rstrip().endswith("?")
+            for m in _CHAT_WORD.finditer(line):
+                word = m.group("value")
+                gap = line[prev_end:m.start()]
+                cue = (prev_word is None and not line[:m.start()].strip()) or gap.strip() == "" and (
+                    prev_word in _CHAT_CUES or (prev_word in _CHAT_QUESTION_CUES and question))
+                prev_end, prev_word = m.end(), word
+                if (not cue or not 3 <= len(word) <= 12 or word in self.function_words or word in _WORD_NAMES or word in _CALENDAR_WORDS
+                        or word in _ADDRESS_WORDS or word in _CHAT_CUES):
+                    continue
+                overall, _ = self.given_names.get(word.capitalize(), (0, 0))
+                if overall >= _COMMON_NAME_CLASS:
+                    yield pos + m.start(), pos + m.end()
+            pos += len(line) + 1
+
+    @functools.cached_property
+    def _sorted_common_names(self) -> list[str]:
+        return sorted(n for n, (overall, _) in self.given_names.items()
+                      if overall >= _COMMON_NAME_CLASS and n[:1].isupper() and n.isalpha())
+
+    def is_nickname(self, word: str) -> bool:
+        """A short form of a common given name, for the vocative only ("Danke, Flo!", "Thanks, Basti"): not in
+        the lexicon itself, 3 to 6 letters, and a common name starts with it ("Flo" → "Florian") or, without its
+        pet-name ending -i/-y/-ie, with the rest ("Basti" → "Bastian", "Steffi" → "Steffen")."""
+        if not 3 <= len(word) <= 6 or not word.isalpha() or word in self.given_names:
+            return False
+        low = word.lower()
+        if low in self.function_words or low in _CALENDAR_WORDS or low in _ADDRESS_WORDS or low in _WORD_NAMES:
+            return False
+        stems = [word]
+        for ending in ("ie", "i", "y"):
+            if word.endswith(ending) and len(word) - len(ending) >= 3:
+                stems.append(word[:-len(ending)])
+        names = self._sorted_common_names
+        for stem in stems:
+            k = bisect.bisect_left(names, stem)
+            if k < len(names) and names[k].startswith(stem) and len(names[k]) > len(stem):
+                return True
+        return False
 
     def _leading_name_words(self, text: str, start: int, end: int) -> Optional[tuple[int, int]]:
         """The name words at the start of ``text[start:end]``, up to the first that is a function, calendar,
@@ -1281,7 +1371,8 @@ class PersonNameRecognizer(EntityRecognizer):
         German-speaking country); 1: only extremely rare ("General", "Houston", "Malay" are in the lexicon too);
         0: unknown or a function/calendar word ("In", "Will", "Mon"). Looks up the word, the first part of a
         double name, and both without diacritics."""
-        if word.lower() in self.function_words or word.lower() in _CALENDAR_WORDS or word.lower() in _ADDRESS_WORDS:
+        low = word.lower()
+        if low in self.function_words or low in _CALENDAR_WORDS or low in _ADDRESS_WORDS or low in _PLACE_PREFIXES:
             return 0
         overall = german = 0
         for w in (word, word.split("-")[0], _fold(word), _fold(word.split("-")[0])):
@@ -1463,10 +1554,20 @@ _CN_PLACE_ENDS = frozenset("井界路街巷村镇乡县市省区州岛港湾寺�
 # word this frequent is a word, not a private person's name (names the HMM finds have no entry at all).
 _CN_NAME_MAX_DICT_FREQ = 500
 # ... and those that end like a plant, a colour or a food ("杨树", "朱红色", "胡萝卜", "维生素") are things.
-_CN_THING_ENDS = frozenset("树林花草果菜茶色素卜瓜豆")
+_CN_THING_ENDS = frozenset("树林花草果菜茶色素卜瓜豆周赛筑")
+# Roles and forms of address that stand right before or after a name ("客户汪洋", "项目经理刘洋", "张伟老师",
+# "王磊记者"): where they stand, a person is meant.
+_CN_ROLE_WORDS = frozenset("""客户 经理 项目经理 老师 记者 医生 医师 主任 主任医师 同学 同事 校长 律师 护士 警官 司机 师傅 会计
+工程师 教授 员工 学生 患者 专员 客服 总监 主管 董事长 总裁 总经理 编辑 作者 导演 演员 选手 队长 班长 店长 老板 朋友 先生 女士
+小姐 阿姨 叔叔 博士 院士 部长 局长 处长 科长 书记 市长 县长 村长 厂长 秘书 助理 负责人 联系人 签收人 收件人 申请人 法人 代表
+房东 租客 邻居 室友 网友 用户 读者 教练 队员 球员 作家 画家 歌手 主持人 委员 代表 干部 职员 会员""".split())
 # What jieba tags the given name it splits off a lone family name: "梁" + "志强" (nrfg), "邓" + "建国" (ns),
 # "杜" + "鹏飞" (nz), "金" + "海燕" (nr).
 _CN_GIVEN_TAGS = ("nr", "nrfg", "nrt", "ns", "nz")
+
+
+# Verbs whose object or complement is a person ("是马超签的", "叫刘洋来", "请王芳确认", "问李强").
+_CN_PERSON_VERBS = frozenset("是 叫 请 让 找 问 告诉 通知 联系 感谢 谢谢 等 帮 见 遇到 认识 喜欢".split())
 
 
 @functools.lru_cache(maxsize=1)
@@ -1540,7 +1641,10 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         freq = jieba.dt.FREQ.get(word)
         if flag == "ns":
             return not freq
-        return flag in _CN_NAME_TAGS and (freq or 0) < _CN_NAME_MAX_DICT_FREQ
+        # A frequent two-character dictionary word is mostly an ordinary word ("文明", "高峰", "华丽"); jieba's
+        # frequent three-character words tagged nr are names of people ("卢俊义", "张学良"), places and things
+        # aside (their last character, above).
+        return flag in _CN_NAME_TAGS and (len(word) >= 3 or (freq or 0) < _CN_NAME_MAX_DICT_FREQ)
 
     def find(self, text: str) -> Iterator[tuple[int, int]]:
         pseg = _jieba_posseg()
@@ -1586,9 +1690,10 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         prev = toks[k - 1] if k > 0 else None
         last = k if last is None else last  # the word runs from token k to token last
         nxt = toks[last + 1] if last + 1 < len(toks) else None
-        prev_ok = (prev is None or prev[2] in ("x", "t", "p")
+        prev_ok = (prev is None or prev[2] in ("x", "t", "p") or prev[1] in _CN_ROLE_WORDS
+                   or prev[1] in _CN_PERSON_VERBS
                    or (prev[1] in ("和", "与", "跟", "及", "、") and k - 2 in names))
-        next_ok = nxt is None or nxt[2][:1] in ("v", "p", "d", "c", "x", "t")
+        next_ok = nxt is None or nxt[2][:1] in ("v", "p", "d", "c", "x", "t") or nxt[1] in _CN_ROLE_WORDS
         # or the object of a finished action at the clause's end ("交给了王建军。")
         return (prev_ok and next_ok) or (prev is not None and prev[2] == "ul" and (nxt is None or nxt[2] == "x"))
 
