@@ -1064,7 +1064,8 @@ college academy seminary polytechnic conservatory stadium auditorium theatre the
 terminal centre center mall zoo aquarium observatory prison cemetery cathedral basilica monastery railway harbour
 harbor lighthouse pavilion bahnhof hauptbahnhof flughafen krankenhaus klinik klinikum schule gymnasium
 universität hochschule kirche stadion bibliothek falls bay beach canyon gulf peninsula coast county reservoir
-prize award medal memorial institut stiftung verein verband zentrum akademie turm brücke preis""".split())
+prize award medal memorial institut stiftung verein verband zentrum akademie turm brücke preis garden river
+tech labs studios records motors airlines airways""".split())
 # First words of place names ("San Jose", "Santa Clara", "Bad Homburg", "Sankt Augustin", "Fort Worth"): they
 # never start a personal name, though some are rare given names too.
 _PLACE_PREFIXES = frozenset("""san santa santo são sao sankt saint st fort mount mt lake cape port bad""".split())
@@ -1074,7 +1075,8 @@ _HOUSE_NUMBER_BEFORE = re.compile(r"\d+[A-Za-z]?,?[ \t]*$")
 # A run of capitalised words (titles, initials and name particles allowed inside), on one line.
 _CAPS_RUN = re.compile(
     rf"(?<![0-9A-Za-zÀ-ÿ\-.])(?:{_TITLE_RE}|{_NAME_WORD}|[A-Z]\.)"
-    rf"(?:[ \t]+(?:{_TITLE_RE}|{_NAME_WORD}|[A-Z]\.|(?:{'|'.join(_PARTICLES)})(?=[ \t]+[A-Z])))+"
+    rf"(?:[ \t]+(?:{_TITLE_RE}|{_NAME_WORD}|[A-Z]\.|(?:{'|'.join(_PARTICLES)})"
+    r"(?:[ \t]+(?:der|den|dem|la|las|los|le))?(?=[ \t]+[A-Z])))+"
     r"(?![0-9A-Za-zÀ-ÿ])"
 )
 # Forms of address that take a surname alone ("Mr. Mayers", "Frau Schmidt", "Prof. Dr. Müller"): after one of
@@ -1093,7 +1095,9 @@ _NAME_CUE = re.compile(
     r"(?i:(?<![a-zäöüß])(?:(?:my|his|her|their|your|our)[ \t]+(?:(?:first|given|last|family|full|real|nick)[ \t]?)?"
     r"name(?:[ \t]+(?:is|was)|['’]s)"
     r"|calls?[ \t]+me|called[ \t]+me|i['’]m[ \t]+called|i[ \t]+am[ \t]+called"
-    r"|(?:mein|sein|ihr)[ \t]+(?:vor|nach|ruf)?name[ \t]+(?:ist|lautet|war)|ich[ \t]+hei(?:ß|ss)e))"
+    r"|(?:mein|sein|ihr)[ \t]+(?:vor|nach|ruf)?name[ \t]+(?:ist|lautet|war)|ich[ \t]+hei(?:ß|ss)e"
+    r"|please[ \t]+welcome|(?:our|my|your|the)[ \t]+contact(?:[ \t]+person)?[ \t]+is"
+    r"|(?:unser|unsere|ihr|ihre|dein|deine)[ \t]+ansprechpartner(?:in)?[ \t]+ist))"
     rf"[ \t]+(?:{_TITLE_RE}[ \t]+)?(?P<value>{_NAME_WORD}(?:[ \t]+{_NAME_WORD}){{0,2}})(?![0-9A-Za-zÀ-ÿ])"
 )
 # Offices and roles used as a form of address ("Mr. President", "Frau Ministerin"): not names.
@@ -1135,8 +1139,17 @@ _ADDRESSED_NAME = re.compile(
 _VOCATIVE_REQUEST = re.compile(
     rf"(?:^|(?<=[.!?\n])[ \t]*|(?<=[.!?])[ \t]+)(?P<value>{_NAME_WORD}),[ \t]+(?="
     r"(?:please|can|could|would|will|do|did|are|have|thanks|thank|let|bitte|kannst|könntest|kannst|hast|bist"
-    r"|danke|lass|komm|ruf)\b)"
+    r"|danke|lass|komm|ruf|you|your|you're|we|we're|i|i'm|i've|it's|there's|look|listen|guess|come|don't"
+    r"|I|I'm|I've|du|ihr|wir|ich|schau|hör|guck)\b)"
 )
+# A lone given name opening a sentence as the speaker ("Liz said the meeting moved", "Jonas meint, …").
+_SPEAKER = re.compile(
+    rf"(?:^|(?<=[.!?\n])[ \t]*|(?<=[.!?])[ \t]+)(?P<value>{_NAME_WORD})[ \t]+(?="
+    r"(?:said|says|asked|asks|told|wrote|writes|replied|thinks|thought|mentioned|called|texted|emailed|sagt|sagte"
+    r"|meint|meinte|schreibt|schrieb|fragt|fragte|findet|hat[ \t]+gesagt|hat[ \t]+geschrieben|hat[ \t]+angerufen)\b)"
+)
+# German genitive of a lone given name before its noun ("Annas Fahrrad", "Julias Vorschlag").
+_GENITIVE_NAME = re.compile(r"(?<![0-9A-Za-zÀ-ÿ\-.])(?P<value>[A-ZÄÖÜ][a-zäöüß]{2,})s(?=[ \t]+[A-ZÄÖÜ][a-zäöüß])")
 # Lower-case chat ("ask john about it", "frag mal thomas", "what emma posted"): a lower-case word is a given name
 # only in a line without any capital letter, right after one of these words (a verb of asking or telling, a
 # preposition that takes a person, a conjunction or question word that opens a clause) or opening the line,
@@ -1254,7 +1267,7 @@ class PersonNameRecognizer(EntityRecognizer):
     @staticmethod
     def quick_check(text: str) -> bool:
         return (_CAPS_RUN.search(text) is not None or _NAME_CUE.search(text) is not None
-                or not any(c.isupper() for c in text)
+                or not any(c.isupper() for c in text) or _SPEAKER.search(text) is not None
                 or _ADDRESSED_NAME.search(text) is not None or _VOCATIVE_REQUEST.search(text) is not None)
 
     def cued_names(self, text: str) -> Iterator[tuple[int, int, float]]:
@@ -1283,6 +1296,21 @@ class PersonNameRecognizer(EntityRecognizer):
                 span = m.span("value")
                 seen.add(span)
                 yield span[0], span[1], 0.8
+        for m in _SPEAKER.finditer(text):
+            if english is None:
+                english = self.is_english(text)
+            if self.given_name_strength(m.group("value"), english) == 2 and m.span("value") not in seen:
+                seen.add(m.span("value"))
+                yield m.start("value"), m.end("value"), 0.75
+        if "s " in text and not (self.is_english(text) if english is None else english):
+            for m in _GENITIVE_NAME.finditer(text):
+                stem = m.group("value")
+                overall, _ = self.given_names.get(stem, (0, 0))
+                if (overall >= _COMMON_NAME_CLASS and stem.lower() not in self.function_words
+                        and (stem + "s").lower() not in self.function_words and stem + "s" not in self.given_names
+                        and m.span("value") not in seen):  # "Hans", "Jonas" are names of their own
+                    seen.add(m.span("value"))
+                    yield m.start("value"), m.end("value"), 0.7
         for span in self.chat_names(text):
             if span not in seen:
                 seen.add(span)
@@ -1668,7 +1696,10 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
                              # "高" (a) + "玉兰" (nr): a family-name character jieba read as a word of its own,
                              # before a two-character name, where a person stands
                              or (w in _CN_SURNAMES_1 and nxt[2] in _CN_NAME_TAGS and len(nxt[1]) == 2
-                                 and self._subject_position(toks, k, names, k + 1)))
+                                 and self._subject_position(toks, k, names, k + 1))
+                             # "校长" + "马" (n) + "振华" (nz): after a role word a person is meant
+                             or (w in _CN_SURNAMES_1 and len(nxt[1]) == 2 and k > 0
+                                 and toks[k - 1][1] in _CN_ROLE_WORDS))
                         and self.is_name(w + nxt[1], "nr") and not freq.get(w + nxt[1])):
                     names.update((k, k + 1))  # "欧阳" + "娜娜", "梁" + "志强"
                     yield start, nxt[0] + len(nxt[1])
@@ -1694,6 +1725,9 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
                    or prev[1] in _CN_PERSON_VERBS
                    or (prev[1] in ("和", "与", "跟", "及", "、") and k - 2 in names))
         next_ok = nxt is None or nxt[2][:1] in ("v", "p", "d", "c", "x", "t") or nxt[1] in _CN_ROLE_WORDS
+        word_len = sum(len(t[1]) for t in toks[k:last + 1])
+        if word_len >= 3 and nxt is not None and nxt[1] == "的":
+            next_ok = True  # "上官婉儿的故事": a three- or four-character name owning something (not "华丽的")
         # or the object of a finished action at the clause's end ("交给了王建军。")
         return (prev_ok and next_ok) or (prev is not None and prev[2] == "ul" and (nxt is None or nxt[2] == "x"))
 
