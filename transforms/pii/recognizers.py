@@ -1065,7 +1065,7 @@ terminal centre center mall zoo aquarium observatory prison cemetery cathedral b
 harbor lighthouse pavilion bahnhof hauptbahnhof flughafen krankenhaus klinik klinikum schule gymnasium
 universität hochschule kirche stadion bibliothek falls bay beach canyon gulf peninsula coast county reservoir
 prize award medal memorial institut stiftung verein verband zentrum akademie turm brücke preis garden river
-tech labs studios records motors airlines airways""".split())
+tech labs studios records motors airlines airways verlag werk werke brauerei versicherung""".split())
 # First words of place names ("San Jose", "Santa Clara", "Bad Homburg", "Sankt Augustin", "Fort Worth"): they
 # never start a personal name, though some are rare given names too.
 _PLACE_PREFIXES = frozenset("""san santa santo são sao sankt saint st fort mount mt lake cape port bad""".split())
@@ -1421,6 +1421,8 @@ class PersonNameRecognizer(EntityRecognizer):
             i = 0
             while i < len(toks) - 1:
                 word = toks[i][2]
+                if word.lower().rstrip(".") in _PLACE_PREFIXES:
+                    break  # the rest of the run names the place: "Sankt Peter Ording", "San Jose Avenue"
                 if (_TITLE_TOKEN.match(word) or not _NAME_TOKEN.match(word)
                         or word.lower() in self.function_words):
                     i += 1
@@ -1697,9 +1699,12 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
                              # before a two-character name, where a person stands
                              or (w in _CN_SURNAMES_1 and nxt[2] in _CN_NAME_TAGS and len(nxt[1]) == 2
                                  and self._subject_position(toks, k, names, k + 1))
-                             # "校长" + "马" (n) + "振华" (nz): after a role word a person is meant
-                             or (w in _CN_SURNAMES_1 and len(nxt[1]) == 2 and k > 0
-                                 and toks[k - 1][1] in _CN_ROLE_WORDS))
+                             # "校长" + "马" (n) + "振华" (nz), "是" + "钟" + "文华", "林" + "美玲" + "女士":
+                             # next to a role word, or after a verb that takes a person, a person is meant
+                             or (w in _CN_SURNAMES_1 and len(nxt[1]) == 2
+                                 and ((k > 0 and (toks[k - 1][1] in _CN_ROLE_WORDS
+                                                  or toks[k - 1][1] in _CN_PERSON_VERBS))
+                                      or (k + 2 < len(toks) and toks[k + 2][1] in _CN_ROLE_WORDS))))
                         and self.is_name(w + nxt[1], "nr") and not freq.get(w + nxt[1])):
                     names.update((k, k + 1))  # "欧阳" + "娜娜", "梁" + "志强"
                     yield start, nxt[0] + len(nxt[1])
@@ -1721,11 +1726,12 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         prev = toks[k - 1] if k > 0 else None
         last = k if last is None else last  # the word runs from token k to token last
         nxt = toks[last + 1] if last + 1 < len(toks) else None
+        word_len = sum(len(t[1]) for t in toks[k:last + 1])
         prev_ok = (prev is None or prev[2] in ("x", "t", "p") or prev[1] in _CN_ROLE_WORDS
+                   or (prev[1] == "的" and word_len >= 3)  # "我们班的欧阳明"
                    or prev[1] in _CN_PERSON_VERBS
                    or (prev[1] in ("和", "与", "跟", "及", "、") and k - 2 in names))
         next_ok = nxt is None or nxt[2][:1] in ("v", "p", "d", "c", "x", "t") or nxt[1] in _CN_ROLE_WORDS
-        word_len = sum(len(t[1]) for t in toks[k:last + 1])
         if word_len >= 3 and nxt is not None and nxt[1] == "的":
             next_ok = True  # "上官婉儿的故事": a three- or four-character name owning something (not "华丽的")
         # or the object of a finished action at the clause's end ("交给了王建军。")
