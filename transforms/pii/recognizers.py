@@ -1063,7 +1063,7 @@ _FACILITY_WORDS = frozenset("""station airport airfield hospital infirmary clini
 college academy seminary polytechnic conservatory stadium auditorium theatre theater cinema hotel motel hostel
 terminal centre center mall zoo aquarium observatory prison cemetery cathedral basilica monastery railway harbour
 harbor lighthouse pavilion bahnhof hauptbahnhof flughafen krankenhaus klinik klinikum schule gymnasium
-universität hochschule kirche stadion bibliothek falls bay beach canyon gulf peninsula coast county reservoir
+universität hochschule kirche stadion bibliothek falls canyon gulf peninsula coast county reservoir
 prize award medal memorial institut stiftung verein verband zentrum akademie turm brücke preis garden river
 tech labs studios records motors airlines airways verlag werk werke brauerei versicherung""".split())
 # First words of place names ("San Jose", "Santa Clara", "Bad Homburg", "Sankt Augustin", "Fort Worth"): they
@@ -1503,9 +1503,10 @@ class PersonNameRecognizer(EntityRecognizer):
         line_start = text.rfind("\n", 0, start) + 1
         if _HOUSE_NUMBER_BEFORE.search(text[max(line_start, start - 12):start]):
             return True
-        last = _POSSESSIVE_END.sub("", re.split(r"[ \t-]", text[start:end])[-1].lower())
-        if last in _STREET_DESIGNATORS or last in _ORG_WORDS or last in _FACILITY_WORDS:
-            return True
+        parts = [_POSSESSIVE_END.sub("", w.lower()) for w in re.split(r"[ \t-]", text[start:end])]
+        last = parts[-1]
+        if last in _STREET_DESIGNATORS or any(w in _ORG_WORDS or w in _FACILITY_WORDS for w in parts[1:]):
+            return True  # also inside: "Rose Garden Tour", "Max Planck Institut Berlin"
         return last in _STREET_WORDS and _HOUSE_NUMBER_AFTER.match(text, end) is not None
 
     def analyze(self, text, entities, nlp_artifacts=None):
