@@ -1171,6 +1171,12 @@ angel autumn river sky storm sage earl king prince young price major carol chris
 honey destiny trinity harmony melody misty star dusty brandy buck cliff drew bob bud dick moss reed rod wade wolf
 rosa kai fee eve jay kit lou van victor norman miles lane dean glen lana nick son sonne""".split())
 _COMMON_NAME_CLASS = 6  # nam_dict frequency class: 6 and above is common in at least one country
+# A cue word and a word after it: what a chat line needs before its words are looked up (the skip test).
+_CHAT_QUICK = re.compile(r"(?<![a-zäöüß])(?:" + "|".join(sorted(_CHAT_CUES | _CHAT_QUESTION_CUES, key=len, reverse=True))
+                         + r")[ \t]+[a-zäöüß]{3}")
+# Nouns of address that are no pet names, though a given name may start with them ("Dear Sir", "Hi Madam").
+_ADDRESS_NOUNS = frozenset("""sir madam madame team all folks guys everyone friends friend colleagues colleague
+customer customers user users member members boss chef kollegen kollege leute zusammen""".split())
 
 # Greeting and thanking words are never the first word of a name ("Hi", "Hey" are rare given names too).
 _ADDRESS_WORDS = frozenset(w for p in _ADDRESS_PHRASES for w in p.split())
@@ -1267,7 +1273,8 @@ class PersonNameRecognizer(EntityRecognizer):
     @staticmethod
     def quick_check(text: str) -> bool:
         return (_CAPS_RUN.search(text) is not None or _NAME_CUE.search(text) is not None
-                or not any(c.isupper() for c in text) or _SPEAKER.search(text) is not None
+                or _SPEAKER.search(text) is not None
+                or (_CHAT_QUICK.search(text) is not None and not any(c.isupper() for c in text))
                 or _ADDRESSED_NAME.search(text) is not None or _VOCATIVE_REQUEST.search(text) is not None)
 
     def cued_names(self, text: str) -> Iterator[tuple[int, int, float]]:
@@ -1369,7 +1376,8 @@ class PersonNameRecognizer(EntityRecognizer):
         if not 3 <= len(word) <= 6 or not word.isalpha() or word in self.given_names:
             return False
         low = word.lower()
-        if low in self.function_words or low in _CALENDAR_WORDS or low in _ADDRESS_WORDS or low in _WORD_NAMES:
+        if (low in self.function_words or low in _CALENDAR_WORDS or low in _ADDRESS_WORDS or low in _WORD_NAMES
+                or low in _ADDRESS_NOUNS or low in _ROLE_WORDS or _TITLE_TOKEN.match(word)):
             return False
         stems = [word]
         for ending in ("ie", "i", "y"):
