@@ -69,7 +69,10 @@ def previously_processed(against: tuple[RunPaths | str, ...]) -> set[str]:
 def build_cleaning_graph(p: beam.Pipeline, cfg: RunConfig, files: list[InputFile], ctx: StepContext) -> None:
     paths = ctx.paths
     target = cfg.output.target_shard_bytes
-    read = p | "Read" >> ReadCorpus(cfg.input, files, progress_dir=ctx.progress_dir)
+    # Spreading the documents after reading lets every worker clean a share of a file's documents; with one
+    # worker it would only send every document through a shuffle and back (None: a runner of unknown size).
+    read = p | "Read" >> ReadCorpus(cfg.input, files, progress_dir=ctx.progress_dir,
+                                    spread_documents=ctx.workers is None or ctx.workers > 1)
     cleaned = read["docs"] | "Clean" >> CleanDocuments(cfg, ctx)
     (cleaned["kept"]
      | "DocRows" >> beam.Map(doc_row)
