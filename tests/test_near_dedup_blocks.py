@@ -215,10 +215,11 @@ def test_verification_rejects_what_the_in_memory_path_rejects_and_counts_it():
     probes = [probe for _, probe in blocks.edge_ends(rows, edges, edges, 1)]
     verified, rejected, ends = blocks.verify_probes(probes, cfg)
     by_id = {s.id: s for s in sketches}
+    from transforms.near_dedup.core import link_floor
     from transforms.near_dedup.minhash import exact_jaccard
 
     expected = {(a, b) for a, b in zip(edges.a.tolist(), edges.b.tolist())
-                if exact_jaccard(by_id[a].shingles, by_id[b].shingles) >= cfg.threshold}
+                if exact_jaccard(by_id[a].shingles, by_id[b].shingles) >= link_floor(cfg)}
     assert set(zip(verified.a.tolist(), verified.b.tolist())) == expected
     assert rejected == len(edges.a) - len(expected) > 0
     assert sorted(ends.ids.tolist()) == sorted({i for edge in expected for i in edge})  # each end's row, once
