@@ -217,6 +217,14 @@ def test_near_duplicates_behind_a_bucket_centre_just_below_the_threshold_still_m
     assert decisions[3].similarity == pytest.approx(minhash.exact_jaccard(x, y), abs=1e-6)
 
 
+def test_default_bands_miss_a_pair_at_the_threshold_rarely():
+    """The default LSH shape: a pair exactly at the threshold shares no band with probability <= 1e-4 (the
+    verification is exact, so candidates below the threshold cost comparisons, not precision)."""
+    cfg = NearDedupConfig()
+    bands, rows = cfg.band_shape()
+    assert (1 - cfg.threshold ** rows) ** bands <= 1e-4
+
+
 def _chain_family(rng: random.Random) -> list[str]:
     """A family where neighbours are near-duplicates but the ends are not (boilerplate drift)."""
     base = load(DEMO_CORPUS, lang="en", min_chars=3000, limit=1)[0]["text"].split(" ")[:600]
