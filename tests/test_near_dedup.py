@@ -16,7 +16,7 @@ import pytest
 from transforms.near_dedup import minhash
 from transforms.near_dedup.core import (
     NearDedupConfig, SimilarityCache, SketchBuilder, component_labels, connected_components,
-    dedup_in_memory, resolve_component, star_edge_arrays, star_edges, verify_edge_arrays,
+    dedup_in_memory, doc_rank, link_floor, resolve_component, star_edge_arrays, star_edges, verify_edge_arrays,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -172,8 +172,6 @@ def test_estimates_settle_only_clear_edges_and_never_change_a_decision(scheme):
     a, b = star_edge_arrays(bucket_key_matrix(signatures, cfg), np.zeros(len(ordered), dtype=bool))
     cache = SimilarityCache(cfg)
     kept = verify_edge_arrays(ordered, signatures, a, b, cfg, cache)
-    from transforms.near_dedup.core import link_floor
-
     exact = np.array([minhash.exact_jaccard(ordered[i].shingles, ordered[j].shingles) >= link_floor(cfg)
                       for i, j in zip(a, b)])
     assert np.array_equal(kept, exact)
@@ -197,9 +195,6 @@ def test_near_duplicates_behind_a_bucket_centre_just_below_the_threshold_still_m
     """A bucket links its members to its first one only: h (first in rank order) is 0.97 from x but 0.796 from y,
     while x and y are 0.82 apart. Linking at the link floor (0.6) puts all three in one component, where x, which
     covers both, is kept; at the threshold itself y would fall into a component of its own and stay."""
-    from transforms.near_dedup.core import doc_rank, link_floor
-    from transforms.near_dedup.minhash import Sketch
-
     cfg = NearDedupConfig(bands=1, rows=1)  # one band: the three share their only bucket
     base = np.arange(1000, 1090, dtype=np.uint32)
     x = np.sort(np.concatenate((base, np.arange(1, 11, dtype=np.uint32))))
@@ -209,7 +204,7 @@ def test_near_duplicates_behind_a_bucket_centre_just_below_the_threshold_still_m
     assert minhash.exact_jaccard(x, y) >= 0.8
     # under 256 shingles the one-permutation estimate is never trusted: every similarity here is exact
     signature = np.zeros(cfg.num_perm, dtype=np.uint32)
-    sketches = [Sketch(i, doc_rank(i, None, cfg), signature, shingles) for i, shingles in ((1, h), (2, x), (3, y))]
+    sketches = [minhash.Sketch(i, doc_rank(i, None, cfg), signature, shingles) for i, shingles in ((1, h), (2, x), (3, y))]
     decisions = {d.id: d for d in dedup_in_memory(sketches, cfg)}
     assert not decisions[2].removed and decisions[2].cluster_size == 3
     assert decisions[1].removed and decisions[1].cluster == 2

@@ -14,7 +14,7 @@ import pytest
 from test_near_dedup import as_docs, family_corpus, sketches_of
 from transforms.near_dedup import blocks
 from transforms.near_dedup.blocks import Bands, Edges, Labelled, SketchRows, partition_of
-from transforms.near_dedup.core import NearDedupConfig, dedup_in_memory, star_edges
+from transforms.near_dedup.core import NearDedupConfig, dedup_in_memory, link_floor, star_edges
 from transforms.near_dedup.minhash import Sketch
 
 
@@ -215,7 +215,6 @@ def test_verification_rejects_what_the_in_memory_path_rejects_and_counts_it():
     probes = [probe for _, probe in blocks.edge_ends(rows, edges, edges, 1)]
     verified, rejected, ends = blocks.verify_probes(probes, cfg)
     by_id = {s.id: s for s in sketches}
-    from transforms.near_dedup.core import link_floor
     from transforms.near_dedup.minhash import exact_jaccard
 
     expected = {(a, b) for a, b in zip(edges.a.tolist(), edges.b.tolist())
