@@ -16,7 +16,7 @@ import pytest
 from transforms.near_dedup import minhash
 from transforms.near_dedup.core import (
     NearDedupConfig, SimilarityCache, SketchBuilder, component_labels, connected_components,
-    dedup_in_memory, resolve_component, star_edge_arrays, star_edges, verify_edge_arrays,
+    dedup_in_memory, doc_rank, link_floor, resolve_component, star_edge_arrays, star_edges, verify_edge_arrays,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -172,7 +172,7 @@ def test_estimates_settle_only_clear_edges_and_never_change_a_decision(scheme):
     a, b = star_edge_arrays(bucket_key_matrix(signatures, cfg), np.zeros(len(ordered), dtype=bool))
     cache = SimilarityCache(cfg)
     kept = verify_edge_arrays(ordered, signatures, a, b, cfg, cache)
-    exact = np.array([minhash.exact_jaccard(ordered[i].shingles, ordered[j].shingles) >= cfg.threshold
+    exact = np.array([minhash.exact_jaccard(ordered[i].shingles, ordered[j].shingles) >= link_floor(cfg)
                       for i, j in zip(a, b)])
     assert np.array_equal(kept, exact)
     assert 0 < cache.computed < len(a)  # the exact Jaccard was needed for some edges only
@@ -189,6 +189,35 @@ def test_duplicate_ids_are_refused_on_the_in_memory_path():
         list(_resolve_all((0, [block, block]), cfg, False))
     with pytest.raises(ValueError, match="occurs more than once"):  # the distributed path, where ids meet docs
         _DecideFn(cfg).process((0, [docs, [dict(docs[0])]]))
+
+
+def test_near_duplicates_behind_a_bucket_centre_just_below_the_threshold_still_meet():
+    """A bucket links its members to its first one only: h (first in rank order) is 0.97 from x but 0.796 from y,
+    while x and y are 0.82 apart. Linking at the link floor (0.6) puts all three in one component, where x, which
+    covers both, is kept; at the threshold itself y would fall into a component of its own and stay."""
+    cfg = NearDedupConfig(bands=1, rows=1)  # one band: the three share their only bucket
+    base = np.arange(1000, 1090, dtype=np.uint32)
+    x = np.sort(np.concatenate((base, np.arange(1, 11, dtype=np.uint32))))
+    y = np.sort(np.concatenate((base, np.arange(2001, 2011, dtype=np.uint32))))
+    h = np.sort(np.concatenate((x, np.arange(3001, 3004, dtype=np.uint32))))
+    assert minhash.exact_jaccard(h, x) >= 0.8 > minhash.exact_jaccard(h, y) >= link_floor(cfg)
+    assert minhash.exact_jaccard(x, y) >= 0.8
+    # under 256 shingles the one-permutation estimate is never trusted: every similarity here is exact
+    signature = np.zeros(cfg.num_perm, dtype=np.uint32)
+    sketches = [minhash.Sketch(i, doc_rank(i, None, cfg), signature, shingles) for i, shingles in ((1, h), (2, x), (3, y))]
+    decisions = {d.id: d for d in dedup_in_memory(sketches, cfg)}
+    assert not decisions[2].removed and decisions[2].cluster_size == 3
+    assert decisions[1].removed and decisions[1].cluster == 2
+    assert decisions[3].removed and decisions[3].cluster == 2
+    assert decisions[3].similarity == pytest.approx(minhash.exact_jaccard(x, y), abs=1e-6)
+
+
+def test_default_bands_miss_a_pair_at_the_threshold_rarely():
+    """The default LSH shape: a pair exactly at the threshold shares no band with probability <= 1e-4 (the
+    verification is exact, so candidates below the threshold cost comparisons, not precision)."""
+    cfg = NearDedupConfig()
+    bands, rows = cfg.band_shape()
+    assert (1 - cfg.threshold ** rows) ** bands <= 1e-4
 
 
 def _chain_family(rng: random.Random) -> list[str]:

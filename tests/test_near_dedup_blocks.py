@@ -14,7 +14,7 @@ import pytest
 from test_near_dedup import as_docs, family_corpus, sketches_of
 from transforms.near_dedup import blocks
 from transforms.near_dedup.blocks import Bands, Edges, Labelled, SketchRows, partition_of
-from transforms.near_dedup.core import NearDedupConfig, dedup_in_memory, star_edges
+from transforms.near_dedup.core import NearDedupConfig, dedup_in_memory, link_floor, star_edges
 from transforms.near_dedup.minhash import Sketch
 
 
@@ -218,7 +218,7 @@ def test_verification_rejects_what_the_in_memory_path_rejects_and_counts_it():
     from transforms.near_dedup.minhash import exact_jaccard
 
     expected = {(a, b) for a, b in zip(edges.a.tolist(), edges.b.tolist())
-                if exact_jaccard(by_id[a].shingles, by_id[b].shingles) >= cfg.threshold}
+                if exact_jaccard(by_id[a].shingles, by_id[b].shingles) >= link_floor(cfg)}
     assert set(zip(verified.a.tolist(), verified.b.tolist())) == expected
     assert rejected == len(edges.a) - len(expected) > 0
     assert sorted(ends.ids.tolist()) == sorted({i for edge in expected for i in edge})  # each end's row, once

@@ -78,8 +78,10 @@ class NearDedupConfig(BaseModel):
                            "affine32 / legacy: datasketch's num_perm permutations (>= 2.0 / < 2.0), the same "
                            "signature as datasketch.MinHash for the same seed")
     lsh_threshold: Optional[float] = Field(
-        0.7, gt=0.0, lt=1.0, description="candidate threshold for the optimal bands x rows; below `threshold` "
-                                         "for recall, verification restores precision (default 0.7)")
+        0.5, gt=0.0, lt=1.0, description="candidate threshold for the optimal bands x rows; below `threshold` "
+                                         "for recall, verification restores precision (default 0.5: 25 x 5 bands "
+                                         "for 128 permutations, a pair at Jaccard 0.8 shares no band with "
+                                         "probability 5e-5, where 0.7's 14 x 9 missed 13%)")
     bands: Optional[int] = Field(None, ge=1, description="explicit LSH bands instead of the optimum for lsh_threshold "
                                                          "(with rows)")
     rows: Optional[int] = Field(None, ge=1, description="explicit LSH rows per band instead of the optimum for "
@@ -370,32 +372,45 @@ def _agreement(signatures_a: np.ndarray, signatures_b: np.ndarray, a: np.ndarray
     return out
 
 
+def link_floor(cfg: NearDedupConfig) -> float:
+    """The similarity at which a candidate edge joins its two documents into one component: ``2 * floor - 1``
+    (0.6 for the default 0.8), below the removal floor. A bucket links its members to its first member only, so
+    two near-duplicates x and y whose bucket's first member h is at the threshold from one of them and just
+    below it from the other (h-x 0.80, h-y 0.797, x-y 0.80) would otherwise fall into different components and
+    never be compared. Every similarity used here is one minus a distance that obeys the triangle inequality
+    (Jaccard distance, the fraction of differing MinHash entries, SimHash's Hamming distance), so
+    d(h, y) <= d(h, x) + d(x, y) <= 2 (1 - floor): y is linked whenever x is. The components' resolution still
+    removes a document only for a centre it is itself similar enough to, so a lower link floor costs comparisons,
+    never precision."""
+    return max(0.0, 2.0 * similarity_floor(cfg) - 1.0)
+
+
 def verify_pairs(signatures_a: np.ndarray, signatures_b: np.ndarray, a: np.ndarray, b: np.ndarray,
                  sizes_a: np.ndarray, sizes_b: np.ndarray, exact: Callable[[int], float],
                  cfg: NearDedupConfig) -> np.ndarray:
     """Which candidate pairs (``signatures_a[a[i]]``, ``signatures_b[b[i]]``; ``sizes_*``: their shingle counts)
-    are near-duplicates: decided by the MinHash estimates, computed for all pairs at once, where they are clear
-    (far from the threshold, documents long enough), otherwise by ``exact(i)``, the pair's exact similarity
-    (called for those pairs only)."""
+    link their documents into one component (similarity >= ``link_floor``): decided by the MinHash estimates,
+    computed for all pairs at once, where they are clear (far from the link floor, documents long enough),
+    otherwise by ``exact(i)``, the pair's exact similarity (called for those pairs only)."""
     keep = np.zeros(len(a), dtype=bool)
     if not len(a):
         return keep
+    floor = link_floor(cfg)
     if cfg.method == "simhash" and cfg.verify == "estimated":
         distance = np.bitwise_count(signatures_a[a, 0] ^ signatures_b[b, 0])
-        return 1.0 - distance / simhash.BITS >= similarity_floor(cfg) - 1e-12
+        return 1.0 - distance / simhash.BITS >= floor - 1e-12
     if cfg.method == "minhash":
         estimate = _agreement(signatures_a, signatures_b, a, b)
         if cfg.verify == "estimated":
-            return estimate >= cfg.threshold - 1e-12
+            return estimate >= floor - 1e-12
         reliable = _reliable(sizes_a, sizes_b, cfg)
-        keep = reliable & (estimate >= cfg.threshold + _PREFILTER_MARGIN)
-        ambiguous = ~reliable | (np.abs(estimate - cfg.threshold) < _PREFILTER_MARGIN)
+        keep = reliable & (estimate >= floor + _PREFILTER_MARGIN)
+        ambiguous = ~reliable | (np.abs(estimate - floor) < _PREFILTER_MARGIN)
         ambiguous &= ~keep
     else:
         ambiguous = np.ones(len(a), dtype=bool)
-    floor = similarity_floor(cfg) - 1e-12
     for i in np.flatnonzero(ambiguous).tolist():
-        keep[i] = exact(i) >= floor
+        keep[i] = exact(i) >= floor - 1e-12
     return keep
 
 
@@ -427,11 +442,15 @@ class _ComponentSimilarity:
         if self.lazy:
             if signatures is None:
                 signatures = np.stack([s.signature for s in ordered])
-            estimates = np.stack([(signatures == signatures[i]).mean(axis=1) for i in range(n)])
+            if n <= _EXACT_COVERAGE_MAX_MEMBERS:  # all pairs in one comparison (n * n * num_perm booleans)
+                estimates = (signatures[:, None, :] == signatures[None, :, :]).mean(axis=2)
+            else:
+                estimates = np.stack([(signatures == signatures[i]).mean(axis=1) for i in range(n)])
             sizes = np.array([len(s.shingles) for s in ordered])
             reliable = _reliable(sizes[:, None], sizes[None, :], cfg)
             self.likely = estimates >= cfg.threshold  # only ranks centres by how much they would cover
             self.candidate = (estimates >= cfg.threshold - _PREFILTER_MARGIN) | ~reliable
+            clear = reliable & (estimates >= cfg.threshold + _PREFILTER_MARGIN)  # as verify_pairs settles them
         else:
             self.sims = np.zeros((n, n))
             for i, j in itertools.combinations(range(n), 2):
@@ -441,9 +460,11 @@ class _ComponentSimilarity:
         self.candidate = self.candidate & ~(old[:, None] & old[None, :])  # old documents are never compared
         np.fill_diagonal(self.likely, False)
         np.fill_diagonal(self.candidate, False)
-        if self.lazy and n <= _EXACT_COVERAGE_MAX_MEMBERS:  # small component: rank centres by exact coverage
-            self.likely = np.zeros((n, n), dtype=bool)
-            for i, j in zip(*np.nonzero(np.triu(self.candidate))):
+        if self.lazy and n <= _EXACT_COVERAGE_MAX_MEMBERS:
+            # small component: rank centres by exact coverage, where the estimate is not clear by itself (the
+            # exact Jaccards of the clear pairs are computed only if a decision needs them)
+            self.likely = self.candidate & clear
+            for i, j in zip(*np.nonzero(np.triu(self.candidate & ~clear))):
                 self.likely[i, j] = self.likely[j, i] = self.get(i, j) >= self.floor
 
     def get(self, i: int, j: int) -> float:
@@ -500,7 +521,7 @@ def resolve_component(members: Sequence[Sketch], cfg: NearDedupConfig, cache: Op
     old = np.array([s.old for s in ordered])
     unassigned = ~old
     decisions: list[Decision] = []
-    for j in np.flatnonzero(unassigned):
+    for j in np.flatnonzero(unassigned) if old.any() else ():
         near_old, near_sims = sims.similar(j, old)
         if len(near_old):
             best = int(np.argmax(near_sims))
