@@ -22,7 +22,7 @@ from beamio.beam_options import make_pipeline
 from beamio.read import InputFile, resolve_inputs
 from beamio.read_beam import ReadCorpus
 from beamio.write import DOCS_SCHEMA, REMOVED_SCHEMA, WriteSorted, doc_row, jsonl_writer, parquet_writer, removed_row
-from pipelines.clean_units import clean_in_units, counters_of, phased_clean_applies, settings_digest
+from pipelines.clean_units import clean_in_units, counters_of, phased_clean_applies, plan_units, settings_digest
 from pipelines.config import ConfigError, RunConfig
 from pipelines.progress import ProgressPrinter
 from pipelines.rundir import clear_outputs, count_parquet_rows, read_manifest
@@ -328,8 +328,9 @@ def summary_table(stats: dict) -> str:
 def run_clean(cfg: RunConfig, against: tuple[str, ...] = (), log: Callable[[str], None] = print) -> dict:
     """The cleaning stage: inputs → docs/, removed/, quarantine/, dedup/, stats.json. Returns the stats.
 
-    In units and phases (``pipelines.clean_units``): memory bounded by a unit, and a clean killed part way
-    and run again redoes only the units it had not finished (``stats["resume"]`` says how many it reused)."""
+    Beyond one unit of input (``runner.unit_bytes``), in units and phases (``pipelines.clean_units``): memory
+    bounded by a unit, and a clean killed part way and run again redoes only the units it had not finished
+    (``stats["resume"]`` says how many it reused). Both ways write the same files."""
     started = time.time()
     paths = RunPaths.of(cfg)
     earlier = tuple(RunPaths(run) for run in against)
@@ -351,9 +352,10 @@ def run_clean(cfg: RunConfig, against: tuple[str, ...] = (), log: Callable[[str]
     ctx = StepContext(paths, earlier, input_bytes=sum(i["bytes"] for i in new_inputs),
                       workers=shuffle_workers(cfg.runner.name, cfg.runner.workers, cfg.runner.dask_address))
     resume = None
-    if phased_clean_applies(cfg):
+    if phased_clean_applies(cfg) and len(plan_units(new_files, cfg.runner.unit_bytes)) > 1:
         counters, resume = clean_in_units(cfg, new_files, ctx, settings_digest(cfg, against), log)
-    else:  # quality's top_fraction: the one-graph clean (its corpus-wide cut-off has no phase of its own yet)
+    else:  # one unit (the phases would only add fixed cost: same outputs), or quality's top_fraction (its
+        # corpus-wide cut-off has no phase of its own yet): the one-graph clean
         clear_outputs((paths.clean_work,))
         pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options, cfg.runner.dask_address,
                                  worker_memory=cfg.runner.worker_memory, input_bytes=ctx.input_bytes)
