@@ -8,9 +8,10 @@ and sorted by id, which makes them byte-identical across re-runs and across any 
 from __future__ import annotations
 
 import io
+import itertools
 import math
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import apache_beam as beam
 import pyarrow as pa
@@ -46,12 +47,16 @@ def join(*parts: str) -> str:
 ROW_GROUP_ROWS = 4096
 
 
-def _write_parquet_stream(sink, rows: list[dict], schema: pa.Schema) -> None:
-    """``rows`` as Parquet (zstd, statistics, row groups of ``ROW_GROUP_ROWS``), built one row group at a time."""
+def _write_parquet_stream(sink, rows: Iterable[dict], schema: pa.Schema) -> None:
+    """``rows`` (a list or any iterable: a k-way merge streams its rows through here) as Parquet (zstd,
+    statistics, row groups of ``ROW_GROUP_ROWS``), built one row group at a time."""
     with pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=True) as writer:
-        for start in range(0, len(rows), ROW_GROUP_ROWS):
-            writer.write_table(pa.Table.from_pylist(rows[start:start + ROW_GROUP_ROWS], schema=schema),
-                               row_group_size=ROW_GROUP_ROWS)
+        rows = iter(rows)
+        while True:
+            group = list(itertools.islice(rows, ROW_GROUP_ROWS))
+            if not group:
+                break
+            writer.write_table(pa.Table.from_pylist(group, schema=schema), row_group_size=ROW_GROUP_ROWS)
 
 
 def parquet_bytes(rows: list[dict], schema: pa.Schema) -> bytes:
@@ -60,7 +65,7 @@ def parquet_bytes(rows: list[dict], schema: pa.Schema) -> bytes:
     return sink.getvalue()
 
 
-def parquet_writer(schema: pa.Schema) -> Callable[[str, list[dict]], None]:
+def parquet_writer(schema: pa.Schema) -> Callable[[str, Iterable[dict]], None]:
     """A ``WriteSorted`` writer: the part streamed into its file one row group at a time, so a worker holds the
     part's rows and one row group's table, not also a table of the whole part and the file's bytes (a part
     near the target size cost about four times that size in memory: peak RSS grew with the corpus)."""
@@ -74,9 +79,11 @@ def jsonl_bytes(rows: list[dict]) -> bytes:
     return "".join(_json(r) + "\n" for r in rows).encode("utf-8")
 
 
-def jsonl_writer(path: str, rows: list[dict]) -> None:
-    """A ``WriteSorted`` writer for JSON lines (small files: the quarantine)."""
-    write_atomic(path, jsonl_bytes(rows))
+def jsonl_writer(path: str, rows: Iterable[dict]) -> None:
+    """A ``WriteSorted`` writer for JSON lines (the quarantine), streamed line by line."""
+    with atomic_stream(path) as fh:
+        for row in rows:
+            fh.write((_json(row) + "\n").encode("utf-8"))
 
 
 class _WritePartFn(beam.DoFn):

@@ -47,7 +47,7 @@ STAGES = STEPS + ("clean_other", "clean", "shards", "total")
 
 
 def config_for(name: str, paths: list[str], runs_dir: str, runner: str, workers: int,
-               worker_memory: str | None = None) -> dict:
+               worker_memory: str | None = None, unit_mb: float | None = None) -> dict:
     cfg = yaml.safe_load((REPO / "configs/demo.yaml").read_text())
     for key in ("train", "cost"):
         cfg.pop(key, None)
@@ -57,6 +57,8 @@ def config_for(name: str, paths: list[str], runs_dir: str, runner: str, workers:
     cfg["runner"] = {"name": "direct" if runner == "local" else "dask", "workers": workers}
     if runner == "dask" and worker_memory:  # the LocalCluster's per-worker limit: Dask spills above it
         cfg["runner"]["worker_memory"] = worker_memory
+    if unit_mb:  # the clean's unit of work (runner.unit_bytes): smaller than the corpus shows the bound
+        cfg["runner"]["unit_bytes"] = int(unit_mb * 1e6)
     cfg["near_dedup"]["mode"] = "beam"
     return cfg
 
@@ -166,6 +168,8 @@ def main() -> None:
     parser.add_argument("--worker-memory", default=None,
                         help="runner.worker_memory of the Dask runs (e.g. 2.5GiB): each worker's memory limit, "
                              "above which Dask spills task results to disk; default: Dask's own (no spilling here)")
+    parser.add_argument("--unit-mb", type=float, default=None,
+                        help="runner.unit_bytes in MB (the clean's unit of work); default: the config's")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     runners = args.runners.split(",")
@@ -203,7 +207,8 @@ def main() -> None:
     for k, _ in plan:
         for runner in runners:  # interleaved: local, dask at each size
             name = f"scale-{k}{'' if k == 'fixed' else 'x'}-{runner}"
-            cfg = config_for(name, corpora[k]["paths"], runs_dir, runner, args.workers, args.worker_memory)
+            cfg = config_for(name, corpora[k]["paths"], runs_dir, runner, args.workers, args.worker_memory,
+                             args.unit_mb)
             path = work / f"{name}.yaml"
             path.write_text(yaml.safe_dump(cfg))
             subprocess.run(["rm", "-rf", str(Path(runs_dir) / name)], check=False)

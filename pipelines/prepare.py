@@ -17,12 +17,12 @@ from typing import Callable
 
 import apache_beam as beam
 import pyarrow.parquet as pq
-from apache_beam.metrics.metric import MetricsFilter
 
 from beamio.beam_options import make_pipeline
 from beamio.read import InputFile, resolve_inputs
 from beamio.read_beam import ReadCorpus
 from beamio.write import DOCS_SCHEMA, REMOVED_SCHEMA, WriteSorted, doc_row, jsonl_writer, parquet_writer, removed_row
+from pipelines.clean_units import clean_in_units, counters_of, phased_clean_applies, plan_units, settings_digest
 from pipelines.config import ConfigError, RunConfig
 from pipelines.progress import ProgressPrinter
 from pipelines.rundir import clear_outputs, count_parquet_rows, read_manifest
@@ -87,15 +87,6 @@ def build_cleaning_graph(p: beam.Pipeline, cfg: RunConfig, files: list[InputFile
     (read["quarantined"]
      | "WriteQuarantine" >> WriteSorted(str(paths.quarantine), paths.quarantine.name, ".jsonl", jsonl_writer,
                                         lambda r: 256, target, sort_key=lambda r: (r["source"], r["position"])))
-
-
-def _counters(result) -> dict[tuple[str, str], int]:
-    counters: dict[tuple[str, str], int] = {}
-    for c in result.metrics().query(MetricsFilter())["counters"]:
-        key = (c.key.metric.namespace, c.key.metric.name)
-        value = c.committed if c.committed is not None else c.attempted
-        counters[key] = counters.get(key, 0) + int(value or 0)
-    return counters
 
 
 def near_dedup_consistency(counters: dict[tuple[str, str], int]) -> list[str]:
@@ -342,6 +333,10 @@ def summary_table(stats: dict) -> str:
     if domains and domains.get("rows"):
         lines.append(f"domains (kept of read, {domains['domains']} in all): " + ", ".join(
             f"{row['domain']} {row['kept']}/{row['documents']}" for row in domains["rows"][:8]))
+    resume = stats.get("resume")
+    if resume and any(resume["reused"].values()):
+        lines.append(f"resumed: of {resume['units']} units, reused " + ", ".join(
+            f"phase {phase} {n}" for phase, n in resume["reused"].items()) + " (done by an earlier attempt)")
     lines += [f"WARNING {w}" for w in stats.get("warnings", [])]
     acc = stats["accounting"]
     lines.append(f"accounting: read {acc['read']} = kept {acc['kept']} + removed {acc['removed']} + quarantined "
@@ -350,7 +345,11 @@ def summary_table(stats: dict) -> str:
 
 
 def run_clean(cfg: RunConfig, against: tuple[str, ...] = (), log: Callable[[str], None] = print) -> dict:
-    """The cleaning stage: inputs → docs/, removed/, quarantine/, dedup/, stats.json. Returns the stats."""
+    """The cleaning stage: inputs → docs/, removed/, quarantine/, dedup/, stats.json. Returns the stats.
+
+    Beyond one unit of input (``runner.unit_bytes``), in units and phases (``pipelines.clean_units``): memory
+    bounded by a unit, and a clean killed part way and run again redoes only the units it had not finished
+    (``stats["resume"]`` says how many it reused). Both ways write the same files."""
     started = time.time()
     paths = RunPaths.of(cfg)
     earlier = tuple(RunPaths(run) for run in against)
@@ -372,15 +371,25 @@ def run_clean(cfg: RunConfig, against: tuple[str, ...] = (), log: Callable[[str]
                       workers=shuffle_workers(cfg.runner.name, cfg.runner.workers, cfg.runner.dask_address,
                                               cfg.runner.slurm))
     steps = enabled_steps(cfg, ctx)
-    pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options,
-                             dask_scheduler(cfg.runner, str(paths), log), worker_memory=cfg.runner.worker_memory,
-                             input_bytes=ctx.input_bytes)
-    build_cleaning_graph(pipeline, cfg, new_files, ctx)
-    with ProgressPrinter(paths.progress, steps, log):
-        result = pipeline.run()
-        result.wait_until_finish()
+    scheduler = dask_scheduler(cfg.runner, str(paths), log)
+    resume = None
+    if phased_clean_applies(cfg) and len(plan_units(new_files, cfg.runner.unit_bytes)) > 1:
+        counters, resume = clean_in_units(cfg, new_files, ctx, settings_digest(cfg, against, ctx), log,
+                                          dask_address=scheduler)
+    else:  # one unit (the phases would only add fixed cost: same outputs), or quality's top_fraction (its
+        # corpus-wide cut-off has no phase of its own yet): the one-graph clean
+        clear_outputs((paths.clean_work,))
+        pipeline = make_pipeline(cfg.runner.name, cfg.runner.workers, cfg.runner.options, scheduler,
+                                 worker_memory=cfg.runner.worker_memory, input_bytes=ctx.input_bytes)
+        build_cleaning_graph(pipeline, cfg, new_files, ctx)
+        with ProgressPrinter(paths.progress, steps, log):
+            result = pipeline.run()
+            result.wait_until_finish()
+        counters = counters_of(result)
     clear_outputs((paths.progress,))
-    stats = collect_stats(paths, steps, _counters(result), cfg.url_filter.top_domains)
+    stats = collect_stats(paths, steps, counters, cfg.url_filter.top_domains)
+    if resume is not None:
+        stats["resume"] = resume
     stats["cleaning_seconds"] = round(time.time() - started, 2)
     stats["inputs"] = new_inputs
     stats["inputs_seen"] = sorted(seen | {i["sha256"] for i in new_inputs})

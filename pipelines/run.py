@@ -363,7 +363,7 @@ def _report_stage(run: StageRun) -> dict:
 STAGES: tuple[Stage, ...] = (
     Stage("clean", keys=("input", "output.target_shard_bytes", "normalize", "filters", "exact_dedup", "near_dedup",
                          "quality", "pii"),
-          outputs=lambda p: (p.docs, p.removed, p.quarantine, p.dedup, p.stats, p.progress),
+          outputs=lambda p: (p.docs, p.removed, p.quarantine, p.dedup, p.stats, p.progress, p.clean_work),
           run=_clean_stage, settings=_clean_settings, digest=_clean_digest),
     Stage("shards", keys=("tokenizer", "packing"), outputs=lambda p: (p.shards, p.tokenizer_dir),
           run=_shards_stage, settings=_shards_settings, digest=_shards_digest, skip=_skip_shards),

@@ -118,6 +118,12 @@ class RunPaths:
         """The append-only takedown ledger (``runio.ledger``), read by every later clean into this directory."""
         return self.takedown / "ledger.jsonl"
 
+    @property
+    def clean_work(self) -> Path:
+        """The clean's units of work while it runs (``pipelines.clean_units``): each unit's outputs and its
+        completion marker, so that a killed clean redoes only unfinished units; removed when the clean is done."""
+        return self.root / "work" / "clean"
+
     # -- shard stage --------------------------------------------------------------------------------------
     @property
     def tokenizer_dir(self) -> Path:

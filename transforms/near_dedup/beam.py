@@ -688,3 +688,100 @@ class NearDedup(beam.PTransform):
             decided = docs | "Decide" >> NearDedupDecide(self.cfg, self.index_out_dir, self.against_dirs,
                                                          self.path(), self.partitions(), self.carry)
         return decided | "Tail" >> Route(STEP_NAME, self.progress_dir)
+
+
+# ---------------------------------------------------------------- decisions from stored sketches (phased clean)
+
+
+class _LoadSketchesFn(StepFn):
+    """A file of pickled ``SketchRows`` (one unit of the clean's documents) → ``(partition, SketchRows)`` blocks,
+    without the rows of ``drop_ids`` (documents an earlier step removed), and on ``bands`` their band entries."""
+
+    def __init__(self, cfg: NearDedupConfig, parts: int, bands: bool, drop_ids: np.ndarray):
+        super().__init__(STEP_NAME)
+        self._cfg, self._parts, self._bands, self._drop = cfg, parts, bands, drop_ids
+
+    infer_output_type = any_output_type
+
+    def process(self, path: str):
+        import pickle
+
+        started = time.perf_counter()
+        cpu_started = time.thread_time()
+        with open(path, "rb") as fh:
+            rows = pickle.load(fh)
+        out = []
+        if rows is not None and len(self._drop):
+            rows = rows.take(np.flatnonzero(~np.isin(rows.ids, self._drop)))
+        if rows is not None and len(rows):
+            out.extend(_windowed(block) for block in rows.split(partition_of(rows.ids, self._parts), self._parts))
+            if self._bands:
+                entries = blocks.band_entries(rows, self._cfg)
+                out.extend(beam.pvalue.TaggedOutput(BANDS, _windowed(block)) for block in
+                           blocks.split_columns(entries, partition_of(entries.keys, self._parts), self._parts))
+        self.busy(time.perf_counter() - started, time.thread_time() - cpu_started)
+        return out
+
+
+def _write_decisions(element, path: str):
+    from runio.files import write_atomic  # (runio is a lower floor; deferred only to keep this module's imports)
+    import pickle
+
+    decided = blocks.concat_columns(list(element[1]))
+    write_atomic(path, pickle.dumps(decided, protocol=pickle.HIGHEST_PROTOCOL))
+    yield path
+
+
+class DecisionsFromSketches(beam.PTransform):
+    """Near-dedup's decisions from sketches stored by the phased clean (``pipelines.clean_units``), without the
+    documents: ``p | DecisionsFromSketches(cfg, sketch_files, drop_ids, decisions_path, ...)`` reads every
+    unit's ``SketchRows`` file (``drop_ids``: documents removed before near-dedup, e.g. exact duplicates), takes
+    the same path as ``NearDedupDecide`` (``path``: memory | beam | auto; earlier runs' indexes in
+    ``against_dirs``) and writes all decisions, as one pickled ``DecisionRows`` (None: no decision), to
+    ``decisions_path``. The documents then take their decisions in their own units."""
+
+    def __init__(self, cfg: NearDedupConfig, sketch_files: Sequence[str], drop_ids: np.ndarray, decisions_path: str,
+                 against_dirs: Sequence[str] = (), path: str = "auto", parts: int = blocks.MIN_PARTITIONS):
+        super().__init__()
+        self.cfg, self.sketch_files, self.drop_ids = cfg, list(sketch_files), drop_ids
+        self.decisions_path, self.against_dirs, self.path, self.parts = decisions_path, list(against_dirs), path, parts
+
+    def expand(self, pbegin):
+        cfg, parts = self.cfg, self.parts
+        with_bands = self.path != "memory" and not self.against_dirs
+        loaded = (pbegin
+                  | "SketchFiles" >> beam.Create(self.sketch_files)
+                  | "SpreadFiles" >> beam.Reshuffle()
+                  | "LoadSketches" >> beam.ParDo(_LoadSketchesFn(cfg, parts, with_bands, self.drop_ids)).with_outputs(
+                      BANDS, main=SKETCHES))
+        sketches = loaded[SKETCHES]
+        if self.path == "memory":
+            if self.against_dirs:
+                old, _ = pbegin | "ReadIndex" >> ReadIndex(self.against_dirs, cfg, parts, bands=False)
+                sketches = (sketches, old) | "WithOldSketches" >> beam.Flatten()
+            decisions = (sketches | "DedupInMemory" >> DedupInMemory(cfg, as_blocks_of=parts)).decisions
+        else:
+            if self.against_dirs:
+                sketches, bands = sketches | "SketchesAndBands" >> SketchesAndBands(cfg, self.against_dirs, parts)
+            else:
+                bands = loaded[BANDS]
+            if self.path == "beam":
+                decisions = ({"sketches": sketches, "bands": bands}
+                             | "Distributed" >> DistributedDecisions(cfg, parts))
+            else:  # auto: as NearDedupDecide, chosen at run time from the number of sketches
+                count = beam.pvalue.AsSingleton(
+                    sketches | "SketchRows" >> beam.Map(_rows_in) | "CountSketches" >> beam.CombineGlobally(sum))
+                limit = cfg.memory_max_docs
+                route = lambda _, n_routes, n, limit=limit: 0 if n <= limit else 1  # noqa: E731
+                routed_sketches = sketches | "RouteSketches" >> beam.Partition(route, 2, count)
+                routed_bands = bands | "RouteBands" >> beam.Partition(route, 2, count)
+                decisions = (
+                    ((routed_sketches[0] | "DedupInMemory" >> DedupInMemory(cfg, as_blocks_of=parts)).decisions,
+                     {"sketches": routed_sketches[1], "bands": routed_bands[1]}
+                     | "Distributed" >> DistributedDecisions(cfg, parts))
+                    | "AllDecisions" >> beam.Flatten()
+                )
+        return (decisions
+                | "OneKey" >> beam.Map(lambda kv: (0, kv[1]))
+                | "GatherDecisions" >> ByPartition(1)
+                | "WriteDecisions" >> beam.FlatMap(_write_decisions, self.decisions_path))

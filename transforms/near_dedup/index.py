@@ -131,6 +131,19 @@ BAND_ROW_HELD_BYTES = 264
 SKETCH_ROW_HELD_BYTES = 300  # the row dict, its id and two bytes objects' headers, beside their contents
 
 
+def index_schemas():
+    """The Arrow schemas of the index's sketch files and band files."""
+    import pyarrow as pa  # deferred: a run that never writes an index does not import pyarrow here
+
+    return (pa.schema([("id", pa.int64()), ("signature", pa.binary()), ("shingles", pa.binary())]),
+            pa.schema([("key", pa.int64()), ("id", pa.int64())]))
+
+
+def index_params_text(cfg: NearDedupConfig) -> str:
+    """``index_params.json``'s content."""
+    return json.dumps(cfg.index_params(), sort_keys=True) + "\n"
+
+
 class WriteIndex(beam.PTransform):
     """``{"sketches": sketch rows, "bands": band rows}`` of the kept documents → the index in ``out_dir``."""
 
@@ -139,12 +152,10 @@ class WriteIndex(beam.PTransform):
         self.out_dir, self.cfg = str(out_dir), cfg
 
     def expand(self, rows):
-        import pyarrow as pa
         from apache_beam.io.filesystems import FileSystems
 
         out = self.out_dir
-        sketch_schema = pa.schema([("id", pa.int64()), ("signature", pa.binary()), ("shingles", pa.binary())])
-        band_schema = pa.schema([("key", pa.int64()), ("id", pa.int64())])
+        sketch_schema, band_schema = index_schemas()
         # The run's sorted writer (as docs/): files by id % parts, each sorted, the part count from the data, so
         # dedup/ is byte-identical on any runner and number of workers (Beam's WriteToParquet is not).
         rows["sketches"] | "WriteIndexSketches" >> WriteSorted(
