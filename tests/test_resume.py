@@ -122,3 +122,23 @@ def test_units_and_the_merge(tmp_path):
         got = [json.loads(line)["id"] for line in (tmp_path / "out" / name).read_text().splitlines()]
         assert got == [x for x in range(200) if x % 3 == p]
     assert not (tmp_path / "scratch").exists()
+
+
+def test_the_clean_in_units_drops_what_the_ledger_forgot(tmp_path, demo_corpus):
+    """A run directory's takedown ledger reaches the phased clean too: its units run the takedown step first."""
+    from runio.ledger import LedgerEntry, append_entry, utc_now
+
+    with_ids = [{**r, "id": f"rec-{i}"} for i, r in enumerate(demo_corpus)]
+    inputs = _inputs(tmp_path / "in", with_ids)
+    data = _config_data(tmp_path, inputs, "phased", "inprocess", 1)
+    cfg = validate_config({**data, "input": {**data["input"], "id_field": "id"}})
+    first = [json.loads(line) for line in (inputs / "part0.jsonl").read_text().splitlines()[:2]]
+    (cfg.run_dir / "takedown").mkdir(parents=True)
+    append_entry(cfg.run_dir / "takedown" / "ledger.jsonl",
+                 LedgerEntry(time=utc_now(), reason="test", ids=[str(r["id"]) for r in first]))
+    run_stages(cfg, ("clean",), log=lambda _: None)
+    stats = json.loads((cfg.run_dir / "stats.json").read_text())
+    assert stats["resume"]["units"] == 3  # the phased clean, not the one-graph one
+    takedown = next(row for row in stats["steps"] if row["step"] == "takedown")
+    # each of the two forgotten records is in the input twice (``_inputs`` repeats its first ten): all four go
+    assert takedown["removed_by_reason"] == {"takedown": 4} and stats["accounting"]["balanced"]
