@@ -471,6 +471,8 @@ class IpAddressRecognizer(_RegexRecognizer):
         plen = m.group("plen")
         cidr = plen is not None and int(plen) <= 32
         if len(groups) == 5:
+            if _DOTTED_PAIRS.match(addr):
+                return None  # a French phone number, "01.23.45.67.89" (a trunk 0 and pairs), is no address
             # Already malformed, so it needs more than a plain quad: two multi-digit octets in the address
             # ("192.168.1.1.1"), as clause and OID numbers ("30.3.1.1.21") are mostly single digits.
             first, last = groups[:4], groups[1:]
@@ -800,24 +802,40 @@ class CnMobileRecognizer(_RegexRecognizer):
 # ---------------------------------------------------------------------------------------------------------------
 # Phone numbers (any country; national formats checked for US/CA, GB, DE, CN and more by libphonenumber)
 
+# A digit-group separator: one space, dot, hyphen or slash, or a slash with spaces around it ("030 / 1234567").
+_PHONE_SEP = r"(?:[ .\-/]| ?/ ?)"
 _PHONE = re.compile(
     r"(?<![0-9A-Za-z+.\-/_:])"
     r"(?P<value>"
     r"(?P<intl>(?:\((?:\+|00)\d{1,3}\)|(?:\+|00)\d{1,3})[ .\-]?(?:\(0\)[ ]?)?)?"
-    r"(?P<area>(?:1[ .\-]?)?\(\d{1,5}\)[ .\-]?)?"
-    r"\d(?:[ .\-/]?\d){5,14}"
-    r"(?:[ ]?(?:x|ext\.?|Durchwahl|#)[ ]?\d{1,6})?"
+    # An area code in parentheses, ASCII or full-width ("(030)", "(0 30)", "(0 61 31)", "（0755）", NANP "(212)");
+    # after a trunk-0 area code the subscriber number may be short ("(05285) 13469", "(034708) 4381").
+    r"(?:(?P<area>(?:1[ .\-]?)?\(\d{1,5}\)[ .\-]?)?\d(?:" + _PHONE_SEP + r"?\d){5,14}"
+    r"|(?P<trunk_area>[(\uff08]0(?:[ ]?\d){1,5}[)\uff09][ .\-]?)\d(?:" + _PHONE_SEP + r"?\d){2,12})"
+    # Extensions: "x12", "ext. 12", "Durchwahl 12", "#12", Chinese "转12"/"分机12"; DIN 5008's "-12" is read in
+    # score() (a hyphen also joins digit groups).
+    r"(?:[ ]?(?:x|ext\.?|Durchwahl|#|\u8f6c|\u5206\u673a)[ ]?\d{1,6})?"
     r")"
     r"(?![0-9A-Za-z])"
 )
 _DATE_SHAPE = re.compile(r"^(?:\d{1,4}[./\-]\d{1,2}[./\-]\d{1,4})$")
+# French "01.23.45.67.89": a trunk 0 and four more pairs (never an IP or a version: five groups, all pairs).
+_DOTTED_PAIRS = re.compile(r"^0\d(?:\.\d\d){4}$")
 _NANP_DOTTED = re.compile(r"^(?:\+?1[ .\-])?\d{3}\.\d{3}\.\d{4}(?:[ ]?x\d+)?$")
 _ISO_DATE = re.compile(r"(?<!\d)(?:1[89]|20)\d\d-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])(?!\d)")
 _SSN_SHAPE = re.compile(r"^\d{3}([ \-.])\d{2}\1\d{4}$")
 _YEAR_RANGE = re.compile(r"^(?:1[5-9]|20)\d\d ?[\-/] ?(?:1[5-9]|20)\d\d$")
 _ZIP4_SHAPE = re.compile(r"^\d{5}-\d{4}$")
-_NANP_SHAPE = re.compile(r"^(?:1[ .\-]?)?\d{3}[ .\-]\d{3}[ .\-]\d{4}$")
-_EXT = re.compile(r"[ ]?(?:x|ext\.?|Durchwahl|#)[ ]?\d{1,6}$")
+_NANP_SHAPE = re.compile(r"^(?:1[ .\-]?)?\d{3}[ .\-/]\d{3}[ .\-]\d{4}$")
+_EXT = re.compile(r"[ ]?(?:x|ext\.?|Durchwahl|#|\u8f6c|\u5206\u673a)[ ]?\d{1,6}$")
+# DIN 5008's extension: a hyphen and the extension digits after a number whose groups are not hyphenated
+# ("030 1234567-89", "+49 30 1234567-89", "(0385) 5482-12").
+_DIN_EXT = re.compile(r"^(?P<base>[^\-]*\d)-\d{1,5}$")
+# A slash only between the area code and the subscriber number: German/Austrian "030/1234567", "01/7395290",
+# "030 / 123 456 78", and NANP "212/555-1234"; never "3/4/2021" or "1/2".
+_SLASHED_PHONE = re.compile(r"\(?0\d{1,5}\)? ?/ ?\d[\d \-]*|[2-9]\d\d/[2-9]\d\d-\d{4}")
+# NANP area code in parentheses: the subscriber part is NXX-XXXX, seven digits.
+_NANP_PAREN = re.compile(r"^(?:1[ .\-]?)?\([2-9]\d\d\)[ .\-]?[2-9]\d\d[ .\-]?\d{4}$")
 _NATIONAL_REGIONS = ("US", "GB", "DE", "CN", "FR", "AT", "CH", "IN", "AU", "CA")
 
 
@@ -846,7 +864,12 @@ class PhoneNumberRecognizer(_RegexRecognizer):
     def score(self, m, text):
         raw = m.group("value")
         body = _EXT.sub("", raw)
-        if "." in body and not _NANP_DOTTED.match(body):
+        din = _DIN_EXT.match(body)
+        if (din and any(c in din.group("base") for c in " /)\uff09")
+                and re.match(r"[(\uff08]?0|\+(?!1)|00(?!1)", din.group("base"))):  # never NANP's "555-0123"
+            body = din.group("base")  # "030 1234567-89": the number is judged without its extension
+        area = m.group("area") or m.group("trunk_area")
+        if "." in body and not (_NANP_DOTTED.match(body) or _DOTTED_PAIRS.match(body)):
             return None  # IPs, versions, dotted dates
         if _DATE_SHAPE.match(body) or _SSN_SHAPE.match(body) or _YEAR_RANGE.match(body) or _ISO_DATE.search(body):
             return None
@@ -868,16 +891,18 @@ class PhoneNumberRecognizer(_RegexRecognizer):
                 return 0.9 if context else 0.75
             # Not a number libphonenumber can place, but phone-shaped and introduced as a phone number.
             return 0.55 if context and 8 <= len(digits) <= 15 and " " in body.strip() else None
-        if "/" in body and not re.fullmatch(r"\(?0\d{2,5}\)?/\d[\d \-]*", body):
-            return None  # the slash only as German "030/1234567", never "3/4/2021" or "1/2"
-        if not m.group("area") and self._country_code_without_plus(body, digits):
+        if "/" in body and not _SLASHED_PHONE.fullmatch(body):
+            return None  # the slash only after an area code ("030/1234567"), never "3/4/2021" or "1/2"
+        if m.group("area") and not (digits.startswith("0") or _NANP_PAREN.match(body)):
+            return None  # "(1024) 2048 4096", "Score (50) 1930 6122": no trunk 0, not NANP "(212) 555-0123"
+        if not area and self._country_code_without_plus(body, digits):
             return 0.85 if context else 0.6
         if not (7 <= len(digits) <= 12) or digits.startswith("00"):
             return None
         # A trunk 0 reads as a phone number when the digits are grouped and there are enough of them for a
         # number with its area code (9+); a bare digit string ("0780511201", an ID, an ISBN) or a short one
         # ("014 5686") needs a phone word.
-        trunk = bool(m.group("area")) or (digits.startswith("0") and body != digits and len(digits) >= 9)
+        trunk = bool(area) or (digits.startswith("0") and body != digits and len(digits) >= 9)
         if not trunk and not _NANP_SHAPE.match(body) and not context:
             # Without a trunk 0 or an area code in parentheses, only the North American 3-3-4 grouping reads as
             # a phone number: "2017-2020", ZIP+4 "02110-1301" and table columns do not.
