@@ -192,7 +192,9 @@ def test_every_step_counts_times_reports_progress_and_annotates_only_its_own_nam
     keys = {key for ann in kept + [json.loads(r["annotations"]) for r in removed] for key in ann}
     assert keys <= set(steps), keys - set(steps)
     assert all({"normalize", "filters", "quality", "pii"} <= set(ann) for ann in kept)
-    assert all(set(ann["quality"]) in ({"score", "logit", "fasttext", "gibberish"}, {"score", "skipped"})
+    # a model's score, or why none; the policy's route and the text-ness judge's score for the unsure/unmodelled
+    policy_keys = {"route", "policy", "textness"}
+    assert all(set(ann["quality"]) - policy_keys in ({"score", "logit", "fasttext", "gibberish"}, {"score", "skipped"})
                for ann in kept)
     assert all(ann["normalize"]["script"] in ("cjk", "other") for ann in kept)
     for row in removed:
