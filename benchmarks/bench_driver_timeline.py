@@ -117,6 +117,8 @@ def run_clean(cfg_path: Path, sample_s: float) -> dict:
             "driver_peak_MB_by_phase": {k: round(v / 1e6) for k, v in sorted(per_phase.items())},
             "driver_rss_MB_at": at_edges,
             "units_A": sum(1 for m in marks if m[0] == "A" and m[1] == "start"),
+            "driver_rss_MB_at_phase_starts": [f"{name}:{round(rss / 1e6)}" for name, edge, _, rss in marks
+                                              if edge == "start"],
             "timeline": [(round(at - started, 1), round(d / 1e6), round(w / 1e6)) for at, d, w in samples]}
 
 
