@@ -16,20 +16,34 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from runio.files import atomic_output
 
-CHUNK_ROWS = 512  # rows per pickled chunk: a merge holds about one chunk per run
+CHUNK_ROWS = 512  # rows per pickled chunk at most: a merge holds about one chunk per run
+# ... and about this many bytes of strings at most: the merge holds a chunk of every unit's run at once, so a
+# chunk of 512 documents (1-2 MB of text) made the driver's merge grow by that much per unit (issue 44)
+CHUNK_BYTES = 256 << 10
+
+
+def _row_bytes(row: dict) -> int:
+    """About what a row's strings and bytes hold (its other fields are small)."""
+    return 64 + sum(len(v) for v in row.values() if isinstance(v, (str, bytes)))
 
 
 def write_run(path: str, rows: Iterable[dict]) -> int:
-    """Rows (already sorted) as a run file, written atomically; returns the number of rows."""
+    """Rows (already sorted) as a run file in chunks of at most ``CHUNK_ROWS`` rows and about ``CHUNK_BYTES``,
+    written atomically; returns the number of rows."""
     n = 0
     with atomic_output(path, "wb", fsync=False) as fh:
-        rows = iter(rows)
-        while True:
-            chunk = list(itertools.islice(rows, CHUNK_ROWS))
-            if not chunk:
-                break
-            n += len(chunk)
+        chunk: list[dict] = []
+        held = 0
+        for row in rows:
+            chunk.append(row)
+            held += _row_bytes(row)
+            if len(chunk) >= CHUNK_ROWS or held >= CHUNK_BYTES:
+                pickle.dump(chunk, fh, protocol=pickle.HIGHEST_PROTOCOL)
+                n += len(chunk)
+                chunk, held = [], 0
+        if chunk:
             pickle.dump(chunk, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            n += len(chunk)
     return n
 
 
@@ -75,13 +89,16 @@ def merge_runs(runs: Sequence[str], parts: int, sort_key: Callable[[dict], Any],
     split: list[list[str]] = [[] for _ in range(parts)]
     for i, run in enumerate(runs):
         buffers: list[list[dict]] = [[] for _ in range(parts)]
+        held = [0] * parts
         handles: dict[int, Any] = {}
         try:
             for row in read_run(run):
                 p = row["id"] % parts
                 buffers[p].append(row)
-                if len(buffers[p]) >= CHUNK_ROWS:
+                held[p] += _row_bytes(row)
+                if len(buffers[p]) >= CHUNK_ROWS or held[p] >= CHUNK_BYTES:
                     _flush(buffers, p, handles, split, scratch, i)
+                    held[p] = 0
             for p in range(parts):
                 if buffers[p]:
                     _flush(buffers, p, handles, split, scratch, i)

@@ -453,11 +453,14 @@ class PhasedClean:
             step = next(s for s in STEPS if s.name == NEAR)
             near = step.build(self.cfg, self.ctx)  # the step as the one-graph clean builds it: its path and parts
             p = self._pipeline(self.ctx.input_bytes or 0)
+            # the shuffles' blocks through files: on the local runner the driver would hold them all (issue 44)
+            spill = out / "spill"
             p | "NearDedup" >> DecisionsFromSketches(
                 self.cfg.near_dedup, [str(a_dir / u.name / "sketches.pkl") for u in self.units], drop,
-                str(decisions_path), near.against_dirs, near.path(), near.partitions())
+                str(decisions_path), near.against_dirs, near.path(), near.partitions(), spill_dir=str(spill))
             with ProgressPrinter(self.ctx.paths.progress, self.steps, self.log):
                 _add(counters, self._run(p))
+            shutil.rmtree(spill, ignore_errors=True)
         marker = markers.commit("global", [u.name for u in self.units], counters, {"units_digest": units_digest})
         return marker
 

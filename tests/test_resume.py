@@ -124,6 +124,26 @@ def test_units_and_the_merge(tmp_path):
     assert not (tmp_path / "scratch").exists()
 
 
+def test_a_run_chunk_holds_a_bounded_amount_of_text(tmp_path):
+    """The merge holds one chunk of every unit's run at once: a chunk is bounded in bytes, not only in rows."""
+    import pickle
+
+    from beamio.sorted_merge import CHUNK_BYTES
+
+    rows = [{"id": i, "text": "x" * (CHUNK_BYTES // 4)} for i in range(10)]
+    path = str(tmp_path / "big.run")
+    assert write_run(path, rows) == 10
+    chunks = []
+    with open(path, "rb") as fh:
+        while True:
+            try:
+                chunks.append(pickle.load(fh))
+            except EOFError:
+                break
+    assert [len(c) for c in chunks] == [4, 4, 2]
+    assert list(read_run(path)) == rows
+
+
 def test_the_clean_in_units_drops_what_the_ledger_forgot(tmp_path, demo_corpus):
     """A run directory's takedown ledger reaches the phased clean too: its units run the takedown step first."""
     from runio.ledger import LedgerEntry, append_entry, utc_now

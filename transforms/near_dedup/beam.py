@@ -13,8 +13,13 @@ the ``near_dedup`` ``busy_ms`` counter.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import os
+import pickle
 import time
-from typing import Callable, Optional, Sequence
+import uuid
+from typing import Callable, Iterator, Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -47,6 +52,53 @@ def _windowed(value):
     return GlobalWindows.windowed_value(value)
 
 
+# Where the shuffles built in ``shuffles_spilled_to``'s scope put their blocks (None: in the runner's shuffle).
+_SPILL_DIR: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("near_dedup_spill_dir", default=None)
+
+
+@contextlib.contextmanager
+def shuffles_spilled_to(folder: str) -> Iterator[None]:
+    """Every ``ByPartition`` built in this scope (graph construction) moves its blocks through files in ``folder``
+    (a folder every worker can read, emptied by the caller once the pipeline is done): the shuffle carries only
+    ``(partition, path)``. The local FnApiRunner keeps every shuffle's data in the driver process, so without
+    this the driver holds every sketch (with its shingle set), band entry and edge of the corpus at once."""
+    token = _SPILL_DIR.set(folder)
+    try:
+        yield
+    finally:
+        _SPILL_DIR.reset(token)
+
+
+def _spill(element, folder: str):
+    """``(key, block)`` → ``(key, path)``: the block pickled into a file of its own in ``folder`` (a retried bundle
+    writes new files; the ones it wrote before are never read and go with the folder)."""
+    key, block = element
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{uuid.uuid4().hex}.pkl")
+    with open(path, "wb") as fh:
+        pickle.dump(block, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    return key, path
+
+
+def _load(path: str):
+    with open(path, "rb") as fh:
+        return pickle.load(fh)
+
+
+def _unspill(element):
+    key, path = element
+    return key, _load(path)
+
+
+def _unspill_group(element, per_tag: bool):
+    """A grouped partition of paths → the same partition of blocks (``per_tag``: a ``CoGroupByKey``'s, a list
+    of paths per input tag)."""
+    key, grouped = element
+    if per_tag:
+        return key, {tag: [_load(path) for path in paths] for tag, paths in grouped.items()}
+    return key, [_load(path) for path in grouped]
+
+
 class ByPartition(beam.PTransform):
     """``GroupByKey`` of blocks keyed by their partition, an int in 0..parts-1: of one input; of a tuple of inputs
     whose blocks differ in type, one ``Flatten`` before it (the consumer tells them apart: ``blocks.by_type``);
@@ -59,12 +111,24 @@ class ByPartition(beam.PTransform):
     def __init__(self, parts: int):
         super().__init__()
         self.parts = parts
+        self.spill_dir = _SPILL_DIR.get()  # set by an enclosing ``shuffles_spilled_to`` while the graph is built
 
     def expand(self, inputs):
+        folder = self.spill_dir
+        if folder is not None:  # each input spilled where it is made (before a Flatten, which may be a buffer)
+            if isinstance(inputs, dict):
+                inputs = {tag: pcoll | f"Spill_{tag}" >> beam.Map(_spill, folder) for tag, pcoll in inputs.items()}
+            elif isinstance(inputs, tuple):
+                inputs = tuple(pcoll | f"Spill{i}" >> beam.Map(_spill, folder) for i, pcoll in enumerate(inputs))
+            else:
+                inputs = inputs | "Spill" >> beam.Map(_spill, folder)
         if isinstance(inputs, tuple):
             inputs = inputs | "Blocks" >> beam.Flatten()
         with transform_annotations(**{SHUFFLE_PARTITIONS: str(self.parts)}):
-            return inputs | (beam.CoGroupByKey() if isinstance(inputs, dict) else beam.GroupByKey())
+            grouped = inputs | (beam.CoGroupByKey() if isinstance(inputs, dict) else beam.GroupByKey())
+        if folder is None:
+            return grouped
+        return grouped | "Unspill" >> beam.Map(_unspill_group, isinstance(inputs, dict))
 
 
 # ---------------------------------------------------------------- sketches, band entries, documents
@@ -610,8 +674,16 @@ class NearDedupDecide(beam.PTransform):
                     sketches | "SketchRows" >> beam.Map(_rows_in) | "CountSketches" >> beam.CombineGlobally(sum))
                 limit = cfg.memory_max_docs
                 route = lambda _, n_routes, n, limit=limit: 0 if n <= limit else 1  # noqa: E731
+                if self.spill_dir is not None:  # a step waiting for a side input: its input is held until then
+                    sketches = sketches | "SpillSketches" >> beam.Map(_spill, self.spill_dir)
+                    bands = bands | "SpillBands" >> beam.Map(_spill, self.spill_dir)
                 routed_sketches = sketches | "RouteSketches" >> beam.Partition(route, 2, count)
                 routed_bands = bands | "RouteBands" >> beam.Partition(route, 2, count)
+                if self.spill_dir is not None:
+                    routed_sketches = [routed | f"UnspillSketches{i}" >> beam.Map(_unspill)
+                                       for i, routed in enumerate(routed_sketches)]
+                    routed_bands = [routed | f"UnspillBands{i}" >> beam.Map(_unspill)
+                                    for i, routed in enumerate(routed_bands)]
                 decisions = (
                     ((routed_sketches[0] | "DedupInMemory" >> DedupInMemory(cfg, as_blocks_of=parts)).decisions,
                      {"sketches": routed_sketches[1], "bands": routed_bands[1]}
@@ -704,8 +776,6 @@ class _LoadSketchesFn(StepFn):
     infer_output_type = any_output_type
 
     def process(self, path: str):
-        import pickle
-
         started = time.perf_counter()
         cpu_started = time.thread_time()
         with open(path, "rb") as fh:
@@ -725,7 +795,6 @@ class _LoadSketchesFn(StepFn):
 
 def _write_decisions(element, path: str):
     from runio.files import write_atomic  # (runio is a lower floor; deferred only to keep this module's imports)
-    import pickle
 
     decided = blocks.concat_columns(list(element[1]))
     write_atomic(path, pickle.dumps(decided, protocol=pickle.HIGHEST_PROTOCOL))
@@ -738,15 +807,25 @@ class DecisionsFromSketches(beam.PTransform):
     unit's ``SketchRows`` file (``drop_ids``: documents removed before near-dedup, e.g. exact duplicates), takes
     the same path as ``NearDedupDecide`` (``path``: memory | beam | auto; earlier runs' indexes in
     ``against_dirs``) and writes all decisions, as one pickled ``DecisionRows`` (None: no decision), to
-    ``decisions_path``. The documents then take their decisions in their own units."""
+    ``decisions_path``. The documents then take their decisions in their own units. ``spill_dir``: every shuffle's
+    blocks go through files there (``shuffles_spilled_to``), so that a runner keeping shuffles in one process
+    (the local FnApiRunner's driver) holds paths, not the corpus's sketches; the caller removes it afterwards."""
 
     def __init__(self, cfg: NearDedupConfig, sketch_files: Sequence[str], drop_ids: np.ndarray, decisions_path: str,
-                 against_dirs: Sequence[str] = (), path: str = "auto", parts: int = blocks.MIN_PARTITIONS):
+                 against_dirs: Sequence[str] = (), path: str = "auto", parts: int = blocks.MIN_PARTITIONS,
+                 spill_dir: Optional[str] = None):
         super().__init__()
         self.cfg, self.sketch_files, self.drop_ids = cfg, list(sketch_files), drop_ids
         self.decisions_path, self.against_dirs, self.path, self.parts = decisions_path, list(against_dirs), path, parts
+        self.spill_dir = spill_dir
 
     def expand(self, pbegin):
+        if self.spill_dir is None:
+            return self._expand(pbegin)
+        with shuffles_spilled_to(self.spill_dir):
+            return self._expand(pbegin)
+
+    def _expand(self, pbegin):
         cfg, parts = self.cfg, self.parts
         with_bands = self.path != "memory" and not self.against_dirs
         loaded = (pbegin
