@@ -26,7 +26,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from runio.errors import CorpusmillError, ExitCode
 
@@ -82,21 +82,26 @@ def read_ledger(path: str | os.PathLike) -> list[LedgerEntry]:
     """Every entry of a ledger, in the order written; a missing ledger has none. A line that is not an entry
     refuses the whole read (``LedgerError``)."""
     entries: list[LedgerEntry] = []
+    for number, line in _numbered_lines(path):
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise LedgerError(f"{path}:{number}: not a JSON line ({err.msg}); the ledger is refused rather "
+                              f"than read in part: repair the line") from None
+        entries.append(_entry(raw, f"{path}:{number}"))
+    return entries
+
+
+def _numbered_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+    """The non-blank lines of ``path`` with their line numbers; none when the file does not exist."""
     try:
         fh = open(path, encoding="utf-8")
     except FileNotFoundError:
-        return entries
+        return
     with fh:
         for number, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                raw = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise LedgerError(f"{path}:{number}: not a JSON line ({err.msg}); the ledger is refused rather "
-                                  f"than read in part: repair the line") from None
-            entries.append(_entry(raw, f"{path}:{number}"))
-    return entries
+            if line.strip():
+                yield number, line
 
 
 def _append_line(path: Path, line: str) -> None:
@@ -177,19 +182,12 @@ def read_signatures(ledger: str | os.PathLike) -> list[Signature]:
     """The signatures beside ``ledger`` (none when there is no file); a line that is not one refuses the read."""
     path = signatures_path(ledger)
     out: list[Signature] = []
-    try:
-        fh = open(path, encoding="utf-8")
-    except FileNotFoundError:
-        return out
-    with fh:
-        for number, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                raw = json.loads(line)
-                out.append(Signature(int(raw["doc_id"]), str(raw["time"]), dict(raw["params"]),
-                                     [int(v) for v in raw["signature"]]))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
-                raise LedgerError(f"{path}:{number}: not a signature line ({type(err).__name__}); refused rather "
-                                  f"than read in part: repair the line") from None
+    for number, line in _numbered_lines(path):
+        try:
+            raw = json.loads(line)
+            out.append(Signature(int(raw["doc_id"]), str(raw["time"]), dict(raw["params"]),
+                                 [int(v) for v in raw["signature"]]))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+            raise LedgerError(f"{path}:{number}: not a signature line ({type(err).__name__}); refused rather "
+                              f"than read in part: repair the line") from None
     return out
