@@ -134,3 +134,54 @@ def test_chinese_role_and_position(engine, text, expected):
 ])
 def test_chinese_words_that_are_no_names(engine, text):
     assert names(engine, text) == []
+
+
+# 5. second round: the vocative closing an exclamation, kin and role nouns, two names joined, "Moin Jan," -------
+@pytest.mark.parametrize("text,expected", [
+    ("Schönen Urlaub, Greta!", ["Greta"]),
+    ("Are you still there, Hannah?", ["Hannah"]),
+    ("Unsere Nachbarin Ilse hat geklingelt.", ["Ilse"]),
+    ("I'm going with my cousin Megan tomorrow.", ["Megan"]),
+    ("Paula und Konstantin ziehen nach Leipzig.", ["Paula", "Konstantin"]),
+    ("Hallo Jan, wie geht's?", ["Jan"]),
+    ("omg tyler is here already", ["tyler"]),
+])
+def test_second_round_positions(engine, text, expected):
+    assert names(engine, text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "Welcome to the jungle, Sydney!",                 # a place, though a given name too
+    "Oh well, Time!",                                  # an English verb or noun
+    "I and my son will go, Christian!",                # an everyday word
+    "Victoria and Albert Museum",                      # no lower-case word after the pair
+    "Bis Mai, dann sehen wir weiter.",                 # a calendar word outside a greeting
+    "seemed meet unto me and unto thee",               # archaic function words
+    "Alberta is bounded by the provinces of British Columbia.",   # a place before "is"
+])
+def test_second_round_non_names(engine, text):
+    assert names(engine, text) == []
+
+
+def test_chat_rule_skips_long_texts():
+    rec = R.PersonNameRecognizer(R.load_given_names())
+    line = "messages from developers, buildds and katie, the archive software"
+    assert list(rec.chat_names(line)) != []                      # a short lower-case line: read as chat
+    assert list(rec.chat_names("Debian archive.\n" + line + "\n" + "x" * 600)) == []   # wrapped prose
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("市长曹建平视察了医院。", ["曹建平"]),        # role word + family name + given name read as a noun
+    ("听说苏晓东要辞职了。", ["苏晓东"]),          # a rare dictionary name before a verb
+    ("我把文件交给了刘婷婷。", ["刘婷婷"]),        # family name + given name tagged z after 了
+])
+def test_chinese_second_round(engine, text, expected):
+    assert names(engine, text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "孔雀在动物园里开屏。", "房费要付现金．", "恐乱马嘶声。", "贝克特一行是应吴仪邀请来华的。",
+    "Linux的发起者和领军开发者Linus。",
+])
+def test_chinese_second_round_non_names(engine, text):
+    assert names(engine, text) == []

@@ -1171,7 +1171,7 @@ _COMMON_NAME_CLASS = 6  # nam_dict frequency class: 6 and above is common in at 
 # letter, a word right after one of these words (a verb of asking, telling or meeting, a preposition that takes a
 # person, "and"/"und") is a given name when it is a common one and no English word of another kind (below).
 _CHAT_CUES = frozenset("""ask asked tell told with and to from call called text texted ping message cc met saw
-meet see invite invited thank thanks thx hi hey hello bye love miss think thought guess what
+meet see invite invited thank thanks thx hi hey hello bye love miss think thought guess what omg lol btw haha
 frag fragt frage sag sagt sage mal mit von an bei und für hallo danke ruf hab habe""".split())
 # ... or, in a question (the line ends with "?"), after the verb that opens it ("kommt julia heute auch?",
 # "ist tobias schon da?"): elsewhere "is long", "war klein" are not followed by a subject.
@@ -1180,11 +1180,34 @@ macht wird""".split())
 _CHAT_WORD = re.compile(r"(?<![^ \t])(?P<value>[a-zäöüß]+)(?=[ \t,.!?]|$)")
 _CHAT_QUICK = re.compile(r"(?<![a-zäöüß])(?:" + "|".join(sorted(_CHAT_CUES | _CHAT_QUESTION_CUES, key=len, reverse=True))
                          + r")[ \t]+[a-zäöüß]{3}")
+# Archaic function words the stop lists lack ("seemed meet unto me"): never chat names.
+_ARCHAIC_WORDS = frozenset("unto thee thou thy thine hath doth ye shalt wilt hast art nay yea".split())
+_CHAT_NAME_CLASS = 5  # a lower-case chat name must be at least this common somewhere ("lukas", "tyler")
 _CHAT_MAX_WORDS = 30  # a chat line is short; a lower-case line of prose or code is no chat
+_CHAT_MAX_CHARS = 500  # ... and so is a chat message: a lower-case line inside a longer text is wrapped prose
 # Nouns of address that are no pet names, though a given name may start with them ("Dear Sir", "Hi Madam").
 _ADDRESS_NOUNS = frozenset("""sir madam madame team all folks guys everyone friends friend colleagues colleague
 customer customers user users member members boss chef kollegen kollege leute zusammen mom mum dad mama papa
 grandma grandpa granny nana baby darling sweetie oma opa""".split())
+# A lone given name closing an exclamation or question after a comma: the vocative at the end ("Danke dir, Felix!",
+# "Alles Gute zum Geburtstag, Leonie!", "Are you there, Tom?").
+_VOCATIVE_END = re.compile(rf",[ \t]+(?P<value>{_NAME_WORD})[ \t]*[!?]")
+# Kin and role nouns that put a lone given name beside them ("Oma Erika", "Kellnerin Jessica", "my sister Emma").
+_KIN_WORDS = ("""sister brother mum mom dad cousin aunt auntie uncle grandma grandpa granny nan wife husband son
+daughter friend colleague boss neighbour neighbor waiter waitress nurse teacher coach flatmate roommate niece nephew
+partner girlfriend boyfriend fiancé fiancée""".split(),
+              """Oma Opa Tante Onkel Schwester Bruder Mama Papa Mutti Vati Cousine Cousin Kollegin Kollege Nachbarin
+Nachbar Kellnerin Kellner Freundin Freund Chefin Chef Lehrerin Lehrer Trainerin Trainer Nichte Neffe Tochter Sohn
+Frau Mann Verlobte Verlobter Friseurin Friseur""".split())
+_KIN_NAME = re.compile(
+    r"(?<![0-9A-Za-zÀ-ÿ])(?:(?:my|our|your|his|her|their)[ \t]+(?:" + "|".join(_KIN_WORDS[0]) + r")"
+    r"|(?:" + "|".join(_KIN_WORDS[1]) + r"))"
+    rf"[ \t]+(?P<value>{_NAME_WORD})(?![ \t]+[A-ZÄÖÜ])(?![0-9A-Za-zÀ-ÿ])")
+# Two lone given names joined by "and"/"und" at a sentence start, then a lower-case word ("Johanna und Benedikt
+# heiraten", "Tom and Lucy are late").
+_NAME_PAIR = re.compile(
+    rf"(?:^|(?<=[.!?\n])[ \t]*|(?<=[.!?])[ \t]+)(?P<a>{_NAME_WORD})[ \t]+(?:and|und|&)[ \t]+(?P<b>{_NAME_WORD})"
+    r"[ \t]+(?=[a-zäöüß])")
 # Interjections that open a sentence before a comma like a vocative ("Oh, come on", "Yup, I think you're right").
 _INTERJECTIONS = frozenset("""oh ah aha yup yep yes yeah no nope gee wow well ok okay hmm um uh er sure right ha
 haha alas ja jo nein ach naja tja""".split())
@@ -1315,7 +1338,9 @@ class PersonNameRecognizer(EntityRecognizer):
         return (_CAPS_RUN.search(text) is not None or _NAME_CUE.search(text) is not None
                 or _SPEAKER.search(text) is not None
                 or (_CHAT_QUICK.search(text) is not None and not any(c.isupper() for c in text))
-                or _ADDRESSED_NAME.search(text) is not None or _VOCATIVE_REQUEST.search(text) is not None)
+                or _ADDRESSED_NAME.search(text) is not None or _VOCATIVE_REQUEST.search(text) is not None
+                or _VOCATIVE_END.search(text) is not None or _KIN_NAME.search(text) is not None
+                or _NAME_PAIR.search(text) is not None)
 
     def cued_names(self, text: str) -> Iterator[tuple[int, int, float]]:
         """Names the text itself announces, decided without the lexicon or NER: after a cue phrase
@@ -1343,7 +1368,10 @@ class PersonNameRecognizer(EntityRecognizer):
                     or (m.re is _VOCATIVE_REQUEST and (low in english_word_forms(self.word_model)
                                                        or low in _WORD_NAMES))):
                 continue  # "Oh, come on", "I just love Mom.", "Time, you may be sure", "Loving\nChristian, I"
-            if ((self.given_name_strength(word, english) == 2 or self.is_nickname(word))
+            # "Moin Jan,": a calendar word that is a given name counts in the greeting when a comma follows
+            calendar_name = (low in _CALENDAR_WORDS and m.re is _ADDRESSED_NAME and text[m.end("value"):m.end("value") + 1] == ","
+                             and self.given_names.get(word, (0, 0))[0] >= _COMMON_NAME_CLASS)
+            if ((self.given_name_strength(word, english) == 2 or self.is_nickname(word) or calendar_name)
                     and not self.looks_like_street(text, *m.span("value"))):
                 span = m.span("value")
                 seen.add(span)
@@ -1364,6 +1392,21 @@ class PersonNameRecognizer(EntityRecognizer):
                         and m.span("value") not in seen):  # "Hans", "Jonas" are names of their own
                     seen.add(m.span("value"))
                     yield m.start("value"), m.end("value"), 0.7
+        for pattern in (_VOCATIVE_END, _KIN_NAME):
+            for m in pattern.finditer(text):
+                if english is None:
+                    english = self.is_english(text)
+                if m.span("value") not in seen and self.lone_given_name(m.group("value"), english):
+                    seen.add(m.span("value"))
+                    yield m.start("value"), m.end("value"), 0.7
+        for m in _NAME_PAIR.finditer(text):
+            if english is None:
+                english = self.is_english(text)
+            if all(self.lone_given_name(m.group(g), english) for g in ("a", "b")):
+                for g in ("a", "b"):
+                    if m.span(g) not in seen:
+                        seen.add(m.span(g))
+                        yield m.start(g), m.end(g), 0.7
         for span in self.chat_names(text):
             if span not in seen:
                 seen.add(span)
@@ -1382,6 +1425,16 @@ class PersonNameRecognizer(EntityRecognizer):
                 seen.add(span)
                 yield span[0], span[1], 0.8
 
+    def lone_given_name(self, word: str, english: bool) -> bool:
+        """A capitalised word that names a person alone where the text puts a person: a given name of frequency
+        class 2 or more (``given_name_strength``), not an everyday word ("Will", "Grace", "Christian"), a place
+        ("Sydney", "Israel"), an interjection or a noun of address, and, in English, not an English verb or
+        adjective ("Time", "Long")."""
+        low = word.lower()
+        return (self.given_name_strength(word, english) == 2 and low not in _WORD_NAMES
+                and low not in _PLACE_GIVEN_NAMES and low not in _INTERJECTIONS and low not in _ADDRESS_NOUNS
+                and low not in english_word_forms(self.word_model))
+
     def chat_names(self, text: str) -> Iterator[tuple[int, int]]:
         """Given names written in lower case in chat lines ("tell sarah i said hi", "frag mal thomas ob ..."): in a
         line of at most ``_CHAT_MAX_WORDS`` words and no capital letter, a word right after a ``_CHAT_CUES`` word
@@ -1390,7 +1443,7 @@ class PersonNameRecognizer(EntityRecognizer):
         English verb, adjective, adverb or irregular form (``english_word_forms``: "with long", "to run",
         "and said"). A word opening the line is never taken ("run [args]", "long wait_for_completion"). Off when
         the spaCy model that ships the word forms is absent."""
-        if not any(c.islower() for c in text):
+        if len(text) > _CHAT_MAX_CHARS or not any(c.islower() for c in text):
             return
         words = english_word_forms(self.word_model)
         if not words:
@@ -1409,10 +1462,10 @@ class PersonNameRecognizer(EntityRecognizer):
                 prev_end, prev_word = m.end(), word
                 if (not cue or not 3 <= len(word) <= 12 or word in self.function_words or word in _WORD_NAMES
                         or word in _CALENDAR_WORDS or word in _ADDRESS_WORDS or word in _CHAT_CUES
-                        or word in _ADDRESS_NOUNS or word in words):
+                        or word in _ADDRESS_NOUNS or word in _ARCHAIC_WORDS or word in words):
                     continue
                 overall, _ = self.given_names.get(word.capitalize(), (0, 0))
-                if overall >= _COMMON_NAME_CLASS:
+                if overall >= _CHAT_NAME_CLASS:
                     yield pos + m.start(), pos + m.end()
             pos += len(line) + 1
 
@@ -1653,13 +1706,13 @@ _CN_PLACE_ENDS = frozenset("井界路街巷村镇乡县市省区州岛港湾寺�
 # word this frequent is a word, not a private person's name (names the HMM finds have no entry at all).
 _CN_NAME_MAX_DICT_FREQ = 500
 # ... and those that end like a plant, a colour or a food ("杨树", "朱红色", "胡萝卜", "维生素") are things.
-_CN_THING_ENDS = frozenset("树林花草果菜茶色素卜瓜豆")
+_CN_THING_ENDS = frozenset("树林花草果菜茶色素卜瓜豆雀鸟鱼虫猫狗羊鸡鸭鹅龟蛇兔鼠猪")
 # Suffixes of abstract nouns and devices ("鲁棒性", "许可证", "麦克风", "打印机"): never the end of a name.
 _CN_NOUN_SUFFIXES = frozenset("性率度器机证费法感式型品剂风般体库时者边委质")
 # Roles and forms of address that stand right before or after a name ("客户汪洋", "校长马振华", "刘建军老师",
 # "林美玲女士"): where they stand, a person is meant.
 _CN_ROLE_WORDS = frozenset("""客户 经理 项目经理 老师 记者 医生 医师 主任 同学 同事 校长 律师 护士 警官 司机 师傅 会计
-工程师 教授 员工 学生 患者 专员 客服 总监 主管 董事长 总裁 总经理 编辑 作者 导演 演员 选手 队长 班长 店长 老板 先生 女士
+工程师 主任医师 教授 员工 学生 患者 专员 客服 总监 主管 董事长 总裁 总经理 编辑 作者 导演 演员 选手 队长 班长 店长 老板 先生 女士
 小姐 阿姨 叔叔 博士 院士 部长 局长 处长 科长 书记 市长 县长 村长 厂长 秘书 助理 负责人 联系人 收件人 申请人 快递员
 房东 邻居 室友 网友 教练 队员 球员 作家 画家 歌手 主持人 委员 实习生 表妹 表哥 表姐 表弟""".split())
 # Verbs whose object is a person ("是钟文华", "叫刘洋来", "请王芳确认", "问李强").
@@ -1674,7 +1727,7 @@ _CN_BRANDS = frozenset("华为 万科 苏宁 吉利 方正 金山 龙湖 雷克�
 _CN_RARE_NAME_FREQ = 30
 # What jieba tags the given name it splits off a lone family name: "梁" + "志强" (nrfg), "邓" + "建国" (ns),
 # "杜" + "鹏飞" (nz), "金" + "海燕" (nr).
-_CN_GIVEN_TAGS = ("nr", "nrfg", "nrt", "ns", "nz")
+_CN_GIVEN_TAGS = ("nr", "nrfg", "nrt", "ns", "nz", "z")
 
 
 @functools.lru_cache(maxsize=1)
@@ -1747,8 +1800,8 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         import jieba
         import jieba.posseg
 
-        if len(given) == 2 and jieba.posseg.dt.word_tag_tab.get(given) in ("ns", "nt"):
-            return False  # "和日本", "应中国": a conjunction or preposition before a place or an organisation
+        if word[0] == "和" or (word[0] in "应于向" and jieba.posseg.dt.word_tag_tab.get(given) in ("ns", "nt", "nr")):
+            return False  # "和领军", "和日本", "应中国", "应吴仪": a conjunction or preposition before a word
 
         freq = jieba.dt.FREQ.get(word)
         if flag == "ns":
@@ -1772,7 +1825,15 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
             while k < len(toks):
                 start, w, flag = toks[k]
                 nxt = toks[k + 1] if k + 1 < len(toks) else None
-                if (nxt is not None and nxt[2] in _CN_GIVEN_TAGS and len(nxt[1]) <= 2
+                if (nxt is not None and len(nxt[1]) <= 2 and (
+                        nxt[2] in _CN_GIVEN_TAGS
+                        # "市长" + "曹" + "建平" (n), "碰到了" + "董" + "海波" (n) + "。": a given name jieba reads as a
+                        # noun, beside a role word or as the object closing the clause
+                        or (nxt[2] == "n" and w in _CN_SURNAMES_1 and len(nxt[1]) == 2
+                            and freq.get(nxt[1], 0) < 1000
+                            and (self._by_role(toks, k, k + 1, verbs=False)
+                                 or (k > 0 and toks[k - 1][1] == "了"
+                                     and (k + 2 >= len(toks) or toks[k + 2][2] == "x")))))
                         and (w in _CN_SURNAMES_2 or (w in _CN_SURNAMES_1 and flag == "nr")
                              # "高" (a) + "玉兰" (nr): a family-name character jieba read as a word of its own,
                              # before a two-character name, where a person stands
@@ -1780,7 +1841,13 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
                                  and self._subject_position(toks, k, names, k + 1))
                              # "校长" + "马" (n) + "振华" (nz), "是" + "钟" + "文华", "林" + "美玲" + "女士":
                              # next to a role word, or after a verb that takes a person, a person is meant
-                             or (w in _CN_SURNAMES_1 and len(nxt[1]) == 2 and self._by_role(toks, k, k + 1)))
+                             or (w in _CN_SURNAMES_1 and len(nxt[1]) == 2 and self._by_role(toks, k, k + 1))
+                             # "交给了" + "刘" + "婷婷" (z), "孙" (zg) + "建华" (nz) + "、": a family name and a
+                             # given name jieba tags as a name-like word, where a person stands
+                             or (w in _CN_SURNAMES_1 and len(nxt[1]) == 2 and nxt[2] in ("z", "nz", "nr", "nrfg")
+                                 and (self._subject_position(toks, k, names, k + 1)
+                                      or (k > 0 and toks[k - 1][1] in ("了", "的"))
+                                      or (k + 2 < len(toks) and toks[k + 2][1] in ("、", "和", "与")))))
                         and self.is_name(w + nxt[1], "nr") and not freq.get(w + nxt[1])):
                     names.update((k, k + 1))  # "欧阳" + "娜娜", "梁" + "志强"
                     yield start, nxt[0] + len(nxt[1])
@@ -1795,11 +1862,13 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
                              # a word beside a role word ("是白痴", "是应中国贸促会邀请": after a verb, a word
                              # read whole is no name)
                              or self._by_role(toks, k, k, verbs=False)
-                             # "我借了王慧敏的自行车", "谢雨欣的作业": a rare dictionary name before 的, at the
-                             # clause start or after a verb (after 的 it is mostly a noun: "的古诗文")
+                             # "我借了王慧敏的自行车", "听说苏晓东要辞职", "是沈从文写的": a rare three- or
+                             # four-character dictionary name at the clause start or after a verb or preposition,
+                             # before 的, a verb or an adverb (elsewhere such words are mostly things: "的古诗文",
+                             # "要付现金．", "恐乱马嘶声。")
                              or (len(w) >= 3 and flag in _CN_NAME_TAGS and freq.get(w, 0) < _CN_RARE_NAME_FREQ
-                                 and k + 1 < len(toks) and toks[k + 1][1] == "的"
-                                 and (k == 0 or toks[k - 1][2][:1] in ("x", "v", "u", "p"))))):
+                                 and (k == 0 or toks[k - 1][2][:1] in ("x", "v", "u", "p")) and toks[k - 1][1] != "的"
+                                 and k + 1 < len(toks) and (toks[k + 1][1] == "的" or toks[k + 1][2][:1] in ("v", "d"))))):
                     names.add(k)
                     yield start, start + len(w)
                 k += 1
