@@ -181,7 +181,7 @@ def test_chinese_second_round(engine, text, expected):
 
 @pytest.mark.parametrize("text", [
     "孔雀在动物园里开屏。", "房费要付现金．", "恐乱马嘶声。", "贝克特一行是应吴仪邀请来华的。",
-    "Linux的发起者和领军开发者Linus。",
+    "Linux的发起者和领军开发者Linus。", "还有字数限制何时能改！",
 ])
 def test_chinese_second_round_non_names(engine, text):
     assert names(engine, text) == []

@@ -1725,6 +1725,8 @@ _CN_BRANDS = frozenset("华为 万科 苏宁 吉利 方正 金山 龙湖 雷克�
 # person's name when three or four characters long; ordinary words tagged nr are more frequent ("麦克风" 44,
 # "许可证" 351, "华为" 373).
 _CN_RARE_NAME_FREQ = 30
+# ... unless a function character stands in its given part ("何时能改": "when can", jieba's rare nr entry).
+_CN_FUNCTION_CHARS = frozenset("时能会要将是在不了的也都就把被让给或与")
 # What jieba tags the given name it splits off a lone family name: "梁" + "志强" (nrfg), "邓" + "建国" (ns),
 # "杜" + "鹏飞" (nz), "金" + "海燕" (nr).
 _CN_GIVEN_TAGS = ("nr", "nrfg", "nrt", "ns", "nz", "z")
@@ -1867,6 +1869,7 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
                              # before 的, a verb or an adverb (elsewhere such words are mostly things: "的古诗文",
                              # "要付现金．", "恐乱马嘶声。")
                              or (len(w) >= 3 and flag in _CN_NAME_TAGS and freq.get(w, 0) < _CN_RARE_NAME_FREQ
+                                 and not _CN_FUNCTION_CHARS.intersection(w[1:])
                                  and (k == 0 or toks[k - 1][2][:1] in ("x", "v", "u", "p")) and toks[k - 1][1] != "的"
                                  and k + 1 < len(toks) and (toks[k + 1][1] == "的" or toks[k + 1][2][:1] in ("v", "d"))))):
                     names.add(k)
