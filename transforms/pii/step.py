@@ -249,6 +249,7 @@ class PiiEngine:
                 rec.regions = tuple(cfg.phone_regions)
             if isinstance(rec, R.PersonNameRecognizer):
                 rec.ner_confirms_untitled = cfg.ner_confirms_untitled
+                rec.word_model = cfg.ner_model
         self._person = next(r for r in recognizers if isinstance(r, R.PersonNameRecognizer))
         self._cn_person_quick_check = R.ChineseSegmentedNameRecognizer.quick_check
         if "PERSON" in self.entities and not self._person.given_names:
