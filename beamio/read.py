@@ -295,12 +295,14 @@ def make_doc(record: dict, cfg: InputConfig, source: InputFile, position: int) -
             "annotations": {}}
 
 
-def iter_lines(fh, max_bytes: int) -> Iterator[tuple[int, int, bytes | None, int]]:
+def iter_lines(fh, max_bytes: int, first_line: int = 1, first_offset: int = 0
+               ) -> Iterator[tuple[int, int, bytes | None, int]]:
     """(line number from 1, byte offset, line bytes or None when longer than max_bytes, length) per line.
 
-    A line longer than the limit is skipped in chunks, never held whole in memory.
+    A line longer than the limit is skipped in chunks, never held whole in memory. ``first_line`` and
+    ``first_offset``: the number and offset of ``fh``'s first line in its file (``fh`` a part of it).
     """
-    line_no, offset = 0, 0
+    line_no, offset = first_line - 1, first_offset
     buf = bytearray()
     oversized = False
     length = 0
@@ -458,7 +460,8 @@ def parse_jsonl(fh, source: InputFile, cfg: InputConfig) -> Iterator[tuple[int, 
     name, key = source.name, source.key
     next_line, next_offset = 1, 0
     try:
-        for line_no, offset, raw, length in iter_lines(fh, cfg.max_doc_bytes + 1024):
+        for line_no, offset, raw, length in iter_lines(fh, cfg.max_doc_bytes + 1024, source.first_line,
+                                                       source.start):
             next_line, next_offset = line_no + 1, offset + length + 1
             index = line_no - 1
             if raw is None:
@@ -613,6 +616,8 @@ def read_file_indexed(path: str, cfg: InputConfig,
         return
     try:
         fh = _open_bytes(path)
+        if source.end is not None:  # a part of a plain JSONL file (``split_jsonl``): its bytes only
+            fh = _Range(fh, source.start, source.end)
     except Exception as err:  # the filesystem layer raises per-backend error types
         yield 0, Quarantined(name, 0, "unreadable_file", f"cannot open: {type(err).__name__}", None, key)
         return
@@ -642,7 +647,8 @@ def read_file_indexed(path: str, cfg: InputConfig,
                 yield 0, Quarantined(name, 0, "unreadable_file", f"cannot read: {type(err).__name__}: not a valid "
                                      f"compressed file?", None, key)
                 return
-            if b"\x00" in head and fmt not in RAW_FORMATS:
+            # (a part after the first is never sniffed: the file's head was, when it was cut: split_jsonl)
+            if b"\x00" in head and fmt not in RAW_FORMATS and source.start == 0:
                 yield 0, Quarantined(name, 0, "binary_file", "binary content (NUL bytes) in a text file", None, key)
                 return
             stream = _Prepended(head, stream)
@@ -681,3 +687,86 @@ class _Prepended:
                 self._head[:size], self._head[size:])
             return out
         return self._rest.read(size)
+
+
+class _Range:
+    """Bytes [start, end) of a seekable stream, read as a stream of their own."""
+
+    def __init__(self, fh, start: int, end: int):
+        self._fh, self._left = fh, end - start
+        fh.seek(start)
+
+    def read(self, size: int = -1) -> bytes:
+        if self._left <= 0:
+            return b""
+        out = self._fh.read(self._left if size < 0 else min(size, self._left))
+        self._left -= len(out)
+        return out
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def splittable(source: InputFile, cfg_format: str = "auto") -> bool:
+    """Whether ``split_jsonl`` can cut ``source`` into parts: a plain (uncompressed) JSONL file on this machine's
+    filesystem. A compressed stream cannot be entered at a byte offset, so a compressed file stays whole."""
+    path = source.path
+    return (source.end is None and not is_uri(path) and detect_format(path, cfg_format) == "jsonl"
+            and _compression_of(path) is None)
+
+
+def split_jsonl(source: InputFile, part_bytes: int) -> list[InputFile]:
+    """``source`` (``splittable``) cut at line boundaries into parts of at most ``part_bytes`` each (a line
+    longer than that is a part of its own): the parts in file order, or ``[source]`` when it fits one part or
+    its head holds a NUL byte (the reader quarantines such a file whole as ``binary_file``). Each part knows its
+    first line's number, so its documents get the whole file's ids and positions."""
+    if source.bytes <= part_bytes:
+        return [source]
+    with open(source.path, "rb") as fh:
+        if b"\x00" in fh.read(_SNIFF_BYTES):
+            return [source]
+        size = os.fstat(fh.fileno()).st_size
+        bounds, start = [0], 0
+        while size - start > part_bytes:
+            start = _line_end_before(fh, start, start + part_bytes, size)
+            bounds.append(start)
+        if bounds[-1] != size:
+            bounds.append(size)
+        parts, line = [], 1
+        fh.seek(0)
+        for begin, end in zip(bounds, bounds[1:]):
+            parts.append(InputFile(source.path, source.name, source.key, end - begin, begin, end, line))
+            left = end - begin
+            while left:  # the part's lines, counted: the next part's first line
+                chunk = fh.read(min(left, _READ_CHUNK))
+                line += chunk.count(b"\n")
+                left -= len(chunk)
+    return parts
+
+
+def _line_end_before(fh, start: int, limit: int, size: int) -> int:
+    """The offset just past the last newline in bytes [start, limit) of the file; when there is none (one line
+    longer than the limit), just past the first newline after it, or the file's end."""
+    window = limit
+    while window > start:
+        low = max(start, window - _READ_CHUNK)
+        fh.seek(low)
+        at = fh.read(window - low).rfind(b"\n")
+        if at >= 0:
+            return low + at + 1
+        window = low
+    fh.seek(limit)
+    offset = limit
+    while offset < size:
+        chunk = fh.read(_READ_CHUNK)
+        at = chunk.find(b"\n")
+        if at >= 0:
+            return offset + at + 1
+        offset += len(chunk)
+    return size

@@ -1,6 +1,7 @@
 """The clean in units and phases: memory bounded by a unit, not by the corpus, and a killed clean resumes.
 
-The inputs are cut into *units* (consecutive input files up to ``runner.unit_bytes``). The clean runs in phases,
+The inputs are cut into *units* (consecutive input files up to ``runner.unit_bytes``; a larger plain JSONL file
+cut at line boundaries into parts of that size, ``beamio.read.split_jsonl``). The clean runs in phases,
 each a Beam pipeline (on whichever runner is configured), none of which shuffles the whole corpus:
 
     A  per unit: read, the steps before dedup (url_filter … filters); the survivors, their exact-dedup hashes
@@ -35,7 +36,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 
 from beamio.beam_options import make_pipeline
-from beamio.read import InputFile
+from beamio.read import InputFile, split_jsonl, splittable
 from beamio.read_beam import ReadCorpus
 from beamio.sorted_merge import merge_runs, read_run, write_run
 from beamio.write import DOCS_SCHEMA, REMOVED_SCHEMA, doc_row, jsonl_writer, parquet_writer, removed_row
@@ -88,12 +89,30 @@ class Unit:
 
     @property
     def inputs(self) -> list[str]:
-        return [f.key for f in self.files]
+        """What the unit's markers are valid for: each file's content key (a part's with its byte range)."""
+        return [f.part_key for f in self.files]
 
 
-def plan_units(files: list[InputFile], unit_bytes: int) -> list[Unit]:
-    units, current, size = [], [], 0
+def plan_units(files: list[InputFile], unit_bytes: int, input_format: str = "auto",
+               log: Callable[[str], None] | None = None) -> list[Unit]:
+    """The units of ``files``: consecutive files of about ``unit_bytes`` together. A plain JSONL file larger than
+    that is cut at line boundaries into parts of at most ``unit_bytes`` (``beamio.read.split_jsonl``), each
+    packed as a file of its own; a larger file that cannot be cut (compressed, or another format) is one unit,
+    said through ``log``. Ids and positions do not depend on the cut, so neither do the outputs."""
+    pieces: list[InputFile] = []
     for f in files:
+        if f.bytes <= unit_bytes:
+            pieces.append(f)
+        elif splittable(f, input_format):
+            pieces.extend(split_jsonl(f, unit_bytes))
+        else:
+            pieces.append(f)
+            if log is not None:
+                log(f"input {f.name} ({f.bytes / 1e6:.1f} MB) is one unit, larger than runner.unit_bytes="
+                    f"{unit_bytes}: only a plain JSONL file is cut into units (a compressed stream cannot be "
+                    f"entered at a byte offset; decompress it to bound the clean's memory)")
+    units, current, size = [], [], 0
+    for f in pieces:
         if current and size + f.bytes > unit_bytes:
             units.append(Unit(len(units), tuple(current)))
             current, size = [], 0
@@ -569,7 +588,7 @@ def clean_in_units(cfg: RunConfig, files: list[InputFile], ctx: StepContext, dig
     """The phased clean of ``files`` into the run directory's cleaning outputs. Returns its counters and what
     it reused (``{"units": n, "reused": {phase: units}}``); ``work/clean/`` is removed once the outputs are
     written."""
-    units = plan_units(files, cfg.runner.unit_bytes)
+    units = plan_units(files, cfg.runner.unit_bytes, cfg.input.format)
     clean = PhasedClean(cfg, ctx, units, digest, log, dask_address)
     counters = clean.run()
     shutil.rmtree(ctx.paths.clean_work, ignore_errors=True)

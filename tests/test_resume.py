@@ -34,9 +34,14 @@ def _inputs(folder: Path, demo_corpus) -> Path:
     return folder
 
 
+def _one_unit_per_file(inputs: Path) -> int:
+    """A unit size that holds the largest input file whole, and no two files (they are about the same size)."""
+    return max(p.stat().st_size for p in inputs.iterdir())
+
+
 def _config_data(tmp_path: Path, inputs: Path, name: str, runner: str, workers: int) -> dict:
     return {"name": name, "input": {"paths": [str(inputs)]}, "output": {"runs_dir": str(tmp_path / "runs")},
-            "runner": {"name": runner, "workers": workers, "unit_bytes": 1},  # one unit per file
+            "runner": {"name": runner, "workers": workers, "unit_bytes": _one_unit_per_file(inputs)},
             "pii": {"enabled": False}, "quality": {"enabled": False}}
 
 
@@ -69,7 +74,7 @@ def test_a_killed_clean_resumes_and_matches_an_uninterrupted_one(tmp_path, demo_
     assert first_marker.exists(), "the clean ended or stalled before its first unit was committed"
     assert not (tmp_path / "runs" / "killed" / "stats.json").exists()
 
-    resumed = validate_config({**data, "runner": {"name": "inprocess", "workers": 1, "unit_bytes": 1}})
+    resumed = validate_config({**data, "runner": {**data["runner"], "name": "inprocess", "workers": 1}})
     lines: list[str] = []
     run_stages(resumed, ("clean",), log=lines.append)
     stats = json.loads((resumed.run_dir / "stats.json").read_text())
@@ -162,3 +167,74 @@ def test_the_clean_in_units_drops_what_the_ledger_forgot(tmp_path, demo_corpus):
     takedown = next(row for row in stats["steps"] if row["step"] == "takedown")
     # each of the two forgotten records is in the input twice (``_inputs`` repeats its first ten): all four go
     assert takedown["removed_by_reason"] == {"takedown": 4} and stats["accounting"]["balanced"]
+
+
+def _read_all(path: str, source: InputFile, sources: list[InputFile]) -> list:
+    from beamio.config_base import InputConfig
+    from beamio.read import read_file_indexed
+
+    cfg = InputConfig(paths=[path])
+    return [(index, item if isinstance(item, dict) else item.as_record())
+            for part in sources for index, item in read_file_indexed(path, cfg, part)]
+
+
+def test_a_jsonl_file_cut_into_parts_reads_as_the_whole_file(tmp_path):
+    """Parts of a plain JSONL file at line boundaries: every record read from the parts is the one the whole file
+    gives (id, position, byte offset of a quarantined line), and no part exceeds the limit but by one line."""
+    from beamio.read import split_jsonl, splittable
+
+    lines = [json.dumps({"text": f"document {i} " * (i % 7 + 1)}) for i in range(60)]
+    lines[10], lines[20], lines[30] = "", "{not json", json.dumps({"text": "long " * 200})
+    path = tmp_path / "one.jsonl"
+    path.write_text("\n".join(lines))  # the last line has no newline
+    whole = InputFile.of(str(path))
+    expected = _read_all(str(path), whole, [whole])
+    assert any(item.get("kind") == "invalid_json" for _, item in expected)
+    for limit in (1, 40, 300, 1000):
+        parts = split_jsonl(whole, limit)
+        assert _read_all(str(path), whole, parts) == expected, limit
+        assert parts[0].start == 0 and parts[-1].end == whole.bytes
+        assert [p.start for p in parts[1:]] == [p.end for p in parts[:-1]]
+        longest_line = max(len(line) + 1 for line in lines)
+        assert all(p.bytes <= max(limit, longest_line) for p in parts)
+        assert len({p.part_key for p in parts}) == len(parts)  # each part's markers name its byte range
+    assert split_jsonl(whole, whole.bytes) == [whole]
+    assert len(split_jsonl(whole, 300)) > 5
+
+    # a file whose head holds a NUL byte is quarantined whole (binary_file): it is not cut
+    binary = tmp_path / "bin.jsonl"
+    binary.write_bytes(b"\x00" + "\n".join(lines).encode())
+    assert split_jsonl(InputFile.of(str(binary)), 100) == [InputFile.of(str(binary))]
+    # a compressed stream cannot be entered at an offset: one unit, and said so
+    gz = tmp_path / "one.jsonl.gz"
+    gz.write_bytes(__import__("gzip").compress(path.read_bytes()))
+    compressed = InputFile.of(str(gz))
+    assert not splittable(compressed)
+    said: list[str] = []
+    units = plan_units([whole, compressed], 300, log=said.append)
+    assert len(units) > 5 and units[-1].files == (compressed,)
+    assert len(said) == 1 and "one.jsonl.gz" in said[0] and "compressed" in said[0]
+
+
+def test_a_large_file_in_units_writes_what_one_unit_writes(tmp_path, demo_corpus):
+    """One plain JSONL file cut into several units by a small ``unit_bytes``: the same outputs, byte for byte, and
+    the same counts as the one-graph clean of it as one unit."""
+    folder = _inputs(tmp_path / "parts", demo_corpus)
+    single = tmp_path / "in"
+    single.mkdir()
+    with open(single / "all.jsonl", "wb") as fh:
+        for i in range(3):
+            fh.write((folder / f"part{i}.jsonl").read_bytes())
+    size = (single / "all.jsonl").stat().st_size
+    whole = validate_config({**_config_data(tmp_path, single, "whole", "inprocess", 1),
+                             "runner": {"name": "inprocess", "workers": 1}})
+    run_stages(whole, ("clean",), log=lambda _: None)
+    cut = validate_config({**_config_data(tmp_path, single, "cut", "inprocess", 1),
+                           "runner": {"name": "inprocess", "workers": 1, "unit_bytes": size // 4}})
+    run_stages(cut, ("clean",), log=lambda _: None)
+    stats, whole_stats = (json.loads((c.run_dir / "stats.json").read_text()) for c in (cut, whole))
+    assert "resume" not in whole_stats and stats["resume"]["units"] >= 4
+    assert _snapshot(cut.run_dir) == _snapshot(whole.run_dir)
+    assert stats["accounting"] == whole_stats["accounting"] and stats["accounting"]["balanced"]
+    assert stats["steps"] == [{**row, "busy_seconds": mine["busy_seconds"], "cpu_seconds": mine["cpu_seconds"]}
+                              for row, mine in zip(whole_stats["steps"], stats["steps"])]
