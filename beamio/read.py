@@ -461,7 +461,7 @@ def parse_jsonl(fh, source: InputFile, cfg: InputConfig) -> Iterator[tuple[int, 
     next_line, next_offset = 1, 0
     try:
         for line_no, offset, raw, length in iter_lines(fh, cfg.max_doc_bytes + 1024, source.first_line,
-                                                       source.start):
+                                                       source.first_offset):
             next_line, next_offset = line_no + 1, offset + length + 1
             index = line_no - 1
             if raw is None:
@@ -648,7 +648,7 @@ def read_file_indexed(path: str, cfg: InputConfig,
                                      f"compressed file?", None, key)
                 return
             # (a part after the first is never sniffed: the file's head was, when it was cut: split_jsonl)
-            if b"\x00" in head and fmt not in RAW_FORMATS and source.start == 0:
+            if b"\x00" in head and fmt not in RAW_FORMATS and source.first_offset == 0:
                 yield 0, Quarantined(name, 0, "binary_file", "binary content (NUL bytes) in a text file", None, key)
                 return
             stream = _Prepended(head, stream)
@@ -713,12 +713,17 @@ class _Range:
         self.close()
 
 
-def splittable(source: InputFile, cfg_format: str = "auto") -> bool:
-    """Whether ``split_jsonl`` can cut ``source`` into parts: a plain (uncompressed) JSONL file on this machine's
-    filesystem. A compressed stream cannot be entered at a byte offset, so a compressed file stays whole."""
+def splittable(source: InputFile, cfg_format: str = "auto") -> str | None:
+    """How ``source`` can be cut into parts: ``"range"`` (a plain JSONL file on this machine's filesystem:
+    ``split_jsonl``, byte ranges of the file itself), ``"copy"`` (a compressed JSONL file: a compressed stream
+    cannot be entered at a byte offset, so ``split_compressed_jsonl`` decompresses it once into plain part
+    files), or None (any other format: it stays whole)."""
     path = source.path
-    return (source.end is None and not is_uri(path) and detect_format(path, cfg_format) == "jsonl"
-            and _compression_of(path) is None)
+    if source.end is not None or detect_format(path, cfg_format) != "jsonl":
+        return None
+    if _compression_of(path) is not None:
+        return "copy"
+    return None if is_uri(path) else "range"
 
 
 def split_jsonl(source: InputFile, part_bytes: int) -> list[InputFile]:
@@ -741,7 +746,7 @@ def split_jsonl(source: InputFile, part_bytes: int) -> list[InputFile]:
         parts, line = [], 1
         fh.seek(0)
         for begin, end in zip(bounds, bounds[1:]):
-            parts.append(InputFile(source.path, source.name, source.key, end - begin, begin, end, line))
+            parts.append(InputFile(source.path, source.name, source.key, end - begin, begin, end, line, begin))
             left = end - begin
             while left:  # the part's lines, counted: the next part's first line
                 chunk = fh.read(min(left, _READ_CHUNK))
@@ -770,3 +775,73 @@ def _line_end_before(fh, start: int, limit: int, size: int) -> int:
             return offset + at + 1
         offset += len(chunk)
     return size
+
+
+def split_compressed_jsonl(source: InputFile, part_bytes: int, parts_dir: str | None) -> list[InputFile]:
+    """A compressed JSONL file (``splittable`` says ``"copy"``) decompressed once, in order, and cut at line
+    boundaries into plain files of at most ``part_bytes`` each under ``parts_dir`` (a line longer than that is a
+    part of its own, written as it is read): the parts, each knowing its first line's number and decompressed
+    offset, so its documents get the whole file's ids and positions. ``[source]`` when it decompresses to no more
+    than ``part_bytes``, when its head holds a NUL byte, or when it is truncated or corrupt (the reader then
+    quarantines it as it would whole). ``parts_dir`` None: the parts are only counted, nothing is written (their
+    paths are then the source's and must not be read)."""
+    written: list[str] = []
+    parts: list[InputFile] = []
+    try:
+        with _open_bytes(source.path) as raw:
+            stream = _Decompressed(raw, _compression_of(source.path), source.path)
+            buf, eof, line, offset = bytearray(stream.read(_SNIFF_BYTES)), False, 1, 0
+            if b"\x00" in buf:
+                return [source]
+            while True:
+                while not eof and len(buf) <= part_bytes:
+                    chunk = stream.read(_READ_CHUNK)
+                    buf += chunk
+                    eof = not chunk
+                if not buf:
+                    break
+                if eof and not parts and len(buf) <= part_bytes:
+                    return [source]  # it fits one part: read whole, as it is
+                path = source.path
+                if parts_dir is not None:
+                    path = os.path.join(parts_dir, f"{source.key[:16]}-{len(parts):05d}.jsonl")
+                    written.append(path)
+                out = open(path, "wb") if parts_dir is not None else None
+                size = lines = 0
+
+                def put(data) -> None:
+                    nonlocal size, lines
+                    if out is not None:
+                        out.write(data)
+                    size, lines = size + len(data), lines + data.count(b"\n")
+
+                try:
+                    at = buf.rfind(b"\n", 0, part_bytes) if len(buf) > part_bytes else len(buf) - 1
+                    if at >= 0:
+                        put(buf[:at + 1])
+                        del buf[:at + 1]
+                    else:  # one line longer than a part: the part is that line, written as it is read
+                        while True:
+                            at = buf.find(b"\n")
+                            if at >= 0:
+                                put(buf[:at + 1])
+                                del buf[:at + 1]
+                                break
+                            put(buf)
+                            buf.clear()
+                            chunk = stream.read(_READ_CHUNK)
+                            if not chunk:
+                                eof = True
+                                break
+                            buf += chunk
+                finally:
+                    if out is not None:
+                        out.close()
+                parts.append(InputFile(path, source.name, source.key, size, 0, size, line, offset))
+                line, offset = line + lines, offset + size
+    except (TruncatedInput, CorruptInput, OSError, EOFError):
+        # the reader quarantines the file as it would whole (truncated_file, unreadable_file): it is not cut
+        for path in written:
+            os.remove(path)
+        return [source]
+    return parts

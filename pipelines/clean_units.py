@@ -1,7 +1,7 @@
 """The clean in units and phases: memory bounded by a unit, not by the corpus, and a killed clean resumes.
 
-The inputs are cut into *units* (consecutive input files up to ``runner.unit_bytes``; a larger plain JSONL file
-cut at line boundaries into parts of that size, ``beamio.read.split_jsonl``). The clean runs in phases,
+The inputs are cut into *units* (consecutive input files up to ``runner.unit_bytes``; a larger JSONL file cut at
+line boundaries into parts of that size: ``plan_units``). The clean runs in phases,
 each a Beam pipeline (on whichever runner is configured), none of which shuffles the whole corpus:
 
     A  per unit: read, the steps before dedup (url_filter … filters); the survivors, their exact-dedup hashes
@@ -36,7 +36,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 
 from beamio.beam_options import make_pipeline
-from beamio.read import InputFile, split_jsonl, splittable
+from beamio.read import InputFile, split_compressed_jsonl, split_jsonl, splittable
 from beamio.read_beam import ReadCorpus
 from beamio.sorted_merge import merge_runs, read_run, write_run
 from beamio.write import DOCS_SCHEMA, REMOVED_SCHEMA, doc_row, jsonl_writer, parquet_writer, removed_row
@@ -94,23 +94,25 @@ class Unit:
 
 
 def plan_units(files: list[InputFile], unit_bytes: int, input_format: str = "auto",
-               log: Callable[[str], None] | None = None) -> list[Unit]:
-    """The units of ``files``: consecutive files of about ``unit_bytes`` together. A plain JSONL file larger than
-    that is cut at line boundaries into parts of at most ``unit_bytes`` (``beamio.read.split_jsonl``), each
-    packed as a file of its own; a larger file that cannot be cut (compressed, or another format) is one unit,
-    said through ``log``. Ids and positions do not depend on the cut, so neither do the outputs."""
+               log: Callable[[str], None] | None = None, parts_dir: str | None = None) -> list[Unit]:
+    """The units of ``files``: consecutive files of about ``unit_bytes`` together. A JSONL file larger than that
+    (decompressed) is cut at line boundaries into parts of at most ``unit_bytes``, each packed as a file of its
+    own: a plain one as byte ranges of itself (``beamio.read.split_jsonl``), a compressed one decompressed once
+    into part files under ``parts_dir`` (``split_compressed_jsonl``; without ``parts_dir`` they are only
+    counted). A larger file of another format is one unit, said through ``log``. Ids and positions do not depend
+    on the cut, so neither do the outputs."""
     pieces: list[InputFile] = []
     for f in files:
-        if f.bytes <= unit_bytes:
-            pieces.append(f)
-        elif splittable(f, input_format):
+        how = splittable(f, input_format)
+        if how == "range" and f.bytes > unit_bytes:
             pieces.extend(split_jsonl(f, unit_bytes))
+        elif how == "copy":  # its size decompressed is known only by decompressing it
+            pieces.extend(split_compressed_jsonl(f, unit_bytes, parts_dir))
         else:
             pieces.append(f)
-            if log is not None:
+            if f.bytes > unit_bytes and log is not None:
                 log(f"input {f.name} ({f.bytes / 1e6:.1f} MB) is one unit, larger than runner.unit_bytes="
-                    f"{unit_bytes}: only a plain JSONL file is cut into units (a compressed stream cannot be "
-                    f"entered at a byte offset; decompress it to bound the clean's memory)")
+                    f"{unit_bytes}: only JSONL files are cut into units")
     units, current, size = [], [], 0
     for f in pieces:
         if current and size + f.bytes > unit_bytes:
@@ -588,7 +590,9 @@ def clean_in_units(cfg: RunConfig, files: list[InputFile], ctx: StepContext, dig
     """The phased clean of ``files`` into the run directory's cleaning outputs. Returns its counters and what
     it reused (``{"units": n, "reused": {phase: units}}``); ``work/clean/`` is removed once the outputs are
     written."""
-    units = plan_units(files, cfg.runner.unit_bytes, cfg.input.format)
+    parts_dir = ctx.paths.clean_work / "parts"  # a large compressed JSONL file's parts, decompressed
+    parts_dir.mkdir(parents=True, exist_ok=True)
+    units = plan_units(files, cfg.runner.unit_bytes, cfg.input.format, parts_dir=str(parts_dir))
     clean = PhasedClean(cfg, ctx, units, digest, log, dask_address)
     counters = clean.run()
     shutil.rmtree(ctx.paths.clean_work, ignore_errors=True)

@@ -175,13 +175,13 @@ def _read_all(path: str, source: InputFile, sources: list[InputFile]) -> list:
 
     cfg = InputConfig(paths=[path])
     return [(index, item if isinstance(item, dict) else item.as_record())
-            for part in sources for index, item in read_file_indexed(path, cfg, part)]
+            for part in sources for index, item in read_file_indexed(part.path, cfg, part)]
 
 
 def test_a_jsonl_file_cut_into_parts_reads_as_the_whole_file(tmp_path):
     """Parts of a plain JSONL file at line boundaries: every record read from the parts is the one the whole file
     gives (id, position, byte offset of a quarantined line), and no part exceeds the limit but by one line."""
-    from beamio.read import split_jsonl, splittable
+    from beamio.read import split_compressed_jsonl, split_jsonl, splittable
 
     lines = [json.dumps({"text": f"document {i} " * (i % 7 + 1)}) for i in range(60)]
     lines[10], lines[20], lines[30] = "", "{not json", json.dumps({"text": "long " * 200})
@@ -205,20 +205,38 @@ def test_a_jsonl_file_cut_into_parts_reads_as_the_whole_file(tmp_path):
     binary = tmp_path / "bin.jsonl"
     binary.write_bytes(b"\x00" + "\n".join(lines).encode())
     assert split_jsonl(InputFile.of(str(binary)), 100) == [InputFile.of(str(binary))]
-    # a compressed stream cannot be entered at an offset: one unit, and said so
+    # a compressed stream cannot be entered at an offset: decompressed once into plain part files, read as whole
+    import gzip
+
     gz = tmp_path / "one.jsonl.gz"
-    gz.write_bytes(__import__("gzip").compress(path.read_bytes()))
+    gz.write_bytes(gzip.compress(path.read_bytes()))
     compressed = InputFile.of(str(gz))
-    assert not splittable(compressed)
+    assert splittable(compressed) == "copy" and splittable(whole) == "range"
+    expected = _read_all(str(gz), compressed, [compressed])
+    (tmp_path / "parts").mkdir()
+    for limit in (40, 300):
+        parts = split_compressed_jsonl(compressed, limit, str(tmp_path / "parts"))
+        assert len(parts) == len(split_jsonl(whole, limit)) == len(split_compressed_jsonl(compressed, limit, None))
+        assert _read_all(str(gz), compressed, parts) == expected, limit
+    assert split_compressed_jsonl(compressed, whole.bytes, str(tmp_path / "parts")) == [compressed]
+    truncated = tmp_path / "cut.jsonl.gz"
+    truncated.write_bytes(gz.read_bytes()[:-40])  # the reader quarantines it whole (truncated_file): not cut
+    assert split_compressed_jsonl(InputFile.of(str(truncated)), 40, str(tmp_path / "parts")) == \
+        [InputFile.of(str(truncated))]
+    # another format larger than a unit stays one unit, and the log says so
+    text = tmp_path / "one.txt"
+    text.write_text("words " * 100)
     said: list[str] = []
-    units = plan_units([whole, compressed], 300, log=said.append)
-    assert len(units) > 5 and units[-1].files == (compressed,)
-    assert len(said) == 1 and "one.jsonl.gz" in said[0] and "compressed" in said[0]
+    units = plan_units([whole, InputFile.of(str(text))], 300, log=said.append)
+    assert len(units) > 5 and units[-1].files == (InputFile.of(str(text)),)
+    assert len(said) == 1 and "one.txt" in said[0]
 
 
 def test_a_large_file_in_units_writes_what_one_unit_writes(tmp_path, demo_corpus):
-    """One plain JSONL file cut into several units by a small ``unit_bytes``: the same outputs, byte for byte, and
-    the same counts as the one-graph clean of it as one unit."""
+    """A plain JSONL file and a gzipped one, each cut into several units by a small ``unit_bytes``: the same
+    outputs, byte for byte, and the same counts as the one-graph clean of them as one unit."""
+    import gzip
+
     folder = _inputs(tmp_path / "parts", demo_corpus)
     single = tmp_path / "in"
     single.mkdir()
@@ -226,6 +244,9 @@ def test_a_large_file_in_units_writes_what_one_unit_writes(tmp_path, demo_corpus
         for i in range(3):
             fh.write((folder / f"part{i}.jsonl").read_bytes())
     size = (single / "all.jsonl").stat().st_size
+    # another file, gzipped: part 0 again (duplicates of the plain file's documents) after some of part 2
+    (single / "more.jsonl.gz").write_bytes(gzip.compress((folder / "part0.jsonl").read_bytes()
+                                                         + (folder / "part2.jsonl").read_bytes()[: size // 8]))
     whole = validate_config({**_config_data(tmp_path, single, "whole", "inprocess", 1),
                              "runner": {"name": "inprocess", "workers": 1}})
     run_stages(whole, ("clean",), log=lambda _: None)
@@ -233,7 +254,7 @@ def test_a_large_file_in_units_writes_what_one_unit_writes(tmp_path, demo_corpus
                            "runner": {"name": "inprocess", "workers": 1, "unit_bytes": size // 4}})
     run_stages(cut, ("clean",), log=lambda _: None)
     stats, whole_stats = (json.loads((c.run_dir / "stats.json").read_text()) for c in (cut, whole))
-    assert "resume" not in whole_stats and stats["resume"]["units"] >= 4
+    assert "resume" not in whole_stats and stats["resume"]["units"] >= 6
     assert _snapshot(cut.run_dir) == _snapshot(whole.run_dir)
     assert stats["accounting"] == whole_stats["accounting"] and stats["accounting"]["balanced"]
     assert stats["steps"] == [{**row, "busy_seconds": mine["busy_seconds"], "cpu_seconds": mine["cpu_seconds"]}
