@@ -780,68 +780,110 @@ def _line_end_before(fh, start: int, limit: int, size: int) -> int:
 def split_compressed_jsonl(source: InputFile, part_bytes: int, parts_dir: str | None) -> list[InputFile]:
     """A compressed JSONL file (``splittable`` says ``"copy"``) decompressed once, in order, and cut at line
     boundaries into plain files of at most ``part_bytes`` each under ``parts_dir`` (a line longer than that is a
-    part of its own, written as it is read): the parts, each knowing its first line's number and decompressed
-    offset, so its documents get the whole file's ids and positions. ``[source]`` when it decompresses to no more
-    than ``part_bytes``, when its head holds a NUL byte, or when it is truncated or corrupt (the reader then
-    quarantines it as it would whole). ``parts_dir`` None: the parts are only counted, nothing is written (their
-    paths are then the source's and must not be read)."""
-    written: list[str] = []
-    parts: list[InputFile] = []
+    part of its own): the parts, each knowing its first line's number and decompressed offset, so its documents
+    get the whole file's ids and positions. ``[source]`` when it decompresses to no more than ``part_bytes``,
+    when its head holds a NUL byte, or when it is truncated or corrupt (the reader then quarantines it as it
+    would whole). ``parts_dir`` None: the parts are only counted, nothing is written (their paths are then the
+    source's and must not be read). Memory: a read chunk and the line being read, never a part."""
+    cutter = _PartWriter(source, part_bytes, parts_dir)
     try:
         with _open_bytes(source.path) as raw:
             stream = _Decompressed(raw, _compression_of(source.path), source.path)
-            buf, eof, line, offset = bytearray(stream.read(_SNIFF_BYTES)), False, 1, 0
-            if b"\x00" in buf:
+            head = stream.read(_SNIFF_BYTES)
+            if b"\x00" in head:
                 return [source]
-            while True:
-                while not eof and len(buf) <= part_bytes:
-                    chunk = stream.read(_READ_CHUNK)
-                    buf += chunk
-                    eof = not chunk
-                if not buf:
-                    break
-                if eof and not parts and len(buf) <= part_bytes:
-                    return [source]  # it fits one part: read whole, as it is
-                path = source.path
-                if parts_dir is not None:
-                    path = os.path.join(parts_dir, f"{source.key[:16]}-{len(parts):05d}.jsonl")
-                    written.append(path)
-                out = open(path, "wb") if parts_dir is not None else None
-                size = lines = 0
-
-                def put(data) -> None:
-                    nonlocal size, lines
-                    if out is not None:
-                        out.write(data)
-                    size, lines = size + len(data), lines + data.count(b"\n")
-
-                try:
-                    at = buf.rfind(b"\n", 0, part_bytes) if len(buf) > part_bytes else len(buf) - 1
-                    if at >= 0:
-                        put(buf[:at + 1])
-                        del buf[:at + 1]
-                    else:  # one line longer than a part: the part is that line, written as it is read
-                        while True:
-                            at = buf.find(b"\n")
-                            if at >= 0:
-                                put(buf[:at + 1])
-                                del buf[:at + 1]
-                                break
-                            put(buf)
-                            buf.clear()
-                            chunk = stream.read(_READ_CHUNK)
-                            if not chunk:
-                                eof = True
-                                break
-                            buf += chunk
-                finally:
-                    if out is not None:
-                        out.close()
-                parts.append(InputFile(path, source.name, source.key, size, 0, size, line, offset))
-                line, offset = line + lines, offset + size
+            chunk = head
+            while chunk:
+                cutter.feed(chunk)
+                chunk = stream.read(_READ_CHUNK)
+        parts = cutter.finish()
     except (TruncatedInput, CorruptInput, OSError, EOFError):
         # the reader quarantines the file as it would whole (truncated_file, unreadable_file): it is not cut
-        for path in written:
-            os.remove(path)
+        cutter.discard()
+        return [source]
+    if len(parts) == 1:  # it fits one part: read whole, as it is
+        cutter.discard()
         return [source]
     return parts
+
+
+class _PartWriter:
+    """Bytes fed in order, written to part files that end at line boundaries, each at most ``part_bytes`` (a
+    part that starts with a longer line holds that line alone, written as it comes). Holds back only the bytes
+    after the last newline fed: the line being read."""
+
+    def __init__(self, source: InputFile, part_bytes: int, parts_dir: str | None):
+        self.source, self.part_bytes, self.parts_dir = source, part_bytes, parts_dir
+        self.parts: list[InputFile] = []
+        self.written: list[str] = []
+        self.pending = bytearray()  # fed after the last newline: not yet in a part
+        self.out, self.size, self.lines = None, 0, 0  # the open part
+        self.long = False  # the open part is one line longer than a part, still being written
+        self.line, self.offset = 1, 0  # the open part's first line and decompressed offset
+
+    def _write(self, data) -> None:
+        if self.out is None and self.parts_dir is not None:
+            path = os.path.join(self.parts_dir, f"{self.source.key[:16]}-{len(self.parts):05d}.jsonl")
+            self.written.append(path)
+            self.out = open(path, "wb")
+        if self.out is not None:
+            self.out.write(data)
+        self.size += len(data)
+        self.lines += data.count(b"\n")
+
+    def _close(self) -> None:
+        if self.out is not None:
+            self.out.close()
+            self.out = None
+        path = self.written[-1] if self.parts_dir is not None else self.source.path
+        self.parts.append(InputFile(path, self.source.name, self.source.key, self.size, 0, self.size, self.line,
+                                    self.offset))
+        self.line, self.offset = self.line + self.lines, self.offset + self.size
+        self.size = self.lines = 0
+
+    def feed(self, chunk: bytes) -> None:
+        if self.long:  # a line longer than a part, written as it comes until its newline
+            newline = chunk.find(b"\n") + 1
+            self._write(chunk[:newline] if newline else chunk)
+            if not newline:
+                return
+            self._close()
+            self.long, chunk = False, chunk[newline:]
+        self.pending += chunk
+        while True:
+            whole = self.pending.rfind(b"\n") + 1  # the complete lines pending: pending[:whole]
+            if self.size + whole <= self.part_bytes:
+                if whole:
+                    self._write(self.pending[:whole])
+                    del self.pending[:whole]
+                if self.size + len(self.pending) > self.part_bytes:  # the line being read will not fit
+                    if self.size:
+                        self._close()
+                    if len(self.pending) > self.part_bytes:  # nor fit any part: a part of its own
+                        self._write(self.pending)
+                        self.pending.clear()
+                        self.long = True
+                return
+            cut = self.pending.rfind(b"\n", 0, self.part_bytes - self.size) + 1
+            if not cut and not self.size:  # the first line is longer than a part: a part of its own
+                cut = self.pending.find(b"\n") + 1
+            if cut:
+                self._write(self.pending[:cut])
+                del self.pending[:cut]
+            self._close()
+
+    def finish(self) -> list[InputFile]:
+        if self.pending:  # the last line, without a newline
+            if self.size and self.size + len(self.pending) > self.part_bytes:
+                self._close()
+            self._write(bytes(self.pending))
+            self.pending.clear()
+        if self.size or not self.parts:
+            self._close()
+        return self.parts
+
+    def discard(self) -> None:
+        if self.out is not None:
+            self.out.close()
+        for path in self.written:
+            os.remove(path)

@@ -349,6 +349,10 @@ class PhasedClean:
         self.exact, self.near = EXACT in names, NEAR in names
         self.steps = names
         self.reused: dict[str, int] = {}
+        # Spreading a unit's documents after reading lets every worker clean a share of them; with one worker it
+        # would only hold the whole unit in the runner's shuffle buffer (None: a runner of unknown size), as in
+        # the one-graph clean (pipelines.prepare.build_cleaning_graph)
+        self._spread = self.ctx.workers is None or self.ctx.workers > 1
 
     def _pipeline(self, input_bytes: int):
         r = self.cfg.runner
@@ -404,7 +408,8 @@ class PhasedClean:
     def _unit_a(self, unit: Unit, out: Path) -> dict:
         cfg, ctx = self.cfg, self.ctx
         p = self._pipeline(unit.bytes)
-        read = p | "Read" >> ReadCorpus(cfg.input, list(unit.files), progress_dir=ctx.progress_dir)
+        read = p | "Read" >> ReadCorpus(cfg.input, list(unit.files), progress_dir=ctx.progress_dir,
+                                        spread_documents=self._spread)
         docs, removed = read["docs"], []
         for step in self.pre:
             step_out = docs | step.name >> step.build(cfg, ctx)
@@ -511,8 +516,9 @@ class PhasedClean:
         exact, near = self._decisions_of(ids)
         p = self._pipeline(unit.bytes)
         docs = (p | "Survivors" >> beam.Create([str(a_out / "survivors.run")])
-                | "ReadSurvivors" >> beam.FlatMap(lambda path: read_run(path))
-                | "Spread" >> beam.Reshuffle())
+                | "ReadSurvivors" >> beam.FlatMap(lambda path: read_run(path)))
+        if self._spread:
+            docs = docs | "Spread" >> beam.Reshuffle()
         removed = []
         for name, decisions in ((EXACT, exact), (NEAR, near)):
             if (name == EXACT and self.exact) or (name == NEAR and self.near):
