@@ -77,6 +77,9 @@ class StreamingBundleManager(fn_runner.BundleManager):
         pieces = []
         for data in byte_streams or []:
             cuts = element_cuts(data, coder_impl)
+            if len(cuts) == 2:  # one piece: the data itself (a view would be copied whole into a message)
+                pieces.append(data)
+                continue
             view = memoryview(data)
             pieces.extend(view[start:end] for start, end in zip(cuts, cuts[1:]))
         if isinstance(data_conn, data_plane.InMemoryDataChannel):  # an in-process worker: listed, read lazily
@@ -116,7 +119,7 @@ class _PiecesOfInput:
         while self.pieces:
             piece = self.pieces.pop(0)
             yield beam_fn_api_pb2.Elements.Data(instruction_id=self.instruction_id, transform_id=self.transform_id,
-                                                data=bytes(piece))
+                                                data=piece if isinstance(piece, bytes) else bytes(piece))
 
 
 class _InputsWithPieces(list):

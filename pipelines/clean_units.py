@@ -45,6 +45,7 @@ from pipelines.progress import ProgressPrinter
 from pipelines.steps import STEPS, StepContext, takedown_ledgers
 from runio.layout import RunPaths
 from runio.files import read_json, sha256_bytes, write_atomic, write_json
+from runio.heap import release_free_heap
 from transforms.base import annotate
 from transforms.beam_step import Route, StepFn, any_output_type
 from transforms.exact_dedup import REASON as EXACT_REASON, STEP as EXACT, text_key
@@ -372,11 +373,13 @@ class PhasedClean:
         for m in markers_a:
             _add(counters, marker_counters(m))
         global_marker = self._phase_b(markers_a)
+        release_free_heap()
         _add(counters, marker_counters(global_marker))
         done_c = self._phase(self.units, "C", _digest([self.digest, global_marker["units_digest"]]), self._unit_c)
         markers_c = [done_c[u.name] for u in self.units]
         for m in markers_c:
             _add(counters, marker_counters(m))
+        release_free_heap()
         self._merge(markers_a, markers_c, counters)
         return {k: v for k, v in counters.items() if k[0] != SIZES}
 
@@ -401,6 +404,8 @@ class PhasedClean:
             with ProgressPrinter(self.ctx.paths.progress, self.steps, lambda line: self.log(prefix + line)):
                 counters = work(unit, out)
             done[unit.name] = markers.commit(unit, unit.inputs, counters)
+            release_free_heap()  # the unit's pipeline is gone: the next starts from what is live (one worker's
+            # runner holds a unit's shuffles in this process)
         return done
 
     # A: read and the steps before dedup
