@@ -20,6 +20,7 @@ only the units without a valid marker; counters are summed from the markers, so 
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -107,8 +108,11 @@ def plan_units(files: list[InputFile], unit_bytes: int, input_format: str = "aut
         how = splittable(f, input_format)
         if how == "range" and f.bytes > unit_bytes:
             pieces.extend(split_jsonl(f, unit_bytes))
-        elif how == "copy":  # its size decompressed is known only by decompressing it
-            pieces.extend(split_compressed_jsonl(f, unit_bytes, parts_dir))
+        elif how == "copy":  # its size decompressed is known only by decompressing it: counted first (once a
+            # process), so that a file that fits a unit is never written out decompressed
+            counted = _counted_parts(f, unit_bytes)
+            pieces.extend(split_compressed_jsonl(f, unit_bytes, parts_dir) if len(counted) > 1 and parts_dir
+                          else counted)
         else:
             pieces.append(f)
             if f.bytes > unit_bytes and log is not None:
@@ -124,6 +128,13 @@ def plan_units(files: list[InputFile], unit_bytes: int, input_format: str = "aut
     if current:
         units.append(Unit(len(units), tuple(current)))
     return units
+
+
+@functools.lru_cache(maxsize=4096)
+def _counted_parts(source: InputFile, unit_bytes: int) -> list[InputFile]:
+    """A compressed JSONL file's parts, counted without writing them (``split_compressed_jsonl`` without a
+    folder): the choice between the one-graph clean and the phases, then the phases' plan, decompress it once."""
+    return split_compressed_jsonl(source, unit_bytes, None)
 
 
 def _digest(value) -> str:
