@@ -107,7 +107,7 @@ def plan_units(files: list[InputFile], unit_bytes: int, input_format: str = "aut
     for f in files:
         how = splittable(f, input_format)
         if how == "range" and f.bytes > unit_bytes:
-            pieces.extend(split_jsonl(f, unit_bytes))
+            pieces.extend(_ranged_parts(f, unit_bytes))
         elif how == "copy":  # its size decompressed is known only by decompressing it: counted first (once a
             # process), so that a file that fits a unit is never written out decompressed
             counted = _counted_parts(f, unit_bytes)
@@ -128,6 +128,12 @@ def plan_units(files: list[InputFile], unit_bytes: int, input_format: str = "aut
     if current:
         units.append(Unit(len(units), tuple(current)))
     return units
+
+
+@functools.lru_cache(maxsize=4096)
+def _ranged_parts(source: InputFile, unit_bytes: int) -> list[InputFile]:
+    """A plain JSONL file's byte ranges (``split_jsonl``: one read of the file), found once a process."""
+    return split_jsonl(source, unit_bytes)
 
 
 @functools.lru_cache(maxsize=4096)
