@@ -83,10 +83,11 @@ class StreamingBundleManager(fn_runner.BundleManager):
             view = memoryview(data)
             pieces.extend(view[start:end] for start, end in zip(cuts, cuts[1:]))
         if isinstance(data_conn, data_plane.InMemoryDataChannel):  # an in-process worker: listed, read lazily
-            inputs = data_conn.inverse()._inputs
-            if not isinstance(inputs, _InputsWithPieces):
-                inputs = data_conn.inverse()._inputs = _InputsWithPieces(inputs)
-            inputs.append(_PiecesOfInput(process_bundle_id, read_transform_id, pieces))
+            with _LISTING:  # bundles of one stage are listed from several threads (``inprocess`` with workers)
+                worker_side = data_conn.inverse()
+                if not isinstance(worker_side._inputs, _InputsWithPieces):
+                    worker_side._inputs = _InputsWithPieces(worker_side._inputs)
+                worker_side._inputs.append(_PiecesOfInput(process_bundle_id, read_transform_id, pieces))
             return
         if not isinstance(data_conn, data_plane._GrpcDataChannel):  # a channel of another kind: Beam's way
             super()._send_input_to_worker(process_bundle_id, read_transform_id, byte_streams)
@@ -106,6 +107,9 @@ class StreamingBundleManager(fn_runner.BundleManager):
         sender = threading.Thread(target=send, name=f"corpusmill-input-{process_bundle_id}", daemon=True)
         sender.start()
         self._senders.append(sender)
+
+
+_LISTING = threading.Lock()
 
 
 class _PiecesOfInput:

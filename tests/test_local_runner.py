@@ -139,7 +139,8 @@ def test_two_worker_processes_with_streamed_input_match_beams_own_runner(tmp_pat
     assert max(runs) > 10  # the grouped stage's input really went out in many messages
 
 
-def test_an_in_process_worker_reads_its_input_piece_by_piece(tmp_path, monkeypatch):
+@pytest.mark.parametrize("runner, workers", [("direct", 1), ("inprocess", 2)])
+def test_an_in_process_worker_reads_its_input_piece_by_piece(tmp_path, monkeypatch, runner, workers):
     """One in-process worker (``direct`` with one worker, ``inprocess``): a stage's input is listed as pieces,
     each made a message only when the worker reads it, never as one concatenated copy; outputs as Beam's."""
     made: list[int] = []
@@ -157,7 +158,7 @@ def test_an_in_process_worker_reads_its_input_piece_by_piece(tmp_path, monkeypat
     _build(p, str(ref))
     ref_result = p.run()
     assert ref_result.wait_until_finish() == "DONE"
-    p = make_pipeline("direct", workers=1)
+    p = make_pipeline(runner, workers=workers)
     _build(p, str(got))
     result = p.run()
     assert result.wait_until_finish() == "DONE"
