@@ -8,10 +8,15 @@ protobuf message cannot exceed 2 GB at all. Here the same input goes out in mess
 (whole elements each), from a thread that runs while the bundle runs, so a worker holds at most its receive
 queue's five messages of input at a time.
 
+In-process workers (one worker, or the ``inprocess`` runner) run a bundle inside the request itself, so its input
+must be listed beforehand. Beam lists it as one message: it copies the stage's whole input into one stream, then
+that stream's bytes, then those into the message, and the worker takes one more copy to decode it: at a grouping
+of 100 MB of documents that was +440 MiB within seconds, on top of the runner's own buffer (issue 44). Here the
+input is listed as *pieces* (views of the runner's buffer, cut as above) that become messages one at a time as the
+worker reads them (``_PiecesOfInput``): the worker holds one piece beside the runner's buffer.
+
 Nothing else changes: the same bundles with the same elements in the same order reach the same workers, so
-outputs are byte-identical to Beam's own runner (tests compare them). In-process workers (one worker, or the
-``inprocess`` runner) run a bundle inside the request itself and need its input complete beforehand; they keep
-Beam's way.
+outputs are byte-identical to Beam's own runner (tests compare them).
 """
 from __future__ import annotations
 
@@ -67,16 +72,26 @@ class StreamingBundleManager(fn_runner.BundleManager):
 
     def _send_input_to_worker(self, process_bundle_id, read_transform_id, byte_streams) -> None:
         data_conn = self._worker_handler.data_conn
-        if not isinstance(data_conn, data_plane._GrpcDataChannel):  # an in-process worker: Beam's way (see above)
-            super()._send_input_to_worker(process_bundle_id, read_transform_id, byte_streams)
-            return
         coder_impl = self.bundle_context_manager.get_input_coder_impl(read_transform_id)
         # The cuts are found here, so that a failure raises in the runner's own thread; the sender only copies.
         pieces = []
         for data in byte_streams or []:
             cuts = element_cuts(data, coder_impl)
+            if len(cuts) == 2:  # one piece: the data itself (a view would be copied whole into a message)
+                pieces.append(data)
+                continue
             view = memoryview(data)
             pieces.extend(view[start:end] for start, end in zip(cuts, cuts[1:]))
+        if isinstance(data_conn, data_plane.InMemoryDataChannel):  # an in-process worker: listed, read lazily
+            with _LISTING:  # bundles of one stage are listed from several threads (``inprocess`` with workers)
+                worker_side = data_conn.inverse()
+                if not isinstance(worker_side._inputs, _InputsWithPieces):
+                    worker_side._inputs = _InputsWithPieces(worker_side._inputs)
+                worker_side._inputs.append(_PiecesOfInput(process_bundle_id, read_transform_id, pieces))
+            return
+        if not isinstance(data_conn, data_plane._GrpcDataChannel):  # a channel of another kind: Beam's way
+            super()._send_input_to_worker(process_bundle_id, read_transform_id, byte_streams)
+            return
         stream = data_conn.output_stream(process_bundle_id, read_transform_id)
 
         def send() -> None:
@@ -92,6 +107,35 @@ class StreamingBundleManager(fn_runner.BundleManager):
         sender = threading.Thread(target=send, name=f"corpusmill-input-{process_bundle_id}", daemon=True)
         sender.start()
         self._senders.append(sender)
+
+
+_LISTING = threading.Lock()
+
+
+class _PiecesOfInput:
+    """A stage's input for an in-process worker: pieces of whole elements, each made a data-plane message only
+    when the worker reads it (``_InputsWithPieces``)."""
+
+    def __init__(self, instruction_id: str, transform_id: str, pieces: list):
+        self.instruction_id, self.transform_id, self.pieces = instruction_id, transform_id, pieces
+
+    def messages(self):
+        while self.pieces:
+            piece = self.pieces.pop(0)
+            yield beam_fn_api_pb2.Elements.Data(instruction_id=self.instruction_id, transform_id=self.transform_id,
+                                                data=piece if isinstance(piece, bytes) else bytes(piece))
+
+
+class _InputsWithPieces(list):
+    """The in-process data channel's list of inputs (``InMemoryDataChannel._inputs``, which its worker iterates
+    once per bundle, keeping the other bundles' entries), where a ``_PiecesOfInput`` stands for its messages."""
+
+    def __iter__(self):
+        for element in list.__iter__(self):
+            if isinstance(element, _PiecesOfInput):
+                yield from element.messages()
+            else:
+                yield element
 
 
 class StreamingParallelBundleManager(fn_runner.ParallelBundleManager):

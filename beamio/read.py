@@ -295,12 +295,14 @@ def make_doc(record: dict, cfg: InputConfig, source: InputFile, position: int) -
             "annotations": {}}
 
 
-def iter_lines(fh, max_bytes: int) -> Iterator[tuple[int, int, bytes | None, int]]:
+def iter_lines(fh, max_bytes: int, first_line: int = 1, first_offset: int = 0
+               ) -> Iterator[tuple[int, int, bytes | None, int]]:
     """(line number from 1, byte offset, line bytes or None when longer than max_bytes, length) per line.
 
-    A line longer than the limit is skipped in chunks, never held whole in memory.
+    A line longer than the limit is skipped in chunks, never held whole in memory. ``first_line`` and
+    ``first_offset``: the number and offset of ``fh``'s first line in its file (``fh`` a part of it).
     """
-    line_no, offset = 0, 0
+    line_no, offset = first_line - 1, first_offset
     buf = bytearray()
     oversized = False
     length = 0
@@ -458,7 +460,8 @@ def parse_jsonl(fh, source: InputFile, cfg: InputConfig) -> Iterator[tuple[int, 
     name, key = source.name, source.key
     next_line, next_offset = 1, 0
     try:
-        for line_no, offset, raw, length in iter_lines(fh, cfg.max_doc_bytes + 1024):
+        for line_no, offset, raw, length in iter_lines(fh, cfg.max_doc_bytes + 1024, source.first_line,
+                                                       source.first_offset):
             next_line, next_offset = line_no + 1, offset + length + 1
             index = line_no - 1
             if raw is None:
@@ -613,6 +616,8 @@ def read_file_indexed(path: str, cfg: InputConfig,
         return
     try:
         fh = _open_bytes(path)
+        if source.end is not None:  # a part of a plain JSONL file (``split_jsonl``): its bytes only
+            fh = _Range(fh, source.start, source.end)
     except Exception as err:  # the filesystem layer raises per-backend error types
         yield 0, Quarantined(name, 0, "unreadable_file", f"cannot open: {type(err).__name__}", None, key)
         return
@@ -642,7 +647,8 @@ def read_file_indexed(path: str, cfg: InputConfig,
                 yield 0, Quarantined(name, 0, "unreadable_file", f"cannot read: {type(err).__name__}: not a valid "
                                      f"compressed file?", None, key)
                 return
-            if b"\x00" in head and fmt not in RAW_FORMATS:
+            # (a part after the first is never sniffed: the file's head was, when it was cut: split_jsonl)
+            if b"\x00" in head and fmt not in RAW_FORMATS and source.first_offset == 0:
                 yield 0, Quarantined(name, 0, "binary_file", "binary content (NUL bytes) in a text file", None, key)
                 return
             stream = _Prepended(head, stream)
@@ -681,3 +687,203 @@ class _Prepended:
                 self._head[:size], self._head[size:])
             return out
         return self._rest.read(size)
+
+
+class _Range:
+    """Bytes [start, end) of a seekable stream, read as a stream of their own."""
+
+    def __init__(self, fh, start: int, end: int):
+        self._fh, self._left = fh, end - start
+        fh.seek(start)
+
+    def read(self, size: int = -1) -> bytes:
+        if self._left <= 0:
+            return b""
+        out = self._fh.read(self._left if size < 0 else min(size, self._left))
+        self._left -= len(out)
+        return out
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def splittable(source: InputFile, cfg_format: str = "auto") -> str | None:
+    """How ``source`` can be cut into parts: ``"range"`` (a plain JSONL file on this machine's filesystem:
+    ``split_jsonl``, byte ranges of the file itself), ``"copy"`` (a compressed JSONL file: a compressed stream
+    cannot be entered at a byte offset, so ``split_compressed_jsonl`` decompresses it once into plain part
+    files), or None (any other format: it stays whole)."""
+    path = source.path
+    if source.end is not None or detect_format(path, cfg_format) != "jsonl":
+        return None
+    if _compression_of(path) is not None:
+        return "copy"
+    return None if is_uri(path) else "range"
+
+
+def split_jsonl(source: InputFile, part_bytes: int) -> list[InputFile]:
+    """``source`` (``splittable``) cut at line boundaries into parts of at most ``part_bytes`` each (a line
+    longer than that is a part of its own): the parts in file order, or ``[source]`` when it fits one part or
+    its head holds a NUL byte (the reader quarantines such a file whole as ``binary_file``). Each part knows its
+    first line's number, so its documents get the whole file's ids and positions."""
+    if source.bytes <= part_bytes:
+        return [source]
+    with open(source.path, "rb") as fh:
+        if b"\x00" in fh.read(_SNIFF_BYTES):
+            return [source]
+        size = os.fstat(fh.fileno()).st_size
+        bounds, start = [0], 0
+        while size - start > part_bytes:
+            start = _line_end_before(fh, start, start + part_bytes, size)
+            bounds.append(start)
+        if bounds[-1] != size:
+            bounds.append(size)
+        parts, line = [], 1
+        fh.seek(0)
+        for begin, end in zip(bounds, bounds[1:]):
+            parts.append(InputFile(source.path, source.name, source.key, end - begin, begin, end, line, begin))
+            left = end - begin
+            while left:  # the part's lines, counted: the next part's first line
+                chunk = fh.read(min(left, _READ_CHUNK))
+                line += chunk.count(b"\n")
+                left -= len(chunk)
+    return parts
+
+
+def _line_end_before(fh, start: int, limit: int, size: int) -> int:
+    """The offset just past the last newline in bytes [start, limit) of the file; when there is none (one line
+    longer than the limit), just past the first newline after it, or the file's end."""
+    window = limit
+    while window > start:
+        low = max(start, window - _READ_CHUNK)
+        fh.seek(low)
+        at = fh.read(window - low).rfind(b"\n")
+        if at >= 0:
+            return low + at + 1
+        window = low
+    fh.seek(limit)
+    offset = limit
+    while offset < size:
+        chunk = fh.read(_READ_CHUNK)
+        at = chunk.find(b"\n")
+        if at >= 0:
+            return offset + at + 1
+        offset += len(chunk)
+    return size
+
+
+def split_compressed_jsonl(source: InputFile, part_bytes: int, parts_dir: str | None) -> list[InputFile]:
+    """A compressed JSONL file (``splittable`` says ``"copy"``) decompressed once, in order, and cut at line
+    boundaries into plain files of at most ``part_bytes`` each under ``parts_dir`` (a line longer than that is a
+    part of its own): the parts, each knowing its first line's number and decompressed offset, so its documents
+    get the whole file's ids and positions. ``[source]`` when it decompresses to no more than ``part_bytes``,
+    when its head holds a NUL byte, or when it is truncated or corrupt (the reader then quarantines it as it
+    would whole). ``parts_dir`` None: the parts are only counted, nothing is written (their paths are then the
+    source's and must not be read). Memory: a read chunk and the line being read, never a part."""
+    cutter = _PartWriter(source, part_bytes, parts_dir)
+    try:
+        with _open_bytes(source.path) as raw:
+            stream = _Decompressed(raw, _compression_of(source.path), source.path)
+            head = stream.read(_SNIFF_BYTES)
+            if b"\x00" in head:
+                return [source]
+            chunk = head
+            while chunk:
+                cutter.feed(chunk)
+                chunk = stream.read(_READ_CHUNK)
+        parts = cutter.finish()
+    except (TruncatedInput, CorruptInput, OSError, EOFError):
+        # the reader quarantines the file as it would whole (truncated_file, unreadable_file): it is not cut
+        cutter.discard()
+        return [source]
+    if len(parts) == 1:  # it fits one part: read whole, as it is
+        cutter.discard()
+        return [source]
+    return parts
+
+
+class _PartWriter:
+    """Bytes fed in order, written to part files that end at line boundaries, each at most ``part_bytes`` (a
+    part that starts with a longer line holds that line alone, written as it comes). Holds back only the bytes
+    after the last newline fed: the line being read."""
+
+    def __init__(self, source: InputFile, part_bytes: int, parts_dir: str | None):
+        self.source, self.part_bytes, self.parts_dir = source, part_bytes, parts_dir
+        self.parts: list[InputFile] = []
+        self.written: list[str] = []
+        self.pending = bytearray()  # fed after the last newline: not yet in a part
+        self.out, self.size, self.lines = None, 0, 0  # the open part
+        self.long = False  # the open part is one line longer than a part, still being written
+        self.line, self.offset = 1, 0  # the open part's first line and decompressed offset
+
+    def _write(self, data) -> None:
+        if self.out is None and self.parts_dir is not None:
+            path = os.path.join(self.parts_dir, f"{self.source.key[:16]}-{len(self.parts):05d}.jsonl")
+            self.written.append(path)
+            self.out = open(path, "wb")
+        if self.out is not None:
+            self.out.write(data)
+        self.size += len(data)
+        self.lines += data.count(b"\n")
+
+    def _close(self) -> None:
+        if self.out is not None:
+            self.out.close()
+            self.out = None
+        path = self.written[-1] if self.parts_dir is not None else self.source.path
+        self.parts.append(InputFile(path, self.source.name, self.source.key, self.size, 0, self.size, self.line,
+                                    self.offset))
+        self.line, self.offset = self.line + self.lines, self.offset + self.size
+        self.size = self.lines = 0
+
+    def feed(self, chunk: bytes) -> None:
+        if self.long:  # a line longer than a part, written as it comes until its newline
+            newline = chunk.find(b"\n") + 1
+            self._write(chunk[:newline] if newline else chunk)
+            if not newline:
+                return
+            self._close()
+            self.long, chunk = False, chunk[newline:]
+        self.pending += chunk
+        while True:
+            whole = self.pending.rfind(b"\n") + 1  # the complete lines pending: pending[:whole]
+            if self.size + whole <= self.part_bytes:
+                if whole:
+                    self._write(self.pending[:whole])
+                    del self.pending[:whole]
+                if self.size + len(self.pending) > self.part_bytes:  # the line being read will not fit
+                    if self.size:
+                        self._close()
+                    if len(self.pending) > self.part_bytes:  # nor fit any part: a part of its own
+                        self._write(self.pending)
+                        self.pending.clear()
+                        self.long = True
+                return
+            cut = self.pending.rfind(b"\n", 0, self.part_bytes - self.size) + 1
+            if not cut and not self.size:  # the first line is longer than a part: a part of its own
+                cut = self.pending.find(b"\n") + 1
+            if cut:
+                self._write(self.pending[:cut])
+                del self.pending[:cut]
+            self._close()
+
+    def finish(self) -> list[InputFile]:
+        if self.pending:  # the last line, without a newline
+            if self.size and self.size + len(self.pending) > self.part_bytes:
+                self._close()
+            self._write(bytes(self.pending))
+            self.pending.clear()
+        if self.size or not self.parts:
+            self._close()
+        return self.parts
+
+    def discard(self) -> None:
+        if self.out is not None:
+            self.out.close()
+        for path in self.written:
+            os.remove(path)

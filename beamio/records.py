@@ -41,7 +41,20 @@ class InputFile:
     path: str  # as matched: a local path or a URI
     name: str  # the records' ``source``: relative to the configured input it matched
     key: str   # sha256 of the file's bytes
-    bytes: int = 0
+    bytes: int = 0  # of the file; of the part, for a part
+    # A part of a JSONL file (the clean's units cut a large one at line boundaries, pipelines.clean_units): bytes
+    # [start, end) of ``path``, which are the (decompressed) file's bytes from ``first_offset`` on and begin with
+    # its line ``first_line``, so ids and positions stay the whole file's. A plain file's part is a range of the
+    # file itself; a compressed file's part, a plain file of its own. ``end`` None: the whole file.
+    start: int = 0
+    end: int | None = None
+    first_line: int = 1
+    first_offset: int = 0
+
+    @property
+    def part_key(self) -> str:
+        """The content key, with the (decompressed) byte range for a part: what a part's work is valid for."""
+        return self.key if self.end is None else f"{self.key}@{self.first_offset}-{self.first_offset + self.bytes}"
 
     @classmethod
     def of(cls, path: str, name: str | None = None) -> "InputFile":

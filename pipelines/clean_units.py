@@ -1,6 +1,7 @@
 """The clean in units and phases: memory bounded by a unit, not by the corpus, and a killed clean resumes.
 
-The inputs are cut into *units* (consecutive input files up to ``runner.unit_bytes``). The clean runs in phases,
+The inputs are cut into *units* (consecutive input files up to ``runner.unit_bytes``; a larger JSONL file cut at
+line boundaries into parts of that size: ``plan_units``). The clean runs in phases,
 each a Beam pipeline (on whichever runner is configured), none of which shuffles the whole corpus:
 
     A  per unit: read, the steps before dedup (url_filter … filters); the survivors, their exact-dedup hashes
@@ -19,6 +20,7 @@ only the units without a valid marker; counters are summed from the markers, so 
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -35,7 +37,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 
 from beamio.beam_options import make_pipeline
-from beamio.read import InputFile
+from beamio.read import InputFile, split_compressed_jsonl, split_jsonl, splittable
 from beamio.read_beam import ReadCorpus
 from beamio.sorted_merge import merge_runs, read_run, write_run
 from beamio.write import DOCS_SCHEMA, REMOVED_SCHEMA, doc_row, jsonl_writer, parquet_writer, removed_row
@@ -44,6 +46,7 @@ from pipelines.progress import ProgressPrinter
 from pipelines.steps import STEPS, StepContext, takedown_ledgers
 from runio.layout import RunPaths
 from runio.files import read_json, sha256_bytes, write_atomic, write_json
+from runio.heap import release_free_heap
 from transforms.base import annotate
 from transforms.beam_step import Route, StepFn, any_output_type
 from transforms.exact_dedup import REASON as EXACT_REASON, STEP as EXACT, text_key
@@ -88,12 +91,35 @@ class Unit:
 
     @property
     def inputs(self) -> list[str]:
-        return [f.key for f in self.files]
+        """What the unit's markers are valid for: each file's content key (a part's with its byte range)."""
+        return [f.part_key for f in self.files]
 
 
-def plan_units(files: list[InputFile], unit_bytes: int) -> list[Unit]:
-    units, current, size = [], [], 0
+def plan_units(files: list[InputFile], unit_bytes: int, input_format: str = "auto",
+               log: Callable[[str], None] | None = None, parts_dir: str | None = None) -> list[Unit]:
+    """The units of ``files``: consecutive files of about ``unit_bytes`` together. A JSONL file larger than that
+    (decompressed) is cut at line boundaries into parts of at most ``unit_bytes``, each packed as a file of its
+    own: a plain one as byte ranges of itself (``beamio.read.split_jsonl``), a compressed one decompressed once
+    into part files under ``parts_dir`` (``split_compressed_jsonl``; without ``parts_dir`` they are only
+    counted). A larger file of another format is one unit, said through ``log``. Ids and positions do not depend
+    on the cut, so neither do the outputs."""
+    pieces: list[InputFile] = []
     for f in files:
+        how = splittable(f, input_format)
+        if how == "range" and f.bytes > unit_bytes:
+            pieces.extend(_ranged_parts(f, unit_bytes))
+        elif how == "copy":  # its size decompressed is known only by decompressing it: counted first (once a
+            # process), so that a file that fits a unit is never written out decompressed
+            counted = _counted_parts(f, unit_bytes)
+            pieces.extend(split_compressed_jsonl(f, unit_bytes, parts_dir) if len(counted) > 1 and parts_dir
+                          else counted)
+        else:
+            pieces.append(f)
+            if f.bytes > unit_bytes and log is not None:
+                log(f"input {f.name} ({f.bytes / 1e6:.1f} MB) is one unit, larger than runner.unit_bytes="
+                    f"{unit_bytes}: only JSONL files are cut into units")
+    units, current, size = [], [], 0
+    for f in pieces:
         if current and size + f.bytes > unit_bytes:
             units.append(Unit(len(units), tuple(current)))
             current, size = [], 0
@@ -102,6 +128,19 @@ def plan_units(files: list[InputFile], unit_bytes: int) -> list[Unit]:
     if current:
         units.append(Unit(len(units), tuple(current)))
     return units
+
+
+@functools.lru_cache(maxsize=4096)
+def _ranged_parts(source: InputFile, unit_bytes: int) -> list[InputFile]:
+    """A plain JSONL file's byte ranges (``split_jsonl``: one read of the file), found once a process."""
+    return split_jsonl(source, unit_bytes)
+
+
+@functools.lru_cache(maxsize=4096)
+def _counted_parts(source: InputFile, unit_bytes: int) -> list[InputFile]:
+    """A compressed JSONL file's parts, counted without writing them (``split_compressed_jsonl`` without a
+    folder): the choice between the one-graph clean and the phases, then the phases' plan, decompress it once."""
+    return split_compressed_jsonl(source, unit_bytes, None)
 
 
 def _digest(value) -> str:
@@ -328,6 +367,10 @@ class PhasedClean:
         self.exact, self.near = EXACT in names, NEAR in names
         self.steps = names
         self.reused: dict[str, int] = {}
+        # Spreading a unit's documents after reading lets every worker clean a share of them; with one worker it
+        # would only hold the whole unit in the runner's shuffle buffer (None: a runner of unknown size), as in
+        # the one-graph clean (pipelines.prepare.build_cleaning_graph)
+        self._spread = self.ctx.workers is None or self.ctx.workers > 1
 
     def _pipeline(self, input_bytes: int):
         r = self.cfg.runner
@@ -347,11 +390,13 @@ class PhasedClean:
         for m in markers_a:
             _add(counters, marker_counters(m))
         global_marker = self._phase_b(markers_a)
+        release_free_heap()
         _add(counters, marker_counters(global_marker))
         done_c = self._phase(self.units, "C", _digest([self.digest, global_marker["units_digest"]]), self._unit_c)
         markers_c = [done_c[u.name] for u in self.units]
         for m in markers_c:
             _add(counters, marker_counters(m))
+        release_free_heap()
         self._merge(markers_a, markers_c, counters)
         return {k: v for k, v in counters.items() if k[0] != SIZES}
 
@@ -376,6 +421,8 @@ class PhasedClean:
             with ProgressPrinter(self.ctx.paths.progress, self.steps, lambda line: self.log(prefix + line)):
                 counters = work(unit, out)
             done[unit.name] = markers.commit(unit, unit.inputs, counters)
+            release_free_heap()  # the unit's pipeline is gone: the next starts from what is live (one worker's
+            # runner holds a unit's shuffles in this process)
         return done
 
     # A: read and the steps before dedup
@@ -383,7 +430,8 @@ class PhasedClean:
     def _unit_a(self, unit: Unit, out: Path) -> dict:
         cfg, ctx = self.cfg, self.ctx
         p = self._pipeline(unit.bytes)
-        read = p | "Read" >> ReadCorpus(cfg.input, list(unit.files), progress_dir=ctx.progress_dir)
+        read = p | "Read" >> ReadCorpus(cfg.input, list(unit.files), progress_dir=ctx.progress_dir,
+                                        spread_documents=self._spread)
         docs, removed = read["docs"], []
         for step in self.pre:
             step_out = docs | step.name >> step.build(cfg, ctx)
@@ -490,8 +538,9 @@ class PhasedClean:
         exact, near = self._decisions_of(ids)
         p = self._pipeline(unit.bytes)
         docs = (p | "Survivors" >> beam.Create([str(a_out / "survivors.run")])
-                | "ReadSurvivors" >> beam.FlatMap(lambda path: read_run(path))
-                | "Spread" >> beam.Reshuffle())
+                | "ReadSurvivors" >> beam.FlatMap(lambda path: read_run(path)))
+        if self._spread:
+            docs = docs | "Spread" >> beam.Reshuffle()
         removed = []
         for name, decisions in ((EXACT, exact), (NEAR, near)):
             if (name == EXACT and self.exact) or (name == NEAR and self.near):
@@ -569,7 +618,9 @@ def clean_in_units(cfg: RunConfig, files: list[InputFile], ctx: StepContext, dig
     """The phased clean of ``files`` into the run directory's cleaning outputs. Returns its counters and what
     it reused (``{"units": n, "reused": {phase: units}}``); ``work/clean/`` is removed once the outputs are
     written."""
-    units = plan_units(files, cfg.runner.unit_bytes)
+    parts_dir = ctx.paths.clean_work / "parts"  # a large compressed JSONL file's parts, decompressed
+    parts_dir.mkdir(parents=True, exist_ok=True)
+    units = plan_units(files, cfg.runner.unit_bytes, cfg.input.format, parts_dir=str(parts_dir))
     clean = PhasedClean(cfg, ctx, units, digest, log, dask_address)
     counters = clean.run()
     shutil.rmtree(ctx.paths.clean_work, ignore_errors=True)

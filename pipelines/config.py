@@ -129,9 +129,10 @@ class RunnerConfig(Strict):
     options: list[str] = Field(default_factory=list, description="extra Beam pipeline options, passed through")
     unit_bytes: int = Field(
         64 << 20, ge=1, description="the clean's unit of work: consecutive input files of about this many bytes "
-                                    "are cleaned, and committed, together (docs/scale-out.md). Memory grows with "
-                                    "a unit, not with the corpus; a killed clean redoes only unfinished units. "
-                                    "Outputs do not depend on it",
+                                    "are cleaned, and committed, together; a larger plain JSONL file is cut at "
+                                    "line boundaries into parts of at most this size (docs/scale-out.md). Memory "
+                                    "grows with a unit, not with the corpus; a killed clean redoes only "
+                                    "unfinished units. Outputs do not depend on it",
     )
 
     @field_validator("name")

@@ -373,7 +373,7 @@ def run_clean(cfg: RunConfig, against: tuple[str, ...] = (), log: Callable[[str]
     steps = enabled_steps(cfg, ctx)
     scheduler = dask_scheduler(cfg.runner, str(paths), log)
     resume = None
-    if phased_clean_applies(cfg) and len(plan_units(new_files, cfg.runner.unit_bytes)) > 1:
+    if phased_clean_applies(cfg) and len(plan_units(new_files, cfg.runner.unit_bytes, cfg.input.format, log)) > 1:
         counters, resume = clean_in_units(cfg, new_files, ctx, settings_digest(cfg, against, ctx), log,
                                           dask_address=scheduler)
     else:  # one unit (the phases would only add fixed cost: same outputs), or quality's top_fraction (its

@@ -33,3 +33,18 @@ def numpy_friendly_heap(keep_free_top: bool = False) -> bool:
         return False
     done = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
     return done and (not keep_free_top or bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)))
+
+
+def release_free_heap() -> bool:
+    """Collect Python's garbage cycles, then hand the heap's free pages back to the system (glibc's
+    ``malloc_trim``): for a long-lived process between passes that each built and freed a large working set (the
+    phased clean's units in one process), so the next pass starts from what is live, not from the last one's
+    high-water mark. False where the C library has no ``malloc_trim``."""
+    import gc
+
+    gc.collect()
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return False
+    return bool(trim(0))

@@ -139,6 +139,34 @@ def test_two_worker_processes_with_streamed_input_match_beams_own_runner(tmp_pat
     assert max(runs) > 10  # the grouped stage's input really went out in many messages
 
 
+@pytest.mark.parametrize("runner, workers", [("direct", 1), ("inprocess", 2)])
+def test_an_in_process_worker_reads_its_input_piece_by_piece(tmp_path, monkeypatch, runner, workers):
+    """One in-process worker (``direct`` with one worker, ``inprocess``): a stage's input is listed as pieces,
+    each made a message only when the worker reads it, never as one concatenated copy; outputs as Beam's."""
+    made: list[int] = []
+    real_messages = local_runner._PiecesOfInput.messages
+
+    def recording_messages(self):
+        for message in real_messages(self):
+            made.append(len(self.pieces))  # the pieces not yet made into messages when this one is read
+            yield message
+
+    monkeypatch.setattr(local_runner, "MESSAGE_BYTES", 4096)
+    monkeypatch.setattr(local_runner._PiecesOfInput, "messages", recording_messages)
+    ref, got = tmp_path / "ref", tmp_path / "got"
+    p = beam.Pipeline(runner=FnApiRunner())
+    _build(p, str(ref))
+    ref_result = p.run()
+    assert ref_result.wait_until_finish() == "DONE"
+    p = make_pipeline(runner, workers=workers)
+    _build(p, str(got))
+    result = p.run()
+    assert result.wait_until_finish() == "DONE"
+    assert _captured(got) == _captured(ref)
+    assert _counters(result) == _counters(ref_result) == {"seen": 4000}
+    assert max(made) > 10  # the grouped stage's input: many pieces, still unmade while the first were read
+
+
 class _FailLate(beam.DoFn):
     def process(self, element):
         if element == 3000:

@@ -34,9 +34,14 @@ def _inputs(folder: Path, demo_corpus) -> Path:
     return folder
 
 
+def _one_unit_per_file(inputs: Path) -> int:
+    """A unit size that holds the largest input file whole, and no two files (they are about the same size)."""
+    return max(p.stat().st_size for p in inputs.iterdir())
+
+
 def _config_data(tmp_path: Path, inputs: Path, name: str, runner: str, workers: int) -> dict:
     return {"name": name, "input": {"paths": [str(inputs)]}, "output": {"runs_dir": str(tmp_path / "runs")},
-            "runner": {"name": runner, "workers": workers, "unit_bytes": 1},  # one unit per file
+            "runner": {"name": runner, "workers": workers, "unit_bytes": _one_unit_per_file(inputs)},
             "pii": {"enabled": False}, "quality": {"enabled": False}}
 
 
@@ -69,7 +74,7 @@ def test_a_killed_clean_resumes_and_matches_an_uninterrupted_one(tmp_path, demo_
     assert first_marker.exists(), "the clean ended or stalled before its first unit was committed"
     assert not (tmp_path / "runs" / "killed" / "stats.json").exists()
 
-    resumed = validate_config({**data, "runner": {"name": "inprocess", "workers": 1, "unit_bytes": 1}})
+    resumed = validate_config({**data, "runner": {**data["runner"], "name": "inprocess", "workers": 1}})
     lines: list[str] = []
     run_stages(resumed, ("clean",), log=lines.append)
     stats = json.loads((resumed.run_dir / "stats.json").read_text())
@@ -162,3 +167,95 @@ def test_the_clean_in_units_drops_what_the_ledger_forgot(tmp_path, demo_corpus):
     takedown = next(row for row in stats["steps"] if row["step"] == "takedown")
     # each of the two forgotten records is in the input twice (``_inputs`` repeats its first ten): all four go
     assert takedown["removed_by_reason"] == {"takedown": 4} and stats["accounting"]["balanced"]
+
+
+def _read_all(path: str, source: InputFile, sources: list[InputFile]) -> list:
+    from beamio.config_base import InputConfig
+    from beamio.read import read_file_indexed
+
+    cfg = InputConfig(paths=[path])
+    return [(index, item if isinstance(item, dict) else item.as_record())
+            for part in sources for index, item in read_file_indexed(part.path, cfg, part)]
+
+
+def test_a_jsonl_file_cut_into_parts_reads_as_the_whole_file(tmp_path):
+    """Parts of a plain JSONL file at line boundaries: every record read from the parts is the one the whole file
+    gives (id, position, byte offset of a quarantined line), and no part exceeds the limit but by one line."""
+    from beamio.read import split_compressed_jsonl, split_jsonl, splittable
+
+    lines = [json.dumps({"text": f"document {i} " * (i % 7 + 1)}) for i in range(60)]
+    lines[10], lines[20], lines[30] = "", "{not json", json.dumps({"text": "long " * 200})
+    path = tmp_path / "one.jsonl"
+    path.write_text("\n".join(lines))  # the last line has no newline
+    whole = InputFile.of(str(path))
+    expected = _read_all(str(path), whole, [whole])
+    assert any(item.get("kind") == "invalid_json" for _, item in expected)
+    for limit in (1, 40, 300, 1000):
+        parts = split_jsonl(whole, limit)
+        assert _read_all(str(path), whole, parts) == expected, limit
+        assert parts[0].start == 0 and parts[-1].end == whole.bytes
+        assert [p.start for p in parts[1:]] == [p.end for p in parts[:-1]]
+        longest_line = max(len(line) + 1 for line in lines)
+        assert all(p.bytes <= max(limit, longest_line) for p in parts)
+        assert len({p.part_key for p in parts}) == len(parts)  # each part's markers name its byte range
+    assert split_jsonl(whole, whole.bytes) == [whole]
+    assert len(split_jsonl(whole, 300)) > 5
+
+    # a file whose head holds a NUL byte is quarantined whole (binary_file): it is not cut
+    binary = tmp_path / "bin.jsonl"
+    binary.write_bytes(b"\x00" + "\n".join(lines).encode())
+    assert split_jsonl(InputFile.of(str(binary)), 100) == [InputFile.of(str(binary))]
+    # a compressed stream cannot be entered at an offset: decompressed once into plain part files, read as whole
+    import gzip
+
+    gz = tmp_path / "one.jsonl.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    compressed = InputFile.of(str(gz))
+    assert splittable(compressed) == "copy" and splittable(whole) == "range"
+    expected = _read_all(str(gz), compressed, [compressed])
+    (tmp_path / "parts").mkdir()
+    for limit in (40, 300):
+        parts = split_compressed_jsonl(compressed, limit, str(tmp_path / "parts"))
+        assert len(parts) == len(split_jsonl(whole, limit)) == len(split_compressed_jsonl(compressed, limit, None))
+        assert _read_all(str(gz), compressed, parts) == expected, limit
+    assert split_compressed_jsonl(compressed, whole.bytes, str(tmp_path / "parts")) == [compressed]
+    truncated = tmp_path / "cut.jsonl.gz"
+    truncated.write_bytes(gz.read_bytes()[:-40])  # the reader quarantines it whole (truncated_file): not cut
+    assert split_compressed_jsonl(InputFile.of(str(truncated)), 40, str(tmp_path / "parts")) == \
+        [InputFile.of(str(truncated))]
+    # another format larger than a unit stays one unit, and the log says so
+    text = tmp_path / "one.txt"
+    text.write_text("words " * 100)
+    said: list[str] = []
+    units = plan_units([whole, InputFile.of(str(text))], 300, log=said.append)
+    assert len(units) > 5 and units[-1].files == (InputFile.of(str(text)),)
+    assert len(said) == 1 and "one.txt" in said[0]
+
+
+def test_a_large_file_in_units_writes_what_one_unit_writes(tmp_path, demo_corpus):
+    """A plain JSONL file and a gzipped one, each cut into several units by a small ``unit_bytes``: the same
+    outputs, byte for byte, and the same counts as the one-graph clean of them as one unit."""
+    import gzip
+
+    folder = _inputs(tmp_path / "parts", demo_corpus)
+    single = tmp_path / "in"
+    single.mkdir()
+    with open(single / "all.jsonl", "wb") as fh:
+        for i in range(3):
+            fh.write((folder / f"part{i}.jsonl").read_bytes())
+    size = (single / "all.jsonl").stat().st_size
+    # another file, gzipped: part 0 again (duplicates of the plain file's documents) after some of part 2
+    (single / "more.jsonl.gz").write_bytes(gzip.compress((folder / "part0.jsonl").read_bytes()
+                                                         + (folder / "part2.jsonl").read_bytes()[: size // 8]))
+    whole = validate_config({**_config_data(tmp_path, single, "whole", "inprocess", 1),
+                             "runner": {"name": "inprocess", "workers": 1}})
+    run_stages(whole, ("clean",), log=lambda _: None)
+    cut = validate_config({**_config_data(tmp_path, single, "cut", "inprocess", 1),
+                           "runner": {"name": "inprocess", "workers": 1, "unit_bytes": size // 4}})
+    run_stages(cut, ("clean",), log=lambda _: None)
+    stats, whole_stats = (json.loads((c.run_dir / "stats.json").read_text()) for c in (cut, whole))
+    assert "resume" not in whole_stats and stats["resume"]["units"] >= 6
+    assert _snapshot(cut.run_dir) == _snapshot(whole.run_dir)
+    assert stats["accounting"] == whole_stats["accounting"] and stats["accounting"]["balanced"]
+    assert stats["steps"] == [{**row, "busy_seconds": mine["busy_seconds"], "cpu_seconds": mine["cpu_seconds"]}
+                              for row, mine in zip(whole_stats["steps"], stats["steps"])]
