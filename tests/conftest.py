@@ -1,5 +1,6 @@
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -7,6 +8,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 DEMO_CORPUS = REPO / "data" / "demo" / "corpus.jsonl.gz"
+
+# One cache of default quality models for the whole session (and `make demo`'s, the checkout's `runs/.cache`):
+# each test's own runs directory would otherwise train the same English and Chinese models again (~45 s a run).
+# Tests of the cache itself set their own (`monkeypatch.delenv`). Subprocesses inherit it.
+os.environ["CORPUSMILL_CACHE"] = str(REPO / "runs" / ".cache")
 
 
 def demo_records() -> list[dict]:
