@@ -38,8 +38,10 @@ system-tools:
 		echo "missing Debian packages:$$need (apt-get install -y$$need as root); the browser, promtool and Slurm tests will fail" >&2; \
 	fi
 
+# Two workers, a whole test file each (module fixtures built once); the longest files start first (tests/conftest.py).
+TEST_WORKERS ?= 2
 test: install system-tools
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 bench: install
 	$(BIN)/python benchmarks/bench_backbone.py

@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Protocol
 
 CACHE_DIR = ".cache"  # under the runs directory: shared by every run there (e.g. the default quality model)
+# A cache shared by every runs directory instead (as HF_HOME is for Hugging Face): the default models are then
+# trained once per machine, not once per runs directory. The test suite points it at the checkout's `runs/.cache`.
+CACHE_ENV = "CORPUSMILL_CACHE"
 
 
 def shard_set_manifest(shard_dir: str | os.PathLike) -> Path:
@@ -83,8 +86,10 @@ class RunPaths:
 
     @property
     def cache(self) -> Path:
-        """Shared by all runs of the same runs directory (never part of one run's outputs)."""
-        return self.root.parent / CACHE_DIR
+        """Shared by all runs of the same runs directory, or of every runs directory when ``CORPUSMILL_CACHE``
+        names one (never part of one run's outputs)."""
+        shared = os.environ.get(CACHE_ENV, "").strip()
+        return Path(shared).expanduser().absolute() if shared else self.root.parent / CACHE_DIR
 
     def cache_for(self, component: str) -> Path:
         return self.cache / component

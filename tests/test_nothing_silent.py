@@ -621,9 +621,10 @@ def test_version(capsys):
     assert done.value.code == 0 and capsys.readouterr().out.strip() == f"corpusmill {metadata.version('corpusmill')}"
 
 
-def test_quality_score_skips_chinese_like_prepare_and_finds_the_default_model(tmp_path, capsys):
+def test_quality_score_skips_chinese_like_prepare_and_finds_the_default_model(tmp_path, capsys, monkeypatch):
     """Without --model the command uses the model prepare would (quality.model, else the cached default one,
     trained once into the runs directory's cache); Chinese documents are kept unscored, with the reason."""
+    monkeypatch.delenv("CORPUSMILL_CACHE")  # this test is about the runs directory's own cache
     with gzip.open(REPO / "data" / "quality" / "quality_train_subset.jsonl.gz", "rt", encoding="utf-8") as fh:
         labelled = [json.loads(line) for line in fh][:400]
     train_data = _jsonl(tmp_path / "labelled.jsonl", labelled)
@@ -720,6 +721,7 @@ def test_temporaries_of_dead_writers_are_removed_and_a_failed_model_save_leaves_
     from runio.layout import RunPaths
     from transforms.quality import step as quality_step
 
+    monkeypatch.delenv("CORPUSMILL_CACHE")  # the runs directory's own cache, which no other test writes to
     paths = RunPaths(tmp_path / "runs" / "t")
     (paths.shards).mkdir(parents=True)
     dead = subprocess.Popen(["true"])

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
 from pathlib import Path
 
@@ -186,12 +187,13 @@ def test_config_errors_name_the_field_and_allowed_values():
         QualityConfig(train={"word_ngrams": 0})
 
 
-def test_chinese_documents_are_kept_unscored_by_the_english_model(tmp_path):
+def test_chinese_documents_are_kept_unscored_by_the_english_model():
     """The default model knows English only: CJK documents pass through with the reason recorded."""
     from transforms.quality.step import QualityConfig, QualityStep, ensure_default_model
 
     cfg = QualityConfig()
-    model = ensure_default_model(tmp_path, cfg, log=lambda _: None)
+    # the session's model cache (tests/conftest.py): the model prepare trains by default, trained once
+    model = ensure_default_model(Path(os.environ["CORPUSMILL_CACHE"]) / "quality", cfg, log=lambda _: None)
     zh = {"id": 1, "text": "在软件包管理中，依赖关系决定了安装的顺序，系统会自动解决冲突并提示用户确认。",
           "annotations": {"normalize": {"script": "cjk"}}}
     en = {"id": 2, "text": "the the the buy now cheap cheap click here click here",
