@@ -32,7 +32,7 @@ def shared_dir() -> Path:
     return SHARED
 
 
-# `make test` runs the files on two pytest-xdist workers, a whole file per worker (`--dist loadfile`, so a module's
+# `make test` runs the files on pytest-xdist workers, a whole file per worker (`--dist loadfile`, so a module's
 # fixtures are built once). Files are handed out in collection order, so the longest start first: otherwise one
 # worker would be left alone with a five-minute file at the end. Measured with `--durations=0` on 2026-12-07 (each
 # over 60 s of a 62-minute loaded run); a file missing from this list only costs balance, never a test.
