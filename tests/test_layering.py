@@ -185,3 +185,14 @@ def test_an_import_of_the_projects_own_modules_inside_a_function_says_why():
               for imp in project_imports() if imp.in_function and not imp.explained]
     assert not silent, ("imports of the project's own modules inside functions, without a comment saying what "
                         "heavy optional dependency they defer (import at the top instead):\n" + "\n".join(silent))
+
+
+def test_every_package_has_a_floor_and_is_installed():
+    """A top-level package missing from pyproject's package list imports from the checkout (tests, `python -m`)
+    but not from the installed `corpusmill` command: `make demo` failed so when `lineage` was added."""
+    import tomllib
+
+    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")}
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert packages == set(FLOORS), sorted(packages ^ set(FLOORS))
+    assert packages == {name.rstrip("*") for name in include}, sorted(packages ^ {n.rstrip("*") for n in include})
