@@ -25,6 +25,7 @@ by default) and reused, so model training is not part of any measured run.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -139,6 +140,21 @@ def run_once(cfg_path: Path, log_path: Path, sample_s: float) -> dict:
             **boundary, "procs": procs}
 
 
+def tree_digest(root: Path) -> str | None:
+    """sha256 over every file under ``root`` (relative path and bytes, in sorted order): runs whose ``docs/``
+    have the same digest wrote the same files byte for byte."""
+    if not root.is_dir():
+        return None
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(str(path.relative_to(root)).encode() + b"\0")
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
 def fit_exponent(sizes: list[float], values: list[float]) -> float | None:
     pts = [(math.log(s), math.log(v)) for s, v in zip(sizes, values) if v and v > 0]
     if len(pts) < 2:
@@ -170,6 +186,7 @@ def main() -> None:
                              "above which Dask spills task results to disk; default: Dask's own (no spilling here)")
     parser.add_argument("--unit-mb", type=float, default=None,
                         help="runner.unit_bytes in MB (the clean's unit of work); default: the config's")
+    parser.add_argument("--only-grow", action="store_true", help="grow the corpora (for a later run) and stop")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     runners = args.runners.split(",")
@@ -184,17 +201,31 @@ def main() -> None:
     plan = ([("fixed", args.fixed_mb)] if args.fixed_mb else []) + [(k, k * args.base_mb) for k in sizes]
     for k, target_mb in plan:
         started = time.monotonic()
+        files = args.files_per_base if k == "fixed" else max(1, args.files_per_base * k)
+        corpus_dir = work / f"corpus_{k}x"
+        # a corpus grown earlier with the same recipe is reused (growing 5 GB takes minutes and ~10 GB of memory);
+        # grow() is deterministic, so the files are the ones this recipe would write again
+        recipe = {"corpus": args.corpus, "target_mb": target_mb, "fresh_share": args.fresh_share, "files": files,
+                  "seed": 0}
+        manifest = corpus_dir / "manifest.json"
+        if manifest.exists() and json.loads(manifest.read_text()).get("recipe") == recipe \
+                and all(Path(p).exists() for p in json.loads(manifest.read_text())["corpus"]["paths"]):
+            corpora[k] = json.loads(manifest.read_text())["corpus"]
+            print(f"corpus {k}x: reused from {manifest}", flush=True)
+            continue
         docs = grow(base_docs, int(target_mb * 1e6), fresh_share=args.fresh_share, seed=0,
                     extra_docs=host_documents(site_packages=str(site) if site else None))
-        paths = write_corpus(docs, str(work / f"corpus_{k}x"),
-                             files=args.files_per_base if k == "fixed" else max(1, args.files_per_base * k))
+        paths = write_corpus(docs, str(corpus_dir), files=files)
         mb = sum(len(d["text"].encode()) for d in docs) / 1e6
         corpora[k] = {"paths": paths, "docs": len(docs), "MB": mb,
                       "edited_copies": sum("~edit" in d["id"] for d in docs),
                       "sources": len({d["source"] for d in docs})}
+        manifest.write_text(json.dumps({"recipe": recipe, "corpus": corpora[k]}, indent=1))
         print(f"corpus {k}x: {len(docs)} docs, {mb:.1f} MB text, {len(paths)} files "
               f"({time.monotonic() - started:.0f}s to grow)", flush=True)
         del docs
+    if args.only_grow:
+        return
 
     if not args.no_warmup:  # trains the default quality models into runs/.cache once
         cfg = config_for("warmup", corpora[sizes[0]]["paths"][:1], runs_dir, "local", args.workers)
@@ -235,6 +266,7 @@ def main() -> None:
                    "peak_rss_MB_per_worker": sorted(round(p["peak_rss"] / 1e6) for p in workers),
                    "worker_processes": len(workers),
                    "kept": stats.get("kept"), "accounting_balanced": stats.get("accounting", {}).get("balanced"),
+                   "docs_sha256": tree_digest(Path(runs_dir) / name / "docs"),
                    "loadavg_before": [round(x, 2) for x in load], "loadavg_after": [round(x, 2) for x in os.getloadavg()],
                    "procs": res["procs"]}
             results.append(row)
@@ -272,8 +304,17 @@ def summarize(results: list[dict], sizes: list[int], runners: list[str]) -> dict
                 exps[stage]["fixed_s"] = fixed["cpu_s"][stage]
         peak_1 = max(rows[0]["peak_rss_MB_per_worker"] or [0])
         peak_n = max(rows[-1]["peak_rss_MB_per_worker"] or [0])
+        largest = lambda r: max([r["peak_rss_MB_driver"]] + (r["peak_rss_MB_per_worker"] or []))  # noqa: E731
         summary[runner] = {"exponents": exps, "worker_rss_ratio_last_vs_first": round(peak_n / peak_1, 2)
-                           if peak_1 else None}
+                           if peak_1 else None,
+                           # issue 44's bars: the largest process's peak and CPU s/MB, largest size over smallest
+                           "largest_process_peak_ratio_last_vs_first": round(largest(rows[-1]) / largest(rows[0]), 3),
+                           "cpu_s_per_MB_ratio_last_vs_first": round(rows[-1]["cpu_s_per_MB"] / rows[0]["cpu_s_per_MB"],
+                                                                     3)}
+    for k in sizes:  # the runners' docs/ at each size: byte-identical or not
+        digests = {r["runner"]: r.get("docs_sha256") for r in results if r["size"] == k and r["rc"] == 0}
+        if len(digests) > 1:
+            summary.setdefault("docs_identical_across_runners", {})[str(k)] = len(set(digests.values())) == 1
     return summary
 
 
@@ -290,6 +331,8 @@ def markdown(results, summary, sizes, runners) -> str:
     for stage in STAGES:
         lines.append(f"| {stage} | " + " | ".join(
             f"{r['cpu_s'][stage]:.1f}" if r["cpu_s"].get(stage) is not None else "–" for r in results) + " |")
+    identical = summary.get("docs_identical_across_runners", {})
+    summary = {runner: s for runner, s in summary.items() if runner in runners}
     lines += ["", "Growth exponent of CPU time in input MB (least-squares fit; pairwise in brackets):", "",
               "| stage | " + " | ".join(summary) + " |", "|---|" + "---|" * len(summary)]
     for stage in STAGES:
@@ -301,6 +344,11 @@ def markdown(results, summary, sizes, runners) -> str:
         lines.append(f"| {stage} | " + " | ".join(cells) + " |")
     lines += ["", "Peak worker RSS, largest size / smallest: " + ", ".join(
         f"{runner} {s['worker_rss_ratio_last_vs_first']}" for runner, s in summary.items())]
+    lines += ["Largest process's peak RSS, largest size / smallest: " + ", ".join(
+        f"{runner} {s['largest_process_peak_ratio_last_vs_first']}" for runner, s in summary.items())]
+    lines += ["CPU s per MB, largest size / smallest: " + ", ".join(
+        f"{runner} {s['cpu_s_per_MB_ratio_last_vs_first']}" for runner, s in summary.items())]
+    lines += [f"docs/ byte-identical across runners at {k}×: {'yes' if same else 'NO'}" for k, same in identical.items()]
     return "\n".join(lines) + "\n"
 
 
