@@ -7,6 +7,7 @@ import os
 
 import apache_beam as beam
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
@@ -14,7 +15,7 @@ from tokenizers import Tokenizer
 
 from cli.tokenizer import SEGMENT_OPEN, format_row
 from runio.layout import RunPaths
-from tokenizer.build import build_shards
+from tokenizer.build import SLICE_BATCHES, build_shards, doc_units, scratch_dir
 from tokenizer.config import PackingConfig, TokenizerConfig
 from tokenizer.docs import in_val_split, write_docs_parquet
 from tokenizer.shards import ShardReader
@@ -93,6 +94,34 @@ def test_identical_shards_on_any_workers_and_batching(demo_run, tmp_path):
         result = build_shards(run, tok_cfg, small.model_copy(update={"encode_batch_docs": batch_docs}), pipeline)
         shas.append([(e["file"], e["sha256"]) for split in ("train", "val") for e in result["splits"][split]])
     assert len(shas[0]) > 4 and shas[0] == shas[1]
+
+
+def test_row_group_slices_cover_every_row_once(demo_run):
+    run, docs, _, _ = demo_run
+    files = sorted(str(f) for f in (run / "docs").glob("*.parquet"))
+    whole = doc_units(files, slice_bytes=1 << 40)
+    assert [(f, rg) for f, rg, _, _ in whole] == [(f, 0) for f in files]  # one slice a row group
+    sliced = doc_units(files, slice_bytes=20_000)
+    assert len(sliced) > 3 * len(whole)
+    for path in files:
+        mine = [(first, end) for f, _, first, end in sliced if f == path]
+        assert mine[0][0] == 0 and all(a[1] == b[0] for a, b in zip(mine, mine[1:])) and mine[-1][1] == pq.ParquetFile(path).metadata.num_rows
+
+
+def test_sliced_reading_writes_the_same_shards_and_no_tokens_stay_behind(demo_run, tmp_path):
+    """Row groups read in many slices, each encode batch's tokens in a file of their own (issue 44): the same shard
+    bytes as one slice a row group; the scratch folder of token files is gone afterwards."""
+    run, docs, manifest, packing = demo_run
+    tok_cfg = TokenizerConfig(path=str(run / "tokenizer" / "tokenizer.json"))
+    write_docs_parquet(str(tmp_path / "docs" / "part-0.parquet"), docs)
+    many = packing.model_copy(update={"encode_batch_bytes": 1024})  # slices of ~2 KB of text: hundreds
+    assert len(doc_units([str(tmp_path / "docs" / "part-0.parquet")], SLICE_BATCHES * 1024)) > 100
+    options = PipelineOptions(["--direct_num_workers=2", "--direct_running_mode=multi_threading"])
+    result = build_shards(str(tmp_path), tok_cfg, many, beam.Pipeline(runner=FnApiRunner(), options=options))
+    digest = lambda m: [(e["file"], e["sha256"]) for split in ("train", "val") for e in m["splits"][split]]  # noqa: E731
+    assert digest(result) == digest(manifest)
+    assert not os.path.exists(scratch_dir(str(tmp_path / "shards")))
+    assert not os.path.exists(scratch_dir(str(run / "shards")))
 
 
 def test_inspect_marks_document_boundaries(demo_run, capsys):

@@ -1,19 +1,26 @@
 """The Beam graph from kept documents to packed shards: read → encode → plan → route → write shards → manifest.
 
-    docs/*.parquet ─ ReadDocBatches ─ Reshuffle ─ Encode (encode_batch, tokenizer loaded once per worker)
-                                                     │                         │
-                                       (split, ids, lengths) ─ GroupByKey ─ MakePlan  (per split, side input)
-                                                     │                         │
-                                         RouteToShards ─ GroupByKey by (split, shard) ─ WriteShard ─ manifest
+    slices of docs/*.parquet row groups ─ Reshuffle ─ ReadDocBatches ─ Encode (tokens → a scratch file per batch)
+                                                                          │                         │
+                                                   (split, ids, lengths, file) ─ GroupByKey ─ MakePlan  (per split,
+                                                                          │                         │  side input)
+                                             RouteToShards ─ GroupByKey by (split, shard) ─ WriteShard ─ manifest
 
 ``PackShards`` is that graph as one PTransform, each stage of the drawing a named sub-transform;
 ``build_shards`` is the shard stage of a run: the tokenizer first (trained or loaded), then ``PackShards``.
 
 Determinism on any number of workers: which rows exist and what they hold is decided by one packing plan per
 split, computed from the documents' (id, length) pairs sorted by id — never from the order in which workers
-produce encodings. Tokens travel once, from the encoder to the worker writing their shard; only lengths are
-gathered in one place (a few integers per document). Beam's cost is per element, so elements are batches of
-``packing.encode_batch_docs`` documents, and each encoded batch sends one element per shard it touches.
+produce encodings. Beam's cost is per element, so elements are batches of ``packing.encode_batch_docs``
+documents, and each encoded batch sends one element per shard it touches.
+
+Memory independent of the corpus (issue 44): no shuffle carries text or tokens. Beam's local runner keeps every
+shuffle's data in the driver process, and the encoded batches wait there for the plans (a side input) before
+they can be routed: at 5 GB of input that was ~1 GB more in the driver than at 0.5 GB. So the units of reading
+are slices of row groups (``doc_units``: about ``SLICE_BATCHES`` encode batches each, spread over the workers
+before anything is read), the encoder writes each batch's tokens to a file of its own in ``<shard_dir>/.tokens``,
+and the shuffles carry (id, length) arrays and those files' paths; the worker writing a shard reads its pieces
+from the files (memory-mapped). The folder is removed once the shards are written.
 
 Shards are written with local file APIs (memory-mapped reading needs local files anyway): on a cluster, point
 ``shard_dir`` at a shared mount. Documents are read through Beam's FileSystems and may live anywhere.
@@ -22,8 +29,11 @@ from __future__ import annotations
 
 import glob
 import itertools
+import math
 import os
+import shutil
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
@@ -49,12 +59,23 @@ from tokenizer.train import SpecialIds, special_ids, train_or_load
 
 NAMESPACE = "tokenizer"
 SPLITS = ("train", "val")
+# A unit of reading is a slice of a row group of about this many encode batches' worth of text (in bytes).
+SLICE_BATCHES = 2
+# The encoded batches' token files, inside the shard directory (on a cluster, the shared mount the shards go to).
+TOKENS_SCRATCH = ".tokens"
+
+
+def scratch_dir(shard_dir: str) -> str:
+    return os.path.join(shard_dir, TOKENS_SCRATCH)
+
+
 # The per-split document figures of a split without documents (e.g. ``val`` of a small corpus).
 NO_DOCUMENTS = {"docs": 0, "docs_longer_than_seq_len": 0, "docs_split": 0, "split_share": 0.0}
 
 
 class ReadDocBatches(beam.DoFn):
-    """(file, row group) → ``(split, ids int64 array, texts list)`` batches, bounded in documents and in bytes.
+    """(file, row group, first row, end row) → ``(split, ids int64 array, texts list)`` batches, bounded in documents
+    and in bytes.
 
     Big elements keep Beam's per-element cost negligible and give ``encode_batch`` enough documents to spread
     over its threads (one long document does not leave the other threads idle).
@@ -67,13 +88,20 @@ class ReadDocBatches(beam.DoFn):
         self._split_seed = split_seed
         self._docs = Metrics.counter(NAMESPACE, "docs_read")
 
-    def process(self, unit: tuple[str, int]) -> Iterator[tuple[str, np.ndarray, list[str]]]:
-        path, row_group = unit
+    def process(self, unit: tuple[str, int, int, int]) -> Iterator[tuple[str, np.ndarray, list[str]]]:
+        path, row_group, first, end = unit
         parquet = open_parquet(path)
         pending_ids: list[np.ndarray] = []
         pending_texts: list[str] = []
         pending_bytes = 0
+        at = 0  # the row group's row at the start of ``batch``
         for batch in parquet.iter_batches(batch_size=256, row_groups=[row_group], columns=["id", "text"]):
+            batch_start, at = at, at + batch.num_rows
+            if at <= first:
+                continue
+            if batch_start >= end:
+                break
+            batch = batch.slice(max(first - batch_start, 0), min(end, at) - max(first, batch_start))
             texts = batch.column(1)
             if texts.null_count:
                 raise ValueError(f"{path}: row group {row_group} has documents with a null text")
@@ -97,13 +125,17 @@ class ReadDocBatches(beam.DoFn):
 
 
 class EncodeBatch(beam.DoFn):
-    """Encode a batch with one ``encode_batch`` call; emit ``(split, ids, lengths, flat tokens)``.
+    """Encode a batch with one ``encode_batch`` call; write its tokens back to back to a file of their own in
+    ``scratch_dir``; emit ``(split, ids, lengths, that file's path)``.
 
     Each document becomes ``[bos] tokens [eos]`` as configured. The tokenizer travels as its JSON text (so any
-    worker can build it, no shared filesystem needed) and is built once per worker in ``setup``.
+    worker can build it) and is built once per worker in ``setup``. The file's name is new each time (a retried
+    bundle writes new files; the ones it wrote before are never read and go with the folder).
     """
 
-    def __init__(self, tokenizer_json: str, special: SpecialIds, add_bos: bool, add_eos: bool, vocab_size: int):
+    def __init__(self, tokenizer_json: str, special: SpecialIds, add_bos: bool, add_eos: bool, vocab_size: int,
+                 scratch_dir: str):
+        self._scratch_dir = scratch_dir
         self._tokenizer_json = tokenizer_json
         self._bos = [special.bos_id] if add_bos else []
         self._eos = [special.eos_id] if add_eos else []
@@ -131,10 +163,12 @@ class EncodeBatch(beam.DoFn):
         else:
             pieces = itertools.chain.from_iterable(id_lists)
         flat = np.fromiter(pieces, dtype=self._dtype, count=total)
+        path = os.path.join(self._scratch_dir, f"{split}-{uuid.uuid4().hex}.npy")
+        np.save(path, flat, allow_pickle=False)
         self._docs.inc(len(ids))
         self._tokens.inc(total)
         self._busy_ms.inc(int((time.perf_counter() - started) * 1000))
-        yield split, ids, lengths, flat
+        yield split, ids, lengths, path
 
 
 def plan_split(element: tuple[str, Iterable[tuple[np.ndarray, np.ndarray]]], packing: PackingConfig):
@@ -155,14 +189,15 @@ def plan_split(element: tuple[str, Iterable[tuple[np.ndarray, np.ndarray]]], pac
 class RouteToShards(beam.DoFn):
     """Cut an encoded batch into the pieces the plan places, grouped into one element per destination shard.
 
-    Emits ``((split, shard), (rows_in_shard, offsets, lengths, tokens))`` with ``tokens`` the pieces back to back.
+    Emits ``((split, shard), (rows_in_shard, offsets, lengths, starts, tokens_path))``: where each piece goes, and
+    where it starts in the batch's token file (the tokens stay in the file; see the module docstring).
     """
 
     def __init__(self, rows_per_shard: int):
         self._rows_per_shard = rows_per_shard
 
     def process(self, element, plans: dict[str, PackPlan]):
-        split, ids, lengths, flat = element
+        split, ids, lengths, tokens_path = element
         plan = plans[split]
         doc_starts = np.zeros(len(ids) + 1, dtype=np.int64)
         np.cumsum(lengths, out=doc_starts[1:])
@@ -180,10 +215,9 @@ class RouteToShards(beam.DoFn):
         shards = rows // self._rows_per_shard
         for shard in np.unique(shards):
             sel = np.nonzero(shards == shard)[0]
-            piece_lengths = plan.length[idx[sel]]
-            tokens = np.concatenate([flat[s : s + n] for s, n in zip(source[sel], piece_lengths)])
             yield (split, int(shard)), (
-                rows[sel] - shard * self._rows_per_shard, plan.offset[idx[sel]], piece_lengths, tokens,
+                rows[sel] - shard * self._rows_per_shard, plan.offset[idx[sel]], plan.length[idx[sel]], source[sel],
+                tokens_path,
             )
 
 
@@ -205,11 +239,11 @@ class WriteShard(beam.DoFn):
         n_rows = min(self._rows_per_shard, plan.num_rows - first)
         block = np.full((n_rows, seq_len), self._pad_id, dtype=token_dtype(self._vocab_size))
         written = np.zeros(n_rows, dtype=np.int64)
-        for rows, offsets, lengths, tokens in parts:
-            at = 0
-            for r, off, n in zip(rows.tolist(), offsets.tolist(), lengths.tolist()):
+        for rows, offsets, lengths, starts, tokens_path in parts:
+            tokens = np.load(tokens_path, mmap_mode="r", allow_pickle=False)
+            for r, off, n, at in zip(rows.tolist(), offsets.tolist(), lengths.tolist(), starts.tolist()):
                 block[r, off : off + n] = tokens[at : at + n]
-                at += n
+            del tokens
             np.add.at(written, rows, lengths)
 
         def row_iter():
@@ -229,13 +263,24 @@ class WriteShard(beam.DoFn):
         yield split, (shard, entry)
 
 
-def _doc_units(files: list[str]) -> list[tuple[str, int]]:
-    """(file, row group) of every docs file: the unit of reading, spread over the workers."""
+def doc_units(files: list[str], slice_bytes: int) -> list[tuple[str, int, int, int]]:
+    """``(file, row group, first row, end row)``: every docs file's row groups cut into slices of about
+    ``slice_bytes`` of text (by the parquet metadata's uncompressed size), the units of reading spread over the
+    workers. Reading a slice decodes its row group up to the slice's end; the row groups the clean writes hold
+    ~20 MB of text, so that costs little beside encoding, and no shuffle has to spread the texts instead."""
     units = []
     for path in files:
         parquet = open_parquet(path)
         check_doc_schema(path, parquet.schema_arrow)
-        units.extend((path, rg) for rg in range(parquet.metadata.num_row_groups))
+        text_column = parquet.schema_arrow.get_field_index("text")
+        for rg in range(parquet.metadata.num_row_groups):
+            meta = parquet.metadata.row_group(rg)
+            rows = meta.num_rows
+            if rows == 0:
+                continue
+            slices = min(rows, max(1, math.ceil(meta.column(text_column).total_uncompressed_size / slice_bytes)))
+            cuts = [rows * k // slices for k in range(slices + 1)]
+            units.extend((path, rg, first, end) for first, end in zip(cuts[:-1], cuts[1:]))
     return units
 
 
@@ -274,11 +319,13 @@ class ShardSettings:
 
 
 class ReadAndEncode(beam.PTransform):
-    """(file, row group) units → ``(split, ids, lengths, flat tokens)`` batches, spread over the workers."""
+    """Row-group slices → ``(split, ids, lengths, tokens file)`` batches, the slices spread over the workers."""
 
-    def __init__(self, units: Sequence[tuple[str, int]], tokenizer_json: str, settings: ShardSettings):
+    def __init__(self, units: Sequence[tuple[str, int, int, int]], tokenizer_json: str, settings: ShardSettings,
+                 scratch_dir: str):
         super().__init__()
         self.units, self.tokenizer_json, self.settings = list(units), tokenizer_json, settings
+        self.scratch_dir = scratch_dir
 
     def expand(self, pbegin):
         packing = self.settings.packing
@@ -288,9 +335,8 @@ class ReadAndEncode(beam.PTransform):
             | "SpreadUnits" >> beam.Reshuffle()
             | "ReadDocs" >> beam.ParDo(ReadDocBatches(packing.encode_batch_docs, packing.encode_batch_bytes,
                                                       packing.val_fraction, packing.split_seed))
-            | "SpreadBatches" >> beam.Reshuffle()
             | "Encode" >> beam.ParDo(EncodeBatch(self.tokenizer_json, self.settings.special, packing.add_bos,
-                                                 packing.add_eos, self.settings.vocab_size))
+                                                 packing.add_eos, self.settings.vocab_size, self.scratch_dir))
         )
 
 
@@ -313,7 +359,8 @@ class MakePlans(beam.PTransform):
 class RouteAndWriteShards(beam.PTransform):
     """Encoded batches → shard files in ``shard_dir``; emits ``(split, [(shard, manifest entry), ...])``.
 
-    Each batch's tokens are cut into the pieces the plan places and sent to the worker writing their shard.
+    Each batch's tokens are cut into the pieces the plan places; where they lie in its tokens file goes to the
+    worker writing their shard, which reads them from there.
     """
 
     def __init__(self, plans, shard_dir: str, settings: ShardSettings):
@@ -370,12 +417,14 @@ class PackShards(beam.PTransform):
     Returns the PCollection holding the written manifest (empty when no document produced a token).
     """
 
-    def __init__(self, units: Sequence[tuple[str, int]], tokenizer_json: str, settings: ShardSettings, shard_dir: str):
+    def __init__(self, units: Sequence[tuple[str, int, int, int]], tokenizer_json: str, settings: ShardSettings,
+                 shard_dir: str):
         super().__init__()
         self.units, self.tokenizer_json, self.settings, self.shard_dir = units, tokenizer_json, settings, shard_dir
 
     def expand(self, pbegin):
-        encoded = pbegin | "ReadAndEncode" >> ReadAndEncode(self.units, self.tokenizer_json, self.settings)
+        encoded = pbegin | "ReadAndEncode" >> ReadAndEncode(self.units, self.tokenizer_json, self.settings,
+                                                            scratch_dir(self.shard_dir))
         plans = beam.pvalue.AsDict(encoded | "MakePlans" >> MakePlans(self.settings.packing))
         entries = encoded | "RouteAndWrite" >> RouteAndWriteShards(plans, self.shard_dir, self.settings)
         return entries | "WriteManifest" >> WriteShardManifest(plans, self.shard_dir, self.settings)
@@ -405,14 +454,18 @@ def build_shards(
     check = tokenizer_check(tok, doc_files)  # measured before the shards: the manifest is still written last
     settings = ShardSettings(packing_cfg, tok.get_vocab_size(with_added_tokens=True),
                              special_ids(tok, tokenizer_cfg, packing_cfg), tokenizer_sha, check)
-    units = _doc_units(doc_files)
+    units = doc_units(doc_files, SLICE_BATCHES * packing_cfg.encode_batch_bytes)
 
     os.makedirs(shard_dir, exist_ok=True)
     if os.path.exists(manifest_path(shard_dir)):
         os.remove(manifest_path(shard_dir))  # from here until the new manifest lands, the directory reads as incomplete
+    scratch = scratch_dir(shard_dir)
+    shutil.rmtree(scratch, ignore_errors=True)  # an interrupted earlier attempt's token files
+    os.makedirs(scratch)
     p = pipeline if pipeline is not None else make_pipeline("inprocess", workers=1)
     _ = p | "PackShards" >> PackShards(units, tok.to_str(), settings, shard_dir)
     p.run().wait_until_finish()
+    shutil.rmtree(scratch)
 
     if not os.path.exists(manifest_path(shard_dir)):
         # No document produced a token (every text empty and no bos/eos): a valid, empty data set.
