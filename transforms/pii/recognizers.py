@@ -1550,8 +1550,9 @@ class PersonNameRecognizer(EntityRecognizer):
                 verb_next = next_lower and next_word.group().lower() not in _PAIR_JOINERS
                 cue = prev_low in _SLOT_CUES_DE
                 aux_cue = prev_low in _SLOT_VERB_CUES_DE
-            apposition = (after_comma and nxt == "," and re.search(r"[a-zäöüß][ \t]*,[ \t]*$", before) is not None
-                          and re.match(r",[ \t]+[a-zäöüß]", text[end:]) is not None)
+            # "Our server, Brandon, was": lower-case words on both sides (not a list: "Montgomery, Shelby, and")
+            apposition = (after_comma and nxt == "," and prev[:-1].isalpha() and prev[:1].islower()
+                          and re.match(r",[ \t]+(?!(?:and|or|und|oder)\b)[a-zäöüß]", text[end:]) is not None)
             if (((clause_start or after_comma) and (verb_next or possessive)) or apposition
                     or ((cue or aux_cue) and (next_lower or next_end or possessive)) or (aux_cue and next_cap)):
                 if not self.looks_like_street(text, start, end):
@@ -1865,7 +1866,8 @@ _CN_PLACE_ENDS = frozenset("井界路街巷村镇乡县市省区州岛港湾寺�
 # jieba's dictionary tags many ordinary words nr ("陈述" 763, "文明" 6584, "高峰" 1556, "陈列" 665): a dictionary
 # word this frequent is a word, not a private person's name (names the HMM finds have no entry at all).
 _CN_NAME_MAX_DICT_FREQ = 500
-# ... and one tagged nr above this frequency counts in a subject's position only with more evidence.
+# ... and a two-character one tagged nr above this frequency counts in a subject's position only with more
+# evidence (three-character dictionary words tagged nr are names: "温家宝", "王安石").
 _CN_SUBJECT_MAX_DICT_FREQ = 200
 # ... and those that end like a plant, a colour or a food ("杨树", "朱红色", "胡萝卜", "维生素") are things.
 _CN_THING_ENDS = frozenset("树林花草果菜茶色素卜瓜豆雀鸟鱼虫猫狗羊鸡鸭鹅龟蛇兔鼠猪粉酱醋糖饼汤面粥肉蛋奶酒皮")
@@ -2070,7 +2072,7 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
                              # a dictionary word this common ("毛巾" 466, "张开" 452) is a person only where the
                              # sentence says so (``_person_evidence``), not in a subject's position alone
                              # ("王芳和李娜是同事": after a name and 和, a list of names goes on)
-                             or ((freq.get(w, 0) < _CN_SUBJECT_MAX_DICT_FREQ or (k >= 2 and k - 2 in names))
+                             or ((freq.get(w, 0) < _CN_SUBJECT_MAX_DICT_FREQ or len(w) >= 3 or (k >= 2 and k - 2 in names))
                                  and self._subject_position(toks, k, names))
                              # a word beside a role word ("是白痴", "是应中国贸促会邀请": after a verb, a word
                              # read whole is no name)
@@ -2117,10 +2119,13 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         there is none."""
         if k == 0 or (toks[k - 1][1] not in _CN_ROLE_WORDS and toks[k - 1][1] not in _CN_GREETING_VERBS):
             return 0
+        if toks[k][2][:1] in ("c", "p", "d", "v", "r", "u", "m", "q", "x", "f"):
+            return 0  # "主席和李鹏", "作者向所有": a conjunction, preposition or verb, not a family name
         text, j = "", k
         while j < len(toks) and len(text) < 4:
             word, flag = toks[j][1], toks[j][2]
-            if j > k and (flag[:1] in ("v", "x", "p", "u") or word in _CN_ROLE_WORDS or word == "的"):
+            if j > k and (flag[:1] in ("v", "x", "p", "u") or word in _CN_ROLE_WORDS or word == "的"
+                          or (flag[:1] == "d" and len(word) == 1)):  # "张罗" + "又": an adverb goes on
                 break
             if len(word) > 2 or not all("\u4e00" <= c <= "\u9fff" for c in word):
                 return 0
@@ -2129,7 +2134,7 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         if j == k + 1 or j >= len(toks) or len(text) > 4:
             return 0  # one token alone is read by the other rules; the name must end where the clause goes on
         end = toks[j]
-        if not (end[2][:1] in ("v", "x", "p", "u") or end[1] in _CN_ROLE_WORDS or end[1] == "的"):
+        if not (end[2][:1] in ("v", "x", "p", "u", "d") or end[1] in _CN_ROLE_WORDS or end[1] == "的"):
             return 0
         if text[:2] in _CN_SURNAMES_2:
             given = text[2:]
@@ -2156,8 +2161,8 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         if nxt is None:
             return False
         after = toks[k + 2] if k + 2 < len(toks) else None
-        if nxt[1] in _CN_ANIMATE_VERBS:
-            return True
+        if nxt[1] in _CN_ANIMATE_VERBS or nxt[1] == "《":
+            return True  # "鲁迅说", "—— 李白《静夜思》": an author before the title of a work
         if nxt[1] == "的" and after is not None and after[1] in _CN_PERSONAL_NOUNS:
             return True
         return nxt[1] == "在" and prev is None and after is not None and after[2] == "ns"
