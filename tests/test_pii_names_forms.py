@@ -185,3 +185,71 @@ def test_chinese_second_round(engine, text, expected):
 ])
 def test_chinese_second_round_non_names(engine, text):
     assert names(engine, text) == []
+
+
+# 6. third round: a lone given name in a person slot (issue 47 item 3, round 2) ---------------------------------
+@pytest.mark.parametrize("text,expected", [
+    ("Brandon forgot the tickets at home.", ["Brandon"]),             # subject opening the sentence
+    ("Sophie's flight lands at nine.", ["Sophie"]),                   # possessive opening it
+    ("After lunch, Marcus wasn't around.", ["Marcus"]),                # subject after a comma
+    ("Our courier, Gerald, was early today.", ["Gerald"]),            # apposition between lower-case words
+    ("I handed the charger to Ethan yesterday.", ["Ethan"]),          # after a preposition
+    ("Please remind Fiona about the dentist.", ["Fiona"]),            # after a verb that takes a person
+    ("Has Dennis called you back?", ["Dennis"]),                      # after the verb opening a question
+    ("We waited for Isabel and Fernando outside.", ["Isabel", "Fernando"]),   # joined by "and"
+    ("Evening Gerald, all set?", ["Gerald"]),                         # a greeting
+    ("Uncle Fernando sent a postcard.", ["Fernando"]),                # a kin word used as a title
+    ("Hannah kommt morgen etwas später.", ["Hannah"]),                # German subject before a verb
+    ("Heute hat Greta frei.", ["Greta"]),                             # German verb-second clause
+    ("Frag Timo, der weiß das.", ["Timo"]),
+    ("Ayşe Yıldız übernimmt die Frühschicht.", ["Ayşe Yıldız"]),      # Latin Extended-A letters
+])
+def test_lone_names_in_person_slots(engine, text, expected):
+    assert names(engine, text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "Ruby is a dynamic language.",                # a product that is a given name
+    "Julia compiles to native code.",
+    "France is celebrating the win.",            # a given name that is also an English noun: NER decides
+    "Alberta is bounded by British Columbia.",
+    "Lo, the king approaches.",                   # an interjection
+    "Pok pok pok, went the hen.",                 # a sound
+    "Im Angebot: Milka Schokolade.",              # a brand before a product noun
+    "The counties Madison, Shelby, and Lee voted.",   # a list, not an apposition
+])
+def test_slot_rule_leaves_words_alone(engine, text):
+    assert names(engine, text) == []
+
+
+def test_noun_names_need_ner(engine):
+    """A name that is also an English noun is yielded as needing NER, and cued_names does not decide it."""
+    rec = engine._person
+    text = "Noah is allergic to peanuts."
+    assert list(rec.slot_names(text, True)) == [(0, 4, True)]
+    assert [(s, e) for s, e, _ in rec.cued_names(text)] == []
+
+
+# 7. third round, Chinese: 小/老 + family name, names cut oddly after a role or greeting verb, salutations, famous
+# names with evidence from the verb or what they own -----------------------------------------------------------
+@pytest.mark.parametrize("text,expected", [
+    ("今天小陈请假了。", ["小陈"]),
+    ("老李说明天下雨。", ["老李"]),
+    ("感谢汪立新先生的捐赠。", ["汪立新"]),
+    ("县长许国平走访了受灾群众。", ["许国平"]),
+    ("亲爱的孙悦：生日快乐！", ["孙悦"]),
+    ("鲁迅说过这句话。", ["鲁迅"]),                   # a frequent dictionary name before a verb of speaking
+    ("诸葛亮的故事很有名。", ["诸葛亮"]),             # ... before 的 and something a person owns
+    ("—— 苏轼《江城子》", ["苏轼"]),                  # an author before the title of a work
+])
+def test_chinese_third_round(engine, text, expected):
+    assert names(engine, text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "我是小白，请多指教。", "小米手机很好用。", "毛巾要经常换洗。", "孔子学院的课程很受欢迎。",
+    "本文档的作者向所有读者致谢。", "服务员查房也没发现。",
+    "亲爱的朋友们：新年快乐！", "胡椒粉放多了。",
+])
+def test_chinese_third_round_non_names(engine, text):
+    assert names(engine, text) == []

@@ -1529,8 +1529,10 @@ class PersonNameRecognizer(EntityRecognizer):
             before = text[max(0, start - 60):start]
             prev = _PREV_TOKEN.search(before).group("tok")
             nxt = "'s" if possessive else _NEXT_TOKEN.match(text, m.end()).group("tok")
-            if prev[:1].isupper() and prev[-1:].isalpha():
-                continue  # part of a run of capitalised words: ``candidates`` reads those
+            prev_low = prev.lower()
+            if (prev[:1].isupper() and prev[-1:].isalpha() and prev_low not in self.function_words
+                    and prev_low not in _SLOT_CUES_EN and prev_low not in _SLOT_CUES_DE):
+                continue  # part of a run of capitalised words ("Harvard Medical"): ``candidates`` reads those
             stripped = before.rstrip(" \t")
             clause_start = not stripped or stripped[-1] in "\n.!?:;\"“„(" or prev in ("-", "–", "—")
             after_comma = stripped.endswith(",")
@@ -1540,7 +1542,6 @@ class PersonNameRecognizer(EntityRecognizer):
             next_end = not nxt or nxt[:1] in ",.!?;:)\"”"
             if next_word is not None and next_word.group().lower() == low:
                 continue  # "Pok pok pok": a sound, not a name
-            prev_low = prev.lower()
             if english:
                 verb_next = next_lower and (next_word.group().lower() in _SUBJECT_AUX_EN
                                             or next_word.group().lower() in verbs)
@@ -1861,6 +1862,8 @@ class ChinesePersonNameRecognizer(_RegexRecognizer):
 _CN_CANDIDATE = re.compile(rf"{_CN_SURNAME}[\u4e00-\u9fff]")
 _CN_CLAUSE_END = re.compile(r"[。！？；!?;\n]")
 _CN_NAME_TAGS = ("nr", "nrfg", "nrt")
+# The title of a book, poem or film: what stands inside is no person ("《江城子》", "《孙子兵法》").
+_CN_WORK_TITLE = re.compile(r"《[^《》\n]{1,40}》")
 # Last characters of place and institution names jieba also tags nr ("王府井", "张家界", "黄山路").
 _CN_PLACE_ENDS = frozenset("井界路街巷村镇乡县市省区州岛港湾寺庙宫园楼桥站厂店院馆府营堡屯坝岭")
 # jieba's dictionary tags many ordinary words nr ("陈述" 763, "文明" 6584, "高峰" 1556, "陈列" 665): a dictionary
@@ -2001,6 +2004,12 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         return flag in _CN_NAME_TAGS and (max_freq is None or (freq or 0) < max_freq)
 
     def find(self, text: str) -> Iterator[tuple[int, int]]:
+        titles = [m.span() for m in _CN_WORK_TITLE.finditer(text)]
+        for start, end in self._find(text):
+            if not any(s < end and start < e for s, e in titles):
+                yield start, end  # "《江城子》": a work's title, not its author
+
+    def _find(self, text: str) -> Iterator[tuple[int, int]]:
         pseg = _jieba_posseg()
         if pseg is None:
             return
