@@ -253,3 +253,8 @@ def test_chinese_third_round(engine, text, expected):
 ])
 def test_chinese_third_round_non_names(engine, text):
     assert names(engine, text) == []
+
+
+def test_chinese_work_titles(engine):
+    assert names(engine, "他最喜欢的词牌是《江城子》和《虞美人》。") == []      # a title is no person
+    assert "杨修" in names(engine, "这出戏叫《曹操与杨修》。")      # ... unless it joins two people

@@ -1864,6 +1864,7 @@ _CN_CLAUSE_END = re.compile(r"[。！？；!?;\n]")
 _CN_NAME_TAGS = ("nr", "nrfg", "nrt")
 # The title of a book, poem or film: what stands inside is no person ("《江城子》", "《孙子兵法》").
 _CN_WORK_TITLE = re.compile(r"《[^《》\n]{1,40}》")
+_CN_TITLE_JOINERS = frozenset("与和、")
 # Last characters of place and institution names jieba also tags nr ("王府井", "张家界", "黄山路").
 _CN_PLACE_ENDS = frozenset("井界路街巷村镇乡县市省区州岛港湾寺庙宫园楼桥站厂店院馆府营堡屯坝岭")
 # jieba's dictionary tags many ordinary words nr ("陈述" 763, "文明" 6584, "高峰" 1556, "陈列" 665): a dictionary
@@ -2004,10 +2005,11 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         return flag in _CN_NAME_TAGS and (max_freq is None or (freq or 0) < max_freq)
 
     def find(self, text: str) -> Iterator[tuple[int, int]]:
-        titles = [m.span() for m in _CN_WORK_TITLE.finditer(text)]
+        # "《江城子》", "《虞美人》": a work's title, not a person; but "《曹操与杨修》" joins two people
+        titles = [m.span() for m in _CN_WORK_TITLE.finditer(text) if not _CN_TITLE_JOINERS.intersection(m.group())]
         for start, end in self._find(text):
             if not any(s < end and start < e for s, e in titles):
-                yield start, end  # "《江城子》": a work's title, not its author
+                yield start, end
 
     def _find(self, text: str) -> Iterator[tuple[int, int]]:
         pseg = _jieba_posseg()
