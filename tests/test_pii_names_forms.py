@@ -258,3 +258,15 @@ def test_chinese_third_round_non_names(engine, text):
 def test_chinese_work_titles(engine):
     assert names(engine, "他最喜欢的词牌是《江城子》和《虞美人》。") == []      # a title is no person
     assert "杨修" in names(engine, "这出戏叫《曹操与杨修》。")      # ... unless it joins two people
+
+
+@pytest.mark.parametrize("text", [
+    "又一服务员冷冰冰的过来。",            # a dictionary adjective after a role word
+    "主管王杰和服务员一起来了。",           # the run stops at 和
+])
+def test_chinese_cue_run_stops(engine, text):
+    assert all(len(n) <= 3 and "和" not in n and n != "冷冰冰" for n in names(engine, text))
+
+
+def test_title_is_no_lone_name(engine):
+    assert names(engine, "Bitte wenden Sie sich an Ing. Bärbel Schlosser.") == ["Bärbel Schlosser"]

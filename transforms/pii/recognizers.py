@@ -1523,7 +1523,7 @@ class PersonNameRecognizer(EntityRecognizer):
             if word not in self.given_names and _fold(word) not in self.given_names:
                 continue  # the cheap test first: most capitalised words are no given name
             low = word.lower()
-            if (low in _PRODUCT_GIVEN_NAMES or low in _ARCHAIC_WORDS or low == "lo"
+            if (low in _PRODUCT_GIVEN_NAMES or low in _ARCHAIC_WORDS or low == "lo" or _TITLE_TOKEN.match(word)
                     or not self.lone_given_name(word, english)):
                 continue
             before = text[max(0, start - 60):start]
@@ -2000,6 +2000,8 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
             return False  # "和领军", "和日本", "应中国", "应吴仪": a conjunction or preposition before a word
 
         freq = jieba.dt.FREQ.get(word)
+        if freq and len(word) == 3 and word[1] == word[2]:
+            return False  # "冷冰冰", "白茫茫": a dictionary adjective (names like "韩梅梅" are not in the dictionary)
         if flag == "ns":
             return not freq
         return flag in _CN_NAME_TAGS and (max_freq is None or (freq or 0) < max_freq)
@@ -2135,7 +2137,7 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         text, j = "", k
         while j < len(toks) and len(text) < 4:
             word, flag = toks[j][1], toks[j][2]
-            if j > k and (flag[:1] in ("v", "x", "p", "u") or word in _CN_ROLE_WORDS or word == "的"
+            if j > k and (flag[:1] in ("v", "x", "p", "u", "c") or word in _CN_ROLE_WORDS or word == "的"
                           or (flag[:1] == "d" and len(word) == 1)):  # "张罗" + "又": an adverb goes on
                 break
             if len(word) > 2 or not all("\u4e00" <= c <= "\u9fff" for c in word):
@@ -2145,8 +2147,9 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         if j == k + 1 or j >= len(toks) or len(text) > 4:
             return 0  # one token alone is read by the other rules; the name must end where the clause goes on
         end = toks[j]
-        if not (end[2][:1] in ("v", "x", "p", "u", "d") or end[1] in _CN_ROLE_WORDS or end[1] == "的"):
-            return 0
+        if not (end[2][:1] in ("x", "p", "u", "d", "c") or (end[2][:1] == "v" and len(end[1]) >= 2)
+                or end[1] in _CN_ROLE_WORDS or end[1] == "的"):
+            return 0  # a one-character "verb" may be the name's last character ("金玉" + "盛" + "听说")
         if text[:2] in _CN_SURNAMES_2:
             given = text[2:]
         elif text[0] in _CN_SURNAMES_1:
@@ -2154,8 +2157,8 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         else:
             return 0
         if not 1 <= len(given) <= 2 or text[-1] in _CN_PLACE_ENDS or text[-1] in _CN_THING_ENDS \
-                or text[-1] in _CN_NOUN_SUFFIXES or _jieba_freq(text) >= _CN_NAME_MAX_DICT_FREQ:
-            return 0
+                or text[-1] in _CN_NOUN_SUFFIXES or _jieba_freq(text):
+            return 0  # a dictionary word is read whole by the other rules ("冷冰冰" is an adjective)
         return j - k
 
     @staticmethod
