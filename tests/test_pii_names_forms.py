@@ -261,7 +261,7 @@ def test_chinese_work_titles(engine):
 
 
 @pytest.mark.parametrize("text", [
-    "又一服务员冷冰冰的过来。",            # a dictionary adjective after a role word
+    "又一服务员冷冰冰的过来。",            # a dictionary ABB adjective after a role word ("吴艳艳" stays a name)
     "主管王杰和服务员一起来了。",           # the run stops at 和
 ])
 def test_chinese_cue_run_stops(engine, text):

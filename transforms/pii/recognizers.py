@@ -1908,6 +1908,9 @@ _CN_BRANDS = frozenset("华为 万科 苏宁 吉利 方正 金山 龙湖 雷克�
 # person's name when three or four characters long; ordinary words tagged nr are more frequent ("麦克风" 44,
 # "许可证" 351, "华为" 373).
 _CN_RARE_NAME_FREQ = 30
+# The reduplicated endings of ABB adjectives ("冷冰冰", "金灿灿", "黄澄澄"), which jieba tags nr too.
+_CN_ADJ_REDUPLICANTS = frozenset("""乎乎 茸茸 灿灿 澄澄 彤彤 茫茫 悄悄 喷喷 甸甸 呵呵 冰冰 清清 洋洋 绵绵 溜溜 油油 汪汪 巴巴
+腾腾 嘻嘻 淋淋 糊糊 沉沉 闪闪 蒙蒙""".split())
 # ... unless a function character stands in its given part ("何时能改": "when can", jieba's rare nr entry).
 _CN_FUNCTION_CHARS = frozenset("时能会要将是在不了的也都就把被让给或与")
 # What jieba tags the given name it splits off a lone family name: "梁" + "志强" (nrfg), "邓" + "建国" (ns),
@@ -2000,8 +2003,8 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
             return False  # "和领军", "和日本", "应中国", "应吴仪": a conjunction or preposition before a word
 
         freq = jieba.dt.FREQ.get(word)
-        if freq and len(word) == 3 and word[1] == word[2]:
-            return False  # "冷冰冰", "白茫茫": a dictionary adjective (names like "韩梅梅" are not in the dictionary)
+        if len(word) == 3 and word[1:] in _CN_ADJ_REDUPLICANTS and (freq or 0) >= _CN_RARE_NAME_FREQ:
+            return False  # "冷冰冰" (161), "金灿灿" (56): an adjective; "范冰冰" (8), "吴艳艳" (18) are names
         if flag == "ns":
             return not freq
         return flag in _CN_NAME_TAGS and (max_freq is None or (freq or 0) < max_freq)
