@@ -240,7 +240,9 @@ def test_english_version_2_counts_persons_per_voice_and_quote_alternation(prose)
 
 
 def test_english_models_of_feature_version_1_still_load_and_score_as_before(prose, tmp_path):
+    from transforms.base import StepConfigError
     from transforms.quality.model import unreadable_reason
+    from transforms.quality.step import check
 
     features = OrderFeatures.fit(prose[:100], num_frequent=50, order=3, bits=14)
     arrays = features.to_arrays()
@@ -259,6 +261,9 @@ def test_english_models_of_feature_version_1_still_load_and_score_as_before(pros
     arrays["format_version"] = np.array([2])
     np.savez(tmp_path / "m.bin.order.npz", **arrays)
     assert "order features version 9 (whitespace)" in unreadable_reason(str(tmp_path / "m.bin"))
+    (tmp_path / "m.bin").write_bytes(b"")
+    with pytest.raises(StepConfigError, match=r"^quality\.model: .*order features version 9"):
+        check(QualityConfig(model=str(tmp_path / "m.bin")))  # when the run is checked, not in a worker
     with pytest.raises(ValueError, match="version 9"):
         OrderFeatures.from_arrays(arrays)
 
