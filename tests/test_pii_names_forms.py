@@ -299,6 +299,7 @@ def test_fourth_round_non_names(engine, text):
     ("Elinor smiled and shook her head at him.", ["Elinor"]),         # a rare name as the subject stays
     ("Rowena thinks the train is late again.", ["Rowena"]),           # an -s form is a finite verb
     ("I will hand the keys to Ursula tomorrow if that is fine.", ["Ursula"]),   # an adverb after the name
+    ("Miranda and Rosalind may come later.", ["Miranda", "Rosalind"]),  # a modal is no noun ("may")
 ])
 def test_fourth_round_names(engine, text, expected):
     assert names(engine, text) == expected

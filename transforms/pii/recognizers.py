@@ -1502,7 +1502,8 @@ class PersonNameRecognizer(EntityRecognizer):
             if english is None:
                 english = self.is_english(text)
             after = _LOWER_WORD.match(text, m.end())
-            if english and after is not None and english_noun_only(after.group(), self.word_model):
+            if (english and after is not None and after.group() not in self.function_words
+                    and english_noun_only(after.group(), self.word_model)):
                 continue  # "Alex and Ollie family": two names as a modifier of a noun
             if all(self.lone_given_name(m.group(g), english) for g in ("a", "b")):
                 for g in ("a", "b"):
@@ -1654,7 +1655,8 @@ class PersonNameRecognizer(EntityRecognizer):
                 after = re.match(r"[ \t]+(?P<w>[a-zäöüß]+)", text[e2:])
                 if nxt_low in _PAIR_JOINERS and p2 in _PAIR_JOINERS and re.fullmatch(
                         r"[ \t]+\S+[ \t]+", text[end:s2]) and after is not None and not (
-                        english and english_noun_only(after.group("w"), self.word_model)):  # "(Alex and Ollie family)"
+                        english and after.group("w") not in self.function_words
+                        and english_noun_only(after.group("w"), self.word_model)):  # "(Alex and Ollie family)"
                     stripped = text[:start].rstrip(" \t")
                     if not stripped or stripped[-1] in "\n.!?:;,\"“„(":
                         found.extend(((start, end), (s2, e2)))
