@@ -1243,8 +1243,8 @@ _SLOT_CUES_DE = frozenset("""an mit von bei für frag fragt frage fragen sag sag
 schreib schreibt treffe trifft getroffen gefragt gesagt besucht besuche besuchen grüß grüße danke dank""".split())
 _SLOT_VERB_CUES_DE = frozenset("""hat ist war hatte wird kommt kann soll muss darf will geht macht hat's
 haben""".split())
-# English words after a sentence-initial given name that make it the subject ("Noah is", "Tyler cooked" is read
-# from the verb forms of ``english_word_forms``).
+# English words after a sentence-initial given name that make it the subject ("Noah is"; "Tyler cooked" and
+# "Naomi thinks" are read by ``english_finite_verb``).
 _SUBJECT_AUX_EN = frozenset("""is was has had will would can could should did does isn't wasn't hasn't hadn't won't
 wouldn't can't couldn't didn't doesn't says said just also always never still really finally must mustn't may
 might shall ought cannot""".split())
@@ -1347,6 +1347,8 @@ _ABBREVIATION_AFTER = re.compile(r"\.[ \t]*[a-z&]")
 # Prepositions among the slot cues: after them a lone name and then a noun ("for Oscar voting", "with Oscar
 # season") is a modifier, not a person.
 _PREPOSITION_CUES_EN = frozenset("to for with from by".split())
+_CAPITAL_AFTER = re.compile(r"[ \t]+(?!I\b)[A-Z]")  # a capitalised word next ("I" aside)
+_LOWER_AFTER = re.compile(r"[ \t]+(?P<w>[a-zäöüß]+)")  # a lower-case word next
 
 
 def _function_words() -> frozenset[str]:
@@ -1597,7 +1599,7 @@ class PersonNameRecognizer(EntityRecognizer):
             prev_low = prev.lower()
             if _after_place_prefix(text, start):
                 continue  # "Fort St. John's", "St. Lucia": a place
-            if possessive and re.match(r"[ \t]+(?!I\b)[A-Z]", text[m.end():]):
+            if possessive and _CAPITAL_AFTER.match(text, m.end()):
                 continue  # "Jane's Information Group", "Jane's Publishing, Inc.": the possessive names a firm
             if _ABBREVIATION_AFTER.match(text, end):
                 continue  # "akin to Dan. & Sw.": an abbreviation
@@ -1652,7 +1654,7 @@ class PersonNameRecognizer(EntityRecognizer):
             if (start, end) in found:
                 continue
             for s2, e2, p2, n2 in pending:
-                after = re.match(r"[ \t]+(?P<w>[a-zäöüß]+)", text[e2:])
+                after = _LOWER_AFTER.match(text, e2)
                 if nxt_low in _PAIR_JOINERS and p2 in _PAIR_JOINERS and re.fullmatch(
                         r"[ \t]+\S+[ \t]+", text[end:s2]) and after is not None and not (
                         english and after.group("w") not in self.function_words
