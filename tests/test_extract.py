@@ -159,6 +159,25 @@ def test_paragraphs_written_as_divs_in_nested_sections_are_all_kept():
     assert "Town archive" not in result.text and "Ferry timetable" not in result.text
 
 
+def test_a_single_page_manual_is_kept_whole_not_its_densest_subsection():
+    """texinfo and DocBook write a whole manual on one page, chapters > sections > subsections: the subsection
+    that gathers the most paragraphs is one part among siblings of its kind, and the text is the manual's."""
+    def para(i, topic):
+        return (f"<p>Paragraph {i} on {topic}: the shell reads each command, expands its words, and runs it, "
+                f"waiting for it to finish unless it was started in the background with an ampersand.</p>")
+
+    def sub(name, n):
+        return f'<div class="subsection"><h4>{name}</h4>' + "".join(para(i, name) for i in range(n)) + "</div>"
+
+    chapters = "".join(f'<div class="chapter"><h2>{c}</h2>{para(0, c)}<div class="section"><h3>{c} basics</h3>'
+                       f'{sub(c + " loops", 2)}{sub(c + " conditionals", 6)}</div>'
+                       f'<div class="section"><h3>{c} in depth</h3>{para(1, c + " in depth")}{para(2, c + " in depth")}</div></div>'
+                       for c in ("Commands", "Variables", "Expansion"))
+    result = extract(page(f'<div class="top"><h1>Manual</h1>{chapters}</div>'))
+    for topic in ("Commands loops", "Commands conditionals", "Variables", "Expansion conditionals"):
+        assert f"on {topic}" in result.text, (topic, result.text[:300])
+
+
 def test_code_blocks_lists_and_tables_are_kept_with_their_structure():
     code = "fn main() {\n    let x = 1;\n    println!(\"{}\", x);\n}"
     body = (f"<main><h1>Setup</h1>{ARTICLE}<pre><code>{code}</code></pre>"

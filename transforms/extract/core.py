@@ -332,7 +332,31 @@ def _scored_root(body, total: int):
         if any(score >= floor and node is not best and node.tag == tag and node.parent is parent
                for node, score in scores.items()):
             best = parent
-    return best, f"scored:{best.tag}"
+    return _whole_document(best), f"scored:{best.tag}"
+
+
+def _same_kind(a, b) -> bool:
+    """Two parts of one document: the same tag and the same class (a generic wrapper without a class is no part),
+    or both ``<section>`` / ``<article>``."""
+    if a.tag != b.tag:
+        return False
+    cls = a.getattr("class")
+    return bool(cls) and cls == b.getattr("class") or a.tag in ("section", "article")
+
+
+def _whole_document(best):
+    """Climb a manual's nesting (chapter > section > subsection, texinfo's, DocBook's, Sphinx's): while the
+    element stands among siblings of its own kind (``_same_kind``) that hold text (200 characters or more), the
+    document is their parent. A single-page manual is rooted in its
+    top, not in the one subsection that gathers the most paragraphs."""
+    while True:
+        parent = best.parent
+        if parent is None or parent.tag in ("body", "html"):
+            return best
+        if not any(sib is not best and _same_kind(best, sib) and _text_len(sib) >= 200
+                   for sib in parent.children[:]):
+            return best
+        best = parent
 
 
 _LINK_RE = re.compile(r"<a\b[^>]*>(.*?)</a>", re.S | re.I)
