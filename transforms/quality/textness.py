@@ -13,7 +13,8 @@ Signals (``textness_features``; each measured on the first ``HEAD_CHARS`` charac
     compression     zlib size / UTF-8 size (repetition compresses, random keys do not)
     dup_lines, dup_ngrams   characters in repeated lines; repeated word 3-grams (characters 6-grams without spaces)
     distinct        distinct characters per character
-    vowels          vowels among Latin and Cyrillic letters (keyboard mashing has few); neutral in other scripts
+    vowels          vowels among Latin and Cyrillic letters, marked ones too, saturated at a third (keyboard
+                    mashing has few; German and Polish have as many as a language needs); neutral in other scripts
     long_tokens     characters in whitespace tokens of 25+ characters outside CJK text (base64, hashes)
     upper           capitals among cased letters (Latin and Cyrillic text)
     repeated_chars  characters in runs of 4+ of the same character
@@ -195,7 +196,9 @@ def textness_features(text: str) -> list[float]:
     # vowels and capitals say something only in text written in Latin or Cyrillic letters (Korean or Japanese
     # quoting option names is not short of vowels): elsewhere the typical value, 0.4 and 0.1
     alphabetic = lat_cyr >= 30 and lat_cyr >= 0.5 * letters
-    vowels = len(_VOWEL.findall(head)) / lat_cyr if alphabetic else 0.4
+    # saturated at a third: German, Czech or Polish (a third of letters vowels) are as much text as Italian; only
+    # consonant runs well below that (keyboard rows) tell
+    vowels = min(len(_VOWEL.findall(head)) / lat_cyr / 0.33, 1.0) if alphabetic else 1.0
     cased = len(_CASED.findall(head))
     upper = len(_CASED_UPPER.findall(head)) / cased if alphabetic and cased >= 20 else 0.1
     long_chars = sum(len(t) for t in tokens if len(t) >= 25 and not _CJK.search(t))
