@@ -94,9 +94,12 @@ def test_engine_masks_the_name_not_the_cue(engine):
     ("I met Jane Hall at the station.", "Jane Hall"),
     ("Kim Park said the results were fine.", "Kim Park"),
     ("We wrote to Mary Hall about the rent.", "Mary Hall"),
+    ("Wendy's was packed at lunchtime.", None),
+    ("Tyler's sister was there.", "Tyler"),
 ])
 def test_a_place_named_like_a_person_is_no_person(engine, text, name):
     """A run ending in a place word (Park, Hall, Line, Building) after an article or a preposition of place names
-    the place; the same run as a subject or after "met"/"to" is a person (Hall and Park are common surnames)."""
+    the place; the same run as a subject or after "met"/"to" is a person (Hall and Park are common surnames). A
+    name's 's before a finite auxiliary is a shop; before a noun it is the person's."""
     [spans] = engine.analyze([text])
     assert [text[s.start:s.end] for s in spans] == ([name] if name else [])

@@ -1091,6 +1091,9 @@ angel autumn river sky storm sage earl king prince young price major carol chris
 honey destiny trinity harmony melody misty star dusty brandy buck cliff drew bob bud moss reed rod wade wolf
 kai eve jay kit lou van miles lane dean glen nick son sonne ernst""".split())
 _POSSESSIVE_END = re.compile(r"['’]s$")
+# A finite auxiliary right after a name's 's: the 's is no contracted is/has, the name a noun of its own (a shop)
+_AUX_AFTER = re.compile(r"[ \t]+(?:is|was|were|are|has|had|have|will|would|can|could|should|may|might|must|does|"
+                        r"did|isn't|wasn't|won't|doesn't|didn't)\b")
 # Words that end place names and are surnames as often ("Albert Hall", "Jane Hall"): a place only after one of
 # ``_PLACE_CUES`` (with the street words, which ``looks_like_street`` already knows).
 _PLACE_SURNAMES = frozenset("""hall halls tower towers church castle arena marina temple gate house""".split())
@@ -1610,6 +1613,9 @@ class PersonNameRecognizer(EntityRecognizer):
                 continue  # "Fort St. John's", "St. Lucia": a place
             if possessive and _CAPITAL_AFTER.match(text, m.end()):
                 continue  # "Jane's Information Group", "Jane's Publishing, Inc.": the possessive names a firm
+            if possessive and _AUX_AFTER.match(text, m.end()):
+                continue  # "Wendy's was packed", "Macy's will open": a shop named for its founder ("Lucy's been",
+                #           "Lucy's coming" read 's as has/is and stay a person)
             if _ABBREVIATION_AFTER.match(text, end):
                 continue  # "akin to Dan. & Sw.": an abbreviation
             if (prev[:1].isupper() and prev[-1:].isalpha() and prev_low not in self.function_words
