@@ -204,3 +204,75 @@ def test_chinese_documents_are_kept_unscored_by_the_english_model():
     strict = cfg.model_copy(update={"skip_scripts": []})
     zh["annotations"] = {"normalize": {"script": "cjk"}}
     assert QualityStep(strict, model).apply([zh])[0] == "low_quality"
+
+
+DIALOGUE = ('"I am sure you will like it," said she. "You cannot think what a sweet place it is." He smiled at her '
+            'and she turned to the window, where the rain fell on the garden.')
+
+
+def test_quote_roles_read_straight_and_curly_quotes_alike():
+    from transforms.quality.features import QUOTE_CLOSES, QUOTE_OPENS, quote_role
+
+    assert quote_role('"Yes."') == quote_role("\u201cYes.\u201d") == QUOTE_OPENS | QUOTE_CLOSES
+    assert quote_role('"Well') == quote_role("\u201cWell") == QUOTE_OPENS
+    assert quote_role('it,"') == quote_role('said."') == quote_role("it,\u201d") == QUOTE_CLOSES
+    assert quote_role('"') == quote_role("word") == quote_role('12"') & QUOTE_OPENS == 0  # spaced-out: no role
+
+
+def test_english_version_2_counts_persons_per_voice_and_quote_alternation(prose):
+    features = OrderFeatures.fit(prose[:200], num_frequent=100, order=3, bits=16)
+    assert features.feature_version == OrderFeatures.ENGLISH_FEATURE_VERSION == 2
+    names = features.names
+    assert {"voice_pronoun_entropy", "quote_alternation", "half_overlap"} <= set(names)
+    assert "odd_quotes" not in names and "pronoun_entropy" not in names
+    curly = DIALOGUE.replace(' "', " \u201c").replace('"', "\u201d").replace("\u201dI", "\u201cI")
+    scrambled = 'I am sure you," will like it said she. "You "cannot think what a sweet" place it is. He smiled'
+    x = features.transform([DIALOGUE, curly, scrambled, DIALOGUE.replace('"', "")])
+    voice, alternation = names.index("voice_pronoun_entropy"), names.index("quote_alternation")
+    # speech ("I", "you") and narration ("she", "he", "her") each keep to their persons; without the quotes
+    # the same pronouns are one mixed voice
+    assert x[0, voice] < x[3, voice]
+    mine = [voice, alternation, names.index("half_overlap")]
+    np.testing.assert_allclose(x[0, mine], x[1, mine])  # straight and curly quotes read alike
+    assert x[0, alternation] == 0.0 and x[3, alternation] == 0.0
+    assert x[2, alternation] == pytest.approx(1 / 5)  # C O O C: one opening after an opening, per 4 marks + 1
+    assert np.isfinite(x).all()
+
+
+def test_english_models_of_feature_version_1_still_load_and_score_as_before(prose, tmp_path):
+    from transforms.base import StepConfigError
+    from transforms.quality.model import unreadable_reason
+    from transforms.quality.step import check
+
+    features = OrderFeatures.fit(prose[:100], num_frequent=50, order=3, bits=14)
+    arrays = features.to_arrays()
+    meta = json.loads(bytes(arrays["order_meta"]).decode("utf-8"))
+    assert meta["feature_version"] == 2
+    del meta["feature_version"]  # what an English model written before version 2 holds
+    arrays["order_meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    old = OrderFeatures.from_arrays(arrays)
+    assert old.feature_version == 1 and old.names[5:7] == ["pronoun_entropy", "odd_quotes"]
+    assert "half_overlap" not in old.names
+    x = old.transform(['one "odd quote', DIALOGUE])
+    assert x.shape == (2, len(old.names)) and x[0, 6] == 1.0 and x[1, 6] == 0.0
+    # a model fitted on a feature version this code does not compute is refused by name, not misread
+    meta["feature_version"] = 9
+    arrays["order_meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    arrays["format_version"] = np.array([2])
+    np.savez(tmp_path / "m.bin.order.npz", **arrays)
+    assert "order features version 9 (whitespace)" in unreadable_reason(str(tmp_path / "m.bin"))
+    (tmp_path / "m.bin").write_bytes(b"")
+    with pytest.raises(StepConfigError, match=r"^quality\.model: .*order features version 9"):
+        check(QualityConfig(model=str(tmp_path / "m.bin")))  # when the run is checked, not in a worker
+    with pytest.raises(ValueError, match="version 9"):
+        OrderFeatures.from_arrays(arrays)
+
+
+def test_default_model_cache_key_carries_the_feature_version(tmp_path, monkeypatch):
+    from transforms.quality.step import default_model_path
+
+    cfg = QualityConfig()
+    now = default_model_path(tmp_path, cfg)
+    assert now == default_model_path(tmp_path, cfg)
+    monkeypatch.setitem(OrderFeatures.READABLE_FEATURE_VERSIONS, "whitespace", (1, 2, 3))
+    assert default_model_path(tmp_path, cfg) != now  # a model of other features is trained again, not reused

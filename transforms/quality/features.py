@@ -322,6 +322,9 @@ PRONOUN_PERSON = {
 PRONOUN_PERSON_ZH = {"我": 1, "你": 3, "您": 3, "他": 4, "她": 5, "它": 7}
 PREFILLED_WORDS = 5_000  # words whose common forms are in the token table from the start (fast model load)
 MAX_TABLE_ROWS = 1_000_000  # token table bound (~32 MB of columns plus the dict)
+# English version 2's half_overlap: the most frequent words of the training text are function words ("the", "she",
+# "said"), not topic
+FUNCTION_WORDS = 100
 CACHE_WEIGHT = 0.1  # weight of the in-document cache in the cache-mixture unigram model
 
 
@@ -394,6 +397,52 @@ def bracket_imbalance(text: str, ascii_quotes: bool = False) -> float:
     return unpaired / (opened + 1)
 
 
+_OPENING_QUOTES = ('"', "\u201c")
+_CLOSING_QUOTES = ('"', "\u201d")
+_AFTER_CLOSING = ".,;:!?)"
+QUOTE_OPENS, QUOTE_CLOSES = 1, 2
+
+
+def quote_role(token: str) -> int:
+    """Bits of the roles of the double quote marks of a whitespace token: ``QUOTE_OPENS`` when it starts with one,
+    ``QUOTE_CLOSES`` when it ends with one (before trailing punctuation: '."' and '"),' close); a quote mark standing
+    alone has no role (spaced-out typography says nothing about direction)."""
+    if len(token) < 2:
+        return 0
+    role = QUOTE_OPENS if token.startswith(_OPENING_QUOTES) else 0
+    if token.rstrip(_AFTER_CLOSING).endswith(_CLOSING_QUOTES) and len(token.rstrip(_AFTER_CLOSING)) > (role > 0):
+        role |= QUOTE_CLOSES
+    return role
+
+
+def _inside_quotes(roles: np.ndarray, doc_of: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per token, whether it is quoted speech: it opens a quote, or the last quote mark before it in its document
+    opened one (a closing token is still inside: its word is spoken). Vectorised: forward fill of the last mark."""
+    index = np.arange(len(roles))
+    has = roles > 0
+    last = np.maximum.accumulate(np.where(has, index, -1))
+    before = np.concatenate([[-1], last[:-1]])  # the last mark strictly before each token
+    before[before < starts[doc_of]] = -1  # not across documents
+    open_before = (before >= 0) & ((roles[np.maximum(before, 0)] & QUOTE_CLOSES) == 0)
+    return ((roles & QUOTE_OPENS) > 0) | open_before
+
+
+def _quote_alternation(roles: np.ndarray, doc_of: np.ndarray, num_docs: int) -> np.ndarray:
+    """Per document, quote marks whose role repeats the previous mark's (open after open, close after close) per
+    mark used + 1 (0 without quotes). A token that opens and closes ('"Yes."') is an opening then a closing mark."""
+    opening = np.flatnonzero(roles & QUOTE_OPENS) * 2
+    closing = np.flatnonzero(roles & QUOTE_CLOSES) * 2 + 1
+    events = np.sort(np.concatenate([opening, closing]))
+    marks = np.bincount(doc_of[events >> 1], minlength=num_docs).astype(np.float64)
+    if len(events) < 2:
+        return np.zeros(num_docs)
+    doc = doc_of[events >> 1]
+    role = events & 1
+    repeat = (doc[1:] == doc[:-1]) & (role[1:] == role[:-1])
+    bad = np.bincount(doc[1:], weights=repeat.astype(np.float64), minlength=num_docs)
+    return bad / (marks + 1)
+
+
 class OrderFeatures:
     """Word classes + class n-gram model + word statistics: text in, a fixed-length float vector out."""
 
@@ -415,6 +464,24 @@ class OrderFeatures:
     # mostly near ones: function-word pairs). Line ends: the share of lines that end like a sentence; tables of
     # contents and lists, whose lines repeat words as much as prose does, end their lines with none.
     BIGRAM_COHESION_V2 = ("half_overlap", "line_end_share")
+    # Version of the English (whitespace) features. 2 replaces two columns of version 1 and adds one, for Markov
+    # babble over dialogue-rich prose (a novel's chains keep every word pair, so fastText and the n-gram gains see
+    # little), each measured to hold on real text of every typography:
+    # * pronoun_entropy becomes voice_pronoun_entropy: the entropy of pronoun persons counted apart inside quoted
+    #   speech and in narration (weighted by their pronouns). Dialogue mixes "I"/"you" in speech with "she" in
+    #   narration, which version 1 took for a chain switching persons; a chain mixes them within each voice.
+    # * odd_quotes (straight-quote parity, a rare 0/1 column whose pairwise products were fitted on a handful of
+    #   documents) becomes quote_alternation: quote marks that repeat the previous mark's role (an opening one after
+    #   an opening one, a closing one after a closing one) per mark used. Roles come from the position in the token
+    #   (opening: at its start, closing: at its end before trailing punctuation), so straight and curly quotes read
+    #   alike; a spaced-out quote has no role. A chain keeps each quoted word but not the alternation.
+    # * half_overlap (as for cjk, over words): the share of the second half's content words the first half used.
+    ENGLISH_FEATURE_VERSION = 2
+    COHESION_EN_V2 = ("log_tokens", "cache_gain", "content_repeat", "name_repeat", "content_share",
+                      "voice_pronoun_entropy", "quote_alternation")
+    WORD_COHESION_V2 = ("half_overlap",)
+    # the feature versions this code computes, per tokenizer (the last one is what it fits)
+    READABLE_FEATURE_VERSIONS = {"whitespace": (1, ENGLISH_FEATURE_VERSION), "cjk": (1, CJK_FEATURE_VERSION)}
 
     def __init__(self, classes: WordClasses, lm: HashedNgramLM, words: Sequence[str], word_counts: np.ndarray,
                  max_tokens: int, tokenizer: str = "whitespace", feature_version: int = 1):
@@ -424,12 +491,18 @@ class OrderFeatures:
         self.extra = self.BIGRAM_COHESION if tokenizer == "cjk" else ()
         if tokenizer == "cjk" and feature_version >= 2:
             self.extra = self.extra + self.BIGRAM_COHESION_V2
-        if feature_version not in (1, self.CJK_FEATURE_VERSION) or (feature_version != 1 and tokenizer != "cjk"):
+        if feature_version not in self.READABLE_FEATURE_VERSIONS[tokenizer]:
             raise ValueError(f"order features version {feature_version} with tokenizer {tokenizer!r}: this code "
-                             f"reads 1, and {self.CJK_FEATURE_VERSION} for cjk")
+                             f"reads {', '.join(map(str, self.READABLE_FEATURE_VERSIONS[tokenizer]))}")
         self.feature_version = feature_version
+        # English version 2: voices, quote alternation and topic drift (see ENGLISH_FEATURE_VERSION)
+        self.voices = tokenizer == "whitespace" and feature_version >= 2
+        self.cohesion = self.COHESION_EN_V2 if self.voices else self.COHESION
+        if self.voices:
+            self.extra = self.WORD_COHESION_V2
         # version 2 (cjk): straight quotes are counted by bracket_imbalance, not by the odd_quotes column
-        self.quotes_in_brackets = feature_version >= 2
+        self.quotes_in_brackets = tokenizer == "cjk" and feature_version >= 2
+        self.odd_quotes_column = feature_version == 1
         self.words = list(words)
         self.word_ids = {w: i + 1 for i, w in enumerate(self.words)}  # 0: out of vocabulary
         self.word_counts = np.asarray(word_counts, dtype=np.float64)
@@ -465,11 +538,11 @@ class OrderFeatures:
         counts = Counter(core.lower() for toks in token_lists for core in map(_core, toks) if core)
         words = counts.most_common(max_words)
         return cls(classes, lm, [w for w, _ in words], np.array([c for _, c in words], dtype=np.float64), max_tokens,
-                   tokenizer, cls.CJK_FEATURE_VERSION if tokenizer == "cjk" else 1)
+                   tokenizer, cls.READABLE_FEATURE_VERSIONS[tokenizer][-1])
 
     @property
     def names(self) -> list[str]:
-        names = list(self.COHESION) + list(self.extra)
+        names = list(self.cohesion) + list(self.extra)
         names += [f"class_lp{n}" for n in range(1, self.lm.order + 1)]
         for n in range(2, self.lm.order + 1):
             names += [f"class_gain{n}", f"class_drop{n}_0.5", f"class_drop{n}_1"]
@@ -480,20 +553,20 @@ class OrderFeatures:
         scoring costs one C-level dict lookup per token. Known word forms are added up front; new forms are
         appended as they are met, up to MAX_TABLE_ROWS (a long run meets an open vocabulary)."""
         self.token_row: _RowTable = _RowTable()
-        self._columns = np.zeros((1024, 4), dtype=np.int64)
+        self._columns = np.zeros((1024, 5), dtype=np.int64)
         self._rows = 0
         self._add_rows(list(dict.fromkeys(tokens)))
 
-    def _describe(self, token: str) -> tuple[int, int, int, int]:
+    def _describe(self, token: str) -> tuple[int, int, int, int, int]:
         core = _core(token)
         lower = core.lower()
         word = self.word_ids.get(lower, 0)
         # a word outside the vocabulary still needs an identity to detect repeats: a negative hash never
         # equals a word id (Python's str hash is per process, which is all a document needs)
         key = word or -1 - (hash(lower) & 0x3FFF_FFFF_FFFF_FFFF)
-        return self.classes.class_id(token), word, key, int(lower.isalpha())  # "".isalpha() is False
+        return self.classes.class_id(token), word, key, int(lower.isalpha()), quote_role(token)  # "".isalpha(): False
 
-    def _add_rows(self, tokens: Iterable[str]) -> list[tuple[int, int, int, int]]:
+    def _add_rows(self, tokens: Iterable[str]) -> list[tuple[int, int, int, int, int]]:
         """Describe new surface forms and append them to the table (while it has room)."""
         described = [self._describe(t) for t in tokens]
         room = min(len(described), MAX_TABLE_ROWS - self._rows)
@@ -507,8 +580,8 @@ class OrderFeatures:
             self._rows += room
         return described
 
-    def _token_columns(self, tokens: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(class id, word id [0 = unseen], identity key, is alphabetic) for each token."""
+    def _token_columns(self, tokens: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(class id, word id [0 = unseen], identity key, is alphabetic, quote role) for each token."""
         # map() over the bound lookup keeps the per-token loop in C: the hot loop of the whole step
         rows = np.fromiter(map(self.token_row.__getitem__, tokens), dtype=np.int64, count=len(tokens))
         unseen = np.flatnonzero(rows < 0)
@@ -517,7 +590,7 @@ class OrderFeatures:
             self._add_rows(new_forms)
             rows[unseen] = [self.token_row[tokens[i]] for i in unseen]
         columns = self._columns[rows] if (rows >= 0).all() else self._columns_with_overflow(tokens, rows)
-        return columns[:, 0], columns[:, 1], columns[:, 2], columns[:, 3].astype(bool)
+        return columns[:, 0], columns[:, 1], columns[:, 2], columns[:, 3].astype(bool), columns[:, 4]
 
     def _columns_with_overflow(self, tokens: list[str], rows: np.ndarray) -> np.ndarray:
         """The table is full: describe the forms that did not fit on the fly."""
@@ -540,7 +613,7 @@ class OrderFeatures:
             token_lists = [toks[: self.max_tokens] for toks in token_lists]
         lengths = np.array([len(toks) for toks in token_lists], dtype=np.int64)
         out[:, 0] = np.log1p(lengths)
-        if not self.quotes_in_brackets:
+        if self.odd_quotes_column:
             out[:, 6] = [t.count('"') % 2 for t in texts]
         present = lengths > 0
         if not present.any():
@@ -548,7 +621,7 @@ class OrderFeatures:
         docs = np.flatnonzero(present)
         lengths = lengths[docs]
         tokens = list(chain.from_iterable(token_lists[i] for i in docs))
-        class_ids, word_ids, word_keys, alpha = self._token_columns(tokens)
+        class_ids, word_ids, word_keys, alpha, roles = self._token_columns(tokens)
         doc_of = np.repeat(np.arange(len(docs)), lengths)
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         position = np.arange(len(tokens)) - np.repeat(starts, lengths)
@@ -571,23 +644,37 @@ class OrderFeatures:
         names_first = per_doc((is_name & (earlier == 0)).astype(np.float64))
         out[docs, 3] = np.where(names_n > 0, 1.0 - names_first / np.maximum(names_n, 1), 0.5)
         out[docs, 4] = n_content / lengths
-        # entropy of the grammatical persons of the pronouns used
+        # entropy of the grammatical persons of the pronouns used (version 2: within each voice, speech and narration)
         person = self.word_person[word_ids]
         persons = max(PRONOUN_PERSON.values()) + 1
         used = person > 0
-        counts = np.bincount(doc_of[used] * persons + person[used], minlength=len(docs) * persons)
-        counts = counts.reshape(len(docs), persons).astype(np.float64)
+        voices = 2 if self.voices else 1
+        group = doc_of * 2 + _inside_quotes(roles, doc_of, starts) if self.voices else doc_of
+        counts = np.bincount(group[used] * persons + person[used], minlength=len(docs) * voices * persons)
+        counts = counts.reshape(len(docs) * voices, persons).astype(np.float64)
         share = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
-        out[docs, 5] = -(share * np.log(np.where(share > 0, share, 1.0))).sum(axis=1)
+        entropy = -(share * np.log(np.where(share > 0, share, 1.0))).sum(axis=1)
+        if not self.voices:
+            out[docs, 5] = entropy
+        else:  # the voices' entropies weighted by their pronouns
+            weights = counts.sum(axis=1).reshape(len(docs), 2)
+            out[docs, 5] = (entropy.reshape(len(docs), 2) * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1)
+        if self.voices:
+            out[docs, 6] = _quote_alternation(roles, doc_of, len(docs))
+            # topic words: alphabetic, not among the most frequent words of the training text (function words)
+            topical = alpha & ((word_ids == 0) | (word_ids > FUNCTION_WORDS))
+            second = 2 * position >= lengths[doc_of]
+            out[docs, len(self.cohesion)] = _half_overlap(doc_of[topical], word_keys[topical], second[topical],
+                                                          len(docs))
 
-        col = len(self.COHESION)
-        if self.extra:
+        col = len(self.cohesion)
+        if self.extra and self.tokenizer == "cjk":
             out[:, col + 2] = [bracket_imbalance(t, self.quotes_in_brackets) for t in texts]
             if self.feature_version >= 2:
                 out[:, col + 4] = [line_end_share(t[: self.max_tokens * 2]) for t in texts]
             self._bigram_cohesion(out[:, col:col + len(self.extra)], docs, doc_of, starts, lengths, word_ids,
                                   word_keys, alpha)
-            col += len(self.extra)
+        col += len(self.extra)
         # class n-gram model: gains of each extra order of context, and how often it hurts
         logprobs, _ = self.lm.token_logprobs(flat_ids=class_ids, lengths=lengths)
         for lp in logprobs:

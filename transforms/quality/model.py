@@ -32,8 +32,9 @@ from transforms.quality.features import OrderFeatures, char_stream
 # records is identified as it (a handbook quoting English commands stays a Chinese model)
 LANGUAGE_MIN_SHARE = 0.1
 
-# 2: the order features carry a feature version (Chinese models from feature version 2 on write format 2, so that
-# code that reads only format 1 refuses them instead of computing the columns they were not fitted on); 1 still loads
+# 2: the order features carry a feature version (models from feature version 2 on, Chinese and English, write format
+# 2, so that code that reads only format 1 refuses them instead of computing the columns they were not fitted on; code
+# that reads format 2 but not the model's feature version refuses it by name); 1 still loads
 MODEL_FORMAT_VERSION = 2
 READABLE_FORMAT_VERSIONS = (1, 2)
 DEFAULT_MAX_CHARS = 20_000  # characters of a document fastText reads
@@ -141,12 +142,23 @@ class LogisticStacker:
                    np.asarray(arrays[prefix + "weights"]), float(arrays[prefix + "bias"][0]))
 
 
+# Share of the training documents below (and above) the range each input of the second stage is clipped to.
+CLIP_TAIL = 0.005
+
+
 class SecondStage:
     """Logistic regression over the pairwise products of [fastText logit, order features] (z-scored first):
-    the products let it learn that e.g. low cohesion only matters in text fastText takes for prose."""
+    the products let it learn that e.g. low cohesion only matters in text fastText takes for prose.
 
-    def __init__(self, mean: np.ndarray, scale: np.ndarray, model: LogisticStacker, gate: float):
+    Inputs are clipped to the range the training documents span (``CLIP_TAIL`` of them outside on each side), so a
+    document beyond it is scored as the most extreme ones it was fitted on: a quadratic surface extrapolated far
+    outside its data swings to any verdict (text the class n-gram model was trained on has trigram gains no
+    out-of-fold document has, and scored 0.000). Models saved without the range are not clipped."""
+
+    def __init__(self, mean: np.ndarray, scale: np.ndarray, model: LogisticStacker, gate: float,
+                 low: np.ndarray | None = None, high: np.ndarray | None = None):
         self.mean, self.scale, self.model, self.gate = mean, scale, model, float(gate)
+        self.low, self.high = low, high
 
     @staticmethod
     def _expand(z: np.ndarray) -> np.ndarray:
@@ -160,14 +172,18 @@ class SecondStage:
     @classmethod
     def fit(cls, p_fasttext, order_x, y, l2: float, gate: float) -> "SecondStage":
         base = cls._base(p_fasttext, order_x)
+        low, high = np.quantile(base, CLIP_TAIL, axis=0), np.quantile(base, 1 - CLIP_TAIL, axis=0)
+        base = np.clip(base, low, high)
         mean, scale = base.mean(axis=0), base.std(axis=0)
         scale[scale < 1e-9] = 1.0
         model = LogisticStacker.fit(cls._expand((base - mean) / scale), y, l2)
-        return cls(mean, scale, model, gate)
+        return cls(mean, scale, model, gate, low, high)
 
     def predict_logit(self, p_fasttext: np.ndarray, order_x: np.ndarray) -> np.ndarray:
-        z = (self._base(p_fasttext, order_x) - self.mean) / self.scale
-        return self.model.logit(self._expand(z))
+        base = self._base(p_fasttext, order_x)
+        if self.low is not None:
+            base = np.clip(base, self.low, self.high)
+        return self.model.logit(self._expand((base - self.mean) / self.scale))
 
     def predict(self, p_fasttext: np.ndarray, order_x: np.ndarray) -> np.ndarray:
         return sigmoid(self.predict_logit(p_fasttext, order_x))
@@ -176,12 +192,15 @@ class SecondStage:
         arrays = self.model.to_arrays(prefix + "lr_")
         arrays.update({prefix + "base_mean": self.mean, prefix + "base_scale": self.scale,
                        prefix + "gate": np.array([self.gate])})
+        if self.low is not None:
+            arrays.update({prefix + "base_low": self.low, prefix + "base_high": self.high})
         return arrays
 
     @classmethod
     def from_arrays(cls, arrays, prefix: str) -> "SecondStage":
+        bounds = [np.asarray(arrays[prefix + k]) if prefix + k in arrays else None for k in ("base_low", "base_high")]
         return cls(np.asarray(arrays[prefix + "base_mean"]), np.asarray(arrays[prefix + "base_scale"]),
-                   LogisticStacker.from_arrays(arrays, prefix + "lr_"), float(arrays[prefix + "gate"][0]))
+                   LogisticStacker.from_arrays(arrays, prefix + "lr_"), float(arrays[prefix + "gate"][0]), *bounds)
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -230,6 +249,30 @@ def card_languages(model_path: str) -> list[str] | None:
             raise ValueError(f"{card_path}: not a model card ({err.msg})") from None
     languages = card.get("languages") if isinstance(card, dict) else None
     return [str(lang) for lang in languages] if isinstance(languages, list) and languages else None
+
+
+def unreadable_reason(model_path: str) -> str | None:
+    """Why this code cannot score with the model at ``model_path`` (its model format or order-feature version is
+    one it does not compute: a model fitted on other features), or None. Reads only the sidecar's small format and
+    meta arrays; remote models (``gs://`` ...) are checked when a worker loads them."""
+    order_path, _ = sidecar_paths(model_path)
+    if "://" in model_path or not os.path.exists(order_path):
+        return None
+    try:
+        with np.load(order_path, allow_pickle=False) as arrays:
+            version = int(arrays["format_version"][0])
+            meta = json.loads(bytes(arrays["order_meta"]).decode("utf-8"))
+    except (OSError, ValueError, KeyError) as err:
+        return f"{order_path}: not a quality model's order arrays ({err})"
+    if version not in READABLE_FORMAT_VERSIONS:
+        return f"{order_path}: model format {version}, this code reads {', '.join(map(str, READABLE_FORMAT_VERSIONS))}"
+    tokenizer = meta.get("tokenizer", "whitespace")
+    features = meta.get("feature_version", 1)
+    readable = OrderFeatures.READABLE_FEATURE_VERSIONS.get(tokenizer, ())
+    if features not in readable:
+        return (f"{order_path}: fitted on order features version {features} ({tokenizer}); this code computes "
+                f"{', '.join(map(str, readable)) or 'no such tokenizer'}: retrain it with `corpusmill quality train`")
+    return None
 
 
 class QualityModel:
@@ -292,8 +335,8 @@ class QualityModel:
 
     @property
     def format_version(self) -> int:
-        """The oldest format that describes this model: 1 unless its order features need a newer one, so that
-        English models stay readable by code that knows only format 1."""
+        """The oldest format that describes this model: 1 unless its order features need a newer one (feature
+        version 1 models stay readable by code that knows only format 1)."""
         return MODEL_FORMAT_VERSION if self.order.feature_version != 1 else 1
 
     def save(self, model_path: str, card: dict[str, Any] | None = None) -> None:

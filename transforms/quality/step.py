@@ -49,8 +49,9 @@ from transforms.base import Doc, StepConfigError, annotate, annotation, step_ann
 from transforms.beam_step import DecideEach, Route, timed
 from transforms.text_units import cjk_ratio
 from transforms.normalize import NormalizeConfig
+from transforms.quality.features import OrderFeatures
 from transforms.quality.model import (QualityModel, QualityTrainConfig, card_languages, load_labeled, sidecar_paths,
-                                      train_quality_model)
+                                      train_quality_model, unreadable_reason)
 from transforms.quality.textness import TextnessJudge, resolve_judge
 
 STEP_NAME = "quality"
@@ -384,6 +385,9 @@ def check(cfg: QualityConfig) -> None:
                 if not _exists(path):
                     raise StepConfigError(f"{field}.model: {path} does not exist (train one with `corpusmill "
                                           f"quality train`, which writes the model and its .order.npz)")
+            reason = unreadable_reason(entry.model)
+            if reason:
+                raise StepConfigError(f"{field}.model: {reason}")
             check_model_language(entry.model, lang, f"{field}.model")
             continue
         if not entry.train_data:
@@ -408,7 +412,10 @@ def resolve_train_data(path: str) -> str:
 def default_model_path(cache_dir: str | os.PathLike, cfg: QualityConfig | LanguageModelConfig,
                        lang: str | None = None) -> Path:
     """Where the default model for this training data and these parameters lives in ``cache_dir``."""
-    key = f"{sha256_file(resolve_train_data(cfg.train_data))}\x00{cfg.train.model_dump_json()}"
+    # the feature version this code fits is part of the key: a model cached before the features changed is trained
+    # again rather than reused (it would still score consistently, with the features it was fitted on)
+    features = OrderFeatures.READABLE_FEATURE_VERSIONS[cfg.train.tokenizer][-1]
+    key = f"{sha256_file(resolve_train_data(cfg.train_data))}\x00{cfg.train.model_dump_json()}\x00features {features}"
     infix = f"{lang}-" if lang else ""
     return Path(cache_dir) / f"quality-default-{infix}{sha256_bytes(key.encode('utf-8'))[:16]}.bin"
 
