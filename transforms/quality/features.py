@@ -259,20 +259,43 @@ class HashedNgramLM:
             self._packed[n] = packed
         return packed
 
-    def fit(self, seqs: Sequence[Sequence[int]], vocab_size: int) -> "HashedNgramLM":
-        """Count n-grams of ``seqs`` (ids in [1, vocab_size)); id vocab_size-1 may be an unseen 'unknown'."""
+    def fit(self, seqs: Sequence[Sequence[int]], vocab_size: int, groups: Sequence | None = None,
+            min_docs: int = 1) -> "HashedNgramLM":
+        """Count n-grams of ``seqs`` (ids in [1, vocab_size)); id vocab_size-1 may be an unseen 'unknown'.
+
+        With ``min_docs`` > 1 an n-gram (order >= 2) is counted only when it occurs in at least that many distinct
+        ``groups`` (source documents; default: each sequence its own); the uses of the others stay in their
+        context's count and go to the lower order (as unseen continuations do). An n-gram of one document only says
+        nothing about other documents, but it makes the model predict that document's own text far better than any
+        unseen text: a training document scored later (a real corpus holds the same novel) would get n-gram gains no
+        out-of-fold document had, which the second stage was never fitted on."""
         flat, real = self._concat(seqs)
         size = 1 << self.bits
         unigram = np.bincount(flat[real].astype(np.int64), minlength=vocab_size).astype(np.float32)
         tables: dict[str, np.ndarray] = {"unigram": unigram}
+        if min_docs > 1:
+            group_ids = np.unique(np.asarray(list(groups) if groups is not None else range(len(seqs)), dtype=str),
+                                  return_inverse=True)[1].astype(np.int64)
+            lengths = np.array([len(s) for s in seqs], dtype=np.int64)
+            group_at = np.repeat(group_ids, lengths + self.order - 1)  # the group of every slot of ``flat``
         for n in range(2, self.order + 1):
             target = real[n - 1 :]
             grams = _ngram_buckets(flat, n, self.bits)[target]
             contexts = _ngram_buckets(flat, n - 1, self.bits)[:-1][target]
-            tables[f"count{n}"] = np.bincount(grams, minlength=size).astype(np.float32)
             tables[f"context{n}"] = np.bincount(contexts, minlength=size).astype(np.float32)
+            pruned = np.zeros(size)
+            if min_docs > 1:  # document frequency of each bucket: distinct (group, bucket) pairs
+                pairs = np.unique(group_at[n - 1 :][target] * size + grams)
+                docs = np.bincount(pairs % size, minlength=size)
+                shared = docs[grams] >= min_docs
+                pruned = np.bincount(contexts[~shared], minlength=size)
+                grams, contexts = grams[shared], contexts[shared]
+            tables[f"count{n}"] = np.bincount(grams, minlength=size).astype(np.float32)
             distinct = np.unique(contexts * size + grams) // size  # N1+(h .): distinct continuations
-            tables[f"types{n}"] = np.bincount(distinct, minlength=size).astype(np.float32)
+            # the backoff weight of a context is discount * types / count: the uses of its pruned continuations join
+            # it (as types / discount), so that their probability goes to the lower order instead of being lost
+            types = np.bincount(distinct, minlength=size) + pruned / self.discount
+            tables[f"types{n}"] = types.astype(np.float32)
         self.tables = tables
         self._packed = {}
         return self
@@ -399,27 +422,33 @@ def bracket_imbalance(text: str, ascii_quotes: bool = False) -> float:
 
 _OPENING_QUOTES = ('"', "\u201c")
 _CLOSING_QUOTES = ('"', "\u201d")
+_DOUBLE_QUOTES = ('"', "\u201c", "\u201d")
 _AFTER_CLOSING = ".,;:!?)"
-QUOTE_OPENS, QUOTE_CLOSES = 1, 2
+QUOTE_OPENS, QUOTE_CLOSES, QUOTE_UNPLACED = 1, 2, 4
 
 
 def quote_role(token: str) -> int:
     """Bits of the roles of the double quote marks of a whitespace token: ``QUOTE_OPENS`` when it starts with one,
-    ``QUOTE_CLOSES`` when it ends with one (before trailing punctuation: '."' and '"),' close); a quote mark standing
-    alone has no role (spaced-out typography says nothing about direction)."""
-    if len(token) < 2:
+    ``QUOTE_CLOSES`` when it ends with one (before trailing punctuation: '."' and '"),' close); ``QUOTE_UNPLACED``
+    when it has a mark that does neither: one standing alone (spaced-out typography says nothing about direction)
+    or inside the token (``{0}!".format``, ``12"x``)."""
+    marks = sum(map(token.count, _DOUBLE_QUOTES))
+    if not marks:
         return 0
+    if len(token) < 2:
+        return QUOTE_UNPLACED
     role = QUOTE_OPENS if token.startswith(_OPENING_QUOTES) else 0
     if token.rstrip(_AFTER_CLOSING).endswith(_CLOSING_QUOTES) and len(token.rstrip(_AFTER_CLOSING)) > (role > 0):
         role |= QUOTE_CLOSES
-    return role
+    placed = (role & QUOTE_OPENS > 0) + (role & QUOTE_CLOSES > 0)
+    return role | (QUOTE_UNPLACED if marks > placed else 0)
 
 
 def _inside_quotes(roles: np.ndarray, doc_of: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Per token, whether it is quoted speech: it opens a quote, or the last quote mark before it in its document
     opened one (a closing token is still inside: its word is spoken). Vectorised: forward fill of the last mark."""
     index = np.arange(len(roles))
-    has = roles > 0
+    has = (roles & (QUOTE_OPENS | QUOTE_CLOSES)) > 0  # an unplaced mark says nothing about the voice
     last = np.maximum.accumulate(np.where(has, index, -1))
     before = np.concatenate([[-1], last[:-1]])  # the last mark strictly before each token
     before[before < starts[doc_of]] = -1  # not across documents
@@ -427,18 +456,22 @@ def _inside_quotes(roles: np.ndarray, doc_of: np.ndarray, starts: np.ndarray) ->
     return ((roles & QUOTE_OPENS) > 0) | open_before
 
 
-def _quote_alternation(roles: np.ndarray, doc_of: np.ndarray, num_docs: int) -> np.ndarray:
+def _quote_alternation(roles: np.ndarray, doc_of: np.ndarray, num_docs: int, reset: bool = True) -> np.ndarray:
     """Per document, quote marks whose role repeats the previous mark's (open after open, close after close) per
-    mark used + 1 (0 without quotes). A token that opens and closes ('"Yes."') is an opening then a closing mark."""
-    opening = np.flatnonzero(roles & QUOTE_OPENS) * 2
-    closing = np.flatnonzero(roles & QUOTE_CLOSES) * 2 + 1
-    events = np.sort(np.concatenate([opening, closing]))
-    marks = np.bincount(doc_of[events >> 1], minlength=num_docs).astype(np.float64)
+    mark used + 1 (0 without quotes). A token that opens and closes ('"Yes."') is an opening then a closing mark.
+    With ``reset`` (feature version 3) an unplaced mark (spaced off its word, or inside a token) starts the count
+    afresh: it may be the closing mark the next opening one follows, so that opening mark is no repeat."""
+    # events in text order, three slots per token: its opening mark, an unplaced one, its closing mark
+    opening = np.flatnonzero(roles & QUOTE_OPENS) * 3
+    unplaced = np.flatnonzero(roles & QUOTE_UNPLACED) * 3 + 1 if reset else np.zeros(0, dtype=np.int64)
+    closing = np.flatnonzero(roles & QUOTE_CLOSES) * 3 + 2
+    events = np.sort(np.concatenate([opening, unplaced, closing]))
+    kind = events % 3
+    doc = doc_of[events // 3]
+    marks = np.bincount(doc[kind != 1], minlength=num_docs).astype(np.float64)
     if len(events) < 2:
         return np.zeros(num_docs)
-    doc = doc_of[events >> 1]
-    role = events & 1
-    repeat = (doc[1:] == doc[:-1]) & (role[1:] == role[:-1])
+    repeat = (doc[1:] == doc[:-1]) & (kind[1:] == kind[:-1]) & (kind[1:] != 1)
     bad = np.bincount(doc[1:], weights=repeat.astype(np.float64), minlength=num_docs)
     return bad / (marks + 1)
 
@@ -476,12 +509,16 @@ class OrderFeatures:
     #   (opening: at its start, closing: at its end before trailing punctuation), so straight and curly quotes read
     #   alike; a spaced-out quote has no role. A chain keeps each quoted word but not the alternation.
     # * half_overlap (as for cjk, over words): the share of the second half's content words the first half used.
-    ENGLISH_FEATURE_VERSION = 2
+    # Version 3: quote_alternation starts afresh after a quote mark that is neither a token's opening nor its closing
+    # one (spaced off its word: 'do. "'; inside a code token: '{0}!".format'): that mark may be the closing one the
+    # next opening mark follows. Version 2 skipped such marks and counted the opening mark after them as a repeat,
+    # which removed real Usenet posts and gcloud and Python examples.
+    ENGLISH_FEATURE_VERSION = 3
     COHESION_EN_V2 = ("log_tokens", "cache_gain", "content_repeat", "name_repeat", "content_share",
                       "voice_pronoun_entropy", "quote_alternation")
     WORD_COHESION_V2 = ("half_overlap",)
     # the feature versions this code computes, per tokenizer (the last one is what it fits)
-    READABLE_FEATURE_VERSIONS = {"whitespace": (1, ENGLISH_FEATURE_VERSION), "cjk": (1, CJK_FEATURE_VERSION)}
+    READABLE_FEATURE_VERSIONS = {"whitespace": (1, 2, ENGLISH_FEATURE_VERSION), "cjk": (1, CJK_FEATURE_VERSION)}
 
     def __init__(self, classes: WordClasses, lm: HashedNgramLM, words: Sequence[str], word_counts: np.ndarray,
                  max_tokens: int, tokenizer: str = "whitespace", feature_version: int = 1):
@@ -530,11 +567,12 @@ class OrderFeatures:
     @classmethod
     def fit(cls, texts: Sequence[str], *, num_frequent: int = 1000, order: int = 3, bits: int = 20,
             discount: float = 0.75, max_tokens: int = 256, max_words: int = 50_000,
-            tokenizer: str = "whitespace") -> "OrderFeatures":
+            tokenizer: str = "whitespace", groups: Sequence | None = None, min_docs: int = 1) -> "OrderFeatures":
+        """Fit on ``texts`` (high-quality text); ``groups`` and ``min_docs``: see ``HashedNgramLM.fit``."""
         classes = (CharClasses if tokenizer == "cjk" else WordClasses).fit(texts, num_frequent, max_tokens)
         token_lists = [tokenize(text, max_tokens, tokenizer) for text in texts]
         seqs = [[classes.register(t) for t in toks] for toks in token_lists]
-        lm = HashedNgramLM(order, bits, discount).fit(seqs, classes.num_ids)
+        lm = HashedNgramLM(order, bits, discount).fit(seqs, classes.num_ids, groups, min_docs)
         counts = Counter(core.lower() for toks in token_lists for core in map(_core, toks) if core)
         words = counts.most_common(max_words)
         return cls(classes, lm, [w for w, _ in words], np.array([c for _, c in words], dtype=np.float64), max_tokens,
@@ -660,7 +698,7 @@ class OrderFeatures:
             weights = counts.sum(axis=1).reshape(len(docs), 2)
             out[docs, 5] = (entropy.reshape(len(docs), 2) * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1)
         if self.voices:
-            out[docs, 6] = _quote_alternation(roles, doc_of, len(docs))
+            out[docs, 6] = _quote_alternation(roles, doc_of, len(docs), reset=self.feature_version >= 3)
             # topic words: alphabetic, not among the most frequent words of the training text (function words)
             topical = alpha & ((word_ids == 0) | (word_ids > FUNCTION_WORDS))
             second = 2 * position >= lengths[doc_of]

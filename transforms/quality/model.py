@@ -74,6 +74,10 @@ class QualityTrainConfig(BaseModel):
     order: int = Field(3, ge=2, le=6, description="n-gram order of the class language model")
     hash_bits: int = Field(20, ge=12, le=26, description="log2 of buckets per n-gram count table")
     max_tokens: int = Field(256, ge=16, description="tokens of each document used by the order features")
+    ngram_min_docs: int = Field(3, ge=1, description="the class n-gram model counts an n-gram (order >= 2) only when "
+                                "at least this many training groups (source documents) use it, the uses of rarer ones "
+                                "going to the lower order: rare n-grams make it predict its own training text far "
+                                "better than unseen text (1: count all)")
     l2: float = Field(1.0, ge=0.0, description="L2 penalty of the logistic stacker (on standardised features)")
     gate: float = Field(0.1, gt=0.0, lt=1.0, description="fastText P(hq) below which a document is low quality "
                                                          "outright; the second stage decides the rest")
@@ -457,18 +461,19 @@ def _train_fasttext(texts: Sequence[str], labels: Sequence[str], cfg: QualityTra
     return model
 
 
-def _fit_order(texts: Sequence[str], cfg: QualityTrainConfig) -> OrderFeatures:
+def _fit_order(texts: Sequence[str], cfg: QualityTrainConfig, groups: Sequence[str] | None = None) -> OrderFeatures:
     return OrderFeatures.fit(texts, num_frequent=cfg.frequent_words, order=cfg.order, bits=cfg.hash_bits,
-                             max_tokens=cfg.max_tokens, tokenizer=cfg.tokenizer)
+                             max_tokens=cfg.max_tokens, tokenizer=cfg.tokenizer, groups=groups,
+                             min_docs=cfg.ngram_min_docs)
 
 
-def _fit_components(texts, labels, cfg, workdir):
+def _fit_components(texts, labels, groups, cfg, workdir):
     """fastText on all texts, the order model on the high-quality texts only."""
     fasttext_model = _train_fasttext(texts, labels, cfg, workdir)
-    positive_texts = [t for t, lab in zip(texts, labels) if lab == cfg.positive_label]
-    if not positive_texts:
+    positive = [i for i, lab in enumerate(labels) if lab == cfg.positive_label]
+    if not positive:
         raise ValueError(f"no training record has {cfg.label_field}={cfg.positive_label!r}")
-    return fasttext_model, _fit_order(positive_texts, cfg)
+    return fasttext_model, _fit_order([texts[i] for i in positive], cfg, [groups[i] for i in positive])
 
 
 def open_text(path: str):
@@ -524,9 +529,13 @@ def split_records(records: Sequence[dict], cfg: QualityTrainConfig) -> tuple[lis
 
 
 def _group_fractions(records: Sequence[dict], cfg: QualityTrainConfig) -> np.ndarray:
-    groups = [str(r[cfg.group_field]) if cfg.group_field and cfg.group_field in r else f"#record{i}"
-              for i, r in enumerate(records)]
-    return np.array([stable_fraction(g, cfg.seed) for g in groups])
+    return np.array([stable_fraction(g, cfg.seed) for g in _group_keys(records, cfg)])
+
+
+def _group_keys(records: Sequence[dict], cfg: QualityTrainConfig) -> list[str]:
+    """The group of each record (``group_field``; a record without one is its own group)."""
+    return [str(r[cfg.group_field]) if cfg.group_field and cfg.group_field in r else f"#record{i}"
+            for i, r in enumerate(records)]
 
 
 def train_quality_model(records: Sequence[dict], cfg: QualityTrainConfig, log=print) -> tuple[QualityModel, dict]:
@@ -539,6 +548,7 @@ def train_quality_model(records: Sequence[dict], cfg: QualityTrainConfig, log=pr
         raise ValueError(f"{cfg.label_field}: need exactly two labels including {cfg.positive_label!r}, "
                          f"found {label_set}")
     group_u = _group_fractions(records, cfg)
+    groups = _group_keys(records, cfg)
     heldout = group_u < cfg.heldout_fraction
     train_idx = np.flatnonzero(~heldout)
     test_idx = np.flatnonzero(heldout)
@@ -555,7 +565,8 @@ def train_quality_model(records: Sequence[dict], cfg: QualityTrainConfig, log=pr
             out_idx = train_idx[fold_of[train_idx] == fold]
             if len(out_idx) == 0:
                 continue
-            ft_model, order = _fit_components([texts[i] for i in fit_idx], [labels[i] for i in fit_idx], cfg, workdir)
+            ft_model, order = _fit_components([texts[i] for i in fit_idx], [labels[i] for i in fit_idx],
+                                              [groups[i] for i in fit_idx], cfg, workdir)
             part = QualityModel(ft_model, order, None, cfg.positive_label)
             p_ft, x = part.stack_inputs([texts[i] for i in out_idx])
             if oof_order is None:
@@ -569,7 +580,8 @@ def train_quality_model(records: Sequence[dict], cfg: QualityTrainConfig, log=pr
         stacker = SecondStage.fit(oof_ft[passed], oof_order[passed], y[passed], cfg.l2, cfg.gate)
         log(f"quality train: second stage fitted on {len(passed)} documents fastText passes "
             f"({int((y[passed] == 0).sum())} of them low quality)")
-        ft_model, order = _fit_components([texts[i] for i in train_idx], [labels[i] for i in train_idx], cfg, workdir)
+        ft_model, order = _fit_components([texts[i] for i in train_idx], [labels[i] for i in train_idx],
+                                          [groups[i] for i in train_idx], cfg, workdir)
     model = QualityModel(ft_model, order, stacker, cfg.positive_label)
     log(f"quality train: final model fitted on {len(train_idx)} records ({time.time() - started:.1f}s)")
 
