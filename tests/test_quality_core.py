@@ -141,6 +141,22 @@ def test_order_features_handle_empty_odd_and_foreign_text(prose):
     assert (x[:2] == 0).all()  # no tokens: all features zero, no crash
 
 
+def test_logistic_stacker_sample_weights_count_like_repeated_rows():
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(300, 3))
+    y = (x[:, 0] + 0.5 * rng.normal(size=300) > 0).astype(np.float64)
+    weights = rng.integers(0, 3, size=300).astype(np.float64)  # 0: left out, 2: counted twice
+    y[weights == 0] = 1 - y[weights == 0]  # rows left out say the opposite: ignoring the weights would show
+    weighted = LogisticStacker.fit(x, y, l2=0.1, sample_weight=weights)
+    repeated = np.repeat(np.arange(300), weights.astype(int))
+    plain = LogisticStacker.fit(x[repeated], y[repeated], l2=0.1)
+    unweighted = LogisticStacker.fit(x, y, l2=0.1)
+    spread = np.abs(plain.logit(x)).max()
+    # the same fit up to the standardisation (computed over the rows as given) that the L2 penalty acts on
+    assert np.abs(weighted.logit(x) - plain.logit(x)).max() < 0.05 * spread
+    assert np.abs(unweighted.logit(x) - plain.logit(x)).max() > 0.3 * spread
+
+
 def test_logistic_stacker_learns_a_separable_problem():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(400, 3))

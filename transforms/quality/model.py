@@ -6,9 +6,10 @@ Files of one model (``MODEL`` is the path given by the user, e.g. ``model.bin`` 
     MODEL.order.npz       word classes, hashed class n-gram counts and stacker weights (plain arrays, no pickle)
     MODEL.card.json       model card: data, parameters, held-out metrics
 
-Training (``train_quality_model``) never lets a model score text it was fitted on before the stacker sees it:
-fastText and the n-gram model are cross-fitted over folds of *groups* (source documents), the stacker is fitted
-on those out-of-fold scores, and the final metrics come from a held-out split sharing no group with training.
+Training (``train_quality_model``): fastText and the n-gram model are cross-fitted over folds of *groups* (source
+documents) and the stacker is fitted on those out-of-fold scores, plus (``in_sample_weight``) the high-quality
+training texts as the final n-gram model scores them, since real corpora hold the model's training text too; the
+final metrics come from a held-out split sharing no group with training.
 Only text is used as input; labels are the targets, and any other field (subtype, source) is used only to
 break metrics down.
 """
@@ -74,11 +75,14 @@ class QualityTrainConfig(BaseModel):
     order: int = Field(3, ge=2, le=6, description="n-gram order of the class language model")
     hash_bits: int = Field(20, ge=12, le=26, description="log2 of buckets per n-gram count table")
     max_tokens: int = Field(256, ge=16, description="tokens of each document used by the order features")
-    ngram_min_docs: int = Field(3, ge=1, description="the class n-gram model counts an n-gram (order >= 2) only when "
+    ngram_min_docs: int = Field(1, ge=1, description="the class n-gram model counts an n-gram (order >= 2) only when "
                                 "at least this many training groups (source documents) use it, the uses of rarer ones "
                                 "going to the lower order: rare n-grams make it predict its own training text far "
                                 "better than unseen text (1: count all)")
     l2: float = Field(1.0, ge=0.0, description="L2 penalty of the logistic stacker (on standardised features)")
+    in_sample_weight: float = Field(0.5, ge=0.0, description="weight in the second stage's fit of the high-quality "
+                                    "training texts scored in sample by the final n-gram model (text the model was "
+                                    "trained on, as real corpora hold it); 0: out-of-fold documents only")
     gate: float = Field(0.1, gt=0.0, lt=1.0, description="fastText P(hq) below which a document is low quality "
                                                          "outright; the second stage decides the rest")
 
@@ -115,18 +119,20 @@ class LogisticStacker:
         self.mean, self.scale, self.weights, self.bias = mean, scale, weights, float(bias)
 
     @classmethod
-    def fit(cls, x: np.ndarray, y: np.ndarray, l2: float, iterations: int = 50) -> "LogisticStacker":
+    def fit(cls, x: np.ndarray, y: np.ndarray, l2: float, iterations: int = 50,
+            sample_weight: np.ndarray | None = None) -> "LogisticStacker":
         mean = x.mean(axis=0)
         scale = x.std(axis=0)
         scale[scale < 1e-9] = 1.0
         z = np.hstack([(x - mean) / scale, np.ones((len(x), 1))])
         w = np.zeros(z.shape[1])
+        sw = np.ones(len(x)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
         penalty = np.full(z.shape[1], l2)
         penalty[-1] = 0.0  # no penalty on the bias
         for _ in range(iterations):
             p = 1.0 / (1.0 + np.exp(-(z @ w)))
-            grad = z.T @ (p - y) + penalty * w
-            hess = (z * (p * (1 - p))[:, None]).T @ z + np.diag(penalty) + 1e-9 * np.eye(len(w))
+            grad = z.T @ (sw * (p - y)) + penalty * w
+            hess = (z * (sw * p * (1 - p))[:, None]).T @ z + np.diag(penalty) + 1e-9 * np.eye(len(w))
             step = np.linalg.solve(hess, grad)
             w -= step
             if np.abs(step).max() < 1e-8:
@@ -174,13 +180,13 @@ class SecondStage:
         return np.hstack([logit(p_fasttext)[:, None], order_x])
 
     @classmethod
-    def fit(cls, p_fasttext, order_x, y, l2: float, gate: float) -> "SecondStage":
+    def fit(cls, p_fasttext, order_x, y, l2: float, gate: float, sample_weight=None) -> "SecondStage":
         base = cls._base(p_fasttext, order_x)
         low, high = np.quantile(base, CLIP_TAIL, axis=0), np.quantile(base, 1 - CLIP_TAIL, axis=0)
         base = np.clip(base, low, high)
         mean, scale = base.mean(axis=0), base.std(axis=0)
         scale[scale < 1e-9] = 1.0
-        model = LogisticStacker.fit(cls._expand((base - mean) / scale), y, l2)
+        model = LogisticStacker.fit(cls._expand((base - mean) / scale), y, l2, sample_weight=sample_weight)
         return cls(mean, scale, model, gate, low, high)
 
     def predict_logit(self, p_fasttext: np.ndarray, order_x: np.ndarray) -> np.ndarray:
@@ -577,11 +583,23 @@ def train_quality_model(records: Sequence[dict], cfg: QualityTrainConfig, log=pr
                 f"({time.time() - started:.1f}s)")
         # The second stage learns what fastText misses: it is fitted only on the documents fastText passes.
         passed = train_idx[oof_ft[train_idx] >= cfg.gate]
-        stacker = SecondStage.fit(oof_ft[passed], oof_order[passed], y[passed], cfg.l2, cfg.gate)
-        log(f"quality train: second stage fitted on {len(passed)} documents fastText passes "
-            f"({int((y[passed] == 0).sum())} of them low quality)")
         ft_model, order = _fit_components([texts[i] for i in train_idx], [labels[i] for i in train_idx],
                                           [groups[i] for i in train_idx], cfg, workdir)
+        p_stack, x_stack, y_stack = oof_ft[passed], oof_order[passed], y[passed]
+        weights = np.ones(len(passed))
+        if cfg.in_sample_weight > 0:
+            # The final n-gram model is trained on the high-quality texts, so they are scored again by it (in sample):
+            # text the model was trained on turns up in real corpora, and its n-gram gains lie beyond every out-of-fold
+            # document's; fastText's part stays out of fold. Only high-quality texts can look like this (the n-gram
+            # model never sees the others), so these rows say what such a document is.
+            seen = passed[y[passed] == 1]
+            p_stack = np.concatenate([p_stack, oof_ft[seen]])
+            x_stack = np.vstack([x_stack, order.transform([texts[i] for i in seen])])
+            y_stack = np.concatenate([y_stack, y[seen]])
+            weights = np.concatenate([weights, np.full(len(seen), cfg.in_sample_weight)])
+        stacker = SecondStage.fit(p_stack, x_stack, y_stack, cfg.l2, cfg.gate, weights)
+        log(f"quality train: second stage fitted on {len(passed)} documents fastText passes "
+            f"({int((y[passed] == 0).sum())} of them low quality)")
     model = QualityModel(ft_model, order, stacker, cfg.positive_label)
     log(f"quality train: final model fitted on {len(train_idx)} records ({time.time() - started:.1f}s)")
 

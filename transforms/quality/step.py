@@ -69,9 +69,9 @@ def zh_train_defaults() -> QualityTrainConfig:
     """How the default Chinese model is trained: characters (``tokenizer: cjk``), a 5-gram model over 60 frequent
     characters + script classes on the first 256 characters (fewer, coarser classes generalise across domains;
     256 characters keep the step above 3,000 documents/s: measured in benchmarks/RESULTS.md)."""
-    # ngram_min_docs 1: the Chinese model counts every n-gram, as measured (the English default prunes n-grams of one
-    # document; not measured for characters)
-    return QualityTrainConfig(tokenizer="cjk", order=5, frequent_words=60, max_tokens=256, ngram_min_docs=1)
+    # in_sample_weight 0: the second stage is fitted on out-of-fold documents only, as measured (the English default
+    # also fits it on its training prose scored in sample; not measured for characters)
+    return QualityTrainConfig(tokenizer="cjk", order=5, frequent_words=60, max_tokens=256, in_sample_weight=0.0)
 
 
 class LanguageModelConfig(BaseModel):
