@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import bz2
+import codecs
 import datetime
 import decimal
 import glob
@@ -65,6 +66,10 @@ _GLOB_CHARS = set("*?[")
 _READ_CHUNK = 1 << 20
 _RAW_CHUNK = 1 << 16
 _SNIFF_BYTES = 8192
+# Byte order marks of the wide Unicode encodings a text editor on Windows may save .txt and .jsonl in (UTF-32 LE
+# first: its mark begins with UTF-16 LE's). The codec named reads its own mark.
+_WIDE_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF16_LE, "utf-16"),
+              (codecs.BOM_UTF16_BE, "utf-16"))
 
 # Recorded in the run manifest: how ids and sources are derived, so a reader of the outputs can recompute them.
 ID_SCHEME = {
@@ -476,6 +481,8 @@ def parse_jsonl(fh, source: InputFile, cfg: InputConfig) -> Iterator[tuple[int, 
                 yield index, Quarantined(name, line_no, "invalid_utf8", f"invalid UTF-8 at byte {err.start} of the "
                                          f"line", offset, key)
                 continue
+            if line_no == 1 and line.startswith("\ufeff"):
+                line = line[1:]  # the byte order mark Windows tools write before a UTF-8 file's first line
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as err:
@@ -556,7 +563,7 @@ def parse_text(fh, source: InputFile, cfg: InputConfig) -> Iterator[tuple[int, d
         yield 0, Quarantined(name, 0, "too_large", f"file exceeds input.max_doc_bytes={cfg.max_doc_bytes}", None, key)
         return
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8").removeprefix("\ufeff")  # a UTF-8 byte order mark is no part of the text
     except UnicodeDecodeError as err:
         yield 0, Quarantined(name, 0, "invalid_utf8", f"invalid UTF-8 at byte {err.start}", None, key)
         return
@@ -648,10 +655,14 @@ def read_file_indexed(path: str, cfg: InputConfig,
                                      f"compressed file?", None, key)
                 return
             # (a part after the first is never sniffed: the file's head was, when it was cut: split_jsonl)
-            if b"\x00" in head and fmt not in RAW_FORMATS and source.first_offset == 0:
+            wide = _wide_encoding(head) if fmt in ("jsonl", "text") and source.first_offset == 0 else None
+            if wide is not None:  # UTF-16/32 with a byte order mark: text, though its head is full of NUL bytes
+                stream = _Transcoded(_Prepended(head, stream), wide)
+            elif b"\x00" in head and fmt not in RAW_FORMATS and source.first_offset == 0:
                 yield 0, Quarantined(name, 0, "binary_file", "binary content (NUL bytes) in a text file", None, key)
                 return
-            stream = _Prepended(head, stream)
+            else:
+                stream = _Prepended(head, stream)
         try:
             yield from PARSERS[fmt](stream, source, cfg)
         except (OSError, EOFError, ValueError) as err:
@@ -673,6 +684,31 @@ def iter_records(cfg: InputConfig, files: Sequence[InputFile | str] | None = Non
     for source in resolve_inputs(cfg.paths) if files is None else _as_input_files(files):
         for index, item in read_file_indexed(source.path, cfg, source):
             yield source.path, index, item
+
+
+def _wide_encoding(head: bytes) -> str | None:
+    """The codec of a file whose first bytes are a UTF-16 or UTF-32 byte order mark, else None."""
+    for bom, codec in _WIDE_BOMS:
+        if head.startswith(bom):
+            return codec
+    return None
+
+
+class _Transcoded:
+    """A read-only byte stream of UTF-8: another stream's text in a wide encoding, decoded as it is read (a
+    malformed sequence raises UnicodeDecodeError, a ValueError: the file is quarantined as corrupt)."""
+
+    def __init__(self, raw, codec: str):
+        self._raw, self._decoder, self._out = raw, codecs.getincrementaldecoder(codec)(), b""
+
+    def read(self, size: int = -1) -> bytes:
+        while size < 0 or len(self._out) < size:
+            chunk = self._raw.read(_READ_CHUNK)
+            self._out += self._decoder.decode(chunk, final=not chunk).encode("utf-8")
+            if not chunk:
+                break
+        out, self._out = (self._out, b"") if size < 0 else (self._out[:size], self._out[size:])
+        return out
 
 
 class _Prepended:
@@ -734,7 +770,8 @@ def split_jsonl(source: InputFile, part_bytes: int) -> list[InputFile]:
     if source.bytes <= part_bytes:
         return [source]
     with open(source.path, "rb") as fh:
-        if b"\x00" in fh.read(_SNIFF_BYTES):
+        head = fh.read(_SNIFF_BYTES)
+        if b"\x00" in head or _wide_encoding(head):  # a newline byte of UTF-16 text is no line boundary
             return [source]
         size = os.fstat(fh.fileno()).st_size
         bounds, start = [0], 0

@@ -3,6 +3,7 @@ measure split (sources disjoint: see data/quality/build_textness_probe.py).
 
     .venv/bin/python benchmarks/bench_textness.py fit        # writes data/quality/textness_judge.json
     .venv/bin/python benchmarks/bench_textness.py measure    # accuracy by kind and language, speed
+    .venv/bin/python benchmarks/bench_textness.py long [--handbook DIR]   # long real documents kept
 
 Texts are normalized first, as the pipeline's normalize step does before the quality step.
 measure: accuracy at the default threshold (``quality.textness_threshold``), overall, per garbage kind, real text
@@ -83,6 +84,57 @@ def _measure(args) -> None:
                     print(f"  MISS {r['kind']} {r['lang']} {s:.3f}: {r['text'][:160]!r}")
 
 
+def _handbook_passages(root: str, per_lang: int, seed: int) -> list[tuple[str, str]]:
+    """(language, passage) from the Debian Administrator's Handbook's HTML: consecutive paragraphs
+    (``class="para"``) of about 1,200 characters, ``per_lang`` drawn per translation (en and zh left out: they
+    have quality models)."""
+    import glob
+    import random
+
+    import lxml.html
+
+    rng, out = random.Random(seed), []
+    for lang in sorted(os.listdir(root)):
+        if lang.startswith(("en", "zh")) or not os.path.isdir(os.path.join(root, lang)):
+            continue
+        passages, current = [], []
+        for path in sorted(glob.glob(os.path.join(root, lang, "*.html"))):
+            for para in lxml.html.parse(path).getroot().xpath('//*[@class="para"]'):
+                text = " ".join(para.text_content().split())
+                if len(text) > 80:
+                    current.append(text)
+                if sum(map(len, current)) > 1200:
+                    passages.append("\n".join(current))
+                    current = []
+        out += [(lang, p) for p in rng.sample(passages, min(per_lang, len(passages)))]
+    return out
+
+
+def _long(args) -> None:
+    """Real documents longer than the probe's passages: the demo corpus's long prose and, with --handbook, the
+    Debian Administrator's Handbook in its 23 translations without a quality model (apt-get download
+    debian-handbook && dpkg-deb -x debian-handbook_*.deb DIR; then --handbook DIR/usr/share/doc/debian-handbook/html).
+    A share of them the judge passes, per source."""
+    from transforms.normalize import NormalizeConfig, normalize_text
+    from transforms.quality.step import QualityConfig
+    from transforms.quality.textness import TextnessJudge
+
+    threshold = QualityConfig().textness_threshold
+    judge = TextnessJudge.load(args.judge)
+    with gzip.open(os.path.join(ROOT, "data/demo/corpus.jsonl.gz"), "rt", encoding="utf-8") as fh:
+        docs = [(r["source"], r["text"]) for r in map(json.loads, fh) if len(r["text"]) > 3000]
+    if args.handbook:
+        docs += [(f"handbook {lang}", text) for lang, text in _handbook_passages(args.handbook, 30, 0)]
+    cfg = NormalizeConfig()
+    scores = judge.score([normalize_text(text, cfg) for _, text in docs])
+    groups = defaultdict(list)
+    for (source, _), score in zip(docs, scores):
+        groups[source].append(score >= threshold)
+        groups["handbook, all" if source.startswith("handbook") else "demo, all"].append(score >= threshold)
+    for key in sorted(groups):
+        print(f"  {key:<22}{len(groups[key]):>5}  {np.mean(groups[key]):.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
@@ -95,8 +147,11 @@ def main() -> None:
     measure.add_argument("--judge", help="default: the shipped judge")
     measure.add_argument("--splits", default="measure")
     measure.add_argument("--show-errors", action="store_true")
+    long = sub.add_parser("long", help="long real documents: the demo corpus's, and the Debian handbook's")
+    long.add_argument("--judge", help="default: the shipped judge")
+    long.add_argument("--handbook", help="the handbook's html/ folder (one folder per translation)")
     args = parser.parse_args()
-    {"fit": _fit, "measure": _measure}[args.what](args)
+    {"fit": _fit, "measure": _measure, "long": _long}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -130,6 +130,54 @@ def test_boilerplate_is_removed_and_the_article_kept(wrap):
     assert result.title == "A page"
 
 
+def test_paragraphs_written_as_divs_in_nested_sections_are_all_kept():
+    """DocBook and publican manuals (and many CMS) write every paragraph as <div class="para"> inside nested
+    <div class="section">, a "sidebar" note box among them, and a code listing in one subsection: the whole
+    section is the text, note included, not the one subsection whose <pre> and <li> are the only paragraph tags;
+    the page's own side column named sidebar (links beside the content) still goes."""
+    def para(text):
+        return f'<div class="para">{text}</div>'
+
+    words = ("harbour", "ferry", "lantern", "granary", "orchard", "quarry")
+    paras = [f"The {w} of the old town was rebuilt after the flood, and the council wrote down every step it took, "
+             f"from the first survey of the {w} to the last stone set in place." for w in words]
+    note = ('<div class="sidebar"><div class="titlepage"><p class="title">BACK TO BASICS</p></div>'
+            + para("A survey is a careful measurement of land, walls and water levels before any work begins.")
+            + "</div>")
+    listing = '<div class="section"><h3>Example</h3><pre>survey --town old --level 3\nbuild --from survey</pre>' \
+              '<ul><li>survey: measure the ground first</li><li>build: lay the stones in order</li></ul></div>'
+    section = ('<div class="section"><h2>1. The rebuilding</h2>' + para(paras[0]) + para(paras[1])
+               + f'<div class="section"><h3>1.1 Survey</h3>{para(paras[2])}{note}{para(paras[3])}</div>'
+               + f'<div class="section"><h3>1.2 Stones</h3>{para(paras[4])}{para(paras[5])}</div>' + listing
+               + "</div>")
+    column = ('<div class="sidebar"><h4>Elsewhere</h4><ul><li><a href="/a">Town archive opening hours</a></li>'
+              '<li><a href="/b">Ferry timetable for winter</a></li><li><a href="/c">Contact the harbour office</a>'
+              '</li></ul></div>')
+    result = extract(page(f'<div class="layout"><div class="content">{section}</div>{column}</div>'))
+    for text in paras + ["A survey is a careful measurement", "survey --town old"]:
+        assert text[:40] in result.text, (text[:40], result.text)
+    assert "Town archive" not in result.text and "Ferry timetable" not in result.text
+
+
+def test_a_single_page_manual_is_kept_whole_not_its_densest_subsection():
+    """texinfo and DocBook write a whole manual on one page, chapters > sections > subsections: the subsection
+    that gathers the most paragraphs is one part among siblings of its kind, and the text is the manual's."""
+    def para(i, topic):
+        return (f"<p>Paragraph {i} on {topic}: the shell reads each command, expands its words, and runs it, "
+                f"waiting for it to finish unless it was started in the background with an ampersand.</p>")
+
+    def sub(name, n):
+        return f'<div class="subsection"><h4>{name}</h4>' + "".join(para(i, name) for i in range(n)) + "</div>"
+
+    chapters = "".join(f'<div class="chapter"><h2>{c}</h2>{para(0, c)}<div class="section"><h3>{c} basics</h3>'
+                       f'{sub(c + " loops", 2)}{sub(c + " conditionals", 6)}</div>'
+                       f'<div class="section"><h3>{c} in depth</h3>{para(1, c + " in depth")}{para(2, c + " in depth")}</div></div>'
+                       for c in ("Commands", "Variables", "Expansion"))
+    result = extract(page(f'<div class="top"><h1>Manual</h1>{chapters}</div>'))
+    for topic in ("Commands loops", "Commands conditionals", "Variables", "Expansion conditionals"):
+        assert f"on {topic}" in result.text, (topic, result.text[:300])
+
+
 def test_code_blocks_lists_and_tables_are_kept_with_their_structure():
     code = "fn main() {\n    let x = 1;\n    println!(\"{}\", x);\n}"
     body = (f"<main><h1>Setup</h1>{ARTICLE}<pre><code>{code}</code></pre>"

@@ -282,6 +282,36 @@ def test_a_parquet_file_without_the_text_column_says_how_many_rows_and_which_col
                                "'url')")
 
 
+def test_byte_order_marks_are_read_not_quarantined(tmp_path):
+    """Windows tools save text with a byte order mark: UTF-8 with one (Notepad, PowerShell), or UTF-16/32 (whose
+    head is full of NUL bytes, yet it is text). Each is read as the text it holds; a wide file that is not valid
+    in its encoding is quarantined whole, and a wide JSONL file is never cut at a newline byte."""
+    import codecs
+
+    from beamio.config_base import InputConfig
+    from beamio.read import InputFile, split_jsonl
+
+    records = [{"text": "Grüße aus Köln, 你好"}, {"text": "a second line"}]
+    body = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    files = {"utf8_bom.jsonl": codecs.BOM_UTF8 + body.encode(), "utf16.jsonl": body.encode("utf-16"),
+             "utf16_be.jsonl.gz": gzip.compress(codecs.BOM_UTF16_BE + body.encode("utf-16-be")),
+             "utf32.jsonl": body.encode("utf-32"), "utf16.txt": "Hello, 你好".encode("utf-16"),
+             "utf8_bom.txt": codecs.BOM_UTF8 + "Hello, 你好".encode()}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+        texts = [d["text"] for d in read_file(str(tmp_path / name), InputConfig(paths=[str(tmp_path)]))]
+        assert texts == ([r["text"] for r in records] if ".jsonl" in name else ["Hello, 你好"]), name
+
+    broken = tmp_path / "broken.txt"
+    broken.write_bytes(codecs.BOM_UTF16_LE + "ok".encode("utf-16-le") + b"\x00\xd8")  # a lone surrogate at the end
+    [item] = read_file(str(broken), InputConfig(paths=[str(broken)]))
+    assert isinstance(item, Quarantined) and item.kind == "unreadable_file" and "UnicodeDecodeError" in item.reason
+
+    wide = tmp_path / "wide.jsonl"
+    wide.write_bytes((body * 50).encode("utf-16"))
+    assert split_jsonl(InputFile.of(str(wide)), 256) == [InputFile.of(str(wide))]
+
+
 # ------------------------------------------------------------------------------------ per-stage fingerprints
 
 

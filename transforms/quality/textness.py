@@ -13,7 +13,8 @@ Signals (``textness_features``; each measured on the first ``HEAD_CHARS`` charac
     compression     zlib size / UTF-8 size (repetition compresses, random keys do not)
     dup_lines, dup_ngrams   characters in repeated lines; repeated word 3-grams (characters 6-grams without spaces)
     distinct        distinct characters per character
-    vowels          vowels among Latin and Cyrillic letters (keyboard mashing has few); neutral in other scripts
+    vowels          vowels among Latin and Cyrillic letters, marked ones too, saturated at a third (keyboard
+                    mashing has few; German and Polish have as many as a language needs); neutral in other scripts
     long_tokens     characters in whitespace tokens of 25+ characters outside CJK text (base64, hashes)
     upper           capitals among cased letters (Latin and Cyrillic text)
     repeated_chars  characters in runs of 4+ of the same character
@@ -21,6 +22,9 @@ Signals (``textness_features``; each measured on the first ``HEAD_CHARS`` charac
                     ``//`` ``/*`` ``*`` ``@`` ``$`` ``<``): normalize strips indentation, this survives it
     short_tokens    whitespace tokens of 1-3 characters (function words: random key runs have few); neutral in
                     text without spaces between words
+    ideographs      Han characters and Hangul syllable blocks among the East Asian letters (with kana and loose
+                    jamo), saturated at a tenth: real Japanese writes kanji among its kana, real Korean writes
+                    syllable blocks; loose jamo or kana alone is what a keyboard left (1 without East Asian letters)
 
 A logistic regression over these (``TextnessJudge``), fitted by ``fit_textness_judge`` on the tune split of the
 shipped probe (``data/quality/textness_probe.jsonl.gz``: real passages in 15 languages, garbage from generic
@@ -48,7 +52,7 @@ LEGACY_ENCODINGS = ("latin-1", "cp1252", "iso-8859-2", "cp1251", "koi8-r", "mac_
                     "shift_jis", "euc-kr", "euc-jp")
 FEATURES = ("mojibake", "replacement", "script_switch", "letters", "digits", "symbols", "code_symbols", "spaces",
             "code_tokens", "indented", "compression", "dup_lines", "dup_ngrams", "distinct", "vowels", "long_tokens",
-            "upper", "repeated_chars", "short_tokens", "code_lines")
+            "upper", "repeated_chars", "short_tokens", "code_lines", "ideographs")
 
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 # the characters of living scripts and common punctuation: what a correct decoding mostly yields
@@ -65,12 +69,25 @@ _CODE_SYMBOL = re.compile(r"[{}\[\]();=<>_#*\\|~^`$@&%/+]")
 _CODE_TOKEN = re.compile(r"\w+_\w+|\w+\.\w+\(|->|::|\b[a-z]+[A-Z]\w*|\w+\(\)?|[=!<>]=")
 _INDENTED = re.compile(r"^(?: {2,}|\t)\S", re.M)
 _CODE_LINE = re.compile(r"[;{}()\[\]:,=\\]$|^(?:#|//|/\*|\*|@|\$|<|=)")
-_VOWEL = re.compile("[aeiouyàáâãäåæèéêëìíîïòóôõöøùúûüýÿąęőűœаеёиоуыэюяіїєAEIOUYÀÁÂÃÄÅÆÈÉÊËÌÍÎÏÒÓÔÕÖØÙÚÛÜÝĄĘŐŰŒ"
-                    "АЕЁИОУЫЭЮЯІЇЄ]")
-_LATIN_CYRILLIC = re.compile("[A-Za-z\u00c0-\u024f\u0400-\u04ff]")
+
+
+def _latin_vowels() -> str:
+    """Every Latin letter whose base letter is a vowel, whatever its marks (Vietnamese ư ơ ạ ế, Turkish ı, Czech
+    ě ů, Latvian ā ē ī ū, Romanian ă): a vowel written with a mark is still a vowel."""
+    import unicodedata
+
+    chars = [chr(c) for r in ((0x41, 0x250), (0x1E00, 0x1F00)) for c in range(*r)]
+    return "".join(c for c in chars if c.isalpha()
+                   and unicodedata.normalize("NFD", c)[0].lower() in "aeiouy") + "ıæÆœŒøØ"
+
+
+_VOWEL = re.compile(f"[{_latin_vowels()}аеёиоуыэюяіїєАЕЁИОУЫЭЮЯІЇЄ]")
+_LATIN_CYRILLIC = re.compile("[A-Za-z\u00c0-\u024f\u1e00-\u1eff\u0400-\u04ff]")
 _CASED_UPPER = re.compile(r"[A-Z\u00c0-\u00de\u0410-\u042f]")
 _CASED = re.compile(r"[A-Za-z\u00c0-\u00ff\u0400-\u04ff]")
 _REPEATED_CHAR = re.compile(r"(.)\1{3,}")
+_IDEOGRAPH = re.compile("[\u3400-\u9fff\uf900-\ufaff\uac00-\ud7a3]")  # Han, Hangul syllables
+_KANA_JAMO = re.compile("[\u3040-\u30ff\u3130-\u318f\u1100-\u11ff\uff66-\uff9f]")  # kana, loose jamo
 _CJK = re.compile("[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 # letter classes whose meeting inside a word is a sign of a wrong decoding (Latin next to CJK is ordinary text:
 # "Linux内核"); halfwidth kana (U+FF61-FF9F) and hangul jamo of old encodings are their own class
@@ -179,11 +196,14 @@ def textness_features(text: str) -> list[float]:
     # vowels and capitals say something only in text written in Latin or Cyrillic letters (Korean or Japanese
     # quoting option names is not short of vowels): elsewhere the typical value, 0.4 and 0.1
     alphabetic = lat_cyr >= 30 and lat_cyr >= 0.5 * letters
-    vowels = len(_VOWEL.findall(head)) / lat_cyr if alphabetic else 0.4
+    # saturated at a third: German, Czech or Polish (a third of letters vowels) are as much text as Italian; only
+    # consonant runs well below that (keyboard rows) tell
+    vowels = min(len(_VOWEL.findall(head)) / lat_cyr / 0.33, 1.0) if alphabetic else 1.0
     cased = len(_CASED.findall(head))
     upper = len(_CASED_UPPER.findall(head)) / cased if alphabetic and cased >= 20 else 0.1
     long_chars = sum(len(t) for t in tokens if len(t) >= 25 and not _CJK.search(t))
     repeated = sum(len(m.group(0)) for m in _REPEATED_CHAR.finditer(head))
+    ideographs, kana_jamo = len(_IDEOGRAPH.findall(head)), len(_KANA_JAMO.findall(head))
     return [
         mojibake_share(head),
         len(_BAD_CHARS.findall(head)) / chars,
@@ -205,6 +225,9 @@ def textness_features(text: str) -> list[float]:
         repeated / chars,
         sum(1 for t in tokens if len(t) <= 3) / n_tokens if cjk <= 0.3 * max(letters, 1) else 0.35,
         sum(1 for ln in lines if _CODE_LINE.search(ln)) / max(len(lines), 1),
+        # saturated at a tenth: Japanese prose has a fifth to a third kanji, Chinese and Korean all; what tells is
+        # none at all
+        min(ideographs / (ideographs + kana_jamo) / 0.1, 1.0) if ideographs + kana_jamo >= 20 else 1.0,
     ]
 
 
