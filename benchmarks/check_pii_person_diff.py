@@ -25,7 +25,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "data" / "demo" / "corpus.jsonl.gz"
-REAL = REPO.parent.parent / "shared" / "corpora" / "real_text_sample.jsonl.gz"
+# ../shared beside the checkout (a clone, the main checkout), or beside the folder of worktrees
+REAL = next((p / "shared" / "corpora" / "real_text_sample.jsonl.gz" for p in (REPO.parent, REPO.parent.parent)
+             if (p / "shared").is_dir()), REPO.parent / "shared" / "corpora" / "real_text_sample.jsonl.gz")
 
 
 def documents(real_path: Path, real_every: int) -> list[tuple[str, str]]:

@@ -83,3 +83,20 @@ def test_engine_masks_the_name_not_the_cue(engine):
     res = engine.process(["my name is Dan", "They call me Mr. Mayers", "Dear Sir, contact Support."])
     assert [r.masked_text for r in res] == ["my name is <PERSON>", "They call me Mr. <PERSON>",
                                            "Dear Sir, contact Support."]
+
+
+@pytest.mark.parametrize("text,name", [
+    ("We drove through Victoria Park and stopped at the lake for lunch.", None),
+    ("The festival in Grant Park draws thousands of people.", None),
+    ("The Albert Hall was full for the last night of the Proms.", None),
+    ("Take the Elizabeth Line to Paddington.", None),
+    ("The Wilson Building houses the city council.", None),
+    ("I met Jane Hall at the station.", "Jane Hall"),
+    ("Kim Park said the results were fine.", "Kim Park"),
+    ("We wrote to Mary Hall about the rent.", "Mary Hall"),
+])
+def test_a_place_named_like_a_person_is_no_person(engine, text, name):
+    """A run ending in a place word (Park, Hall, Line, Building) after an article or a preposition of place names
+    the place; the same run as a subject or after "met"/"to" is a person (Hall and Park are common surnames)."""
+    [spans] = engine.analyze([text])
+    assert [text[s.start:s.end] for s in spans] == ([name] if name else [])

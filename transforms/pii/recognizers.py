@@ -1062,7 +1062,8 @@ group association society consortium council committee""".split())
 # Words that end the name of a place or an institution and (almost) never a personal name: "Victoria Station",
 # "Grace Academy", "Charles Darwin Library" name no person. Surnames that are also such words ("Hall", "Church",
 # "Temple", "Tower", "Castle", "Arena", "Marina") are left out.
-_FACILITY_WORDS = frozenset("""station airport airfield hospital infirmary clinic museum gallery library school
+_FACILITY_WORDS = frozenset("""building buildings line station airport airfield hospital infirmary clinic museum
+gallery library school
 college academy seminary polytechnic conservatory stadium auditorium theatre theater cinema hotel motel hostel
 terminal centre center mall zoo aquarium observatory prison cemetery cathedral basilica monastery railway harbour
 harbor lighthouse pavilion bahnhof hauptbahnhof flughafen krankenhaus klinik klinikum schule gymnasium
@@ -1090,6 +1091,14 @@ angel autumn river sky storm sage earl king prince young price major carol chris
 honey destiny trinity harmony melody misty star dusty brandy buck cliff drew bob bud moss reed rod wade wolf
 kai eve jay kit lou van miles lane dean glen nick son sonne ernst""".split())
 _POSSESSIVE_END = re.compile(r"['’]s$")
+# Words that end place names and are surnames as often ("Albert Hall", "Jane Hall"): a place only after one of
+# ``_PLACE_CUES`` (with the street words, which ``looks_like_street`` already knows).
+_PLACE_SURNAMES = frozenset("""hall halls tower towers church castle arena marina temple gate house""".split())
+# The article and the prepositions of place before a place name; not "at", "to", "with" or "by", which take
+# persons as often ("smiled at Jane Hall", "wrote to Kim Park").
+_PLACE_CUES = frozenset("""the in through across around near inside outside into past along beyond opposite
+within durch im beim""".split())
+_WORD_BEFORE = re.compile(r"(\w+)[ \t]+$")
 _HOUSE_NUMBER_AFTER = re.compile(r"[ \t]+\d+[a-z]?(?:[\-/]\d+)?(?![0-9A-Za-z])")
 _HOUSE_NUMBER_BEFORE = re.compile(r"\d+[A-Za-z]?,?[ \t]*$")
 # A run of capitalised words (titles, initials and name particles allowed inside), on one line.
@@ -1864,6 +1873,13 @@ class PersonNameRecognizer(EntityRecognizer):
         last = parts[-1]
         if last in _STREET_DESIGNATORS or any(w in _ORG_WORDS or w in _FACILITY_WORDS for w in parts[1:]):
             return True  # also inside the run: "Rose Garden Tour", "Max Planck Institut Berlin"
+        if (last in _STREET_WORDS or last in _PLACE_SURNAMES) and not _POSSESSIVE_END.search(text[start:end]):
+            # "through Victoria Park", "in Grant Park", "The Albert Hall": after an article or a preposition of
+            # place, a run that ends in a place word names the place ("met Jane Hall", "Kim Park said", "in Kim
+            # Park's class" stay)
+            before = _WORD_BEFORE.search(text, max(line_start, start - 12), start)
+            if before is not None and before.group(1).lower() in _PLACE_CUES:
+                return True
         return last in _STREET_WORDS and _HOUSE_NUMBER_AFTER.match(text, end) is not None
 
     def analyze(self, text, entities, nlp_artifacts=None):
