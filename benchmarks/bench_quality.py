@@ -4,6 +4,7 @@
         --seeds 0,1,2 --save benchmarks/out/quality.bin
     .venv/bin/python benchmarks/bench_quality.py speed --model benchmarks/out/quality.bin \
         --data ../shared/corpora/real_text_sample.jsonl.gz --docs 10000
+    .venv/bin/python benchmarks/bench_quality.py real-text --out new.json [--against main.json]   # the guard
 
 accuracy: for each seed, a group-disjoint held-out split (heldout_fraction of the groups, chosen by a hash of
 (seed, group)); the model is trained on the rest with the default QualityTrainConfig. Reports the stacked model
@@ -307,6 +308,68 @@ def _speed(args) -> None:
           f"on a shared machine it grows with contention, and so does every CPU-second figure above")
 
 
+def _real_documents(args) -> list[dict]:
+    """The real English documents the guard scores: every English record of the real-text sample, and every English
+    record of the demo corpus with at least ``--demo-min-chars`` characters (Austen, the Bible, news, the Jargon File,
+    manuals ...: text that also overlaps the shipped training data, so a model that misjudges its own training text
+    is seen too), as {id, source, text}; the demo's ids are ``demo:<url>`` and its sources ``demo/<source>``."""
+    docs = []
+    with gzip.open(args.data, "rt", encoding="utf-8") as fh:
+        docs += [{"id": str(r["id"]), "source": r["source"], "text": r["text"]}
+                 for r in map(json.loads, fh) if r.get("lang") == "en"]
+    if args.demo:
+        with gzip.open(args.demo, "rt", encoding="utf-8") as fh:
+            docs += [{"id": f"demo:{r['url']}", "source": f"demo/{r['source']}", "text": r["text"]}
+                     for r in map(json.loads, fh) if r.get("lang") == "en" and len(r["text"]) >= args.demo_min_chars]
+    return docs
+
+
+def _real_text(args) -> None:
+    """Real-text guard: the default English model of this code (trained on the shipped subset) scores real English
+    documents (``_real_documents``; all real, none labelled: dictionary glosses and changelogs are rightly judged low,
+    so the share is no accuracy); writes {id: [source, score]} to ``--out`` and prints the share below the threshold
+    per source. With ``--against`` (the same file from another checkout, e.g. main) it also prints, per source, the
+    documents each judges low and those newly judged low, and lists the verdicts that flip: a model change must not
+    remove real prose (Wikipedia, news, books) that the other kept."""
+    from collections import Counter
+
+    from transforms.quality.model import QualityTrainConfig, load_labeled, train_quality_model
+
+    cfg = QualityTrainConfig(heldout_fraction=0.0)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    records, _ = load_labeled(os.path.join(root, "data/quality/quality_train_subset.jsonl.gz"), cfg)
+    model, _ = train_quality_model(records, cfg, log=lambda m: None)
+    docs = _real_documents(args)
+    scores = np.concatenate([model.score([d["text"] for d in docs[i:i + 256]])["score"] for i in range(0, len(docs), 256)])
+    mine = {d["id"]: [d["source"], float(s)] for d, s in zip(docs, scores)}
+    with open(args.out, "w", encoding="utf-8") as fh:
+        json.dump(mine, fh)
+    other = None
+    if args.against:
+        with open(args.against, encoding="utf-8") as fh:
+            other = json.load(fh)
+    is_low = lambda score: score < args.threshold  # noqa: E731
+    low = Counter(src for src, s in mine.values() if is_low(s))
+    total = Counter(src for src, _ in mine.values())
+    shared = [k for k in mine if other and k in other]
+    low_other = Counter(mine[k][0] for k in shared if is_low(other[k][1]))
+    newly = Counter(mine[k][0] for k in shared if is_low(mine[k][1]) and not is_low(other[k][1]))
+    print(f"| source | docs | judged low quality{' | against | newly low' if other else ''} |")
+    print("|---|---|---|" + ("---|---|" if other else ""))
+    for src in sorted(total) + ["all"]:
+        pick = (lambda c: sum(c.values())) if src == "all" else (lambda c: c[src])  # noqa: E731
+        n, k = (len(mine) if src == "all" else total[src]), pick(low)
+        print(f"| {src} | {n} | {k} ({k / n:.3f})"
+              + (f" | {pick(low_other)} ({pick(low_other) / n:.3f}) | {pick(newly)}" if other else "") + " |")
+    if other:
+        flips = sorted((mine[k][0], k, other[k][1], mine[k][1]) for k in shared
+                       if is_low(mine[k][1]) != is_low(other[k][1]))
+        print(f"{len(flips)} verdicts flip ({sum(is_low(f[3]) for f in flips)} to low quality); "
+              f"{len(mine) - len(shared)} documents not in --against")
+        for src, k, before, after in flips:
+            print(f"  {src} {k}: {before:.3f} -> {after:.3f}")
+
+
 def _rates(n: int, seconds: tuple[float, float]) -> tuple[float, float]:
     cpu, wall = seconds
     return n / max(cpu, 1e-9), n / max(wall, 1e-9)
@@ -353,8 +416,16 @@ def main() -> None:
     speed.add_argument("--batch-size", type=int, default=256)
     speed.add_argument("--lang", default="en", help="the language the documents are routed as; zh also keeps "
                                                     "only the records of that lang")
+    real = sub.add_parser("real-text", help="real-text guard: share of real English text judged low quality")
+    real.add_argument("--data", default="../shared/corpora/real_text_sample.jsonl.gz")
+    real.add_argument("--demo", default="data/demo/corpus.jsonl.gz", help="also its English records ('' : none)")
+    real.add_argument("--demo-min-chars", type=int, default=1500, help="demo records at least this long")
+    real.add_argument("--out", required=True, help="JSON of {id: [source, score]}")
+    real.add_argument("--against", help="the same JSON from another checkout: list the verdicts that flip")
+    real.add_argument("--threshold", type=float, default=0.5)
     args = parser.parse_args()
-    {"accuracy": _accuracy, "pipeline": _pipeline, "speed": _speed, "fresh-zh": _fresh_zh}[args.what](args)
+    {"accuracy": _accuracy, "pipeline": _pipeline, "speed": _speed, "fresh-zh": _fresh_zh,
+     "real-text": _real_text}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -88,6 +88,30 @@ def test_ngram_model_prefers_the_order_it_was_trained_on():
     assert (lp_shuffled[1] - lp_shuffled[0]).mean() < 0.0
 
 
+def test_ngram_model_counting_only_shared_ngrams_gains_nothing_from_one_documents_own_ngrams():
+    rng = random.Random(3)
+    # many documents share their word order (ids 1-10); one also has a passage of its own (ids 20-39)
+    common = [[1 + (start + i) % 10 for i in range(40)] for start in range(100)]
+    own = [rng.randrange(20, 40) for _ in range(60)]
+    document = common[0][:20] + own
+
+    def own_passage_gain(train, **kwargs):
+        """The gain of the trigram context over none across the document's own passage (what the features see)."""
+        lm = HashedNgramLM(order=3, bits=16, discount=0.75).fit(train, vocab_size=41, **kwargs)
+        logprobs, _ = lm.token_logprobs([document])
+        return (logprobs[2] - logprobs[0])[22:].mean()
+
+    # counting every n-gram, the model predicts the passage it was trained on far better than without it ...
+    assert own_passage_gain(common + [document]) - own_passage_gain(common) > 1.0
+    # ... counting only n-grams of two or more documents, exactly as well as if it had never seen it
+    assert own_passage_gain(common + [document], min_docs=2) == own_passage_gain(common, min_docs=2)
+    # documents are groups: two copies of it in one group are one document, in two groups two
+    twice = common + [document, document]
+    groups = list(range(len(common))) + [-1, -1]
+    assert own_passage_gain(twice, groups=groups, min_docs=2) == own_passage_gain(common, min_docs=2)
+    assert own_passage_gain(twice, min_docs=2) > own_passage_gain(common, min_docs=2) + 1.0
+
+
 def test_order_features_separate_prose_from_shuffled_words_and_markov_babble(prose):
     rng = random.Random(1)
     train, held = prose[:600], prose[600:700]
@@ -115,6 +139,22 @@ def test_order_features_handle_empty_odd_and_foreign_text(prose):
     assert x.shape == (6, len(features.names))
     assert np.isfinite(x).all()
     assert (x[:2] == 0).all()  # no tokens: all features zero, no crash
+
+
+def test_logistic_stacker_sample_weights_count_like_repeated_rows():
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(300, 3))
+    y = (x[:, 0] + 0.5 * rng.normal(size=300) > 0).astype(np.float64)
+    weights = rng.integers(0, 3, size=300).astype(np.float64)  # 0: left out, 2: counted twice
+    y[weights == 0] = 1 - y[weights == 0]  # rows left out say the opposite: ignoring the weights would show
+    weighted = LogisticStacker.fit(x, y, l2=0.1, sample_weight=weights)
+    repeated = np.repeat(np.arange(300), weights.astype(int))
+    plain = LogisticStacker.fit(x[repeated], y[repeated], l2=0.1)
+    unweighted = LogisticStacker.fit(x, y, l2=0.1)
+    spread = np.abs(plain.logit(x)).max()
+    # the same fit up to the standardisation (computed over the rows as given) that the L2 penalty acts on
+    assert np.abs(weighted.logit(x) - plain.logit(x)).max() < 0.05 * spread
+    assert np.abs(unweighted.logit(x) - plain.logit(x)).max() > 0.3 * spread
 
 
 def test_logistic_stacker_learns_a_separable_problem():
@@ -204,3 +244,95 @@ def test_chinese_documents_are_kept_unscored_by_the_english_model():
     strict = cfg.model_copy(update={"skip_scripts": []})
     zh["annotations"] = {"normalize": {"script": "cjk"}}
     assert QualityStep(strict, model).apply([zh])[0] == "low_quality"
+
+
+DIALOGUE = ('"I am sure you will like it," said she. "You cannot think what a sweet place it is." He smiled at her '
+            'and she turned to the window, where the rain fell on the garden.')
+
+
+def test_quote_roles_read_straight_and_curly_quotes_alike():
+    from transforms.quality.features import QUOTE_CLOSES, QUOTE_OPENS, QUOTE_UNPLACED, quote_role
+
+    assert quote_role('"Yes."') == quote_role("\u201cYes.\u201d") == QUOTE_OPENS | QUOTE_CLOSES
+    assert quote_role('"Well') == quote_role("\u201cWell") == QUOTE_OPENS
+    assert quote_role('it,"') == quote_role('said."') == quote_role("it,\u201d") == QUOTE_CLOSES
+    assert quote_role("word") == quote_role('12"') & QUOTE_OPENS == 0
+    # a mark spaced off its word, or inside a token, has no direction: it is only known to be there
+    assert quote_role('"') == quote_role('{0}!".format') == QUOTE_UNPLACED
+    assert quote_role('"a"b') == QUOTE_OPENS | QUOTE_UNPLACED
+
+
+def test_english_version_3_counts_persons_per_voice_and_quote_alternation(prose):
+    features = OrderFeatures.fit(prose[:200], num_frequent=100, order=3, bits=16)
+    assert features.feature_version == OrderFeatures.ENGLISH_FEATURE_VERSION == 3
+    names = features.names
+    assert {"voice_pronoun_entropy", "quote_alternation", "half_overlap"} <= set(names)
+    assert "odd_quotes" not in names and "pronoun_entropy" not in names
+    curly = DIALOGUE.replace(' "', " \u201c").replace('"', "\u201d").replace("\u201dI", "\u201cI")
+    scrambled = 'I am sure you," will like it said she. "You "cannot think what a sweet" place it is. He smiled'
+    x = features.transform([DIALOGUE, curly, scrambled, DIALOGUE.replace('"', "")])
+    voice, alternation = names.index("voice_pronoun_entropy"), names.index("quote_alternation")
+    # speech ("I", "you") and narration ("she", "he", "her") each keep to their persons; without the quotes
+    # the same pronouns are one mixed voice
+    assert x[0, voice] < x[3, voice]
+    mine = [voice, alternation, names.index("half_overlap")]
+    np.testing.assert_allclose(x[0, mine], x[1, mine])  # straight and curly quotes read alike
+    assert x[0, alternation] == 0.0 and x[3, alternation] == 0.0
+    assert x[2, alternation] == pytest.approx(1 / 5)  # C O O C: one opening after an opening, per 4 marks + 1
+    assert np.isfinite(x).all()
+
+
+def test_quote_alternation_starts_afresh_after_a_mark_spaced_off_or_inside_a_token(prose):
+    features = OrderFeatures.fit(prose[:100], num_frequent=50, order=3, bits=14)
+    arrays = features.to_arrays()
+    meta = json.loads(bytes(arrays["order_meta"]).decode("utf-8"))
+    meta["feature_version"] = 2
+    arrays["order_meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    version_2 = OrderFeatures.from_arrays(arrays)
+    alternation = features.names.index("quote_alternation")
+    spaced = 'He wrote "I will come tomorrow. " Then she said "Yes, do," and he came.'
+    code = 'Use "{0}!".format(name) and then "done" to see it work.'
+    x3, x2 = features.transform([spaced, code]), version_2.transform([spaced, code])
+    assert (x3[:, alternation] == 0).all()  # the unplaced mark may be the closing one: no repeat
+    assert (x2[:, alternation] > 0).all()  # version 2 (still read) counted the next opening mark as a repeat
+    babble = 'said "the rain "fell on her "garden and" the window" was'  # a chain keeps quoted words, not the order
+    assert features.transform([babble])[0, alternation] > 0
+
+
+def test_english_models_of_feature_version_1_still_load_and_score_as_before(prose, tmp_path):
+    from transforms.base import StepConfigError
+    from transforms.quality.model import unreadable_reason
+    from transforms.quality.step import check
+
+    features = OrderFeatures.fit(prose[:100], num_frequent=50, order=3, bits=14)
+    arrays = features.to_arrays()
+    meta = json.loads(bytes(arrays["order_meta"]).decode("utf-8"))
+    assert meta["feature_version"] == 3
+    del meta["feature_version"]  # what an English model written before version 2 holds
+    arrays["order_meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    old = OrderFeatures.from_arrays(arrays)
+    assert old.feature_version == 1 and old.names[5:7] == ["pronoun_entropy", "odd_quotes"]
+    assert "half_overlap" not in old.names
+    x = old.transform(['one "odd quote', DIALOGUE])
+    assert x.shape == (2, len(old.names)) and x[0, 6] == 1.0 and x[1, 6] == 0.0
+    # a model fitted on a feature version this code does not compute is refused by name, not misread
+    meta["feature_version"] = 9
+    arrays["order_meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    arrays["format_version"] = np.array([2])
+    np.savez(tmp_path / "m.bin.order.npz", **arrays)
+    assert "order features version 9 (whitespace)" in unreadable_reason(str(tmp_path / "m.bin"))
+    (tmp_path / "m.bin").write_bytes(b"")
+    with pytest.raises(StepConfigError, match=r"^quality\.model: .*order features version 9"):
+        check(QualityConfig(model=str(tmp_path / "m.bin")))  # when the run is checked, not in a worker
+    with pytest.raises(ValueError, match="version 9"):
+        OrderFeatures.from_arrays(arrays)
+
+
+def test_default_model_cache_key_carries_the_feature_version(tmp_path, monkeypatch):
+    from transforms.quality.step import default_model_path
+
+    cfg = QualityConfig()
+    now = default_model_path(tmp_path, cfg)
+    assert now == default_model_path(tmp_path, cfg)
+    monkeypatch.setitem(OrderFeatures.READABLE_FEATURE_VERSIONS, "whitespace", (1, 2, 3, 4))
+    assert default_model_path(tmp_path, cfg) != now  # a model of other features is trained again, not reused

@@ -259,20 +259,43 @@ class HashedNgramLM:
             self._packed[n] = packed
         return packed
 
-    def fit(self, seqs: Sequence[Sequence[int]], vocab_size: int) -> "HashedNgramLM":
-        """Count n-grams of ``seqs`` (ids in [1, vocab_size)); id vocab_size-1 may be an unseen 'unknown'."""
+    def fit(self, seqs: Sequence[Sequence[int]], vocab_size: int, groups: Sequence | None = None,
+            min_docs: int = 1) -> "HashedNgramLM":
+        """Count n-grams of ``seqs`` (ids in [1, vocab_size)); id vocab_size-1 may be an unseen 'unknown'.
+
+        With ``min_docs`` > 1 an n-gram (order >= 2) is counted only when it occurs in at least that many distinct
+        ``groups`` (source documents; default: each sequence its own); the uses of the others stay in their
+        context's count and go to the lower order (as unseen continuations do). An n-gram of one document only says
+        nothing about other documents, but it makes the model predict that document's own text far better than any
+        unseen text: a training document scored later (a real corpus holds the same novel) would get n-gram gains no
+        out-of-fold document had, which the second stage was never fitted on."""
         flat, real = self._concat(seqs)
         size = 1 << self.bits
         unigram = np.bincount(flat[real].astype(np.int64), minlength=vocab_size).astype(np.float32)
         tables: dict[str, np.ndarray] = {"unigram": unigram}
+        if min_docs > 1:
+            group_ids = np.unique(np.asarray(list(groups) if groups is not None else range(len(seqs)), dtype=str),
+                                  return_inverse=True)[1].astype(np.int64)
+            lengths = np.array([len(s) for s in seqs], dtype=np.int64)
+            group_at = np.repeat(group_ids, lengths + self.order - 1)  # the group of every slot of ``flat``
         for n in range(2, self.order + 1):
             target = real[n - 1 :]
             grams = _ngram_buckets(flat, n, self.bits)[target]
             contexts = _ngram_buckets(flat, n - 1, self.bits)[:-1][target]
-            tables[f"count{n}"] = np.bincount(grams, minlength=size).astype(np.float32)
             tables[f"context{n}"] = np.bincount(contexts, minlength=size).astype(np.float32)
+            pruned = np.zeros(size)
+            if min_docs > 1:  # document frequency of each bucket: distinct (group, bucket) pairs
+                pairs = np.unique(group_at[n - 1 :][target] * size + grams)
+                docs = np.bincount(pairs % size, minlength=size)
+                shared = docs[grams] >= min_docs
+                pruned = np.bincount(contexts[~shared], minlength=size)
+                grams, contexts = grams[shared], contexts[shared]
+            tables[f"count{n}"] = np.bincount(grams, minlength=size).astype(np.float32)
             distinct = np.unique(contexts * size + grams) // size  # N1+(h .): distinct continuations
-            tables[f"types{n}"] = np.bincount(distinct, minlength=size).astype(np.float32)
+            # the backoff weight of a context is discount * types / count: the uses of its pruned continuations join
+            # it (as types / discount), so that their probability goes to the lower order instead of being lost
+            types = np.bincount(distinct, minlength=size) + pruned / self.discount
+            tables[f"types{n}"] = types.astype(np.float32)
         self.tables = tables
         self._packed = {}
         return self
@@ -322,6 +345,9 @@ PRONOUN_PERSON = {
 PRONOUN_PERSON_ZH = {"我": 1, "你": 3, "您": 3, "他": 4, "她": 5, "它": 7}
 PREFILLED_WORDS = 5_000  # words whose common forms are in the token table from the start (fast model load)
 MAX_TABLE_ROWS = 1_000_000  # token table bound (~32 MB of columns plus the dict)
+# English version 2's half_overlap: the most frequent words of the training text are function words ("the", "she",
+# "said"), not topic
+FUNCTION_WORDS = 100
 CACHE_WEIGHT = 0.1  # weight of the in-document cache in the cache-mixture unigram model
 
 
@@ -394,6 +420,62 @@ def bracket_imbalance(text: str, ascii_quotes: bool = False) -> float:
     return unpaired / (opened + 1)
 
 
+_OPENING_QUOTES = ('"', "\u201c")
+_CLOSING_QUOTES = ('"', "\u201d")
+_DOUBLE_QUOTES = ('"', "\u201c", "\u201d")
+_AFTER_CLOSING = ".,;:!?)"
+QUOTE_OPENS, QUOTE_CLOSES, QUOTE_UNPLACED = 1, 2, 4
+
+
+def quote_role(token: str) -> int:
+    """Bits of the roles of the double quote marks of a whitespace token: ``QUOTE_OPENS`` when it starts with one,
+    ``QUOTE_CLOSES`` when it ends with one (before trailing punctuation: '."' and '"),' close); ``QUOTE_UNPLACED``
+    when it has a mark that does neither: one standing alone (spaced-out typography says nothing about direction)
+    or inside the token (``{0}!".format``, ``12"x``)."""
+    marks = sum(map(token.count, _DOUBLE_QUOTES))
+    if not marks:
+        return 0
+    if len(token) < 2:
+        return QUOTE_UNPLACED
+    role = QUOTE_OPENS if token.startswith(_OPENING_QUOTES) else 0
+    if token.rstrip(_AFTER_CLOSING).endswith(_CLOSING_QUOTES) and len(token.rstrip(_AFTER_CLOSING)) > (role > 0):
+        role |= QUOTE_CLOSES
+    placed = (role & QUOTE_OPENS > 0) + (role & QUOTE_CLOSES > 0)
+    return role | (QUOTE_UNPLACED if marks > placed else 0)
+
+
+def _inside_quotes(roles: np.ndarray, doc_of: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per token, whether it is quoted speech: it opens a quote, or the last quote mark before it in its document
+    opened one (a closing token is still inside: its word is spoken). Vectorised: forward fill of the last mark."""
+    index = np.arange(len(roles))
+    has = (roles & (QUOTE_OPENS | QUOTE_CLOSES)) > 0  # an unplaced mark says nothing about the voice
+    last = np.maximum.accumulate(np.where(has, index, -1))
+    before = np.concatenate([[-1], last[:-1]])  # the last mark strictly before each token
+    before[before < starts[doc_of]] = -1  # not across documents
+    open_before = (before >= 0) & ((roles[np.maximum(before, 0)] & QUOTE_CLOSES) == 0)
+    return ((roles & QUOTE_OPENS) > 0) | open_before
+
+
+def _quote_alternation(roles: np.ndarray, doc_of: np.ndarray, num_docs: int, reset: bool = True) -> np.ndarray:
+    """Per document, quote marks whose role repeats the previous mark's (open after open, close after close) per
+    mark used + 1 (0 without quotes). A token that opens and closes ('"Yes."') is an opening then a closing mark.
+    With ``reset`` (feature version 3) an unplaced mark (spaced off its word, or inside a token) starts the count
+    afresh: it may be the closing mark the next opening one follows, so that opening mark is no repeat."""
+    # events in text order, three slots per token: its opening mark, an unplaced one, its closing mark
+    opening = np.flatnonzero(roles & QUOTE_OPENS) * 3
+    unplaced = np.flatnonzero(roles & QUOTE_UNPLACED) * 3 + 1 if reset else np.zeros(0, dtype=np.int64)
+    closing = np.flatnonzero(roles & QUOTE_CLOSES) * 3 + 2
+    events = np.sort(np.concatenate([opening, unplaced, closing]))
+    kind = events % 3
+    doc = doc_of[events // 3]
+    marks = np.bincount(doc[kind != 1], minlength=num_docs).astype(np.float64)
+    if len(events) < 2:
+        return np.zeros(num_docs)
+    repeat = (doc[1:] == doc[:-1]) & (kind[1:] == kind[:-1]) & (kind[1:] != 1)
+    bad = np.bincount(doc[1:], weights=repeat.astype(np.float64), minlength=num_docs)
+    return bad / (marks + 1)
+
+
 class OrderFeatures:
     """Word classes + class n-gram model + word statistics: text in, a fixed-length float vector out."""
 
@@ -415,6 +497,28 @@ class OrderFeatures:
     # mostly near ones: function-word pairs). Line ends: the share of lines that end like a sentence; tables of
     # contents and lists, whose lines repeat words as much as prose does, end their lines with none.
     BIGRAM_COHESION_V2 = ("half_overlap", "line_end_share")
+    # Version of the English (whitespace) features. 2 replaces two columns of version 1 and adds one, for Markov
+    # babble over dialogue-rich prose (a novel's chains keep every word pair, so fastText and the n-gram gains see
+    # little), each measured to hold on real text of every typography:
+    # * pronoun_entropy becomes voice_pronoun_entropy: the entropy of pronoun persons counted apart inside quoted
+    #   speech and in narration (weighted by their pronouns). Dialogue mixes "I"/"you" in speech with "she" in
+    #   narration, which version 1 took for a chain switching persons; a chain mixes them within each voice.
+    # * odd_quotes (straight-quote parity, a rare 0/1 column whose pairwise products were fitted on a handful of
+    #   documents) becomes quote_alternation: quote marks that repeat the previous mark's role (an opening one after
+    #   an opening one, a closing one after a closing one) per mark used. Roles come from the position in the token
+    #   (opening: at its start, closing: at its end before trailing punctuation), so straight and curly quotes read
+    #   alike; a spaced-out quote has no role. A chain keeps each quoted word but not the alternation.
+    # * half_overlap (as for cjk, over words): the share of the second half's content words the first half used.
+    # Version 3: quote_alternation starts afresh after a quote mark that is neither a token's opening nor its closing
+    # one (spaced off its word: 'do. "'; inside a code token: '{0}!".format'): that mark may be the closing one the
+    # next opening mark follows. Version 2 skipped such marks and counted the opening mark after them as a repeat,
+    # which removed real Usenet posts and gcloud and Python examples.
+    ENGLISH_FEATURE_VERSION = 3
+    COHESION_EN_V2 = ("log_tokens", "cache_gain", "content_repeat", "name_repeat", "content_share",
+                      "voice_pronoun_entropy", "quote_alternation")
+    WORD_COHESION_V2 = ("half_overlap",)
+    # the feature versions this code computes, per tokenizer (the last one is what it fits)
+    READABLE_FEATURE_VERSIONS = {"whitespace": (1, 2, ENGLISH_FEATURE_VERSION), "cjk": (1, CJK_FEATURE_VERSION)}
 
     def __init__(self, classes: WordClasses, lm: HashedNgramLM, words: Sequence[str], word_counts: np.ndarray,
                  max_tokens: int, tokenizer: str = "whitespace", feature_version: int = 1):
@@ -424,12 +528,18 @@ class OrderFeatures:
         self.extra = self.BIGRAM_COHESION if tokenizer == "cjk" else ()
         if tokenizer == "cjk" and feature_version >= 2:
             self.extra = self.extra + self.BIGRAM_COHESION_V2
-        if feature_version not in (1, self.CJK_FEATURE_VERSION) or (feature_version != 1 and tokenizer != "cjk"):
+        if feature_version not in self.READABLE_FEATURE_VERSIONS[tokenizer]:
             raise ValueError(f"order features version {feature_version} with tokenizer {tokenizer!r}: this code "
-                             f"reads 1, and {self.CJK_FEATURE_VERSION} for cjk")
+                             f"reads {', '.join(map(str, self.READABLE_FEATURE_VERSIONS[tokenizer]))}")
         self.feature_version = feature_version
+        # English version 2: voices, quote alternation and topic drift (see ENGLISH_FEATURE_VERSION)
+        self.voices = tokenizer == "whitespace" and feature_version >= 2
+        self.cohesion = self.COHESION_EN_V2 if self.voices else self.COHESION
+        if self.voices:
+            self.extra = self.WORD_COHESION_V2
         # version 2 (cjk): straight quotes are counted by bracket_imbalance, not by the odd_quotes column
-        self.quotes_in_brackets = feature_version >= 2
+        self.quotes_in_brackets = tokenizer == "cjk" and feature_version >= 2
+        self.odd_quotes_column = feature_version == 1
         self.words = list(words)
         self.word_ids = {w: i + 1 for i, w in enumerate(self.words)}  # 0: out of vocabulary
         self.word_counts = np.asarray(word_counts, dtype=np.float64)
@@ -457,19 +567,20 @@ class OrderFeatures:
     @classmethod
     def fit(cls, texts: Sequence[str], *, num_frequent: int = 1000, order: int = 3, bits: int = 20,
             discount: float = 0.75, max_tokens: int = 256, max_words: int = 50_000,
-            tokenizer: str = "whitespace") -> "OrderFeatures":
+            tokenizer: str = "whitespace", groups: Sequence | None = None, min_docs: int = 1) -> "OrderFeatures":
+        """Fit on ``texts`` (high-quality text); ``groups`` and ``min_docs``: see ``HashedNgramLM.fit``."""
         classes = (CharClasses if tokenizer == "cjk" else WordClasses).fit(texts, num_frequent, max_tokens)
         token_lists = [tokenize(text, max_tokens, tokenizer) for text in texts]
         seqs = [[classes.register(t) for t in toks] for toks in token_lists]
-        lm = HashedNgramLM(order, bits, discount).fit(seqs, classes.num_ids)
+        lm = HashedNgramLM(order, bits, discount).fit(seqs, classes.num_ids, groups, min_docs)
         counts = Counter(core.lower() for toks in token_lists for core in map(_core, toks) if core)
         words = counts.most_common(max_words)
         return cls(classes, lm, [w for w, _ in words], np.array([c for _, c in words], dtype=np.float64), max_tokens,
-                   tokenizer, cls.CJK_FEATURE_VERSION if tokenizer == "cjk" else 1)
+                   tokenizer, cls.READABLE_FEATURE_VERSIONS[tokenizer][-1])
 
     @property
     def names(self) -> list[str]:
-        names = list(self.COHESION) + list(self.extra)
+        names = list(self.cohesion) + list(self.extra)
         names += [f"class_lp{n}" for n in range(1, self.lm.order + 1)]
         for n in range(2, self.lm.order + 1):
             names += [f"class_gain{n}", f"class_drop{n}_0.5", f"class_drop{n}_1"]
@@ -480,20 +591,20 @@ class OrderFeatures:
         scoring costs one C-level dict lookup per token. Known word forms are added up front; new forms are
         appended as they are met, up to MAX_TABLE_ROWS (a long run meets an open vocabulary)."""
         self.token_row: _RowTable = _RowTable()
-        self._columns = np.zeros((1024, 4), dtype=np.int64)
+        self._columns = np.zeros((1024, 5), dtype=np.int64)
         self._rows = 0
         self._add_rows(list(dict.fromkeys(tokens)))
 
-    def _describe(self, token: str) -> tuple[int, int, int, int]:
+    def _describe(self, token: str) -> tuple[int, int, int, int, int]:
         core = _core(token)
         lower = core.lower()
         word = self.word_ids.get(lower, 0)
         # a word outside the vocabulary still needs an identity to detect repeats: a negative hash never
         # equals a word id (Python's str hash is per process, which is all a document needs)
         key = word or -1 - (hash(lower) & 0x3FFF_FFFF_FFFF_FFFF)
-        return self.classes.class_id(token), word, key, int(lower.isalpha())  # "".isalpha() is False
+        return self.classes.class_id(token), word, key, int(lower.isalpha()), quote_role(token)  # "".isalpha(): False
 
-    def _add_rows(self, tokens: Iterable[str]) -> list[tuple[int, int, int, int]]:
+    def _add_rows(self, tokens: Iterable[str]) -> list[tuple[int, int, int, int, int]]:
         """Describe new surface forms and append them to the table (while it has room)."""
         described = [self._describe(t) for t in tokens]
         room = min(len(described), MAX_TABLE_ROWS - self._rows)
@@ -507,8 +618,8 @@ class OrderFeatures:
             self._rows += room
         return described
 
-    def _token_columns(self, tokens: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(class id, word id [0 = unseen], identity key, is alphabetic) for each token."""
+    def _token_columns(self, tokens: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(class id, word id [0 = unseen], identity key, is alphabetic, quote role) for each token."""
         # map() over the bound lookup keeps the per-token loop in C: the hot loop of the whole step
         rows = np.fromiter(map(self.token_row.__getitem__, tokens), dtype=np.int64, count=len(tokens))
         unseen = np.flatnonzero(rows < 0)
@@ -517,7 +628,7 @@ class OrderFeatures:
             self._add_rows(new_forms)
             rows[unseen] = [self.token_row[tokens[i]] for i in unseen]
         columns = self._columns[rows] if (rows >= 0).all() else self._columns_with_overflow(tokens, rows)
-        return columns[:, 0], columns[:, 1], columns[:, 2], columns[:, 3].astype(bool)
+        return columns[:, 0], columns[:, 1], columns[:, 2], columns[:, 3].astype(bool), columns[:, 4]
 
     def _columns_with_overflow(self, tokens: list[str], rows: np.ndarray) -> np.ndarray:
         """The table is full: describe the forms that did not fit on the fly."""
@@ -540,7 +651,7 @@ class OrderFeatures:
             token_lists = [toks[: self.max_tokens] for toks in token_lists]
         lengths = np.array([len(toks) for toks in token_lists], dtype=np.int64)
         out[:, 0] = np.log1p(lengths)
-        if not self.quotes_in_brackets:
+        if self.odd_quotes_column:
             out[:, 6] = [t.count('"') % 2 for t in texts]
         present = lengths > 0
         if not present.any():
@@ -548,7 +659,7 @@ class OrderFeatures:
         docs = np.flatnonzero(present)
         lengths = lengths[docs]
         tokens = list(chain.from_iterable(token_lists[i] for i in docs))
-        class_ids, word_ids, word_keys, alpha = self._token_columns(tokens)
+        class_ids, word_ids, word_keys, alpha, roles = self._token_columns(tokens)
         doc_of = np.repeat(np.arange(len(docs)), lengths)
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         position = np.arange(len(tokens)) - np.repeat(starts, lengths)
@@ -571,23 +682,37 @@ class OrderFeatures:
         names_first = per_doc((is_name & (earlier == 0)).astype(np.float64))
         out[docs, 3] = np.where(names_n > 0, 1.0 - names_first / np.maximum(names_n, 1), 0.5)
         out[docs, 4] = n_content / lengths
-        # entropy of the grammatical persons of the pronouns used
+        # entropy of the grammatical persons of the pronouns used (version 2: within each voice, speech and narration)
         person = self.word_person[word_ids]
         persons = max(PRONOUN_PERSON.values()) + 1
         used = person > 0
-        counts = np.bincount(doc_of[used] * persons + person[used], minlength=len(docs) * persons)
-        counts = counts.reshape(len(docs), persons).astype(np.float64)
+        voices = 2 if self.voices else 1
+        group = doc_of * 2 + _inside_quotes(roles, doc_of, starts) if self.voices else doc_of
+        counts = np.bincount(group[used] * persons + person[used], minlength=len(docs) * voices * persons)
+        counts = counts.reshape(len(docs) * voices, persons).astype(np.float64)
         share = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
-        out[docs, 5] = -(share * np.log(np.where(share > 0, share, 1.0))).sum(axis=1)
+        entropy = -(share * np.log(np.where(share > 0, share, 1.0))).sum(axis=1)
+        if not self.voices:
+            out[docs, 5] = entropy
+        else:  # the voices' entropies weighted by their pronouns
+            weights = counts.sum(axis=1).reshape(len(docs), 2)
+            out[docs, 5] = (entropy.reshape(len(docs), 2) * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1)
+        if self.voices:
+            out[docs, 6] = _quote_alternation(roles, doc_of, len(docs), reset=self.feature_version >= 3)
+            # topic words: alphabetic, not among the most frequent words of the training text (function words)
+            topical = alpha & ((word_ids == 0) | (word_ids > FUNCTION_WORDS))
+            second = 2 * position >= lengths[doc_of]
+            out[docs, len(self.cohesion)] = _half_overlap(doc_of[topical], word_keys[topical], second[topical],
+                                                          len(docs))
 
-        col = len(self.COHESION)
-        if self.extra:
+        col = len(self.cohesion)
+        if self.extra and self.tokenizer == "cjk":
             out[:, col + 2] = [bracket_imbalance(t, self.quotes_in_brackets) for t in texts]
             if self.feature_version >= 2:
                 out[:, col + 4] = [line_end_share(t[: self.max_tokens * 2]) for t in texts]
             self._bigram_cohesion(out[:, col:col + len(self.extra)], docs, doc_of, starts, lengths, word_ids,
                                   word_keys, alpha)
-            col += len(self.extra)
+        col += len(self.extra)
         # class n-gram model: gains of each extra order of context, and how often it hurts
         logprobs, _ = self.lm.token_logprobs(flat_ids=class_ids, lengths=lengths)
         for lp in logprobs:

@@ -6,9 +6,10 @@ Files of one model (``MODEL`` is the path given by the user, e.g. ``model.bin`` 
     MODEL.order.npz       word classes, hashed class n-gram counts and stacker weights (plain arrays, no pickle)
     MODEL.card.json       model card: data, parameters, held-out metrics
 
-Training (``train_quality_model``) never lets a model score text it was fitted on before the stacker sees it:
-fastText and the n-gram model are cross-fitted over folds of *groups* (source documents), the stacker is fitted
-on those out-of-fold scores, and the final metrics come from a held-out split sharing no group with training.
+Training (``train_quality_model``): fastText and the n-gram model are cross-fitted over folds of *groups* (source
+documents) and the stacker is fitted on those out-of-fold scores, plus (``in_sample_weight``) the high-quality
+training texts as the final n-gram model scores them, since real corpora hold the model's training text too; the
+final metrics come from a held-out split sharing no group with training.
 Only text is used as input; labels are the targets, and any other field (subtype, source) is used only to
 break metrics down.
 """
@@ -32,8 +33,9 @@ from transforms.quality.features import OrderFeatures, char_stream
 # records is identified as it (a handbook quoting English commands stays a Chinese model)
 LANGUAGE_MIN_SHARE = 0.1
 
-# 2: the order features carry a feature version (Chinese models from feature version 2 on write format 2, so that
-# code that reads only format 1 refuses them instead of computing the columns they were not fitted on); 1 still loads
+# 2: the order features carry a feature version (models from feature version 2 on, Chinese and English, write format
+# 2, so that code that reads only format 1 refuses them instead of computing the columns they were not fitted on; code
+# that reads format 2 but not the model's feature version refuses it by name); 1 still loads
 MODEL_FORMAT_VERSION = 2
 READABLE_FORMAT_VERSIONS = (1, 2)
 DEFAULT_MAX_CHARS = 20_000  # characters of a document fastText reads
@@ -73,7 +75,14 @@ class QualityTrainConfig(BaseModel):
     order: int = Field(3, ge=2, le=6, description="n-gram order of the class language model")
     hash_bits: int = Field(20, ge=12, le=26, description="log2 of buckets per n-gram count table")
     max_tokens: int = Field(256, ge=16, description="tokens of each document used by the order features")
+    ngram_min_docs: int = Field(1, ge=1, description="the class n-gram model counts an n-gram (order >= 2) only when "
+                                "at least this many training groups (source documents) use it, the uses of rarer ones "
+                                "going to the lower order: rare n-grams make it predict its own training text far "
+                                "better than unseen text (1: count all)")
     l2: float = Field(1.0, ge=0.0, description="L2 penalty of the logistic stacker (on standardised features)")
+    in_sample_weight: float = Field(0.5, ge=0.0, description="weight in the second stage's fit of the high-quality "
+                                    "training texts scored in sample by the final n-gram model (text the model was "
+                                    "trained on, as real corpora hold it); 0: out-of-fold documents only")
     gate: float = Field(0.1, gt=0.0, lt=1.0, description="fastText P(hq) below which a document is low quality "
                                                          "outright; the second stage decides the rest")
 
@@ -110,18 +119,20 @@ class LogisticStacker:
         self.mean, self.scale, self.weights, self.bias = mean, scale, weights, float(bias)
 
     @classmethod
-    def fit(cls, x: np.ndarray, y: np.ndarray, l2: float, iterations: int = 50) -> "LogisticStacker":
+    def fit(cls, x: np.ndarray, y: np.ndarray, l2: float, iterations: int = 50,
+            sample_weight: np.ndarray | None = None) -> "LogisticStacker":
         mean = x.mean(axis=0)
         scale = x.std(axis=0)
         scale[scale < 1e-9] = 1.0
         z = np.hstack([(x - mean) / scale, np.ones((len(x), 1))])
         w = np.zeros(z.shape[1])
+        sw = np.ones(len(x)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
         penalty = np.full(z.shape[1], l2)
         penalty[-1] = 0.0  # no penalty on the bias
         for _ in range(iterations):
             p = 1.0 / (1.0 + np.exp(-(z @ w)))
-            grad = z.T @ (p - y) + penalty * w
-            hess = (z * (p * (1 - p))[:, None]).T @ z + np.diag(penalty) + 1e-9 * np.eye(len(w))
+            grad = z.T @ (sw * (p - y)) + penalty * w
+            hess = (z * (sw * p * (1 - p))[:, None]).T @ z + np.diag(penalty) + 1e-9 * np.eye(len(w))
             step = np.linalg.solve(hess, grad)
             w -= step
             if np.abs(step).max() < 1e-8:
@@ -141,12 +152,23 @@ class LogisticStacker:
                    np.asarray(arrays[prefix + "weights"]), float(arrays[prefix + "bias"][0]))
 
 
+# Share of the training documents below (and above) the range each input of the second stage is clipped to.
+CLIP_TAIL = 0.005
+
+
 class SecondStage:
     """Logistic regression over the pairwise products of [fastText logit, order features] (z-scored first):
-    the products let it learn that e.g. low cohesion only matters in text fastText takes for prose."""
+    the products let it learn that e.g. low cohesion only matters in text fastText takes for prose.
 
-    def __init__(self, mean: np.ndarray, scale: np.ndarray, model: LogisticStacker, gate: float):
+    Inputs are clipped to the range the training documents span (``CLIP_TAIL`` of them outside on each side), so a
+    document beyond it is scored as the most extreme ones it was fitted on: a quadratic surface extrapolated far
+    outside its data swings to any verdict (text the class n-gram model was trained on has trigram gains no
+    out-of-fold document has, and scored 0.000). Models saved without the range are not clipped."""
+
+    def __init__(self, mean: np.ndarray, scale: np.ndarray, model: LogisticStacker, gate: float,
+                 low: np.ndarray | None = None, high: np.ndarray | None = None):
         self.mean, self.scale, self.model, self.gate = mean, scale, model, float(gate)
+        self.low, self.high = low, high
 
     @staticmethod
     def _expand(z: np.ndarray) -> np.ndarray:
@@ -158,16 +180,20 @@ class SecondStage:
         return np.hstack([logit(p_fasttext)[:, None], order_x])
 
     @classmethod
-    def fit(cls, p_fasttext, order_x, y, l2: float, gate: float) -> "SecondStage":
+    def fit(cls, p_fasttext, order_x, y, l2: float, gate: float, sample_weight=None) -> "SecondStage":
         base = cls._base(p_fasttext, order_x)
+        low, high = np.quantile(base, CLIP_TAIL, axis=0), np.quantile(base, 1 - CLIP_TAIL, axis=0)
+        base = np.clip(base, low, high)
         mean, scale = base.mean(axis=0), base.std(axis=0)
         scale[scale < 1e-9] = 1.0
-        model = LogisticStacker.fit(cls._expand((base - mean) / scale), y, l2)
-        return cls(mean, scale, model, gate)
+        model = LogisticStacker.fit(cls._expand((base - mean) / scale), y, l2, sample_weight=sample_weight)
+        return cls(mean, scale, model, gate, low, high)
 
     def predict_logit(self, p_fasttext: np.ndarray, order_x: np.ndarray) -> np.ndarray:
-        z = (self._base(p_fasttext, order_x) - self.mean) / self.scale
-        return self.model.logit(self._expand(z))
+        base = self._base(p_fasttext, order_x)
+        if self.low is not None:
+            base = np.clip(base, self.low, self.high)
+        return self.model.logit(self._expand((base - self.mean) / self.scale))
 
     def predict(self, p_fasttext: np.ndarray, order_x: np.ndarray) -> np.ndarray:
         return sigmoid(self.predict_logit(p_fasttext, order_x))
@@ -176,12 +202,15 @@ class SecondStage:
         arrays = self.model.to_arrays(prefix + "lr_")
         arrays.update({prefix + "base_mean": self.mean, prefix + "base_scale": self.scale,
                        prefix + "gate": np.array([self.gate])})
+        if self.low is not None:
+            arrays.update({prefix + "base_low": self.low, prefix + "base_high": self.high})
         return arrays
 
     @classmethod
     def from_arrays(cls, arrays, prefix: str) -> "SecondStage":
+        bounds = [np.asarray(arrays[prefix + k]) if prefix + k in arrays else None for k in ("base_low", "base_high")]
         return cls(np.asarray(arrays[prefix + "base_mean"]), np.asarray(arrays[prefix + "base_scale"]),
-                   LogisticStacker.from_arrays(arrays, prefix + "lr_"), float(arrays[prefix + "gate"][0]))
+                   LogisticStacker.from_arrays(arrays, prefix + "lr_"), float(arrays[prefix + "gate"][0]), *bounds)
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -230,6 +259,30 @@ def card_languages(model_path: str) -> list[str] | None:
             raise ValueError(f"{card_path}: not a model card ({err.msg})") from None
     languages = card.get("languages") if isinstance(card, dict) else None
     return [str(lang) for lang in languages] if isinstance(languages, list) and languages else None
+
+
+def unreadable_reason(model_path: str) -> str | None:
+    """Why this code cannot score with the model at ``model_path`` (its model format or order-feature version is
+    one it does not compute: a model fitted on other features), or None. Reads only the sidecar's small format and
+    meta arrays; remote models (``gs://`` ...) are checked when a worker loads them."""
+    order_path, _ = sidecar_paths(model_path)
+    if "://" in model_path or not os.path.exists(order_path):
+        return None
+    try:
+        with np.load(order_path, allow_pickle=False) as arrays:
+            version = int(arrays["format_version"][0])
+            meta = json.loads(bytes(arrays["order_meta"]).decode("utf-8"))
+    except (OSError, ValueError, KeyError) as err:
+        return f"{order_path}: not a quality model's order arrays ({err})"
+    if version not in READABLE_FORMAT_VERSIONS:
+        return f"{order_path}: model format {version}, this code reads {', '.join(map(str, READABLE_FORMAT_VERSIONS))}"
+    tokenizer = meta.get("tokenizer", "whitespace")
+    features = meta.get("feature_version", 1)
+    readable = OrderFeatures.READABLE_FEATURE_VERSIONS.get(tokenizer, ())
+    if features not in readable:
+        return (f"{order_path}: fitted on order features version {features} ({tokenizer}); this code computes "
+                f"{', '.join(map(str, readable)) or 'no such tokenizer'}: retrain it with `corpusmill quality train`")
+    return None
 
 
 class QualityModel:
@@ -292,8 +345,8 @@ class QualityModel:
 
     @property
     def format_version(self) -> int:
-        """The oldest format that describes this model: 1 unless its order features need a newer one, so that
-        English models stay readable by code that knows only format 1."""
+        """The oldest format that describes this model: 1 unless its order features need a newer one (feature
+        version 1 models stay readable by code that knows only format 1)."""
         return MODEL_FORMAT_VERSION if self.order.feature_version != 1 else 1
 
     def save(self, model_path: str, card: dict[str, Any] | None = None) -> None:
@@ -414,18 +467,19 @@ def _train_fasttext(texts: Sequence[str], labels: Sequence[str], cfg: QualityTra
     return model
 
 
-def _fit_order(texts: Sequence[str], cfg: QualityTrainConfig) -> OrderFeatures:
+def _fit_order(texts: Sequence[str], cfg: QualityTrainConfig, groups: Sequence[str] | None = None) -> OrderFeatures:
     return OrderFeatures.fit(texts, num_frequent=cfg.frequent_words, order=cfg.order, bits=cfg.hash_bits,
-                             max_tokens=cfg.max_tokens, tokenizer=cfg.tokenizer)
+                             max_tokens=cfg.max_tokens, tokenizer=cfg.tokenizer, groups=groups,
+                             min_docs=cfg.ngram_min_docs)
 
 
-def _fit_components(texts, labels, cfg, workdir):
+def _fit_components(texts, labels, groups, cfg, workdir):
     """fastText on all texts, the order model on the high-quality texts only."""
     fasttext_model = _train_fasttext(texts, labels, cfg, workdir)
-    positive_texts = [t for t, lab in zip(texts, labels) if lab == cfg.positive_label]
-    if not positive_texts:
+    positive = [i for i, lab in enumerate(labels) if lab == cfg.positive_label]
+    if not positive:
         raise ValueError(f"no training record has {cfg.label_field}={cfg.positive_label!r}")
-    return fasttext_model, _fit_order(positive_texts, cfg)
+    return fasttext_model, _fit_order([texts[i] for i in positive], cfg, [groups[i] for i in positive])
 
 
 def open_text(path: str):
@@ -481,9 +535,13 @@ def split_records(records: Sequence[dict], cfg: QualityTrainConfig) -> tuple[lis
 
 
 def _group_fractions(records: Sequence[dict], cfg: QualityTrainConfig) -> np.ndarray:
-    groups = [str(r[cfg.group_field]) if cfg.group_field and cfg.group_field in r else f"#record{i}"
-              for i, r in enumerate(records)]
-    return np.array([stable_fraction(g, cfg.seed) for g in groups])
+    return np.array([stable_fraction(g, cfg.seed) for g in _group_keys(records, cfg)])
+
+
+def _group_keys(records: Sequence[dict], cfg: QualityTrainConfig) -> list[str]:
+    """The group of each record (``group_field``; a record without one is its own group)."""
+    return [str(r[cfg.group_field]) if cfg.group_field and cfg.group_field in r else f"#record{i}"
+            for i, r in enumerate(records)]
 
 
 def train_quality_model(records: Sequence[dict], cfg: QualityTrainConfig, log=print) -> tuple[QualityModel, dict]:
@@ -496,6 +554,7 @@ def train_quality_model(records: Sequence[dict], cfg: QualityTrainConfig, log=pr
         raise ValueError(f"{cfg.label_field}: need exactly two labels including {cfg.positive_label!r}, "
                          f"found {label_set}")
     group_u = _group_fractions(records, cfg)
+    groups = _group_keys(records, cfg)
     heldout = group_u < cfg.heldout_fraction
     train_idx = np.flatnonzero(~heldout)
     test_idx = np.flatnonzero(heldout)
@@ -512,7 +571,8 @@ def train_quality_model(records: Sequence[dict], cfg: QualityTrainConfig, log=pr
             out_idx = train_idx[fold_of[train_idx] == fold]
             if len(out_idx) == 0:
                 continue
-            ft_model, order = _fit_components([texts[i] for i in fit_idx], [labels[i] for i in fit_idx], cfg, workdir)
+            ft_model, order = _fit_components([texts[i] for i in fit_idx], [labels[i] for i in fit_idx],
+                                              [groups[i] for i in fit_idx], cfg, workdir)
             part = QualityModel(ft_model, order, None, cfg.positive_label)
             p_ft, x = part.stack_inputs([texts[i] for i in out_idx])
             if oof_order is None:
@@ -523,10 +583,23 @@ def train_quality_model(records: Sequence[dict], cfg: QualityTrainConfig, log=pr
                 f"({time.time() - started:.1f}s)")
         # The second stage learns what fastText misses: it is fitted only on the documents fastText passes.
         passed = train_idx[oof_ft[train_idx] >= cfg.gate]
-        stacker = SecondStage.fit(oof_ft[passed], oof_order[passed], y[passed], cfg.l2, cfg.gate)
+        ft_model, order = _fit_components([texts[i] for i in train_idx], [labels[i] for i in train_idx],
+                                          [groups[i] for i in train_idx], cfg, workdir)
+        p_stack, x_stack, y_stack = oof_ft[passed], oof_order[passed], y[passed]
+        weights = np.ones(len(passed))
+        if cfg.in_sample_weight > 0:
+            # The final n-gram model is trained on the high-quality texts, so they are scored again by it (in sample):
+            # text the model was trained on turns up in real corpora, and its n-gram gains lie beyond every out-of-fold
+            # document's; fastText's part stays out of fold. Only high-quality texts can look like this (the n-gram
+            # model never sees the others), so these rows say what such a document is.
+            seen = passed[y[passed] == 1]
+            p_stack = np.concatenate([p_stack, oof_ft[seen]])
+            x_stack = np.vstack([x_stack, order.transform([texts[i] for i in seen])])
+            y_stack = np.concatenate([y_stack, y[seen]])
+            weights = np.concatenate([weights, np.full(len(seen), cfg.in_sample_weight)])
+        stacker = SecondStage.fit(p_stack, x_stack, y_stack, cfg.l2, cfg.gate, weights)
         log(f"quality train: second stage fitted on {len(passed)} documents fastText passes "
             f"({int((y[passed] == 0).sum())} of them low quality)")
-        ft_model, order = _fit_components([texts[i] for i in train_idx], [labels[i] for i in train_idx], cfg, workdir)
     model = QualityModel(ft_model, order, stacker, cfg.positive_label)
     log(f"quality train: final model fitted on {len(train_idx)} records ({time.time() - started:.1f}s)")
 

@@ -49,8 +49,9 @@ from transforms.base import Doc, StepConfigError, annotate, annotation, step_ann
 from transforms.beam_step import DecideEach, Route, timed
 from transforms.text_units import cjk_ratio
 from transforms.normalize import NormalizeConfig
+from transforms.quality.features import OrderFeatures
 from transforms.quality.model import (QualityModel, QualityTrainConfig, card_languages, load_labeled, sidecar_paths,
-                                      train_quality_model)
+                                      train_quality_model, unreadable_reason)
 from transforms.quality.textness import TextnessJudge, resolve_judge
 
 STEP_NAME = "quality"
@@ -68,7 +69,9 @@ def zh_train_defaults() -> QualityTrainConfig:
     """How the default Chinese model is trained: characters (``tokenizer: cjk``), a 5-gram model over 60 frequent
     characters + script classes on the first 256 characters (fewer, coarser classes generalise across domains;
     256 characters keep the step above 3,000 documents/s: measured in benchmarks/RESULTS.md)."""
-    return QualityTrainConfig(tokenizer="cjk", order=5, frequent_words=60, max_tokens=256)
+    # in_sample_weight 0: the second stage is fitted on out-of-fold documents only, as measured (the English default
+    # also fits it on its training prose scored in sample; not measured for characters)
+    return QualityTrainConfig(tokenizer="cjk", order=5, frequent_words=60, max_tokens=256, in_sample_weight=0.0)
 
 
 class LanguageModelConfig(BaseModel):
@@ -384,6 +387,9 @@ def check(cfg: QualityConfig) -> None:
                 if not _exists(path):
                     raise StepConfigError(f"{field}.model: {path} does not exist (train one with `corpusmill "
                                           f"quality train`, which writes the model and its .order.npz)")
+            reason = unreadable_reason(entry.model)
+            if reason:
+                raise StepConfigError(f"{field}.model: {reason}")
             check_model_language(entry.model, lang, f"{field}.model")
             continue
         if not entry.train_data:
@@ -408,7 +414,10 @@ def resolve_train_data(path: str) -> str:
 def default_model_path(cache_dir: str | os.PathLike, cfg: QualityConfig | LanguageModelConfig,
                        lang: str | None = None) -> Path:
     """Where the default model for this training data and these parameters lives in ``cache_dir``."""
-    key = f"{sha256_file(resolve_train_data(cfg.train_data))}\x00{cfg.train.model_dump_json()}"
+    # the feature version this code fits is part of the key: a model cached before the features changed is trained
+    # again rather than reused (it would still score consistently, with the features it was fitted on)
+    features = OrderFeatures.READABLE_FEATURE_VERSIONS[cfg.train.tokenizer][-1]
+    key = f"{sha256_file(resolve_train_data(cfg.train_data))}\x00{cfg.train.model_dump_json()}\x00features {features}"
     infix = f"{lang}-" if lang else ""
     return Path(cache_dir) / f"quality-default-{infix}{sha256_bytes(key.encode('utf-8'))[:16]}.bin"
 
