@@ -13,8 +13,8 @@ the vocabulary of boilerplate in general use on the web, never about one site:
    class word by class word. An element that holds half the page's text is never pruned, whatever its tag or name.
 3. Without a marked root: the element that gathers the most paragraph text (Readability's scoring: each
    paragraph, list item, cell, code block or text-only ``<div>`` credits its parent fully and its grandparent
-   half), widened over
-   wrappers that add little and to its parent when same-tag siblings score too.
+   half), widened over wrappers that add little and to its parent when same-tag siblings score too, and up a
+   manual's nesting while it stands among siblings of its own tag and class.
 4. Inside the root, drop link-dense lists and tables (three links or more, mostly link text: related links, tag
    clouds, pagers).
 5. Text of the root by Resiliparse's ``extract_plain_text`` (block structure kept: paragraphs, headings, list
@@ -347,8 +347,8 @@ def _same_kind(a, b) -> bool:
 def _whole_document(best):
     """Climb a manual's nesting (chapter > section > subsection, texinfo's, DocBook's, Sphinx's): while the
     element stands among siblings of its own kind (``_same_kind``) that hold text (200 characters or more), the
-    document is their parent. A single-page manual is rooted in its
-    top, not in the one subsection that gathers the most paragraphs."""
+    document is their parent. A single-page manual is rooted in its top, not in the one subsection that gathers
+    the most paragraphs."""
     while True:
         parent = best.parent
         if parent is None or parent.tag in ("body", "html"):
