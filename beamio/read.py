@@ -39,7 +39,7 @@ from typing import Iterator, Sequence
 
 from beamio.config_base import ConfigError, InputConfig
 from beamio.read_docs import parse_docx, parse_markdown, parse_pdf
-from beamio.read_web import parse_archive, parse_html_file
+from beamio.read_web import byte_order_mark, parse_archive, parse_html_file
 from beamio.records import (InputFile, Quarantined, Skipped, _basename, _filesystems, _size_of,  # noqa: F401
                             doc_id)
 from runio.files import is_uri, sha256_file
@@ -66,10 +66,6 @@ _GLOB_CHARS = set("*?[")
 _READ_CHUNK = 1 << 20
 _RAW_CHUNK = 1 << 16
 _SNIFF_BYTES = 8192
-# Byte order marks of the wide Unicode encodings a text editor on Windows may save .txt and .jsonl in (UTF-32 LE
-# first: its mark begins with UTF-16 LE's). The codec named reads its own mark.
-_WIDE_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF16_LE, "utf-16"),
-              (codecs.BOM_UTF16_BE, "utf-16"))
 
 # Recorded in the run manifest: how ids and sources are derived, so a reader of the outputs can recompute them.
 ID_SCHEME = {
@@ -687,11 +683,11 @@ def iter_records(cfg: InputConfig, files: Sequence[InputFile | str] | None = Non
 
 
 def _wide_encoding(head: bytes) -> str | None:
-    """The codec of a file whose first bytes are a UTF-16 or UTF-32 byte order mark, else None."""
-    for bom, codec in _WIDE_BOMS:
-        if head.startswith(bom):
-            return codec
-    return None
+    """The codec of a file whose first bytes are a UTF-16 or UTF-32 byte order mark (as a text editor on Windows
+    may save .txt and .jsonl), else None. The mark itself decodes to U+FEFF, which the parsers drop as they drop
+    a UTF-8 one."""
+    mark = byte_order_mark(head)
+    return mark[1] if mark is not None and mark[0] != codecs.BOM_UTF8 else None
 
 
 class _Transcoded:

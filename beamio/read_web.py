@@ -88,6 +88,14 @@ def meta_charset(data: bytes) -> str | None:
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF32_LE, "utf-32-le"), (codecs.BOM_UTF32_BE, "utf-32-be"),
          (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))  # UTF-32 LE before UTF-16 LE
 
+def byte_order_mark(data: bytes) -> tuple[bytes, str] | None:
+    """The byte order mark ``data`` starts with and the codec of the text after it, or None."""
+    for bom, codec in _BOMS:
+        if data.startswith(bom):
+            return bom, codec
+    return None
+
+
 # On a tie (mostly-ASCII pages with a few accented words score the same in every Western code page),
 # the encodings the web uses most (WHATWG's legacy default for Western locales first) win.
 _TIE_ORDER = ("utf_8", "cp1252", "iso8859_15", "cp1250", "iso8859_2")
@@ -112,11 +120,12 @@ def decode_bytes(data: bytes, http_charset: str | None = None, *, sniff_meta: bo
     """(text, meta) for a page's bytes: ``meta`` holds ``charset`` (the codec used), ``charset_source``
     (``bom``, ``http``, ``meta``, ``utf-8`` (no declaration, valid UTF-8) or ``detected``), ``undecodable_bytes``, and
     ``declared_charset`` when a declaration was not used (unknown to Python, or contradicted by the bytes)."""
-    for bom, codec in _BOMS:  # a byte order mark decides before any declaration (as browsers read it)
-        if data.startswith(bom):
-            _counting.bad = 0
-            text = data[len(bom):].decode(codec, errors="corpusmill-count")
-            return text, {"charset": codec, "charset_source": "bom", "undecodable_bytes": _counting.bad}
+    mark = byte_order_mark(data)
+    if mark is not None:  # a byte order mark decides before any declaration (as browsers read it)
+        bom, codec = mark
+        _counting.bad = 0
+        text = data[len(bom):].decode(codec, errors="corpusmill-count")
+        return text, {"charset": codec, "charset_source": "bom", "undecodable_bytes": _counting.bad}
     rejected = None
     for where in ("http", "meta"):
         if where == "http":
