@@ -282,13 +282,21 @@ def test_english_version_3_counts_persons_per_voice_and_quote_alternation(prose)
     assert np.isfinite(x).all()
 
 
-def test_quote_alternation_starts_afresh_after_a_mark_spaced_off_or_inside_a_token(prose):
-    features = OrderFeatures.fit(prose[:100], num_frequent=50, order=3, bits=14)
+def arrays_with_feature_version(features: OrderFeatures, version: int | None) -> tuple[int, dict]:
+    """(the feature version ``features`` writes, its arrays recording ``version`` instead: None, no version at
+    all, as models written before version 2 hold)."""
     arrays = features.to_arrays()
     meta = json.loads(bytes(arrays["order_meta"]).decode("utf-8"))
-    meta["feature_version"] = 2
+    written = meta.pop("feature_version")
+    if version is not None:
+        meta["feature_version"] = version
     arrays["order_meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
-    version_2 = OrderFeatures.from_arrays(arrays)
+    return written, arrays
+
+
+def test_quote_alternation_starts_afresh_after_a_mark_spaced_off_or_inside_a_token(prose):
+    features = OrderFeatures.fit(prose[:100], num_frequent=50, order=3, bits=14)
+    version_2 = OrderFeatures.from_arrays(arrays_with_feature_version(features, 2)[1])
     alternation = features.names.index("quote_alternation")
     spaced = 'He wrote "I will come tomorrow. " Then she said "Yes, do," and he came.'
     code = 'Use "{0}!".format(name) and then "done" to see it work.'
@@ -305,19 +313,15 @@ def test_english_models_of_feature_version_1_still_load_and_score_as_before(pros
     from transforms.quality.step import check
 
     features = OrderFeatures.fit(prose[:100], num_frequent=50, order=3, bits=14)
-    arrays = features.to_arrays()
-    meta = json.loads(bytes(arrays["order_meta"]).decode("utf-8"))
-    assert meta["feature_version"] == 3
-    del meta["feature_version"]  # what an English model written before version 2 holds
-    arrays["order_meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    written, arrays = arrays_with_feature_version(features, None)  # as an English model before version 2
+    assert written == 3
     old = OrderFeatures.from_arrays(arrays)
     assert old.feature_version == 1 and old.names[5:7] == ["pronoun_entropy", "odd_quotes"]
     assert "half_overlap" not in old.names
     x = old.transform(['one "odd quote', DIALOGUE])
     assert x.shape == (2, len(old.names)) and x[0, 6] == 1.0 and x[1, 6] == 0.0
     # a model fitted on a feature version this code does not compute is refused by name, not misread
-    meta["feature_version"] = 9
-    arrays["order_meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    _, arrays = arrays_with_feature_version(features, 9)
     arrays["format_version"] = np.array([2])
     np.savez(tmp_path / "m.bin.order.npz", **arrays)
     assert "order features version 9 (whitespace)" in unreadable_reason(str(tmp_path / "m.bin"))

@@ -13,6 +13,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that
 
+from tests.test_quality_core import arrays_with_feature_version
 from transforms.quality import synth_zh
 from transforms.quality.features import (SPACE_TOKEN, CharClasses, OrderFeatures, bracket_imbalance, line_end_share,
                                          tokenize)
@@ -125,19 +126,14 @@ def test_topic_drift_line_ends_and_straight_quotes():
 
 def test_chinese_models_of_feature_version_1_still_load_and_score_as_before():
     features = OrderFeatures.fit([PROSE] * 3, num_frequent=20, order=3, bits=14, max_tokens=64, tokenizer="cjk")
-    arrays = features.to_arrays()
-    meta = json.loads(bytes(arrays["order_meta"]).decode("utf-8"))
-    assert meta["feature_version"] == 2
-    del meta["feature_version"]  # what a model written before feature version 2 holds
-    arrays["order_meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    written, arrays = arrays_with_feature_version(features, None)  # as a model before feature version 2
+    assert written == 2
     old = OrderFeatures.from_arrays(arrays)
     assert old.feature_version == 1 and "half_overlap" not in old.names
     x = old.transform(['软件"包管理器', PROSE])
     assert x.shape == (2, len(old.names)) and x[0, old.names.index("odd_quotes")] == 1.0
-    meta["feature_version"] = 9
-    arrays["order_meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
     with pytest.raises(ValueError, match="version 9"):
-        OrderFeatures.from_arrays(arrays)
+        OrderFeatures.from_arrays(arrays_with_feature_version(features, 9)[1])
 
 
 def test_routing_by_language_with_the_cjk_share_fallback():
