@@ -2030,6 +2030,13 @@ _CN_SURNAME_WORDS = frozenset("洪水 洪峰 洪湖 洪荒 洪钟 洪福 洪流 
 # Tags of the words that can be a name in jieba's reading (nouns, adjectives, names, places); verbs, adverbs,
 # function words and numbers cannot.
 _CN_NAMELIKE_TAGS = frozenset("nr nrfg nrt n ns nz a an z b".split())
+# Titles a family name takes alone ("韩老师", "苏医生", "高经理", "谢总"): family name + title is a person.
+_CN_TITLES = frozenset("""老师 医生 大夫 师傅 经理 主任 教授 阿姨 叔叔 先生 女士 小姐 律师 警官 书记 队长 局长 校长 院长
+部长 处长 科长 厂长 村长 县长 市长 总 老总 工 大爷 大妈 大姐 大哥 老板 教练 会计 护士 同学""".split())
+# Facilities a place name stands before ("张江地铁站", "杨浦大桥"): a name-like word right before one names the
+# place, not a person.
+_CN_FACILITY_NOUNS = frozenset("""地铁站 车站 火车站 高铁站 汽车站 机场 公园 广场 大桥 大街 大道 路 街 小区 园区 景区 码头
+商场 新村 高科 开发区 站 科技园 工业园 风景区 水库 隧道""".split())
 # What joins the items of a list of people ("常乐、孟佳和薛凯").
 _CN_LIST_JOINERS = frozenset("、 和 与 及 跟 同".split())
 # Verbs of going and being somewhere: what follows is a place ("去了张江高科", "在华山").
@@ -2170,6 +2177,21 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
             while k < len(toks):
                 start, w, flag = toks[k]
                 nxt = toks[k + 1] if k + 1 < len(toks) else None
+                if (w in _CN_SURNAMES_1 and nxt is not None and nxt[1] in _CN_TITLES
+                        and flag[:1] not in ("c", "p", "d", "v", "u", "r", "m", "f", "q")
+                        and w + nxt[1] not in _CN_BRANDS):  # "康师傅" (instant noodles)
+                    # "苏" + "医生值班", "高" + "经理": a family name and its title ("向老师": a preposition;
+                    # "一张老师的照片": a measure word)
+                    names.update((k, k + 1))
+                    spans.append((start, nxt[0] + len(nxt[1])))
+                    k += 2
+                    continue
+                if (len(w) == 3 and w[0] in _CN_SURNAMES_1 and w[1:] in _CN_TITLES and flag in ("nr", "n", "nrfg")
+                        and w not in _CN_BRANDS):
+                    names.add(k)  # "韩老师" read as one word
+                    spans.append((start, start + len(w)))
+                    k += 1
+                    continue
                 familiar = self._familiar_name(toks, k) if w[0] in "小老" else 0
                 if familiar:
                     names.update(range(k, k + familiar))
@@ -2262,7 +2284,10 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
                 k += 1
             for j, e in self._list_items(toks, names):
                 spans.append((toks[j][0], toks[e][0] + len(toks[e][1])))
-            yield from sorted(spans)
+            # "张江地铁站", "左海公园": a name-like word right before a facility names the place ("刘光亮站在":
+            # the verb 站)
+            facility_at = {pos for pos, word, tag in toks if word in _CN_FACILITY_NOUNS and tag[:1] != "v"}
+            yield from sorted((s, e) for s, e in spans if e not in facility_at)
 
     def _word_as_name(self, toks, k: int) -> bool:
         """Token k, a family name + one or two characters however jieba tagged it ("方圆" n, "高山" ns, "黎明" nr
