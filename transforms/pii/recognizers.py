@@ -2017,6 +2017,8 @@ _CN_OBJECT_VERBS = (_CN_PERSON_VERBS - {"是", "叫"}) | frozenset("给 跟 找�
 # however common the word.
 _CN_NAMING_VERBS = frozenset("叫 名叫 叫做".split())
 _CN_PERSONAL_PRONOUNS = frozenset("我 你 他 她 您 我们 他们 她们".split())
+# ... and the people, beside the role words, whose name 叫 gives ("他女朋友叫…", "我儿子叫…").
+_CN_NAMED_PEOPLE = frozenset("女朋友 男朋友 老婆 老公 父亲 母亲 妈妈 爸爸 朋友 孩子 小孩 宝宝 闺女 对象".split())
 # A dictionary word more frequent than this is read as a word even where a person stands ("关系" 32105, "方向" 8151,
 # "高兴" 5387); the words that are also names sit below it ("高山" 1202, "黎明" 670, "方圆" 285).
 _CN_WORD_NAME_MAX_FREQ = 1500
@@ -2229,7 +2231,9 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
                             and ((flag == "nr" and self._subject_position(toks, k, names, k + 1))
                                  or (k > 0 and toks[k - 1][1] in _CN_PERSON_VERBS)))
                         # "东方" (s) + "明远" (a) + "是": a compound family name before a word, where a person stands
-                        or (w in _CN_SURNAMES_2 and nxt[2] in ("a", "an", "n")
+                        # (a noun only when rare: "东方" + "卫视" is a TV channel, "东方" the East)
+                        or (w in _CN_SURNAMES_2 and (nxt[2] in ("a", "an") or (
+                                nxt[2] == "n" and freq.get(nxt[1], 0) < _CN_RARE_NAME_FREQ))
                             and (self._subject_position(toks, k, names, k + 1) or self._by_role(toks, k, k + 1))))
                         and (w in _CN_SURNAMES_2 or (w in _CN_SURNAMES_1 and flag == "nr")
                              # "高" (a) + "玉兰" (nr): a family-name character jieba read as a word of its own,
@@ -2303,7 +2307,8 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         prev, nxt = (toks[k - 1][1] if k > 0 else ""), (toks[k + 1] if k + 1 < len(toks) else None)
         closes = nxt is None or nxt[2] == "x"
         if (prev in _CN_NAMING_VERBS and closes and k >= 2 and flag[:1] in ("n", "a", "t", "z", "b")
-                and (toks[k - 2][1] in _CN_ROLE_WORDS or toks[k - 2][1] in _CN_PERSONAL_PRONOUNS)):
+                and (toks[k - 2][1] in _CN_ROLE_WORDS or toks[k - 2][1] in _CN_PERSONAL_PRONOUNS
+                     or toks[k - 2][1] in _CN_NAMED_PEOPLE)):
             return True  # "我表妹叫夏天。": the name a person is called, whatever else the word means
         if flag not in _CN_NAMELIKE_TAGS:
             return False
