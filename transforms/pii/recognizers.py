@@ -2363,10 +2363,12 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
                         continue  # a place the dictionary knows ("张掖、酒泉") is no person beside a name
                     if e > j and (any(not "\u4e00" <= c <= "\u9fff" or c in _CN_LIST_JOINERS for c in w)
                                   or _CN_FUNCTION_CHARS.intersection(w[1:])
-                                  or (len(words[0]) == 2 and toks[j][2][:1] in ("v", "d", "p", "c", "u", "r", "m"))
+                                  or (len(words[0]) == 2 and toks[j][2][:1] == "v")
+                                  or any(toks[i][2][:1] in ("r", "t", "p", "c", "u", "m", "q", "d", "f")
+                                         for i in (j, e) if len(toks[i][1]) == 2 or toks[i][2][:1] in "rtpcu")
                                   or (len(words[1]) == 2 and _jieba_freq(words[1]) >= _CN_LIST_ITEM_MAX_FREQ)):
-                        # "应该" + "是": a verb and a function word; "古" + "栈道": a word more common than a
-                        # given name, not the pieces of a name
+                        # "应该" + "是": a verb and a function word; "周末" + "我": a time word and a pronoun;
+                        # "古" + "栈道": a word more common than a given name; none the pieces of a name
                         continue
                     beside_name = ((e + 2 < len(toks) and toks[e + 1][1] in _CN_LIST_JOINERS and e + 2 in anchors)
                                    or (j >= 2 and toks[j - 1][1] in _CN_LIST_JOINERS and j - 2 in anchors))
