@@ -131,3 +131,31 @@ def test_places_and_things_starting_with_a_family_name(rec, text):
 def test_facility_filter_reads_the_noun_not_the_verb(rec):
     # 站 is also "to stand": a name before the verb stays a name
     assert names(rec, "刘建军站在门口等你。") == ["刘建军"]
+
+
+# foreign and minority names in transliteration --------------------------------------------------------------
+@pytest.mark.parametrize("text,expected", [
+    ("卡尔说他明天不来了。", ["卡尔"]),
+    ("我在车站见到了玛丽。", ["玛丽"]),
+    ("约翰和安娜去旅行了。", ["约翰", "安娜"]),
+    ("科恩部长昨天抵达北京。", ["科恩"]),
+])
+def test_foreign_names_where_a_person_stands(rec, text, expected):
+    assert names(rec, text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "麦当劳的薯条很好吃。",          # brands jieba tags as names, before 的 and a noun
+    "星巴克的咖啡太贵了。",
+    "他上个月在洛桑表示支持。",      # a city after 在
+    "本报驻科特迪瓦记者报道。",      # a country after 驻
+    "我们去了曼谷、普吉、帕塔亚等地。",  # places listed with 、
+])
+def test_foreign_shaped_words_that_name_no_person(rec, text):
+    assert names(rec, text) == []
+
+
+def test_foreign_name_candidates_widen_the_clauses_read():
+    # a clause with no family name but two transliteration characters is read; one with neither is not
+    text = "今天天气很好。卡尔说他不来了。"
+    assert R.ChineseSegmentedNameRecognizer.clauses(text) == [(7, 15)]

@@ -1967,6 +1967,12 @@ class ChinesePersonNameRecognizer(_RegexRecognizer):
 # Where a Chinese name can be: a family name followed by one or two Han characters. Only the clauses holding one
 # are segmented.
 _CN_CANDIDATE = re.compile(rf"{_CN_SURNAME}[\u4e00-\u9fff]")
+# The characters Chinese writes foreign and minority names with ("约翰", "玛丽亚", "安娜", "卡尔"): a name of these
+# characters alone, tagged as a name by jieba, is a person where the sentence says so (``_foreign_name``).
+_CN_TRANSLIT_CHARS = ("阿艾安奥巴贝比波布达戴德迪蒂杜多恩尔法菲芬弗福盖格哈汉赫亨基吉加杰卡凯柯科克库拉莱兰朗劳勒雷蕾"
+                      "里丽莉利琳卢鲁伦罗洛玛迈麦曼梅米莫姆穆纳娜内尼妮诺帕佩皮普奇乔琼萨塞桑莎史斯索塔泰汤特提托"
+                      "瓦威维沃乌西希谢辛雅亚扬耶伊依尤约詹珍翰顿扎丝黛娅薇")
+_CN_TRANSLIT_CANDIDATE = re.compile(f"[{_CN_TRANSLIT_CHARS}]{{2}}")
 _CN_CLAUSE_END = re.compile(r"[。！？；!?;\n]")
 _CN_NAME_TAGS = ("nr", "nrfg", "nrt")
 # The title of a book, poem or film: what stands inside is no person ("《江城子》", "《孙子兵法》").
@@ -2101,17 +2107,20 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
 
     @staticmethod
     def quick_check(text: str) -> bool:
-        return _CN_CANDIDATE.search(text) is not None
+        return _CN_CANDIDATE.search(text) is not None or _CN_TRANSLIT_CANDIDATE.search(text) is not None
 
     @staticmethod
     def clauses(text: str) -> list[tuple[int, int]]:
-        """The clauses of ``text`` that hold a candidate (what the segmenter reads), merged when adjacent."""
+        """The clauses of ``text`` that hold a candidate (what the segmenter reads: a family name + a Han
+        character, or two characters of foreign names), merged when adjacent."""
         out: list[tuple[int, int]] = []
-        for m in _CN_CANDIDATE.finditer(text):
-            if out and m.start() < out[-1][1]:
+        candidates = sorted([m.span() for m in _CN_CANDIDATE.finditer(text)]
+                            + [m.span() for m in _CN_TRANSLIT_CANDIDATE.finditer(text)])
+        for m_start, m_end in candidates:
+            if out and m_start < out[-1][1]:
                 continue
-            cut = _CN_CLAUSE_END.search(text, m.end())
-            lo = max(text.rfind(c, 0, m.start()) for c in "。！？；!?;\n") + 1
+            cut = _CN_CLAUSE_END.search(text, m_end)
+            lo = max(text.rfind(c, 0, m_start) for c in "。！？；!?;\n") + 1
             hi = cut.end() if cut else len(text)
             if out and lo <= out[-1][1]:
                 out[-1] = (out[-1][0], hi)
@@ -2254,7 +2263,7 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
                     spans.append((start, nxt[0] + len(nxt[1])))
                     k += 2
                     continue
-                if self._word_as_name(toks, k):
+                if self._word_as_name(toks, k) or self._foreign_name(toks, k, names):
                     names.add(k)
                     spans.append((start, start + len(w)))
                     k += 1
@@ -2332,6 +2341,47 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
             return True  # "同事黎明下个月结婚", "同事方圆下周结婚": the role's bearer, then the predicate
         return (prev in ("，", ",") and k >= 2 and toks[k - 2][1] in _CN_ROLE_WORDS
                 and nxt is not None and nxt[1] in ("，", ","))  # "我的室友，于洋，是北京人"
+
+    @staticmethod
+    def _foreign_name(toks, k: int, names: set[int]) -> bool:
+        """Token k is a foreign or minority name ("约翰", "玛丽亚", "卡尔"): two to four characters of
+        ``_CN_TRANSLIT_CHARS``, tagged as a name by jieba and not a brand, where the sentence says a person is
+        meant: before a verb only a person does or a role or title ("卡尔说", "史密斯先生"), after a role word
+        ("外教玛丽"), the object closing a clause after a verb that takes a person ("见到了玛丽。"), the subject
+        before a time word ("约翰明天回国"), or joined by 和/与/、 to a name ("约翰和安娜"). jieba tags brands nr too
+        ("星巴克", "麦当劳", "迪士尼"), which stand before 的 and nouns."""
+        w, flag = toks[k][1], toks[k][2]
+        if not (2 <= len(w) <= 4 and flag in _CN_NAME_TAGS and all(c in _CN_TRANSLIT_CHARS for c in w)
+                and w not in _CN_BRANDS and _jieba_freq(w) < _CN_WORD_NAME_MAX_FREQ):
+            return False
+        prev = toks[k - 1] if k > 0 else None
+        nxt = toks[k + 1] if k + 1 < len(toks) else None
+        if prev is not None and (prev[1] in _CN_PLACE_VERBS or prev[1] == "驻"):
+            return False  # "在洛桑表示", "驻科特迪瓦记者": a place
+        # a title, not any role word: "乌克兰选手" is a country's athlete
+        if nxt is not None and (nxt[1] in _CN_ANIMATE_VERBS or nxt[1] in _CN_TITLES):
+            return True
+        if prev is not None and prev[1] in _CN_ROLE_WORDS:
+            return True
+        if prev is not None and (nxt is None or nxt[2] == "x"):
+            v = k - 2 if prev[1] == "了" else k - 1
+            if v >= 0 and (toks[v][1] in _CN_OBJECT_VERBS or toks[v][1] in ("见到", "看到", "想念")):
+                return True
+        if (prev is None or prev[2] == "x") and nxt is not None and nxt[2] == "t":
+            return True
+        if (prev is not None and prev[1] in _CN_LIST_JOINERS and k >= 2 and k - 2 in names
+                and not (nxt is not None and nxt[1] in _CN_ROLE_WORDS)):
+            return True  # "陈妍和乌克兰选手": a country before a role word
+        # "约翰和安娜去": two such names joined by 和 before the predicate (places are listed with 、: "普吉、帕塔亚")
+        return (nxt is not None and nxt[1] in ("和", "与", "跟") and k + 3 < len(toks)
+                and ChineseSegmentedNameRecognizer._foreign_name_shape(toks[k + 2])
+                and toks[k + 3][2][:1] in ("v", "d", "p"))
+
+    @staticmethod
+    def _foreign_name_shape(tok) -> bool:
+        """A token shaped like a foreign name (``_foreign_name`` without the position): "安娜" after "约翰和"."""
+        return (2 <= len(tok[1]) <= 4 and tok[2] in _CN_NAME_TAGS and all(c in _CN_TRANSLIT_CHARS for c in tok[1])
+                and tok[1] not in _CN_BRANDS)
 
     def _list_items(self, toks, names: set[int]) -> list[tuple[int, int]]:
         """Items joined by 、/和/与/及 to a name that are names too ("常乐、孟佳和薛凯": 常乐 is an adjective in the
