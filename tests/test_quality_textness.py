@@ -110,6 +110,16 @@ def test_the_judge_reads_a_long_document_past_its_head(demo_corpus):
     assert text_windows(prose[:HEAD_CHARS]) == [prose[:HEAD_CHARS]]
 
 
+def test_a_ruler_of_equals_signs_is_no_code():
+    """A Markdown or reST heading's underline and a mail signature's frame are text layout: counted as ``==``
+    operators they made a Usenet post with a framed signature look like code (P(text) 0.09)."""
+    code_tokens = FEATURES.index("code_tokens")
+    layout = "Installation\n============\n\nRun the installer and follow the prompts.\n" + "=" * 60
+    assert textness_features(layout)[code_tokens] == 0.0
+    code = "if a == b and c != d:\n    return x <= y"
+    assert textness_features(code)[code_tokens] > 0.2
+
+
 def _doc(i, text, lang, score=0.99):
     return {"id": i, "text": text, "annotations": {"langid": {"lang": lang, "score": score}}}
 

@@ -8,7 +8,8 @@ Signals (``textness_features``; each measured on one window of at most ``HEAD_CH
     script_switch   letters next to a letter of an unrelated script inside a word (Latin|Cyrillic, halfwidth kana
                     inside Latin words: what a wrong decoding leaves), per letter
     letters, digits, symbols, code_symbols, spaces     shares of the characters
-    code_tokens     identifiers with ``_``, dotted calls, ``->``/``::``, camelCase, per token
+    code_tokens     identifiers with ``_``, dotted calls, ``->``/``::``, camelCase, comparisons (not a ruler of
+                    ``=``), per token
     indented        lines opening with indentation
     compression     zlib size / UTF-8 size (repetition compresses, random keys do not)
     dup_lines, dup_ngrams   characters in repeated lines; repeated word 3-grams (characters 6-grams without spaces)
@@ -73,7 +74,9 @@ _LETTER = re.compile("[^\\W\\d_]|[\u0300-\u036f\u0483-\u0489\u0591-\u05c7\u0610-
 _DIGIT = re.compile(r"\d")
 _SPACE = re.compile(r"\s")
 _CODE_SYMBOL = re.compile(r"[{}\[\]();=<>_#*\\|~^`$@&%/+]")
-_CODE_TOKEN = re.compile(r"\w+_\w+|\w+\.\w+\(|->|::|\b[a-z]+[A-Z]\w*|\w+\(\)?|[=!<>]=")
+# a comparison operator (``==`` ``!=`` ``<=`` ``===``), not a ruler of ``=`` (a Markdown or reST heading's underline,
+# a mail signature's frame: as many "operators" as it has characters, in real text)
+_CODE_TOKEN = re.compile(r"\w+_\w+|\w+\.\w+\(|->|::|\b[a-z]+[A-Z]\w*|\w+\(\)?|(?<![=!<>])[=!<>]==?(?!=)")
 _INDENTED = re.compile(r"^(?: {2,}|\t)\S", re.M)
 _CODE_LINE = re.compile(r"[;{}()\[\]:,=\\]$|^(?:#|//|/\*|\*|@|\$|<|=)")
 
