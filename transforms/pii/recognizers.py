@@ -1248,13 +1248,25 @@ _BRAND_GIVEN_NAMES = frozenset("milka siri alexa cortana".split())
 _SLOT_CUES_EN = frozenset("""to for with from by ask asked asking tell told telling call called text texted email
 emailed wish wished thank thanked met meet meeting saw see seeing invite invited help helped remind reminded hug
 hugged congratulate introduce introduced visit visited marry married love loves hired hire pay paid give gave
-send sent let""".split())
+send sent let spotted spot spots noticed lent lend lends adore adores like likes miss missed misses phoned phone
+rang ring messaged message pinged ping warned warn kissed kiss greeted greet""".split())
+# "bumped into Clara", "ran into Trent": "into" takes a person after these verbs only (elsewhere a place: "into Leeds")
+_MEETING_VERBS_BEFORE_INTO = frozenset("bumped bump bumping ran run running".split())
 _SLOT_QUESTION_CUES_EN = frozenset("""is was has had did does will can could would should isn't wasn't hasn't
 didn't doesn't won't can't""".split())
 _SLOT_CUES_DE = frozenset("""an mit von bei für frag fragt frage fragen sag sagt sage sagen ruf ruft rufe anrufen
 schreib schreibt treffe trifft getroffen gefragt gesagt besucht besuche besuchen grüß grüße danke dank""".split())
 _SLOT_VERB_CUES_DE = frozenset("""hat ist war hatte wird kommt kann soll muss darf will geht macht hat's
-haben""".split())
+haben habe hast habt hatten hätte bin bist sind seid waren wurde werden würde kannst können konnte möchte wollen
+sollen müssen""".split())
+# German words ending in -t that are no finite verb before a noun ("laut Bericht", "seit Montag", "nicht Anna"):
+# after any other lower-case -t word a lone given name is the object or subject of that verb ("Heute bringt Kai
+# den Wein", "Morgen trifft Jannik ...")
+_GERMAN_T_NON_VERBS = frozenset("""laut seit statt trotz nicht jetzt recht erst meist zuletzt samt nebst mitt
+bereit gut halt sonst bisschen""".split())
+# Football and sports clubs named like a woman ("Hertha hat am Samstag gespielt", "Fortuna gewinnt das Derby"):
+# never a lone name
+_CLUB_GIVEN_NAMES = frozenset("hertha fortuna viktoria victoria borussia arminia alemannia concordia germania".split())
 # English words after a sentence-initial given name that make it the subject ("Noah is"; "Tyler cooked" and
 # "Naomi thinks" are read by ``english_finite_verb``).
 _SUBJECT_AUX_EN = frozenset("""is was has had will would can could should did does isn't wasn't hasn't hadn't won't
@@ -1264,6 +1276,15 @@ _SLOT_WORD = re.compile(rf"(?<![0-9A-Za-zÀ-ÿ\-.'’@#/_])(?P<value>{_NAME_WORD
 _NEXT_TOKEN = re.compile(r"[ \t]*(?P<tok>[^\s]*)")
 _PREV_TOKEN = re.compile(r"(?P<tok>[^\s]*)[ \t]*$")
 _PAIR_JOINERS = frozenset(("and", "und", "&", "or", "oder"))
+# A list of one- or two-word capitalised items joined by commas and a last and/und/or/oder/& (``list_names``)
+_LIST_ITEM_RE = rf"{_NAME_WORD}(?:[ \t]+{_NAME_WORD})?"
+_LIST_ITEM = re.compile(_LIST_ITEM_RE)
+_LIST_JOINER = re.compile(r"[ \t]+(?:and|und|or|oder|&)[ \t]+")
+_NAME_LIST = re.compile(
+    rf"(?<![0-9A-Za-zÀ-ÿ\-.'’@#/_]){_LIST_ITEM_RE}(?:[ \t]*,[ \t]*{_LIST_ITEM_RE})*"
+    rf"(?:,?[ \t]+(?:and|und|or|oder|&)[ \t]+{_LIST_ITEM_RE}|(?:[ \t]*,[ \t]*{_LIST_ITEM_RE}))"
+    r"(?![0-9A-Za-zÀ-ÿ\-@/_])")
+_LIST_QUICK = re.compile(r",[ \t]*[A-ZÀ-Þ]|[ \t](?:and|und|or|oder|&)[ \t]+[A-ZÀ-Þ]")
 
 
 @functools.lru_cache(maxsize=4)
@@ -1549,15 +1570,15 @@ class PersonNameRecognizer(EntityRecognizer):
                 seen.add(span)
                 yield span[0], span[1], 0.8
 
-    def lone_given_name(self, word: str, english: bool) -> bool:
+    def lone_given_name(self, word: str, english: bool, german: bool = False) -> bool:
         """A capitalised word that names a person alone where the text puts a person: a given name of frequency
         class 2 or more (``given_name_strength``), not an everyday word ("Will", "Grace", "Christian"), a place
-        ("Sydney", "Israel"), an interjection or a noun of address, and, in English, not an English verb or
-        adjective ("Time", "Long")."""
+        ("Sydney", "Israel"), an interjection or a noun of address, and, unless the text is German, not an
+        English verb or adjective ("Time", "Long"; in German text "Fabian", "Till" are no English words)."""
         low = word.lower()
         return (self.given_name_strength(word, english) == 2 and low not in _WORD_NAMES
                 and low not in _PLACE_GIVEN_NAMES and low not in _INTERJECTIONS and low not in _ADDRESS_NOUNS
-                and low not in english_word_forms(self.word_model))
+                and (german or low not in english_word_forms(self.word_model)))
 
     def slot_names(self, text: str, english: bool) -> list[tuple[int, int, bool]]:
         """``_slot_names`` of the last text asked for, kept: ``ner_windows``, ``cued_names`` and ``analyze`` each
@@ -1587,6 +1608,7 @@ class PersonNameRecognizer(EntityRecognizer):
         sentence, calls it a person (``analyze``)."""
         adverbs = _lemma_tables(self.word_model).get("adv", frozenset()) if english else frozenset()
         nouns = english_nouns(self.word_model) if english else frozenset()
+        german = not english and self.is_german(text)
         found: list[tuple[int, int]] = []
         pending: list[tuple[int, int, str, str]] = []  # lone names beside and/und, decided by their neighbour
         for m in _SLOT_WORD.finditer(text):
@@ -1598,8 +1620,8 @@ class PersonNameRecognizer(EntityRecognizer):
             if word not in self.given_names and (word.isascii() or _fold(word) not in self.given_names):
                 continue  # the cheap test first: most capitalised words are no given name
             low = word.lower()
-            if (low in _PRODUCT_GIVEN_NAMES or low in _ARCHAIC_WORDS or low == "lo" or _TITLE_TOKEN.match(word)
-                    or not self.lone_given_name(word, english)):
+            if (low in _PRODUCT_GIVEN_NAMES or low in _CLUB_GIVEN_NAMES or low in _ARCHAIC_WORDS or low == "lo"
+                    or _TITLE_TOKEN.match(word) or not self.lone_given_name(word, english, german)):
                 continue
             rare = english and max(self.given_names.get(word, (0, 0))[0],
                                    self.given_names.get(_fold(word), (0, 0))[0]) < _LONE_NAME_CLASS_EN
@@ -1637,6 +1659,9 @@ class PersonNameRecognizer(EntityRecognizer):
                 verb_next = next_lower and (following in _SUBJECT_AUX_EN or following in adverbs
                                             or english_finite_verb(following, self.word_model))
                 cue = prev_low in _SLOT_CUES_EN or (prev_low in _SLOT_QUESTION_CUES_EN and "?" in text[end:end + 80])
+                if prev_low == "into":  # "bumped into Clara", not "into Leeds"
+                    before_into = _PREV_TOKEN.search(before[:len(before) - len(prev)].rstrip(" \t"))
+                    cue = before_into is not None and before_into.group("tok").lower() in _MEETING_VERBS_BEFORE_INTO
                 if (cue and prev_low in _PREPOSITION_CUES_EN and following
                         and following not in self.function_words and english_noun_only(following, self.word_model)):
                     cue = False  # "for Oscar voting", "with Oscar season": the name modifies the noun
@@ -1645,6 +1670,12 @@ class PersonNameRecognizer(EntityRecognizer):
                 verb_next = next_lower and next_word.group().lower() not in _PAIR_JOINERS
                 cue = prev_low in _SLOT_CUES_DE
                 aux_cue = prev_low in _SLOT_VERB_CUES_DE
+                # German verb-second: a lone name right after a finite verb in -t ("Heute bringt Kai den Wein",
+                # "Morgen holt Wiebke die Kinder"), before a lower-case word: that verb's subject or object
+                verb_t_cue = (german and not cue and not aux_cue and len(prev_low) >= 4 and prev_low.endswith("t")
+                              and prev.isalpha() and prev.islower() and prev_low not in _GERMAN_T_NON_VERBS
+                              and prev_low not in _GERMAN_DETERMINERS and next_lower)
+                cue = cue or verb_t_cue
             # "Our server, Brandon, was": lower-case words on both sides (not a list: "Montgomery, Shelby, and")
             apposition = (after_comma and nxt == "," and prev[:-1].isalpha() and prev[:1].islower()
                           and re.match(r",[ \t]+(?!(?:and|or|und|oder)\b)[a-zäöüß]", text[end:]) is not None)
@@ -1677,8 +1708,89 @@ class PersonNameRecognizer(EntityRecognizer):
                     stripped = text[:start].rstrip(" \t")
                     if not stripped or stripped[-1] in "\n.!?:;,\"“„(":
                         found.extend(((start, end), (s2, e2)))
-        for start, end in sorted(set(found)):
-            yield start, end, text[start:end].lower() in nouns
+        listed = set(self.list_names(text, english, german)) if _LIST_QUICK.search(text) else set()
+        for start, end in sorted(set(found) | listed):
+            yield start, end, (start, end) not in listed and text[start:end].lower() in nouns
+
+    def list_names(self, text: str, english: bool, german: bool) -> Iterator[tuple[int, int]]:
+        """The people of a list ("Hugh, Marnie and Selwyn are ...", "Heute helfen Till, Frieda und Ole",
+        "Speakers: Odette Lawrie, Babajide Ogun, Inés Carvajal"): two or more items of one or two capitalised
+        words joined by commas and a last and/und/or/oder/&. A list names people when one item is a person by
+        itself (``_list_anchor``: a lone given name, or a given name and a surname) and every other item is a
+        name too: a given name the lexicon knows, even a rare one ("Marnie"), that is no English word (unless
+        common as a name: "Ruth"), or, beside two anchors, any two capitalised words that are no English words
+        ("Babajide Ogun"). A list is no person list when an item is a place, product, club, calendar,
+        organisation or street word ("Paris, Lyon and Nice", "Chelsea and Arsenal"), when it follows a
+        preposition of place ("in Hamburg, Kiel und Lübeck"), or when it is two items joined by "&" of which
+        the last is possessive ("Ben & Jerry's", "Marks & Spencer's": a firm named for its founders)."""
+        words = english_word_forms(self.word_model) if english else frozenset()
+        nouns = english_nouns(self.word_model) if english else frozenset()
+        for m in _NAME_LIST.finditer(text):
+            items = [(i.start() + m.start(), i.end() + m.start(), i.group().split())
+                     for i in _LIST_ITEM.finditer(m.group())]
+            if len(items) < 2:
+                continue
+            before = _WORD_BEFORE.search(text, max(0, m.start() - 20), m.start())
+            if before is not None and (before.group(1).lower() in _PLACE_CUES
+                                       or before.group(1).lower() in ("nach", "aus", "at", "from", "to", "via")):
+                continue  # "in Hamburg, Kiel und Lübeck", "from Leeds and York"
+            joiner = _LIST_JOINER.search(m.group())
+            last_possessive = _POSSESSIVE_END.search(items[-1][2][-1]) is not None
+            if last_possessive and (len(items) == 2 and joiner is not None and joiner.group().strip() == "&"
+                                    or _AUX_AFTER.match(text, items[-1][1])):
+                continue  # "Ben & Jerry's", "Marks and Spencer's was busy": a firm
+            if any(self._not_a_list_name(w, english) for _, _, ws in items for w in ws):
+                continue
+            anchors = [self._list_anchor(text, s, e, ws, english, german, words, nouns) for s, e, ws in items]
+            n_anchors = sum(anchors)
+            if n_anchors == 0:
+                continue
+            ok = True
+            for (s, e, ws), anchor in zip(items, anchors):
+                if anchor:
+                    continue
+                bare = [_POSSESSIVE_END.sub("", w) for w in ws]
+                first = bare[0]
+                overall = max(self.given_names.get(first, (0, 0))[0],
+                              self.given_names.get(_fold(first), (0, 0))[0])
+                known = self.given_name_strength(first, english) >= 1 and first.lower() not in _WORD_NAMES and (
+                    not english or (first.lower() not in words
+                                    and (first.lower() not in nouns or overall >= _COMMON_NAME_CLASS)))
+                unknown_but_named = n_anchors >= 2 and len(bare) == 2 and not any(
+                    w.lower() in words or w.lower() in nouns or w.lower() in self.function_words for w in bare)
+                if not (known or unknown_but_named):
+                    ok = False
+                    break
+            if not ok:
+                continue
+            for s, e, ws in items:
+                if _POSSESSIVE_END.search(ws[-1]):
+                    e -= 2
+                yield s, e
+
+    def _not_a_list_name(self, word: str, english: bool) -> bool:
+        """A word that makes a list no list of people: a place, product, club, calendar, organisation, facility
+        or street word, a place prefix or a function word."""
+        low = _POSSESSIVE_END.sub("", word).lower()
+        return (low in _PLACE_GIVEN_NAMES or low in _PRODUCT_GIVEN_NAMES or low in _CLUB_GIVEN_NAMES
+                or low in _CALENDAR_WORDS or low in _ORG_WORDS or low in _FACILITY_WORDS
+                or low in _STREET_DESIGNATORS or low in _STREET_WORDS or low in _PLACE_PREFIXES
+                or low in self.function_words or low in _ADDRESS_NOUNS or low in _ROLE_WORDS
+                or bool(_TITLE_TOKEN.match(word)))
+
+    def _list_anchor(self, text: str, start: int, end: int, words_of_item: list[str], english: bool,
+                     german: bool, words: frozenset[str], nouns: frozenset[str]) -> bool:
+        """An item of a list that is a person by itself: one word that is a lone given name (``lone_given_name``;
+        in English no noun either, "Ruth" aside when common), or a common given name and a surname that is
+        no street or place ("Ellie Grant", "Wei Chen")."""
+        bare = [_POSSESSIVE_END.sub("", w) for w in words_of_item]
+        first = bare[0]
+        if not self.lone_given_name(first, english, german):
+            return False
+        if len(bare) == 1:
+            overall = max(self.given_names.get(first, (0, 0))[0], self.given_names.get(_fold(first), (0, 0))[0])
+            return not english or first.lower() not in nouns or overall >= _COMMON_NAME_CLASS
+        return not self.looks_like_street(text, start, end)
 
     def chat_names(self, text: str) -> Iterator[tuple[int, int]]:
         """Given names written in lower case in chat lines ("tell sarah i said hi", "frag mal thomas ob ..."): in a
