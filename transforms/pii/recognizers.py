@@ -1179,6 +1179,18 @@ _SPEAKER = re.compile(
     r"(?:said|says|asked|asks|told|wrote|writes|replied|thinks|thought|mentioned|texted|emailed|sagt|sagte"
     r"|meint|meinte|schreibt|schrieb|fragt|fragte|hat[ \t]+gesagt|hat[ \t]+geschrieben|hat[ \t]+angerufen)\b)"
 )
+# A given name opening a line, then a colon and a capitalised sentence: the speaker of a chat or minutes line
+# ("Martha: I'll bring dessert.", "Ilse: Wer holt die Brötchen?")
+_COLON_SPEAKER = re.compile(rf"(?:^|(?<=\n))[ \t]*(?P<value>{_NAME_WORD}):[ \t]+(?=[A-ZÄÖÜ\"“„])")
+# Shops named with a given name's possessive ("Wendy's menu", "Denny's pancakes"): never a person's possessive
+_SHOP_GIVEN_NAMES = frozenset("wendy denny macy arby dillard kohl carl joe papa sainsbury".split())
+# Nouns after a given name's possessive that make it an eponym, not an owner ("Rupert's land", "Gunter's chain")
+_EPONYM_NOUNS = frozenset("""land island bay sound point chain law laws syndrome disease theorem rule principle
+method constant wort bridge""".split())
+# "Robert of Chester's translation": the possessive belongs to the whole "X of Y" name; Y is a place
+_EPITHET_BEFORE = re.compile(r"[A-Z][a-z]+[ \t]+of[ \t]+$")
+# German particles between a verb of asking and its person ("Frag doch mal Wiebke"): the cue is the verb before
+_GERMAN_PARTICLES = frozenset("doch mal bitte eben halt nochmal gleich schnell kurz einfach lieber".split())
 # German genitive of a lone given name before its noun ("Annas Fahrrad", "Julias Vorschlag").
 _GENITIVE_NAME = re.compile(r"(?<![0-9A-Za-zÀ-ÿ\-.])(?P<value>[A-ZÄÖÜ][a-zäöüß]{2,})s(?=[ \t]+[A-ZÄÖÜ][a-zäöüß])")
 _COMMON_NAME_CLASS = 6  # nam_dict frequency class: 6 and above is common in at least one country
@@ -1211,16 +1223,21 @@ customer customers user users member members boss chef kollegen kollege leute zu
 grandma grandpa granny nana baby darling sweetie oma opa""".split())
 # A lone given name closing an exclamation or question after a comma: the vocative at the end ("Danke dir, Felix!",
 # "Alles Gute zum Geburtstag, Leonie!", "Are you there, Tom?").
-_VOCATIVE_END = re.compile(rf",[ \t]+(?P<value>{_NAME_WORD})[ \t]*[!?]")
+_VOCATIVE_END = re.compile(rf",[ \t]+(?P<value>{_NAME_WORD})[ \t]*(?:[!?]|\.[ \t]*(?=\n|$))")
+# ... or closing a message with a full stop ("Sorry about that, Tabitha.": the line or text ends there)
 # Kin and role nouns that put a lone given name beside them ("Oma Erika", "Kellnerin Jessica", "my sister Emma").
 _KIN_WORDS = ("""sister brother mum mom dad cousin aunt auntie uncle grandma grandpa granny nan wife husband son
 daughter friend colleague boss neighbour neighbor waiter waitress nurse teacher coach flatmate roommate niece nephew
-partner girlfriend boyfriend fiancé fiancée""".split(),
+partner girlfriend boyfriend fiancé fiancée guide server driver instructor tutor plumber electrician builder
+landlord landlady hairdresser barber cleaner childminder nanny babysitter midwife vet dentist doctor manager
+receptionist postman courier host hostess""".split(),
               """Oma Opa Tante Onkel Schwester Bruder Mama Papa Mutti Vati Cousine Cousin Kollegin Kollege Nachbarin
 Nachbar Kellnerin Kellner Freundin Freund Chefin Chef Lehrerin Lehrer Trainerin Trainer Nichte Neffe Tochter Sohn
-Frau Mann Verlobte Verlobter Friseurin Friseur Uncle Aunt Auntie Grandma Grandpa Granny Nana Cousin""".split())
+Frau Mann Verlobte Verlobter Friseurin Friseur Uncle Aunt Auntie Grandma Grandpa Granny Nana Cousin
+Vermieter Vermieterin Hausmeister Hausmeisterin Ärztin Arzt Zahnärztin Zahnarzt Erzieherin Erzieher Fahrerin Fahrer
+Postbote Postbotin Mitbewohner Mitbewohnerin Kumpel""".split())
 _KIN_NAME = re.compile(
-    r"(?<![0-9A-Za-zÀ-ÿ])(?:(?:my|our|your|his|her|their)[ \t]+(?:" + "|".join(_KIN_WORDS[0]) + r")"
+    r"(?<![0-9A-Za-zÀ-ÿ])(?:(?:[Mm]y|[Oo]ur|[Yy]our|[Hh]is|[Hh]er|[Tt]heir)[ \t]+(?:" + "|".join(_KIN_WORDS[0]) + r")"
     r"|(?:" + "|".join(_KIN_WORDS[1]) + r"))"
     rf"[ \t]+(?P<value>{_NAME_WORD})(?![ \t]+[A-ZÄÖÜ])(?![0-9A-Za-zÀ-ÿ])")
 # Two lone given names joined by "and"/"und" at a sentence start, then a lower-case word ("Johanna und Benedikt
@@ -1517,6 +1534,14 @@ class PersonNameRecognizer(EntityRecognizer):
                     and not _after_place_prefix(text, m.start("value"))):  # "St. John says"
                 seen.add(m.span("value"))
                 yield m.start("value"), m.end("value"), 0.75
+        for m in _COLON_SPEAKER.finditer(text):
+            if english is None:
+                english = self.is_english(text)
+            low = m.group("value").lower()
+            if (m.span("value") not in seen and low not in _PRODUCT_GIVEN_NAMES and low not in _CLUB_GIVEN_NAMES
+                    and self.lone_given_name(m.group("value"), english, not english and self.is_german(text))):
+                seen.add(m.span("value"))
+                yield m.start("value"), m.end("value"), 0.75
         if "s " in text and not (self.is_english(text) if english is None else english):
             for m in _GENITIVE_NAME.finditer(text):
                 stem = m.group("value")
@@ -1631,6 +1656,14 @@ class PersonNameRecognizer(EntityRecognizer):
             prev = _PREV_TOKEN.search(before).group("tok")
             nxt = "'s" if possessive else _NEXT_TOKEN.match(text, m.end()).group("tok")
             prev_low = prev.lower()
+            cue_word = prev_low
+            if german:  # "Frag doch mal Wiebke": the verb before the particles is the cue
+                rest = before
+                for _ in range(2):
+                    if cue_word not in _GERMAN_PARTICLES:
+                        break
+                    rest = rest[:len(rest.rstrip(" \t")) - len(cue_word)]
+                    cue_word = _PREV_TOKEN.search(rest).group("tok").lower()
             if _after_place_prefix(text, start):
                 continue  # "Fort St. John's", "St. Lucia": a place
             if possessive and _CAPITAL_AFTER.match(text, m.end()):
@@ -1660,7 +1693,8 @@ class PersonNameRecognizer(EntityRecognizer):
                                             or english_finite_verb(following, self.word_model))
                 cue = prev_low in _SLOT_CUES_EN or (prev_low in _SLOT_QUESTION_CUES_EN and "?" in text[end:end + 80])
                 if prev_low == "into":  # "bumped into Clara", not "into Leeds"
-                    before_into = _PREV_TOKEN.search(before[:len(before) - len(prev)].rstrip(" \t"))
+                    rest = before.rstrip(" \t")
+                    before_into = _PREV_TOKEN.search(rest[:len(rest) - len(prev)])
                     cue = before_into is not None and before_into.group("tok").lower() in _MEETING_VERBS_BEFORE_INTO
                 if (cue and prev_low in _PREPOSITION_CUES_EN and following
                         and following not in self.function_words and english_noun_only(following, self.word_model)):
@@ -1668,7 +1702,8 @@ class PersonNameRecognizer(EntityRecognizer):
                 aux_cue = False
             else:
                 verb_next = next_lower and next_word.group().lower() not in _PAIR_JOINERS
-                cue = prev_low in _SLOT_CUES_DE
+                # a text of neither language (a short line) takes the English cues as well ("The kids adore Vivian.")
+                cue = cue_word in _SLOT_CUES_DE or (not german and prev_low in _SLOT_CUES_EN)
                 aux_cue = prev_low in _SLOT_VERB_CUES_DE
                 # German verb-second: a lone name right after a finite verb in -t ("Heute bringt Kai den Wein",
                 # "Morgen holt Wiebke die Kinder"), before a lower-case word: that verb's subject or object
@@ -1677,9 +1712,15 @@ class PersonNameRecognizer(EntityRecognizer):
                               and prev_low not in _GERMAN_DETERMINERS and next_lower)
                 cue = cue or verb_t_cue
             # "Our server, Brandon, was": lower-case words on both sides (not a list: "Montgomery, Shelby, and")
-            apposition = (after_comma and nxt == "," and prev[:-1].isalpha() and prev[:1].islower()
+            # (in German the noun before may be capitalised: "Mein Kollege, Torsten, hat heute frei")
+            apposition = (after_comma and nxt == "," and prev[:-1].isalpha() and (prev[:1].islower() or german)
                           and re.match(r",[ \t]+(?!(?:and|or|und|oder)\b)[a-zäöüß]", text[end:]) is not None)
-            subject = ((clause_start or after_comma) and (verb_next or possessive)) or apposition
+            # a given name's possessive before a lower-case noun ("Is that Jasper's coat?"), shops aside
+            owner_noun = re.match(r"[ \t]+(?P<w>[a-z]+)", text[m.end():m.end() + 40])
+            owner = (possessive and low not in _SHOP_GIVEN_NAMES and owner_noun is not None
+                     and owner_noun.group("w") not in _EPONYM_NOUNS
+                     and not _EPITHET_BEFORE.search(before))
+            subject = ((clause_start or after_comma) and (verb_next or possessive)) or apposition or owner
             if rare and not subject:
                 continue  # "nor by Urim,", "come from Bethany,": a rare name after a preposition is mostly a place
             if (subject or ((cue or aux_cue) and (next_lower or next_end or possessive)) or (aux_cue and next_cap)):
@@ -1728,13 +1769,18 @@ class PersonNameRecognizer(EntityRecognizer):
         for m in _NAME_LIST.finditer(text):
             items = [(i.start() + m.start(), i.end() + m.start(), i.group().split())
                      for i in _LIST_ITEM.finditer(m.group())]
-            if len(items) < 2:
-                continue
+            joiner = _LIST_JOINER.search(m.group())
+            if len(items) < (2 if joiner is not None else 3):
+                continue  # "a Saviour, Jesus:", "Roger, Twan—", "Berber, Barb": two items need and/und/&
+            after = _LOWER_WORD.match(text, _LOWER_AFTER.match(text, m.end()).start("w")) if _LOWER_AFTER.match(
+                text, m.end()) else None
+            if (english and after is not None and after.group() not in self.function_words
+                    and english_noun_only(after.group(), self.word_model)):
+                continue  # "(Alex and Ollie family)": names as a modifier of a noun
             before = _WORD_BEFORE.search(text, max(0, m.start() - 20), m.start())
             if before is not None and (before.group(1).lower() in _PLACE_CUES
                                        or before.group(1).lower() in ("nach", "aus", "at", "from", "to", "via")):
                 continue  # "in Hamburg, Kiel und Lübeck", "from Leeds and York"
-            joiner = _LIST_JOINER.search(m.group())
             last_possessive = _POSSESSIVE_END.search(items[-1][2][-1]) is not None
             if last_possessive and (len(items) == 2 and joiner is not None and joiner.group().strip() == "&"
                                     or _AUX_AFTER.match(text, items[-1][1])):
