@@ -91,6 +91,37 @@ def test_speaker_and_possessive_non_people(engine, text):
     assert names(engine, text) == []
 
 
+# classes the real-text guard showed, each kept out ------------------------------------------------------------
+@pytest.mark.parametrize("text", [
+    "He raised unto Israel a Saviour, Jesus:",            # two items need and/und/&
+    "chips (Alex and Ollie family) are supported.",        # names modifying a noun
+    "Until 1870, when it and Rupert's land became part of Canada.",  # an eponym
+    "with the completion of Robert of Chester's translation",        # the possessive is the whole name's
+    '"Dawn came too soon," she mourned.',                  # an everyday word, even with "she"
+])
+def test_guard_classes_stay_unmasked(engine, text):
+    found = names(engine, text)
+    assert not {"Saviour", "Alex", "Ollie", "Rupert", "Chester", "Dawn"} & set(found), found
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("Sydney rang to say she was stuck in traffic.", ["Sydney"]),   # a place name, made a person by "she"
+    ("Heute bringt Kai die Brötchen mit.", ["Kai"]),               # a German word name after a verb
+    ("Ich habe Frank im Zug getroffen.", ["Frank"]),               # an English word name in German text
+])
+def test_sentence_makes_a_word_name_a_person(engine, text, expected):
+    assert names(engine, text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "Sydney is where she grew up.",          # a copula is no verb of a person
+    "Wir sitzen am Kai und essen Fisch.",    # "am Kai": the quay
+    "Die Heide blüht im August.",
+])
+def test_word_names_without_person_evidence(engine, text):
+    assert names(engine, text) == []
+
+
 def test_list_names_is_a_pure_core():
     rec = R.PersonNameRecognizer(R.load_given_names())
     text = "Gordon, Tamsin and Percival are here."

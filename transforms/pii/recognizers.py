@@ -1189,6 +1189,10 @@ _EPONYM_NOUNS = frozenset("""land island bay sound point chain law laws syndrome
 method constant wort bridge""".split())
 # "Robert of Chester's translation": the possessive belongs to the whole "X of Y" name; Y is a place
 _EPITHET_BEFORE = re.compile(r"[A-Z][a-z]+[ \t]+of[ \t]+$")
+# German everyday words that are given names ("am Kai", "die Heide", "mit Ernst"): a name only after a verb
+_GERMAN_WORD_NAMES = frozenset("kai ernst sonne wolf rose heide engel stern".split())
+_GERMAN_PREPOSITION_CUES = frozenset("an mit von bei für".split())
+_PERSONAL_PRONOUN = re.compile(r"\b(?:he|she|him|his|her|himself|herself)\b")
 # German particles between a verb of asking and its person ("Frag doch mal Wiebke"): the cue is the verb before
 _GERMAN_PARTICLES = frozenset("doch mal bitte eben halt nochmal gleich schnell kurz einfach lieber".split())
 # German genitive of a lone given name before its noun ("Annas Fahrrad", "Julias Vorschlag").
@@ -1595,13 +1599,14 @@ class PersonNameRecognizer(EntityRecognizer):
                 seen.add(span)
                 yield span[0], span[1], 0.8
 
-    def lone_given_name(self, word: str, english: bool, german: bool = False) -> bool:
+    def lone_given_name(self, word: str, english: bool, german: bool = False,
+                        word_names: frozenset[str] = _WORD_NAMES) -> bool:
         """A capitalised word that names a person alone where the text puts a person: a given name of frequency
         class 2 or more (``given_name_strength``), not an everyday word ("Will", "Grace", "Christian"), a place
         ("Sydney", "Israel"), an interjection or a noun of address, and, unless the text is German, not an
         English verb or adjective ("Time", "Long"; in German text "Fabian", "Till" are no English words)."""
         low = word.lower()
-        return (self.given_name_strength(word, english) == 2 and low not in _WORD_NAMES
+        return (self.given_name_strength(word, english) == 2 and low not in word_names
                 and low not in _PLACE_GIVEN_NAMES and low not in _INTERJECTIONS and low not in _ADDRESS_NOUNS
                 and (german or low not in english_word_forms(self.word_model)))
 
@@ -1635,6 +1640,7 @@ class PersonNameRecognizer(EntityRecognizer):
         nouns = english_nouns(self.word_model) if english else frozenset()
         german = not english and self.is_german(text)
         found: list[tuple[int, int]] = []
+        confirmed: set[tuple[int, int]] = set()  # nouns made persons by the sentence itself: no NER asked
         pending: list[tuple[int, int, str, str]] = []  # lone names beside and/und, decided by their neighbour
         for m in _SLOT_WORD.finditer(text):
             start, end = m.span("value")
@@ -1646,11 +1652,22 @@ class PersonNameRecognizer(EntityRecognizer):
                 continue  # the cheap test first: most capitalised words are no given name
             low = word.lower()
             if (low in _PRODUCT_GIVEN_NAMES or low in _CLUB_GIVEN_NAMES or low in _ARCHAIC_WORDS or low == "lo"
-                    or _TITLE_TOKEN.match(word) or not self.lone_given_name(word, english, german)):
+                    or _TITLE_TOKEN.match(word)):
+                continue
+            # in German text the English word names ("Frank", "Will") are names; German ones ("Kai", "Heide",
+            # "Ernst") only after a verb (below)
+            plain = self.lone_given_name(word, english, german, _GERMAN_WORD_NAMES if german else _WORD_NAMES)
+            german_word_name = german and not plain and low in _GERMAN_WORD_NAMES and self.lone_given_name(
+                word, english, german, frozenset())
+            pronoun_subject = english and self._pronoun_subject(text, start, m.end())
+            if not plain and not german_word_name and not (
+                    pronoun_subject and low in _PLACE_GIVEN_NAMES and low not in _WORD_NAMES
+                    and self.given_name_strength(word, english) == 2 and low not in _INTERJECTIONS
+                    and low not in _ADDRESS_NOUNS):
                 continue
             rare = english and max(self.given_names.get(word, (0, 0))[0],
                                    self.given_names.get(_fold(word), (0, 0))[0]) < _LONE_NAME_CLASS_EN
-            if rare and low in nouns:
+            if rare and low in nouns and not pronoun_subject:
                 continue  # "Alexandria acted as", "with Sol among", "Gale force": a rare name that is a noun
             before = text[max(0, start - 60):start]
             prev = _PREV_TOKEN.search(before).group("tok")
@@ -1685,6 +1702,7 @@ class PersonNameRecognizer(EntityRecognizer):
             next_end = not nxt or nxt[:1] in ",.!?;:)\"”"
             if next_word is not None and next_word.group().lower() == low:
                 continue  # "Pok pok pok": a sound, not a name
+            verb_t_cue = False
             if english:
                 # a finite verb or an adverb after the subject ("Noah is", "Tyler cooked", "Naomi thinks"), not
                 # a noun that is also a base-form verb ("Gale force winds", "Oscar gift bags", "Sabrina work")
@@ -1723,9 +1741,13 @@ class PersonNameRecognizer(EntityRecognizer):
             subject = ((clause_start or after_comma) and (verb_next or possessive)) or apposition or owner
             if rare and not subject:
                 continue  # "nor by Urim,", "come from Bethany,": a rare name after a preposition is mostly a place
+            if german_word_name and not (aux_cue or verb_t_cue or (cue and cue_word not in _GERMAN_PREPOSITION_CUES)):
+                continue  # "am Kai", "die Heide": a German noun; "bringt Kai den Wein", "habe Heide angerufen": a name
             if (subject or ((cue or aux_cue) and (next_lower or next_end or possessive)) or (aux_cue and next_cap)):
                 if not self.looks_like_street(text, start, end):
                     found.append((start, end))
+                    if pronoun_subject:
+                        confirmed.add((start, end))
             elif prev_low in _PAIR_JOINERS or nxt.lower() in _PAIR_JOINERS:
                 pending.append((start, end, prev_low, nxt.lower()))
         # "Isabel and Fernando", "Mateo and Lily are": a lone name joined to a name found above, or two lone names
@@ -1751,7 +1773,24 @@ class PersonNameRecognizer(EntityRecognizer):
                         found.extend(((start, end), (s2, e2)))
         listed = set(self.list_names(text, english, german)) if _LIST_QUICK.search(text) else set()
         for start, end in sorted(set(found) | listed):
-            yield start, end, (start, end) not in listed and text[start:end].lower() in nouns
+            yield start, end, (start, end) not in listed | confirmed and text[start:end].lower() in nouns
+
+    def _pronoun_subject(self, text: str, start: int, end: int) -> bool:
+        """A capitalised word opening a sentence, then a lexical finite verb, and "he"/"she"/"his"/"her" later in
+        the same sentence ("Florence called to say she'll be late", "Oliver forgot his lunchbox"): the sentence
+        itself makes the word a person, though it is also a place or an English noun (not an everyday word:
+        '"Dawn came too soon," she mourned'). An auxiliary or a copula is no such verb ("Sydney is where she ...")."""
+        stripped = text[:start].rstrip(" \t")
+        if stripped and stripped[-1] not in "\n.!?\"“(":
+            return False
+        nxt = _LOWER_AFTER.match(text, end)
+        if nxt is None:
+            return False
+        verb = nxt.group("w")
+        if verb in _SUBJECT_AUX_EN or verb in self.function_words or not english_finite_verb(verb, self.word_model):
+            return False
+        stops = [k for k in (text.find(c, nxt.end(), nxt.end() + 160) for c in ".!?\n") if k >= 0]
+        return _PERSONAL_PRONOUN.search(text, nxt.end(), min(stops) if stops else nxt.end() + 160) is not None
 
     def list_names(self, text: str, english: bool, german: bool) -> Iterator[tuple[int, int]]:
         """The people of a list ("Hugh, Marnie and Selwyn are ...", "Heute helfen Till, Frieda und Ole",
