@@ -117,6 +117,12 @@ def test_sentence_makes_a_word_name_a_person(engine, text, expected):
     "Sydney is where she grew up.",          # a copula is no verb of a person
     "Wir sitzen am Kai und essen Fisch.",    # "am Kai": the quay
     "Die Heide blüht im August.",
+    # German nouns that are given names, after a finite verb in -t but before no article or pronoun
+    "Im Garten blüht Erika schon seit Wochen.",
+    "Damals kostet Mark noch viel.",
+    "Jetzt gilt Ernst als neuer Maßstab.",
+    "Heute fehlt Linde im Hof.",
+    "Der Laden verkauft Melissa als Tee.",
 ])
 def test_word_names_without_person_evidence(engine, text):
     assert names(engine, text) == []

@@ -1190,7 +1190,11 @@ method constant wort bridge""".split())
 # "Robert of Chester's translation": the possessive belongs to the whole "X of Y" name; Y is a place
 _EPITHET_BEFORE = re.compile(r"[A-Z][a-z]+[ \t]+of[ \t]+$")
 # German everyday words that are given names ("am Kai", "die Heide", "mit Ernst"): a name only after a verb
-_GERMAN_WORD_NAMES = frozenset("kai ernst sonne wolf rose heide engel stern".split())
+_GERMAN_WORD_NAMES = frozenset("kai ernst sonne wolf rose heide engel stern erika linde melissa mark jasmin iris flora".split())
+# After a finite verb in -t, a name is the subject only before the object's article or pronoun ("Morgen holt
+# Wiebke die Kinder", "bringt Kai den Wein"); "blüht Erika schon", "gilt Ernst als", "kostet Mark noch" are nouns
+_GERMAN_OBJECT_STARTS = frozenset("""mein meine meinen meinem meiner sein seine seinen seinem seiner ihr ihre ihren
+ihrem ihrer unser unsere unseren unserem euer eure euren mir dir ihm uns euch sich es""".split())
 _GERMAN_PREPOSITION_CUES = frozenset("an mit von bei für".split())
 _PERSONAL_PRONOUN = re.compile(r"\b(?:he|she|him|his|her|himself|herself)\b")
 # German particles between a verb of asking and its person ("Frag doch mal Wiebke"): the cue is the verb before
@@ -1727,7 +1731,8 @@ class PersonNameRecognizer(EntityRecognizer):
                 # "Morgen holt Wiebke die Kinder"), before a lower-case word: that verb's subject or object
                 verb_t_cue = (german and not cue and not aux_cue and len(prev_low) >= 4 and prev_low.endswith("t")
                               and prev.isalpha() and prev.islower() and prev_low not in _GERMAN_T_NON_VERBS
-                              and prev_low not in _GERMAN_DETERMINERS and next_lower)
+                              and prev_low not in _GERMAN_DETERMINERS and next_lower
+                              and (nxt.lower() in _GERMAN_DETERMINERS or nxt.lower() in _GERMAN_OBJECT_STARTS))
                 cue = cue or verb_t_cue
             # "Our server, Brandon, was": lower-case words on both sides (not a list: "Montgomery, Shelby, and")
             # (in German the noun before may be capitalised: "Mein Kollege, Torsten, hat heute frei")
