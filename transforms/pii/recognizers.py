@@ -1052,7 +1052,7 @@ _STREET_WORDS = frozenset("""lane ln way drive dr court ct place pl square sq te
 park row hill hills trace field fields ferry mill mills bridge brook stream dale valley mountain curve lock prairie
 estates spring springs oval corner corners lake lakes village ports port unions union lights light island islands
 circle creek crossing green heights meadow meadows path pike plaza ridge river route shore station summit trail
-turnpike view walk wells unit""".split())
+turnpike view walk wells unit beach beaches bluffs dunes""".split())
 _CALENDAR_WORDS = frozenset("""mon tue tues wed thu thur thurs fri sat sun monday tuesday wednesday thursday
 friday saturday sunday jan feb mar apr jun jul aug sep sept oct nov dec january february march april june july
 august september october november december montag dienstag mittwoch donnerstag freitag samstag sonntag januar
@@ -1096,7 +1096,8 @@ _AUX_AFTER = re.compile(r"[ \t]+(?:is|was|were|are|has|had|have|will|would|can|c
                         r"did|isn't|wasn't|won't|doesn't|didn't)\b")
 # Words that end place names and are surnames as often ("Albert Hall", "Jane Hall"): a place only after one of
 # ``_PLACE_CUES`` (with the street words, which ``looks_like_street`` already knows).
-_PLACE_SURNAMES = frozenset("""hall halls tower towers church castle arena marina temple gate house""".split())
+_PLACE_SURNAMES = frozenset("""hall halls tower towers church castle arena marina temple gate house bay cove heath
+moor marsh woods forest sands shores""".split())
 # The article and the prepositions of place before a place name; not "at", "to", "with" or "by", which take
 # persons as often ("smiled at Jane Hall", "wrote to Kim Park").
 _PLACE_CUES = frozenset("""the in through across around near inside outside into past along beyond opposite
