@@ -357,7 +357,7 @@ def test_english_version_4_word_trigrams_tell_a_word_chain_over_the_training_pro
     assert np.median(x_babble[:, known]) > np.median(x_real[:, known]) + 0.1
     assert np.median(x_babble[:, kept]) < np.median(x_real[:, kept]) - 0.05
     # the training prose itself: every trigram known
-    assert features.transform(train[:5])[:, kept] == pytest.approx(1.0, abs=0.01)
+    assert (features.transform(train[:5])[:, kept] > 0.95).all()  # (smoothed towards 0.5 by 8 pseudo-trigrams)
     # text with no known word pair gets the neutral 0.5, not 0 (no evidence of a chain)
     assert features.transform(["zqx vbn wqp mnb lkj hgf dsa poi"])[0, [kept, known]].tolist() == [0.5, 0.0]
     # the keys are process-independent (Python's str hash is not): a saved model reads the same in any process

@@ -353,6 +353,7 @@ CACHE_WEIGHT = 0.1  # weight of the in-document cache in the cache-mixture unigr
 # English version 4: log2 of the bits of each word n-gram presence table (2**23 bits = 1 MiB; the default training
 # text has ~0.5 M distinct word trigrams, so an unseen trigram reads as seen ~6 % of the time, alike for every text)
 WORD_NGRAM_BITS = 23
+WORD_TRIGRAM_PRIOR_N = 8  # pseudo-trigrams (half of them kept) added to every document's word_trigram_kept
 
 
 class _RowTable(dict):
@@ -507,8 +508,9 @@ def _word_ngram_continuation(keys: np.ndarray, doc_of: np.ndarray, num_docs: int
     """Per document: (the share of its word trigrams whose two word bigrams both occur in the training prose that
     occur there as a trigram too, the share of its trigram positions whose two bigrams both occur). An order-1 word
     Markov chain over real prose keeps every word pair, so both its bigrams are known far more often than in new
-    prose, but it draws the third word from the second alone, so the triple is one the prose has less often. A
-    document with no such trigram gets 0.5 (no evidence either way)."""
+    prose, but it draws the third word from the second alone, so the triple is one the prose has less often. The
+    first share is smoothed towards 0.5 (``WORD_TRIGRAM_PRIOR_N``); a document with no such trigram gets 0.5 (no
+    evidence either way)."""
     bigram_bucket, bigram_at = word_ngram_hashes(keys, doc_of, 2, bits)
     known_pair = np.zeros(len(keys), dtype=bool)  # whether the bigram starting at each token is known
     known_pair[bigram_at] = _test_bits(bigrams, bigram_bucket)
@@ -519,7 +521,9 @@ def _word_ngram_continuation(keys: np.ndarray, doc_of: np.ndarray, num_docs: int
     positions = np.bincount(docs, minlength=num_docs).astype(np.float64)
     both_n = np.bincount(docs, weights=both.astype(np.float64), minlength=num_docs)
     seen_n = np.bincount(docs, weights=seen.astype(np.float64), minlength=num_docs)
-    kept = np.where(both_n > 0, seen_n / np.maximum(both_n, 1), 0.5)
+    # a few trigrams say little: the share is pulled towards 0.5 by WORD_TRIGRAM_PRIOR_N pseudo-trigrams, so that a
+    # short text or one of few known word pairs (a Usenet header block) is not read as a chain by chance
+    kept = (seen_n + 0.5 * WORD_TRIGRAM_PRIOR_N) / (both_n + WORD_TRIGRAM_PRIOR_N)
     return kept, both_n / np.maximum(positions, 1)
 
 
