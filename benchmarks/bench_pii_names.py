@@ -105,6 +105,8 @@ def main(argv=None) -> int:
         report[name] = {"engine": engine, **per}
         tot = {"found": 0, "gold": 0, "neg": 0, "neg_fp": 0, "stray": 0}
         for lang in ("en", "de", "zh"):
+            if lang not in per:
+                continue  # a probe of some languages only (measure8: en and de)
             s = per[lang]
             for k in tot:
                 tot[k] += s[k]

@@ -197,8 +197,16 @@ def _pipeline(args) -> None:
                             "--out", out, "--id-field", "id", "--runner", "inprocess"], check=True, cwd=root,
                            env={**os.environ, "PYTHONPATH": root})
             with open(out, encoding="utf-8") as fh:
-                kept = {row["id"]: row["keep"] for row in map(json.loads, fh)}
+                rows_out = {row["id"]: row for row in map(json.loads, fh)}
+            kept = {doc_id: row["keep"] for doc_id, row in rows_out.items()}
         correct = np.array([kept[r["id"]] == (r["label"] == "hq") for r in test])
+        if args.dump:  # the misjudged documents, to read (labels and subtypes only describe them here)
+            with open(args.dump, "a", encoding="utf-8") as fh:
+                for r, right in zip(test, correct):
+                    if not right:
+                        fh.write(json.dumps({"seed": seed, "id": r["id"], "label": r["label"], "subtype": r["subtype"],
+                                             "source": r.get("source"), **rows_out[r["id"]], "text": r["text"]},
+                                            ensure_ascii=False) + "\n")
         by = {}
         for value in sorted({r["subtype"] for r in test}):
             mask = np.array([r["subtype"] == value for r in test])
@@ -401,6 +409,7 @@ def main() -> None:
     pipe.add_argument("--lang", default="en", choices=("en", "zh"))
     pipe.add_argument("--params", help="JSON of QualityTrainConfig overrides")
     pipe.add_argument("--heldout", type=float, help="held-out fraction of the groups")
+    pipe.add_argument("--dump", help="append each misjudged held-out document (with its scores) to this JSONL file")
     pipe.add_argument("--runs-dir", default="/tmp/bench-quality-runs", help="output.runs_dir: the default models' "
                                                                             "cache (the other language's model)")
     pipe.add_argument("--quality", action="append", help="another line of the quality section, e.g. "

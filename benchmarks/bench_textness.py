@@ -111,28 +111,70 @@ def _handbook_passages(root: str, per_lang: int, seed: int) -> list[tuple[str, s
 
 
 def _long(args) -> None:
-    """Real documents longer than the probe's passages: the demo corpus's long prose and, with --handbook, the
-    Debian Administrator's Handbook in its 23 translations without a quality model (apt-get download
+    """Documents longer than the probe's passages, which the judge reads window by window: the demo corpus's long
+    documents; long garbage joined from three measure-split garbage passages of one kind and language, and garbage
+    after a fluent head (one real measure passage, then three garbage ones); with --handbook, the Debian
+    Administrator's Handbook in its 23 translations without a quality model, as paragraph passages and as whole
+    pages (``sect.*.html``, six per translation, through corpusmill's extraction) (apt-get download
     debian-handbook && dpkg-deb -x debian-handbook_*.deb DIR; then --handbook DIR/usr/share/doc/debian-handbook/html).
-    A share of them the judge passes, per source."""
+    The share of each group the judge passes."""
     from transforms.normalize import NormalizeConfig, normalize_text
     from transforms.quality.step import QualityConfig
-    from transforms.quality.textness import TextnessJudge
+    from transforms.quality.textness import HEAD_CHARS, TextnessJudge
 
     threshold = QualityConfig().textness_threshold
     judge = TextnessJudge.load(args.judge)
     with gzip.open(os.path.join(ROOT, "data/demo/corpus.jsonl.gz"), "rt", encoding="utf-8") as fh:
-        docs = [(r["source"], r["text"]) for r in map(json.loads, fh) if len(r["text"]) > 3000]
+        docs = [(r["source"], r["text"]) for r in map(json.loads, fh) if len(r["text"]) > HEAD_CHARS]
+    docs += _long_garbage(HEAD_CHARS)
     if args.handbook:
         docs += [(f"handbook {lang}", text) for lang, text in _handbook_passages(args.handbook, 30, 0)]
+        docs += [("handbook whole pages", text) for text in _handbook_pages(args.handbook, 6, 0)]
     cfg = NormalizeConfig()
     scores = judge.score([normalize_text(text, cfg) for _, text in docs])
     groups = defaultdict(list)
     for (source, _), score in zip(docs, scores):
         groups[source].append(score >= threshold)
-        groups["handbook, all" if source.startswith("handbook") else "demo, all"].append(score >= threshold)
+        if not source.startswith(("probe", "handbook whole")):
+            groups["handbook, all" if source.startswith("handbook") else "demo, all"].append(score >= threshold)
     for key in sorted(groups):
-        print(f"  {key:<22}{len(groups[key]):>5}  {np.mean(groups[key]):.3f}")
+        print(f"  {key:<38}{len(groups[key]):>5}  {np.mean(groups[key]):.3f}")
+
+
+def _long_garbage(longer_than: int) -> list[tuple[str, str]]:
+    """Long garbage from the probe's measure split (passed: wrong): three passages of one garbage kind and language
+    joined; and a real passage followed by three garbage passages drawn at random (garbage after a fluent head)."""
+    import random
+
+    records = _load(PROBE, "measure")
+    by_kind = defaultdict(list)
+    for r in records:
+        by_kind[(r["kind"], r["lang"])].append(r["text"])
+    out = [("probe: garbage, 3 passages joined", "\n\n".join(texts[i:i + 3]))
+           for (kind, _), texts in sorted(by_kind.items()) if kind != "prose" for i in range(0, len(texts) - 2, 3)]
+    rng = random.Random(0)
+    real = [r["text"] for r in records if r["kind"] == "prose"]
+    garbage = [r["text"] for r in records if r["kind"] != "prose"]
+    out += [("probe: garbage after a real passage", "\n\n".join([rng.choice(real)] + rng.sample(garbage, 3)))
+            for _ in range(60)]
+    return [(group, text) for group, text in out if len(text) > longer_than]
+
+
+def _handbook_pages(root: str, per_lang: int, seed: int) -> list[str]:
+    """Whole section pages of the handbook's translations without a model, as corpusmill extracts them."""
+    import glob
+    import random
+
+    from transforms.extract.core import extract
+
+    rng, out = random.Random(seed), []
+    for lang in sorted(os.listdir(root)):
+        if lang.startswith(("en", "zh")) or not os.path.isdir(os.path.join(root, lang)):
+            continue
+        for path in rng.sample(sorted(glob.glob(os.path.join(root, lang, "sect.*.html"))), per_lang):
+            with open(path, encoding="utf-8") as fh:
+                out.append(extract(fh.read()).text)
+    return out
 
 
 def main() -> None:
@@ -147,7 +189,7 @@ def main() -> None:
     measure.add_argument("--judge", help="default: the shipped judge")
     measure.add_argument("--splits", default="measure")
     measure.add_argument("--show-errors", action="store_true")
-    long = sub.add_parser("long", help="long real documents: the demo corpus's, and the Debian handbook's")
+    long = sub.add_parser("long", help="long documents: the demo corpus's, long garbage, the Debian handbook's")
     long.add_argument("--judge", help="default: the shipped judge")
     long.add_argument("--handbook", help="the handbook's html/ folder (one folder per translation)")
     args = parser.parse_args()

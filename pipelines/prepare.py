@@ -312,8 +312,9 @@ def language_mix(run: RunPaths | Path, steps: list[str]) -> dict:
 def summary_table(stats: dict) -> str:
     lines = [f"{'step':<14}{'in':>9}{'kept':>9}{'removed':>9}{'busy s':>9}  removed by reason",
              f"{'read':<14}{stats['documents_read']:>9}{stats['documents_read'] - stats['quarantined']['total']:>9}"
-             f"{stats['quarantined']['total']:>9}{'':>9}  quarantined: "
-             + ", ".join(f"{k} {v}" for k, v in stats["quarantined"]["by_kind"].items())]
+             f"{stats['quarantined']['total']:>9}"
+             + (f"{'':>9}  quarantined: " + ", ".join(f"{k} {v}" for k, v in stats["quarantined"]["by_kind"].items())
+                if stats["quarantined"]["by_kind"] else "")]
     for row in stats["steps"]:
         reasons = ", ".join(f"{k} {v}" for k, v in sorted(row["removed_by_reason"].items(), key=lambda kv: -kv[1]))
         lines.append(f"{row['step']:<14}{row['in']:>9}{row['kept']:>9}{row['removed']:>9}"

@@ -96,10 +96,16 @@ def test_engine_masks_the_name_not_the_cue(engine):
     ("We wrote to Mary Hall about the rent.", "Mary Hall"),
     ("Wendy's was packed at lunchtime.", None),
     ("Tyler's sister was there.", "Tyler"),
+    ("The Queen Mary is docked in Long Beach now.", None),
+    ("We sailed across Morecambe Bay at dawn.", None),
+    ("They camped in Sherwood Forest for a week.", None),
+    ("I met Arthur Marsh at the conference.", "Arthur Marsh"),
+    ("Rachel Woods won the race again.", "Rachel Woods"),
 ])
 def test_a_place_named_like_a_person_is_no_person(engine, text, name):
     """A run ending in a place word (Park, Hall, Line, Building) after an article or a preposition of place names
     the place; the same run as a subject or after "met"/"to" is a person (Hall and Park are common surnames). A
-    name's 's before a finite auxiliary is a shop; before a noun it is the person's."""
+    name's 's before a finite auxiliary is a shop; before a noun it is the person's. Bay, Forest, Marsh are
+    surnames too: a place only after such a cue."""
     [spans] = engine.analyze([text])
     assert [text[s.start:s.end] for s in spans] == ([name] if name else [])

@@ -13,7 +13,8 @@ from pydantic import ValidationError
 
 from transforms.quality.step import (QualityConfig, cutoff_from_quantiles, decide, keep_pareto, pareto_draw,
                                 top_fraction_cutoff)
-from transforms.quality.features import HashedNgramLM, OrderFeatures, WordClasses, split_token, tokenize
+from transforms.quality.features import (HashedNgramLM, OrderFeatures, WordClasses, split_token, stable_word_key,
+                                         tokenize)
 from transforms.quality.model import LogisticStacker, binary_metrics, roc_auc, split_records, QualityTrainConfig
 
 SUBSET = Path(__file__).resolve().parents[1] / "data" / "quality" / "quality_train_subset.jsonl.gz"
@@ -264,7 +265,7 @@ def test_quote_roles_read_straight_and_curly_quotes_alike():
 
 def test_english_version_3_counts_persons_per_voice_and_quote_alternation(prose):
     features = OrderFeatures.fit(prose[:200], num_frequent=100, order=3, bits=16)
-    assert features.feature_version == OrderFeatures.ENGLISH_FEATURE_VERSION == 3
+    assert features.feature_version == OrderFeatures.ENGLISH_FEATURE_VERSION == 4
     names = features.names
     assert {"voice_pronoun_entropy", "quote_alternation", "half_overlap"} <= set(names)
     assert "odd_quotes" not in names and "pronoun_entropy" not in names
@@ -314,7 +315,7 @@ def test_english_models_of_feature_version_1_still_load_and_score_as_before(pros
 
     features = OrderFeatures.fit(prose[:100], num_frequent=50, order=3, bits=14)
     written, arrays = arrays_with_feature_version(features, None)  # as an English model before version 2
-    assert written == 3
+    assert written == 4
     old = OrderFeatures.from_arrays(arrays)
     assert old.feature_version == 1 and old.names[5:7] == ["pronoun_entropy", "odd_quotes"]
     assert "half_overlap" not in old.names
@@ -338,5 +339,33 @@ def test_default_model_cache_key_carries_the_feature_version(tmp_path, monkeypat
     cfg = QualityConfig()
     now = default_model_path(tmp_path, cfg)
     assert now == default_model_path(tmp_path, cfg)
-    monkeypatch.setitem(OrderFeatures.READABLE_FEATURE_VERSIONS, "whitespace", (1, 2, 3, 4))
+    monkeypatch.setitem(OrderFeatures.READABLE_FEATURE_VERSIONS, "whitespace", (1, 2, 3, 4, 5))
     assert default_model_path(tmp_path, cfg) != now  # a model of other features is trained again, not reused
+
+
+def test_english_version_4_word_trigrams_tell_a_word_chain_over_the_training_prose_from_new_prose(prose):
+    """A chain over the prose the model learnt keeps its word pairs (both bigrams of a trigram known) but not its
+    triples (few of those trigrams known); unseen real passages know fewer pairs and keep more of their triples."""
+    rng = random.Random(7)
+    train, unseen = prose[:600], prose[600:700]
+    features = OrderFeatures.fit(train, num_frequent=200, order=3, bits=16)
+    kept, known = features.names.index("word_trigram_kept"), features.names.index("word_bigram_known")
+    following = markov_chain(train)
+    starts = [t.split()[0] for t in train]
+    babble = [markov_babble(following, starts, 150, rng) for _ in range(60)]
+    x_real, x_babble = features.transform(unseen), features.transform(babble)
+    assert np.median(x_babble[:, known]) > np.median(x_real[:, known]) + 0.1
+    assert np.median(x_babble[:, kept]) < np.median(x_real[:, kept]) - 0.05
+    # the training prose itself: every trigram known
+    assert (features.transform(train[:5])[:, kept] > 0.95).all()  # (smoothed towards 0.5 by 8 pseudo-trigrams)
+    # text with no known word pair gets the neutral 0.5, not 0 (no evidence of a chain)
+    assert features.transform(["zqx vbn wqp mnb lkj hgf dsa poi"])[0, [kept, known]].tolist() == [0.5, 0.0]
+    # the keys are process-independent (Python's str hash is not): a saved model reads the same in any process
+    assert stable_word_key("Her,") == stable_word_key("her,") == 0x5F0DBF5603E3016C
+    loaded = OrderFeatures.from_arrays(features.to_arrays())
+    np.testing.assert_array_equal(loaded.transform(babble[:5]), x_babble[:5])
+    # version 3 (still read) has neither column nor tables
+    _, arrays = arrays_with_feature_version(features, 3)
+    arrays = {k: v for k, v in arrays.items() if "word_" not in k or k == "order_word_counts"}
+    old = OrderFeatures.from_arrays(arrays)
+    assert old.feature_version == 3 and "word_trigram_kept" not in old.names

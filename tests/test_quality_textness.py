@@ -14,8 +14,8 @@ from transforms.base import StepConfigError
 from transforms.quality.model import QualityTrainConfig, card_languages, train_quality_model
 from transforms.quality.step import (DEFAULT_ZH_TRAIN_DATA, QualityConfig, QualityStep, check, decide_document,
                                      resolve_train_data)
-from transforms.quality.textness import (_LATIN_CYRILLIC, _VOWEL, FEATURES, TextnessJudge, mojibake_share,
-                                        textness_features)
+from transforms.quality.textness import (_LATIN_CYRILLIC, _VOWEL, FEATURES, HEAD_CHARS, MAX_WINDOWS,
+                                        TextnessJudge, mojibake_share, text_windows, textness_features)
 
 REAL = {
     "de": "Für jeden gefundenen Pfad-Bestandteil wird ein Hierarchie-Bestandteil zum Suchpfad hinzugefügt. "
@@ -86,6 +86,38 @@ def test_the_shipped_judge_keeps_long_real_text_and_vietnamese(demo_corpus):
     share = len(_VOWEL.findall(vi)) / len(_LATIN_CYRILLIC.findall(vi))
     assert 0.35 <= share <= 0.5, share  # ư ơ ạ ế ... counted (without them: 0.30, like a keyboard's runs)
     assert textness_features(vi)[FEATURES.index("vowels")] == 1.0  # saturated: as much a language as any
+
+
+def test_the_judge_reads_a_long_document_past_its_head(demo_corpus):
+    """A long document is judged window by window, weighted by length: garbage after a fluent first screen is not
+    waved through by its head, and prose around a listing keeps its share of text."""
+    from transforms.normalize import NormalizeConfig, normalize_text
+
+    judge = TextnessJudge.load()
+    threshold = QualityConfig().textness_threshold
+    prose = next(normalize_text(r["text"], NormalizeConfig()) for r in demo_corpus
+                 if r["source"] == "austen" and len(r["text"]) > 2 * HEAD_CHARS)[:2 * HEAD_CHARS]
+    rng = random.Random(5)
+    mash = "\n".join(" ".join("".join(rng.choice("asdfghjklqwrtzxcvbnm") for _ in range(rng.randint(3, 11)))
+                               for _ in range(10)) for _ in range(200))[:3 * HEAD_CHARS]
+    assert judge.score([prose[:HEAD_CHARS]])[0] >= threshold
+    assert judge.score([prose[:HEAD_CHARS] + "\n" + mash])[0] < threshold  # three quarters garbage
+    assert judge.score([prose + "\n" + mash[:HEAD_CHARS // 2]])[0] >= threshold  # a sixth garbage
+
+    windows = text_windows(prose + "\n" + mash)
+    assert len(windows) == MAX_WINDOWS and "".join(windows) == (prose + "\n" + mash)[:MAX_WINDOWS * HEAD_CHARS]
+    assert all(HEAD_CHARS // 2 <= len(w) <= HEAD_CHARS * 1.1 for w in windows), [len(w) for w in windows]
+    assert text_windows(prose[:HEAD_CHARS]) == [prose[:HEAD_CHARS]]
+
+
+def test_a_ruler_of_equals_signs_is_no_code():
+    """A Markdown or reST heading's underline and a mail signature's frame are text layout: counted as ``==``
+    operators they made a Usenet post with a framed signature look like code (P(text) 0.09)."""
+    code_tokens = FEATURES.index("code_tokens")
+    layout = "Installation\n============\n\nRun the installer and follow the prompts.\n" + "=" * 60
+    assert textness_features(layout)[code_tokens] == 0.0
+    code = "if a == b and c != d:\n    return x <= y"
+    assert textness_features(code)[code_tokens] > 0.2
 
 
 def _doc(i, text, lang, score=0.99):

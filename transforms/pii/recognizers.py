@@ -1052,7 +1052,7 @@ _STREET_WORDS = frozenset("""lane ln way drive dr court ct place pl square sq te
 park row hill hills trace field fields ferry mill mills bridge brook stream dale valley mountain curve lock prairie
 estates spring springs oval corner corners lake lakes village ports port unions union lights light island islands
 circle creek crossing green heights meadow meadows path pike plaza ridge river route shore station summit trail
-turnpike view walk wells unit""".split())
+turnpike view walk wells unit beach beaches bluffs dunes""".split())
 _CALENDAR_WORDS = frozenset("""mon tue tues wed thu thur thurs fri sat sun monday tuesday wednesday thursday
 friday saturday sunday jan feb mar apr jun jul aug sep sept oct nov dec january february march april june july
 august september october november december montag dienstag mittwoch donnerstag freitag samstag sonntag januar
@@ -1096,7 +1096,8 @@ _AUX_AFTER = re.compile(r"[ \t]+(?:is|was|were|are|has|had|have|will|would|can|c
                         r"did|isn't|wasn't|won't|doesn't|didn't)\b")
 # Words that end place names and are surnames as often ("Albert Hall", "Jane Hall"): a place only after one of
 # ``_PLACE_CUES`` (with the street words, which ``looks_like_street`` already knows).
-_PLACE_SURNAMES = frozenset("""hall halls tower towers church castle arena marina temple gate house""".split())
+_PLACE_SURNAMES = frozenset("""hall halls tower towers church castle arena marina temple gate house bay cove heath
+moor marsh woods forest sands shores""".split())
 # The article and the prepositions of place before a place name; not "at", "to", "with" or "by", which take
 # persons as often ("smiled at Jane Hall", "wrote to Kim Park").
 _PLACE_CUES = frozenset("""the in through across around near inside outside into past along beyond opposite
@@ -1179,6 +1180,26 @@ _SPEAKER = re.compile(
     r"(?:said|says|asked|asks|told|wrote|writes|replied|thinks|thought|mentioned|texted|emailed|sagt|sagte"
     r"|meint|meinte|schreibt|schrieb|fragt|fragte|hat[ \t]+gesagt|hat[ \t]+geschrieben|hat[ \t]+angerufen)\b)"
 )
+# A given name opening a line, then a colon and a capitalised sentence: the speaker of a chat or minutes line
+# ("Martha: I'll bring dessert.", "Ilse: Wer holt die Brötchen?")
+_COLON_SPEAKER = re.compile(rf"(?:^|(?<=\n))[ \t]*(?P<value>{_NAME_WORD}):[ \t]+(?=[A-ZÄÖÜ\"“„])")
+# Shops named with a given name's possessive ("Wendy's menu", "Denny's pancakes"): never a person's possessive
+_SHOP_GIVEN_NAMES = frozenset("wendy denny macy arby dillard kohl carl joe papa sainsbury".split())
+# Nouns after a given name's possessive that make it an eponym, not an owner ("Rupert's land", "Gunter's chain")
+_EPONYM_NOUNS = frozenset("""land island bay sound point chain law laws syndrome disease theorem rule principle
+method constant wort bridge""".split())
+# "Robert of Chester's translation": the possessive belongs to the whole "X of Y" name; Y is a place
+_EPITHET_BEFORE = re.compile(r"[A-Z][a-z]+[ \t]+of[ \t]+$")
+# German everyday words that are given names ("am Kai", "die Heide", "mit Ernst"): a name only after a verb
+_GERMAN_WORD_NAMES = frozenset("kai ernst sonne wolf rose heide engel stern erika linde melissa mark jasmin iris flora".split())
+# After a finite verb in -t, a name is the subject only before the object's article or pronoun ("Morgen holt
+# Wiebke die Kinder", "bringt Kai den Wein"); "blüht Erika schon", "gilt Ernst als", "kostet Mark noch" are nouns
+_GERMAN_OBJECT_STARTS = frozenset("""mein meine meinen meinem meiner sein seine seinen seinem seiner ihr ihre ihren
+ihrem ihrer unser unsere unseren unserem euer eure euren mir dir ihm uns euch sich es""".split())
+_GERMAN_PREPOSITION_CUES = frozenset("an mit von bei für".split())
+_PERSONAL_PRONOUN = re.compile(r"\b(?:he|she|him|his|her|himself|herself)\b")
+# German particles between a verb of asking and its person ("Frag doch mal Wiebke"): the cue is the verb before
+_GERMAN_PARTICLES = frozenset("doch mal bitte eben halt nochmal gleich schnell kurz einfach lieber".split())
 # German genitive of a lone given name before its noun ("Annas Fahrrad", "Julias Vorschlag").
 _GENITIVE_NAME = re.compile(r"(?<![0-9A-Za-zÀ-ÿ\-.])(?P<value>[A-ZÄÖÜ][a-zäöüß]{2,})s(?=[ \t]+[A-ZÄÖÜ][a-zäöüß])")
 _COMMON_NAME_CLASS = 6  # nam_dict frequency class: 6 and above is common in at least one country
@@ -1211,16 +1232,21 @@ customer customers user users member members boss chef kollegen kollege leute zu
 grandma grandpa granny nana baby darling sweetie oma opa""".split())
 # A lone given name closing an exclamation or question after a comma: the vocative at the end ("Danke dir, Felix!",
 # "Alles Gute zum Geburtstag, Leonie!", "Are you there, Tom?").
-_VOCATIVE_END = re.compile(rf",[ \t]+(?P<value>{_NAME_WORD})[ \t]*[!?]")
+_VOCATIVE_END = re.compile(rf",[ \t]+(?P<value>{_NAME_WORD})[ \t]*(?:[!?]|\.[ \t]*(?=\n|$))")
+# ... or closing a message with a full stop ("Sorry about that, Tabitha.": the line or text ends there)
 # Kin and role nouns that put a lone given name beside them ("Oma Erika", "Kellnerin Jessica", "my sister Emma").
 _KIN_WORDS = ("""sister brother mum mom dad cousin aunt auntie uncle grandma grandpa granny nan wife husband son
 daughter friend colleague boss neighbour neighbor waiter waitress nurse teacher coach flatmate roommate niece nephew
-partner girlfriend boyfriend fiancé fiancée""".split(),
+partner girlfriend boyfriend fiancé fiancée guide server driver instructor tutor plumber electrician builder
+landlord landlady hairdresser barber cleaner childminder nanny babysitter midwife vet dentist doctor manager
+receptionist postman courier host hostess""".split(),
               """Oma Opa Tante Onkel Schwester Bruder Mama Papa Mutti Vati Cousine Cousin Kollegin Kollege Nachbarin
 Nachbar Kellnerin Kellner Freundin Freund Chefin Chef Lehrerin Lehrer Trainerin Trainer Nichte Neffe Tochter Sohn
-Frau Mann Verlobte Verlobter Friseurin Friseur Uncle Aunt Auntie Grandma Grandpa Granny Nana Cousin""".split())
+Frau Mann Verlobte Verlobter Friseurin Friseur Uncle Aunt Auntie Grandma Grandpa Granny Nana Cousin
+Vermieter Vermieterin Hausmeister Hausmeisterin Ärztin Arzt Zahnärztin Zahnarzt Erzieherin Erzieher Fahrerin Fahrer
+Postbote Postbotin Mitbewohner Mitbewohnerin Kumpel""".split())
 _KIN_NAME = re.compile(
-    r"(?<![0-9A-Za-zÀ-ÿ])(?:(?:my|our|your|his|her|their)[ \t]+(?:" + "|".join(_KIN_WORDS[0]) + r")"
+    r"(?<![0-9A-Za-zÀ-ÿ])(?:(?:[Mm]y|[Oo]ur|[Yy]our|[Hh]is|[Hh]er|[Tt]heir)[ \t]+(?:" + "|".join(_KIN_WORDS[0]) + r")"
     r"|(?:" + "|".join(_KIN_WORDS[1]) + r"))"
     rf"[ \t]+(?P<value>{_NAME_WORD})(?![ \t]+[A-ZÄÖÜ])(?![0-9A-Za-zÀ-ÿ])")
 # Two lone given names joined by "and"/"und" at a sentence start, then a lower-case word ("Johanna und Benedikt
@@ -1248,13 +1274,25 @@ _BRAND_GIVEN_NAMES = frozenset("milka siri alexa cortana".split())
 _SLOT_CUES_EN = frozenset("""to for with from by ask asked asking tell told telling call called text texted email
 emailed wish wished thank thanked met meet meeting saw see seeing invite invited help helped remind reminded hug
 hugged congratulate introduce introduced visit visited marry married love loves hired hire pay paid give gave
-send sent let""".split())
+send sent let spotted spot spots noticed lent lend lends adore adores like likes miss missed misses phoned phone
+rang ring messaged message pinged ping warned warn kissed kiss greeted greet""".split())
+# "bumped into Clara", "ran into Trent": "into" takes a person after these verbs only (elsewhere a place: "into Leeds")
+_MEETING_VERBS_BEFORE_INTO = frozenset("bumped bump bumping ran run running".split())
 _SLOT_QUESTION_CUES_EN = frozenset("""is was has had did does will can could would should isn't wasn't hasn't
 didn't doesn't won't can't""".split())
 _SLOT_CUES_DE = frozenset("""an mit von bei für frag fragt frage fragen sag sagt sage sagen ruf ruft rufe anrufen
 schreib schreibt treffe trifft getroffen gefragt gesagt besucht besuche besuchen grüß grüße danke dank""".split())
 _SLOT_VERB_CUES_DE = frozenset("""hat ist war hatte wird kommt kann soll muss darf will geht macht hat's
-haben""".split())
+haben habe hast habt hatten hätte bin bist sind seid waren wurde werden würde kannst können konnte möchte wollen
+sollen müssen""".split())
+# German words ending in -t that are no finite verb before a noun ("laut Bericht", "seit Montag", "nicht Anna"):
+# after any other lower-case -t word a lone given name is the object or subject of that verb ("Heute bringt Kai
+# den Wein", "Morgen trifft Jannik ...")
+_GERMAN_T_NON_VERBS = frozenset("""laut seit statt trotz nicht jetzt recht erst meist zuletzt samt nebst mitt
+bereit gut halt sonst bisschen""".split())
+# Football and sports clubs named like a woman ("Hertha hat am Samstag gespielt", "Fortuna gewinnt das Derby"):
+# never a lone name
+_CLUB_GIVEN_NAMES = frozenset("hertha fortuna viktoria victoria borussia arminia alemannia concordia germania".split())
 # English words after a sentence-initial given name that make it the subject ("Noah is"; "Tyler cooked" and
 # "Naomi thinks" are read by ``english_finite_verb``).
 _SUBJECT_AUX_EN = frozenset("""is was has had will would can could should did does isn't wasn't hasn't hadn't won't
@@ -1264,6 +1302,15 @@ _SLOT_WORD = re.compile(rf"(?<![0-9A-Za-zÀ-ÿ\-.'’@#/_])(?P<value>{_NAME_WORD
 _NEXT_TOKEN = re.compile(r"[ \t]*(?P<tok>[^\s]*)")
 _PREV_TOKEN = re.compile(r"(?P<tok>[^\s]*)[ \t]*$")
 _PAIR_JOINERS = frozenset(("and", "und", "&", "or", "oder"))
+# A list of one- or two-word capitalised items joined by commas and a last and/und/or/oder/& (``list_names``)
+_LIST_ITEM_RE = rf"{_NAME_WORD}(?:[ \t]+{_NAME_WORD})?"
+_LIST_ITEM = re.compile(_LIST_ITEM_RE)
+_LIST_JOINER = re.compile(r"[ \t]+(?:and|und|or|oder|&)[ \t]+")
+_NAME_LIST = re.compile(
+    rf"(?<![0-9A-Za-zÀ-ÿ\-.'’@#/_]){_LIST_ITEM_RE}(?:[ \t]*,[ \t]*{_LIST_ITEM_RE})*"
+    rf"(?:,?[ \t]+(?:and|und|or|oder|&)[ \t]+{_LIST_ITEM_RE}|(?:[ \t]*,[ \t]*{_LIST_ITEM_RE}))"
+    r"(?![0-9A-Za-zÀ-ÿ\-@/_])")
+_LIST_QUICK = re.compile(r",[ \t]*[A-ZÀ-Þ]|[ \t](?:and|und|or|oder|&)[ \t]+[A-ZÀ-Þ]")
 
 
 @functools.lru_cache(maxsize=4)
@@ -1496,6 +1543,14 @@ class PersonNameRecognizer(EntityRecognizer):
                     and not _after_place_prefix(text, m.start("value"))):  # "St. John says"
                 seen.add(m.span("value"))
                 yield m.start("value"), m.end("value"), 0.75
+        for m in _COLON_SPEAKER.finditer(text):
+            if english is None:
+                english = self.is_english(text)
+            low = m.group("value").lower()
+            if (m.span("value") not in seen and low not in _PRODUCT_GIVEN_NAMES and low not in _CLUB_GIVEN_NAMES
+                    and self.lone_given_name(m.group("value"), english, not english and self.is_german(text))):
+                seen.add(m.span("value"))
+                yield m.start("value"), m.end("value"), 0.75
         if "s " in text and not (self.is_english(text) if english is None else english):
             for m in _GENITIVE_NAME.finditer(text):
                 stem = m.group("value")
@@ -1549,15 +1604,16 @@ class PersonNameRecognizer(EntityRecognizer):
                 seen.add(span)
                 yield span[0], span[1], 0.8
 
-    def lone_given_name(self, word: str, english: bool) -> bool:
+    def lone_given_name(self, word: str, english: bool, german: bool = False,
+                        word_names: frozenset[str] = _WORD_NAMES) -> bool:
         """A capitalised word that names a person alone where the text puts a person: a given name of frequency
         class 2 or more (``given_name_strength``), not an everyday word ("Will", "Grace", "Christian"), a place
-        ("Sydney", "Israel"), an interjection or a noun of address, and, in English, not an English verb or
-        adjective ("Time", "Long")."""
+        ("Sydney", "Israel"), an interjection or a noun of address, and, unless the text is German, not an
+        English verb or adjective ("Time", "Long"; in German text "Fabian", "Till" are no English words)."""
         low = word.lower()
-        return (self.given_name_strength(word, english) == 2 and low not in _WORD_NAMES
+        return (self.given_name_strength(word, english) == 2 and low not in word_names
                 and low not in _PLACE_GIVEN_NAMES and low not in _INTERJECTIONS and low not in _ADDRESS_NOUNS
-                and low not in english_word_forms(self.word_model))
+                and (german or low not in english_word_forms(self.word_model)))
 
     def slot_names(self, text: str, english: bool) -> list[tuple[int, int, bool]]:
         """``_slot_names`` of the last text asked for, kept: ``ner_windows``, ``cued_names`` and ``analyze`` each
@@ -1587,7 +1643,9 @@ class PersonNameRecognizer(EntityRecognizer):
         sentence, calls it a person (``analyze``)."""
         adverbs = _lemma_tables(self.word_model).get("adv", frozenset()) if english else frozenset()
         nouns = english_nouns(self.word_model) if english else frozenset()
+        german = not english and self.is_german(text)
         found: list[tuple[int, int]] = []
+        confirmed: set[tuple[int, int]] = set()  # nouns made persons by the sentence itself: no NER asked
         pending: list[tuple[int, int, str, str]] = []  # lone names beside and/und, decided by their neighbour
         for m in _SLOT_WORD.finditer(text):
             start, end = m.span("value")
@@ -1598,17 +1656,36 @@ class PersonNameRecognizer(EntityRecognizer):
             if word not in self.given_names and (word.isascii() or _fold(word) not in self.given_names):
                 continue  # the cheap test first: most capitalised words are no given name
             low = word.lower()
-            if (low in _PRODUCT_GIVEN_NAMES or low in _ARCHAIC_WORDS or low == "lo" or _TITLE_TOKEN.match(word)
-                    or not self.lone_given_name(word, english)):
+            if (low in _PRODUCT_GIVEN_NAMES or low in _CLUB_GIVEN_NAMES or low in _ARCHAIC_WORDS or low == "lo"
+                    or _TITLE_TOKEN.match(word)):
+                continue
+            # in German text the English word names ("Frank", "Will") are names; German ones ("Kai", "Heide",
+            # "Ernst") only after a verb (below)
+            plain = self.lone_given_name(word, english, german, _GERMAN_WORD_NAMES if german else _WORD_NAMES)
+            german_word_name = german and not plain and low in _GERMAN_WORD_NAMES and self.lone_given_name(
+                word, english, german, frozenset())
+            pronoun_subject = english and self._pronoun_subject(text, start, m.end())
+            if not plain and not german_word_name and not (
+                    pronoun_subject and low in _PLACE_GIVEN_NAMES and low not in _WORD_NAMES
+                    and self.given_name_strength(word, english) == 2 and low not in _INTERJECTIONS
+                    and low not in _ADDRESS_NOUNS):
                 continue
             rare = english and max(self.given_names.get(word, (0, 0))[0],
                                    self.given_names.get(_fold(word), (0, 0))[0]) < _LONE_NAME_CLASS_EN
-            if rare and low in nouns:
+            if rare and low in nouns and not pronoun_subject:
                 continue  # "Alexandria acted as", "with Sol among", "Gale force": a rare name that is a noun
             before = text[max(0, start - 60):start]
             prev = _PREV_TOKEN.search(before).group("tok")
             nxt = "'s" if possessive else _NEXT_TOKEN.match(text, m.end()).group("tok")
             prev_low = prev.lower()
+            cue_word = prev_low
+            if german:  # "Frag doch mal Wiebke": the verb before the particles is the cue
+                rest = before
+                for _ in range(2):
+                    if cue_word not in _GERMAN_PARTICLES:
+                        break
+                    rest = rest[:len(rest.rstrip(" \t")) - len(cue_word)]
+                    cue_word = _PREV_TOKEN.search(rest).group("tok").lower()
             if _after_place_prefix(text, start):
                 continue  # "Fort St. John's", "St. Lucia": a place
             if possessive and _CAPITAL_AFTER.match(text, m.end()):
@@ -1630,6 +1707,7 @@ class PersonNameRecognizer(EntityRecognizer):
             next_end = not nxt or nxt[:1] in ",.!?;:)\"”"
             if next_word is not None and next_word.group().lower() == low:
                 continue  # "Pok pok pok": a sound, not a name
+            verb_t_cue = False
             if english:
                 # a finite verb or an adverb after the subject ("Noah is", "Tyler cooked", "Naomi thinks"), not
                 # a noun that is also a base-form verb ("Gale force winds", "Oscar gift bags", "Sabrina work")
@@ -1637,23 +1715,45 @@ class PersonNameRecognizer(EntityRecognizer):
                 verb_next = next_lower and (following in _SUBJECT_AUX_EN or following in adverbs
                                             or english_finite_verb(following, self.word_model))
                 cue = prev_low in _SLOT_CUES_EN or (prev_low in _SLOT_QUESTION_CUES_EN and "?" in text[end:end + 80])
+                if prev_low == "into":  # "bumped into Clara", not "into Leeds"
+                    rest = before.rstrip(" \t")
+                    before_into = _PREV_TOKEN.search(rest[:len(rest) - len(prev)])
+                    cue = before_into is not None and before_into.group("tok").lower() in _MEETING_VERBS_BEFORE_INTO
                 if (cue and prev_low in _PREPOSITION_CUES_EN and following
                         and following not in self.function_words and english_noun_only(following, self.word_model)):
                     cue = False  # "for Oscar voting", "with Oscar season": the name modifies the noun
                 aux_cue = False
             else:
                 verb_next = next_lower and next_word.group().lower() not in _PAIR_JOINERS
-                cue = prev_low in _SLOT_CUES_DE
+                # a text of neither language (a short line) takes the English cues as well ("The kids adore Vivian.")
+                cue = cue_word in _SLOT_CUES_DE or (not german and prev_low in _SLOT_CUES_EN)
                 aux_cue = prev_low in _SLOT_VERB_CUES_DE
+                # German verb-second: a lone name right after a finite verb in -t ("Heute bringt Kai den Wein",
+                # "Morgen holt Wiebke die Kinder"), before a lower-case word: that verb's subject or object
+                verb_t_cue = (german and not cue and not aux_cue and len(prev_low) >= 4 and prev_low.endswith("t")
+                              and prev.isalpha() and prev.islower() and prev_low not in _GERMAN_T_NON_VERBS
+                              and prev_low not in _GERMAN_DETERMINERS and next_lower
+                              and (nxt.lower() in _GERMAN_DETERMINERS or nxt.lower() in _GERMAN_OBJECT_STARTS))
+                cue = cue or verb_t_cue
             # "Our server, Brandon, was": lower-case words on both sides (not a list: "Montgomery, Shelby, and")
-            apposition = (after_comma and nxt == "," and prev[:-1].isalpha() and prev[:1].islower()
+            # (in German the noun before may be capitalised: "Mein Kollege, Torsten, hat heute frei")
+            apposition = (after_comma and nxt == "," and prev[:-1].isalpha() and (prev[:1].islower() or german)
                           and re.match(r",[ \t]+(?!(?:and|or|und|oder)\b)[a-zäöüß]", text[end:]) is not None)
-            subject = ((clause_start or after_comma) and (verb_next or possessive)) or apposition
+            # a given name's possessive before a lower-case noun ("Is that Jasper's coat?"), shops aside
+            owner_noun = re.match(r"[ \t]+(?P<w>[a-z]+)", text[m.end():m.end() + 40])
+            owner = (possessive and low not in _SHOP_GIVEN_NAMES and owner_noun is not None
+                     and owner_noun.group("w") not in _EPONYM_NOUNS
+                     and not _EPITHET_BEFORE.search(before))
+            subject = ((clause_start or after_comma) and (verb_next or possessive)) or apposition or owner
             if rare and not subject:
                 continue  # "nor by Urim,", "come from Bethany,": a rare name after a preposition is mostly a place
+            if german_word_name and not (aux_cue or verb_t_cue or (cue and cue_word not in _GERMAN_PREPOSITION_CUES)):
+                continue  # "am Kai", "die Heide": a German noun; "bringt Kai den Wein", "habe Heide angerufen": a name
             if (subject or ((cue or aux_cue) and (next_lower or next_end or possessive)) or (aux_cue and next_cap)):
                 if not self.looks_like_street(text, start, end):
                     found.append((start, end))
+                    if pronoun_subject:
+                        confirmed.add((start, end))
             elif prev_low in _PAIR_JOINERS or nxt.lower() in _PAIR_JOINERS:
                 pending.append((start, end, prev_low, nxt.lower()))
         # "Isabel and Fernando", "Mateo and Lily are": a lone name joined to a name found above, or two lone names
@@ -1677,8 +1777,111 @@ class PersonNameRecognizer(EntityRecognizer):
                     stripped = text[:start].rstrip(" \t")
                     if not stripped or stripped[-1] in "\n.!?:;,\"“„(":
                         found.extend(((start, end), (s2, e2)))
-        for start, end in sorted(set(found)):
-            yield start, end, text[start:end].lower() in nouns
+        listed = set(self.list_names(text, english, german)) if _LIST_QUICK.search(text) else set()
+        for start, end in sorted(set(found) | listed):
+            yield start, end, (start, end) not in listed | confirmed and text[start:end].lower() in nouns
+
+    def _pronoun_subject(self, text: str, start: int, end: int) -> bool:
+        """A capitalised word opening a sentence, then a lexical finite verb, and "he"/"she"/"his"/"her" later in
+        the same sentence ("Florence called to say she'll be late", "Oliver forgot his lunchbox"): the sentence
+        itself makes the word a person, though it is also a place or an English noun (not an everyday word:
+        '"Dawn came too soon," she mourned'). An auxiliary or a copula is no such verb ("Sydney is where she ...")."""
+        stripped = text[:start].rstrip(" \t")
+        if stripped and stripped[-1] not in "\n.!?\"“(":
+            return False
+        nxt = _LOWER_AFTER.match(text, end)
+        if nxt is None:
+            return False
+        verb = nxt.group("w")
+        if verb in _SUBJECT_AUX_EN or verb in self.function_words or not english_finite_verb(verb, self.word_model):
+            return False
+        stops = [k for k in (text.find(c, nxt.end(), nxt.end() + 160) for c in ".!?\n") if k >= 0]
+        return _PERSONAL_PRONOUN.search(text, nxt.end(), min(stops) if stops else nxt.end() + 160) is not None
+
+    def list_names(self, text: str, english: bool, german: bool) -> Iterator[tuple[int, int]]:
+        """The people of a list ("Hugh, Marnie and Selwyn are ...", "Heute helfen Till, Frieda und Ole",
+        "Speakers: Odette Lawrie, Babajide Ogun, Inés Carvajal"): two or more items of one or two capitalised
+        words joined by commas and a last and/und/or/oder/&. A list names people when one item is a person by
+        itself (``_list_anchor``: a lone given name, or a given name and a surname) and every other item is a
+        name too: a given name the lexicon knows, even a rare one ("Marnie"), that is no English word (unless
+        common as a name: "Ruth"), or, beside two anchors, any two capitalised words that are no English words
+        ("Babajide Ogun"). A list is no person list when an item is a place, product, club, calendar,
+        organisation or street word ("Paris, Lyon and Nice", "Chelsea and Arsenal"), when it follows a
+        preposition of place ("in Hamburg, Kiel und Lübeck"), or when it is two items joined by "&" of which
+        the last is possessive ("Ben & Jerry's", "Marks & Spencer's": a firm named for its founders)."""
+        words = english_word_forms(self.word_model) if english else frozenset()
+        nouns = english_nouns(self.word_model) if english else frozenset()
+        for m in _NAME_LIST.finditer(text):
+            items = [(i.start() + m.start(), i.end() + m.start(), i.group().split())
+                     for i in _LIST_ITEM.finditer(m.group())]
+            joiner = _LIST_JOINER.search(m.group())
+            if len(items) < (2 if joiner is not None else 3):
+                continue  # "a Saviour, Jesus:", "Roger, Twan—", "Berber, Barb": two items need and/und/&
+            after = _LOWER_WORD.match(text, _LOWER_AFTER.match(text, m.end()).start("w")) if _LOWER_AFTER.match(
+                text, m.end()) else None
+            if (english and after is not None and after.group() not in self.function_words
+                    and english_noun_only(after.group(), self.word_model)):
+                continue  # "(Alex and Ollie family)": names as a modifier of a noun
+            before = _WORD_BEFORE.search(text, max(0, m.start() - 20), m.start())
+            if before is not None and (before.group(1).lower() in _PLACE_CUES
+                                       or before.group(1).lower() in ("nach", "aus", "at", "from", "to", "via")):
+                continue  # "in Hamburg, Kiel und Lübeck", "from Leeds and York"
+            last_possessive = _POSSESSIVE_END.search(items[-1][2][-1]) is not None
+            if last_possessive and (len(items) == 2 and joiner is not None and joiner.group().strip() == "&"
+                                    or _AUX_AFTER.match(text, items[-1][1])):
+                continue  # "Ben & Jerry's", "Marks and Spencer's was busy": a firm
+            if any(self._not_a_list_name(w, english) for _, _, ws in items for w in ws):
+                continue
+            anchors = [self._list_anchor(text, s, e, ws, english, german, words, nouns) for s, e, ws in items]
+            n_anchors = sum(anchors)
+            if n_anchors == 0:
+                continue
+            ok = True
+            for (s, e, ws), anchor in zip(items, anchors):
+                if anchor:
+                    continue
+                bare = [_POSSESSIVE_END.sub("", w) for w in ws]
+                first = bare[0]
+                overall = max(self.given_names.get(first, (0, 0))[0],
+                              self.given_names.get(_fold(first), (0, 0))[0])
+                known = self.given_name_strength(first, english) >= 1 and first.lower() not in _WORD_NAMES and (
+                    not english or (first.lower() not in words
+                                    and (first.lower() not in nouns or overall >= _COMMON_NAME_CLASS)))
+                unknown_but_named = n_anchors >= 2 and len(bare) == 2 and not any(
+                    w.lower() in words or w.lower() in nouns or w.lower() in self.function_words for w in bare)
+                if not (known or unknown_but_named):
+                    ok = False
+                    break
+            if not ok:
+                continue
+            for s, e, ws in items:
+                if _POSSESSIVE_END.search(ws[-1]):
+                    e -= 2
+                yield s, e
+
+    def _not_a_list_name(self, word: str, english: bool) -> bool:
+        """A word that makes a list no list of people: a place, product, club, calendar, organisation, facility
+        or street word, a place prefix or a function word."""
+        low = _POSSESSIVE_END.sub("", word).lower()
+        return (low in _PLACE_GIVEN_NAMES or low in _PRODUCT_GIVEN_NAMES or low in _CLUB_GIVEN_NAMES
+                or low in _CALENDAR_WORDS or low in _ORG_WORDS or low in _FACILITY_WORDS
+                or low in _STREET_DESIGNATORS or low in _STREET_WORDS or low in _PLACE_PREFIXES
+                or low in self.function_words or low in _ADDRESS_NOUNS or low in _ROLE_WORDS
+                or bool(_TITLE_TOKEN.match(word)))
+
+    def _list_anchor(self, text: str, start: int, end: int, words_of_item: list[str], english: bool,
+                     german: bool, words: frozenset[str], nouns: frozenset[str]) -> bool:
+        """An item of a list that is a person by itself: one word that is a lone given name (``lone_given_name``;
+        in English no noun either, "Ruth" aside when common), or a common given name and a surname that is
+        no street or place ("Ellie Grant", "Wei Chen")."""
+        bare = [_POSSESSIVE_END.sub("", w) for w in words_of_item]
+        first = bare[0]
+        if not self.lone_given_name(first, english, german):
+            return False
+        if len(bare) == 1:
+            overall = max(self.given_names.get(first, (0, 0))[0], self.given_names.get(_fold(first), (0, 0))[0])
+            return not english or first.lower() not in nouns or overall >= _COMMON_NAME_CLASS
+        return not self.looks_like_street(text, start, end)
 
     def chat_names(self, text: str) -> Iterator[tuple[int, int]]:
         """Given names written in lower case in chat lines ("tell sarah i said hi", "frag mal thomas ob ..."): in a

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 import string
 from collections import Counter
 from itertools import chain
@@ -349,6 +350,10 @@ MAX_TABLE_ROWS = 1_000_000  # token table bound (~32 MB of columns plus the dict
 # "said"), not topic
 FUNCTION_WORDS = 100
 CACHE_WEIGHT = 0.1  # weight of the in-document cache in the cache-mixture unigram model
+# English version 4: log2 of the bits of each word n-gram presence table (2**23 bits = 1 MiB; the default training
+# text has ~0.5 M distinct word trigrams, so an unseen trigram reads as seen ~6 % of the time, alike for every text)
+WORD_NGRAM_BITS = 23
+WORD_TRIGRAM_PRIOR_N = 8  # pseudo-trigrams (half of them kept) added to every document's word_trigram_kept
 
 
 class _RowTable(dict):
@@ -476,6 +481,63 @@ def _quote_alternation(roles: np.ndarray, doc_of: np.ndarray, num_docs: int, res
     return bad / (marks + 1)
 
 
+def word_ngram_hashes(keys: np.ndarray, doc_of: np.ndarray, n: int, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """(bucket of each word n-gram that lies inside one document, the index of its first word) of a flat batch of
+    stable word keys (``stable_word_key``)."""
+    length = len(keys) - n + 1
+    if length <= 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    same = doc_of[: length] == doc_of[n - 1 :]
+    h = np.zeros(length, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(n):
+            h = h * _STEP_MULT + keys[j : j + length].astype(np.uint64)
+    first = np.flatnonzero(same)
+    return _bucket_of(h[first], n, bits), first
+
+
+def stable_word_key(token: str) -> int:
+    """A key of a lower-cased whitespace token (glued punctuation kept) that is the same in every process (Python's
+    str hash is not), for the word n-gram tables a model saves: two CRCs, 63 bits."""
+    data = token.lower().encode("utf-8", "surrogatepass")
+    return (zlib.crc32(data) << 31) ^ zlib.adler32(data)
+
+
+def _word_ngram_continuation(keys: np.ndarray, doc_of: np.ndarray, num_docs: int, bigrams: np.ndarray,
+                             trigrams: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per document: (the share of its word trigrams whose two word bigrams both occur in the training prose that
+    occur there as a trigram too, the share of its trigram positions whose two bigrams both occur). An order-1 word
+    Markov chain over real prose keeps every word pair, so both its bigrams are known far more often than in new
+    prose, but it draws the third word from the second alone, so the triple is one the prose has less often. The
+    first share is smoothed towards 0.5 (``WORD_TRIGRAM_PRIOR_N``); a document with no such trigram gets 0.5 (no
+    evidence either way)."""
+    bigram_bucket, bigram_at = word_ngram_hashes(keys, doc_of, 2, bits)
+    known_pair = np.zeros(len(keys), dtype=bool)  # whether the bigram starting at each token is known
+    known_pair[bigram_at] = _test_bits(bigrams, bigram_bucket)
+    trigram_bucket, trigram_at = word_ngram_hashes(keys, doc_of, 3, bits)
+    both = known_pair[trigram_at] & known_pair[trigram_at + 1]
+    seen = _test_bits(trigrams, trigram_bucket) & both
+    docs = doc_of[trigram_at]
+    positions = np.bincount(docs, minlength=num_docs).astype(np.float64)
+    both_n = np.bincount(docs, weights=both.astype(np.float64), minlength=num_docs)
+    seen_n = np.bincount(docs, weights=seen.astype(np.float64), minlength=num_docs)
+    # a few trigrams say little: the share is pulled towards 0.5 by WORD_TRIGRAM_PRIOR_N pseudo-trigrams, so that a
+    # short text or one of few known word pairs (a Usenet header block) is not read as a chain by chance
+    kept = (seen_n + 0.5 * WORD_TRIGRAM_PRIOR_N) / (both_n + WORD_TRIGRAM_PRIOR_N)
+    return kept, both_n / np.maximum(positions, 1)
+
+
+def _set_bits(size_bits: int, buckets: np.ndarray) -> np.ndarray:
+    """A packed presence table (uint8, little bit order) with the bits of ``buckets`` set."""
+    present = np.zeros(1 << size_bits, dtype=bool)
+    present[buckets] = True
+    return np.packbits(present, bitorder="little")
+
+
+def _test_bits(table: np.ndarray, buckets: np.ndarray) -> np.ndarray:
+    return ((table[buckets >> 3] >> (buckets & 7).astype(np.uint8)) & 1).astype(bool)
+
+
 class OrderFeatures:
     """Word classes + class n-gram model + word statistics: text in, a fixed-length float vector out."""
 
@@ -513,15 +575,27 @@ class OrderFeatures:
     # one (spaced off its word: 'do. "'; inside a code token: '{0}!".format'): that mark may be the closing one the
     # next opening mark follows. Version 2 skipped such marks and counted the opening mark after them as a repeat,
     # which removed real Usenet posts and gcloud and Python examples.
-    ENGLISH_FEATURE_VERSION = 3
+    # Version 4 adds two columns from word (not class) n-grams of the training prose, for Markov babble over prose
+    # like the training prose (Austen): the class model's trigram gain is as high for it as for real Austen, whose
+    # words it shares, and the cohesion features are low for short real passages too. An order-1 word chain keeps
+    # every word pair of its source and draws each word from the one before alone:
+    # * word_bigram_known: the share of word trigram positions whose two word bigrams both occur in the training
+    #   prose (a chain over similar prose: most of them; new prose of any kind: fewer);
+    # * word_trigram_kept: among those, the share whose word trigram occurs there too (a chain: few, since the
+    #   third word ignores the first).
+    # Words are lower-cased whitespace tokens (glued punctuation kept) under a process-independent key, in two
+    # hashed presence tables of WORD_NGRAM_BITS bits fitted with the class model.
+    ENGLISH_FEATURE_VERSION = 4
     COHESION_EN_V2 = ("log_tokens", "cache_gain", "content_repeat", "name_repeat", "content_share",
                       "voice_pronoun_entropy", "quote_alternation")
     WORD_COHESION_V2 = ("half_overlap",)
+    WORD_NGRAMS_V4 = ("word_trigram_kept", "word_bigram_known")
     # the feature versions this code computes, per tokenizer (the last one is what it fits)
-    READABLE_FEATURE_VERSIONS = {"whitespace": (1, 2, ENGLISH_FEATURE_VERSION), "cjk": (1, CJK_FEATURE_VERSION)}
+    READABLE_FEATURE_VERSIONS = {"whitespace": (1, 2, 3, ENGLISH_FEATURE_VERSION), "cjk": (1, CJK_FEATURE_VERSION)}
 
     def __init__(self, classes: WordClasses, lm: HashedNgramLM, words: Sequence[str], word_counts: np.ndarray,
-                 max_tokens: int, tokenizer: str = "whitespace", feature_version: int = 1):
+                 max_tokens: int, tokenizer: str = "whitespace", feature_version: int = 1,
+                 word_ngrams: tuple[np.ndarray, np.ndarray] | None = None):
         if tokenizer not in TOKENIZERS:
             raise ValueError(f"tokenizer must be one of {TOKENIZERS}, got {tokenizer!r}")
         self.classes, self.lm, self.max_tokens, self.tokenizer = classes, lm, max_tokens, tokenizer
@@ -537,6 +611,12 @@ class OrderFeatures:
         self.cohesion = self.COHESION_EN_V2 if self.voices else self.COHESION
         if self.voices:
             self.extra = self.WORD_COHESION_V2
+        # English version 4: packed presence tables of the training prose's word bigrams and trigrams
+        self.word_ngrams = word_ngrams if tokenizer == "whitespace" and feature_version >= 4 else None
+        if tokenizer == "whitespace" and feature_version >= 4:
+            if word_ngrams is None:
+                raise ValueError("order features version 4 need the word n-gram tables (word_ngrams)")
+            self.extra = self.extra + self.WORD_NGRAMS_V4
         # version 2 (cjk): straight quotes are counted by bracket_imbalance, not by the odd_quotes column
         self.quotes_in_brackets = tokenizer == "cjk" and feature_version >= 2
         self.odd_quotes_column = feature_version == 1
@@ -575,8 +655,17 @@ class OrderFeatures:
         lm = HashedNgramLM(order, bits, discount).fit(seqs, classes.num_ids, groups, min_docs)
         counts = Counter(core.lower() for toks in token_lists for core in map(_core, toks) if core)
         words = counts.most_common(max_words)
+        version = cls.READABLE_FEATURE_VERSIONS[tokenizer][-1]
+        word_ngrams = None
+        if tokenizer == "whitespace" and version >= 4:
+            lengths = np.array([len(toks) for toks in token_lists], dtype=np.int64)
+            keys = np.fromiter((stable_word_key(t) for toks in token_lists for t in toks), dtype=np.int64,
+                               count=int(lengths.sum()))
+            doc_of = np.repeat(np.arange(len(token_lists)), lengths)
+            word_ngrams = tuple(_set_bits(WORD_NGRAM_BITS, word_ngram_hashes(keys, doc_of, n, WORD_NGRAM_BITS)[0])
+                                for n in (2, 3))
         return cls(classes, lm, [w for w, _ in words], np.array([c for _, c in words], dtype=np.float64), max_tokens,
-                   tokenizer, cls.READABLE_FEATURE_VERSIONS[tokenizer][-1])
+                   tokenizer, version, word_ngrams)
 
     @property
     def names(self) -> list[str]:
@@ -591,20 +680,22 @@ class OrderFeatures:
         scoring costs one C-level dict lookup per token. Known word forms are added up front; new forms are
         appended as they are met, up to MAX_TABLE_ROWS (a long run meets an open vocabulary)."""
         self.token_row: _RowTable = _RowTable()
-        self._columns = np.zeros((1024, 5), dtype=np.int64)
+        self._columns = np.zeros((1024, 6), dtype=np.int64)
         self._rows = 0
         self._add_rows(list(dict.fromkeys(tokens)))
 
-    def _describe(self, token: str) -> tuple[int, int, int, int, int]:
+    def _describe(self, token: str) -> tuple[int, int, int, int, int, int]:
         core = _core(token)
         lower = core.lower()
         word = self.word_ids.get(lower, 0)
         # a word outside the vocabulary still needs an identity to detect repeats: a negative hash never
         # equals a word id (Python's str hash is per process, which is all a document needs)
         key = word or -1 - (hash(lower) & 0x3FFF_FFFF_FFFF_FFFF)
-        return self.classes.class_id(token), word, key, int(lower.isalpha()), quote_role(token)  # "".isalpha(): False
+        stable = stable_word_key(token) if self.word_ngrams is not None else 0
+        return (self.classes.class_id(token), word, key, int(lower.isalpha()), quote_role(token),  # "".isalpha(): False
+                stable)
 
-    def _add_rows(self, tokens: Iterable[str]) -> list[tuple[int, int, int, int, int]]:
+    def _add_rows(self, tokens: Iterable[str]) -> list[tuple[int, int, int, int, int, int]]:
         """Describe new surface forms and append them to the table (while it has room)."""
         described = [self._describe(t) for t in tokens]
         room = min(len(described), MAX_TABLE_ROWS - self._rows)
@@ -618,8 +709,9 @@ class OrderFeatures:
             self._rows += room
         return described
 
-    def _token_columns(self, tokens: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(class id, word id [0 = unseen], identity key, is alphabetic, quote role) for each token."""
+    def _token_columns(self, tokens: list[str]) -> tuple[np.ndarray, ...]:
+        """(class id, word id [0 = unseen], identity key, is alphabetic, quote role, stable word key [version 4,
+        else 0]) for each token."""
         # map() over the bound lookup keeps the per-token loop in C: the hot loop of the whole step
         rows = np.fromiter(map(self.token_row.__getitem__, tokens), dtype=np.int64, count=len(tokens))
         unseen = np.flatnonzero(rows < 0)
@@ -628,7 +720,7 @@ class OrderFeatures:
             self._add_rows(new_forms)
             rows[unseen] = [self.token_row[tokens[i]] for i in unseen]
         columns = self._columns[rows] if (rows >= 0).all() else self._columns_with_overflow(tokens, rows)
-        return columns[:, 0], columns[:, 1], columns[:, 2], columns[:, 3].astype(bool), columns[:, 4]
+        return columns[:, 0], columns[:, 1], columns[:, 2], columns[:, 3].astype(bool), columns[:, 4], columns[:, 5]
 
     def _columns_with_overflow(self, tokens: list[str], rows: np.ndarray) -> np.ndarray:
         """The table is full: describe the forms that did not fit on the fly."""
@@ -659,7 +751,7 @@ class OrderFeatures:
         docs = np.flatnonzero(present)
         lengths = lengths[docs]
         tokens = list(chain.from_iterable(token_lists[i] for i in docs))
-        class_ids, word_ids, word_keys, alpha, roles = self._token_columns(tokens)
+        class_ids, word_ids, word_keys, alpha, roles, stable_keys = self._token_columns(tokens)
         doc_of = np.repeat(np.arange(len(docs)), lengths)
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         position = np.arange(len(tokens)) - np.repeat(starts, lengths)
@@ -704,6 +796,10 @@ class OrderFeatures:
             second = 2 * position >= lengths[doc_of]
             out[docs, len(self.cohesion)] = _half_overlap(doc_of[topical], word_keys[topical], second[topical],
                                                           len(docs))
+        if self.word_ngrams is not None:
+            col = len(self.cohesion) + len(self.WORD_COHESION_V2)
+            kept, known = _word_ngram_continuation(stable_keys, doc_of, len(docs), *self.word_ngrams, WORD_NGRAM_BITS)
+            out[docs, col], out[docs, col + 1] = kept, known
 
         col = len(self.cohesion)
         if self.extra and self.tokenizer == "cjk":
@@ -770,6 +866,8 @@ class OrderFeatures:
         arrays = {prefix + "meta": np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8),
                   prefix + "word_counts": self.word_counts}
         arrays.update({prefix + "lm_" + k: v for k, v in self.lm.tables.items()})
+        if self.word_ngrams is not None:
+            arrays[prefix + "word_bigrams"], arrays[prefix + "word_trigrams"] = self.word_ngrams
         return arrays
 
     @classmethod
@@ -780,5 +878,8 @@ class OrderFeatures:
         lm = HashedNgramLM(meta["order"], meta["bits"], meta["discount"], tables)
         tokenizer = meta.get("tokenizer", "whitespace")
         classes = (CharClasses if tokenizer == "cjk" else WordClasses).from_json(meta["classes"])
+        word_ngrams = None
+        if prefix + "word_trigrams" in arrays:
+            word_ngrams = (np.asarray(arrays[prefix + "word_bigrams"]), np.asarray(arrays[prefix + "word_trigrams"]))
         return cls(classes, lm, meta["words"], np.asarray(arrays[prefix + "word_counts"]), meta["max_tokens"],
-                   tokenizer, meta.get("feature_version", 1))
+                   tokenizer, meta.get("feature_version", 1), word_ngrams)

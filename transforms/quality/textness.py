@@ -1,14 +1,15 @@
 """A language-independent judge of text-ness: P(real text) of a document from character-level signals alone, for
 documents no language's quality model can judge (their language has none, or language identification is unsure).
 
-Signals (``textness_features``; each measured on the first ``HEAD_CHARS`` characters):
+Signals (``textness_features``; each measured on one window of at most ``HEAD_CHARS`` characters):
     mojibake        share of the non-ASCII characters that decode to valid UTF-8 when re-encoded in a legacy
                     encoding (UTF-8 read as Latin-1, cp1252, GBK, Big5, Shift-JIS, EUC-KR, cp1251, ...)
     replacement     U+FFFD and control characters (text of another encoding read as UTF-8)
     script_switch   letters next to a letter of an unrelated script inside a word (Latin|Cyrillic, halfwidth kana
                     inside Latin words: what a wrong decoding leaves), per letter
     letters, digits, symbols, code_symbols, spaces     shares of the characters
-    code_tokens     identifiers with ``_``, dotted calls, ``->``/``::``, camelCase, per token
+    code_tokens     identifiers with ``_``, dotted calls, ``->``/``::``, camelCase, comparisons (not a ruler of
+                    ``=``), per token
     indented        lines opening with indentation
     compression     zlib size / UTF-8 size (repetition compresses, random keys do not)
     dup_lines, dup_ngrams   characters in repeated lines; repeated word 3-grams (characters 6-grams without spaces)
@@ -26,7 +27,11 @@ Signals (``textness_features``; each measured on the first ``HEAD_CHARS`` charac
                     jamo), saturated at a tenth: real Japanese writes kanji among its kana, real Korean writes
                     syllable blocks; loose jamo or kana alone is what a keyboard left (1 without East Asian letters)
 
-A logistic regression over these (``TextnessJudge``), fitted by ``fit_textness_judge`` on the tune split of the
+A logistic regression over these (``TextnessJudge``) scores each window of a document; the document's score is the
+windows' mean weighted by their length (``text_windows``: a document over ``HEAD_CHARS`` characters is cut at line
+ends into windows of 1,500 to about 3,000 characters, the lengths the judge was fitted on, up to ``MAX_WINDOWS`` of them).
+So a manual page whose prose surrounds a checksum listing scores by how much of it is prose, and garbage after a
+fluent first screen is not waved through by its head. The judge is fitted by ``fit_textness_judge`` on the tune split of the
 shipped probe (``data/quality/textness_probe.jsonl.gz``: real passages in 15 languages, garbage from generic
 corruptions; never an evaluation set), stored as plain JSON (``data/quality/textness_judge.json``). The judge only
 scores (``annotations.quality.textness``); the quality step's policy decides (``quality.unmodelled`` /
@@ -47,6 +52,9 @@ from transforms.quality.model import LogisticStacker
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_JUDGE = "data/quality/textness_judge.json"
 HEAD_CHARS = 3000
+# windows read per document: 12,000 characters bound the judge's cost on a long document while reading past any
+# one listing or table
+MAX_WINDOWS = 4
 # encodings a UTF-8 byte stream is wrongly read as
 LEGACY_ENCODINGS = ("latin-1", "cp1252", "iso-8859-2", "cp1251", "koi8-r", "mac_roman", "cp437", "gbk", "big5",
                     "shift_jis", "euc-kr", "euc-jp")
@@ -66,7 +74,9 @@ _LETTER = re.compile("[^\\W\\d_]|[\u0300-\u036f\u0483-\u0489\u0591-\u05c7\u0610-
 _DIGIT = re.compile(r"\d")
 _SPACE = re.compile(r"\s")
 _CODE_SYMBOL = re.compile(r"[{}\[\]();=<>_#*\\|~^`$@&%/+]")
-_CODE_TOKEN = re.compile(r"\w+_\w+|\w+\.\w+\(|->|::|\b[a-z]+[A-Z]\w*|\w+\(\)?|[=!<>]=")
+# a comparison operator (``==`` ``!=`` ``<=`` ``===``), not a ruler of ``=`` (a Markdown or reST heading's underline,
+# a mail signature's frame: as many "operators" as it has characters, in real text)
+_CODE_TOKEN = re.compile(r"\w+_\w+|\w+\.\w+\(|->|::|\b[a-z]+[A-Z]\w*|\w+\(\)?|(?<![=!<>])[=!<>]==?(?!=)")
 _INDENTED = re.compile(r"^(?: {2,}|\t)\S", re.M)
 _CODE_LINE = re.compile(r"[;{}()\[\]:,=\\]$|^(?:#|//|/\*|\*|@|\$|<|=)")
 
@@ -170,8 +180,38 @@ def _dup_share(items: Sequence) -> float:
     return sum(n for n in seen.values() if n > 1) / len(items)
 
 
+def text_windows(text: str) -> list[str]:
+    """The windows the judge reads: the text itself up to ``HEAD_CHARS`` characters; a longer one cut into
+    ``ceil(len / HEAD_CHARS)`` near-equal windows (at most ``MAX_WINDOWS``, from the start), each cut at the line end
+    nearest its share, else at a space, so every window holds 1,500 to about 3,000 characters."""
+    if len(text) <= HEAD_CHARS:
+        return [text]
+    text = text[:HEAD_CHARS * MAX_WINDOWS]
+    n = -(-len(text) // HEAD_CHARS)
+    size = len(text) / n
+    windows, start = [], 0
+    for i in range(1, n):
+        target = round(i * size)
+        lo, hi = max(start + 1, target - int(size / 4)), min(len(text) - 1, target + int(size / 4))
+        cut = _nearest(text, "\n", target, lo, hi)
+        if cut is None:
+            cut = _nearest(text, " ", target, lo, hi)
+        cut = target if cut is None else cut + 1
+        windows.append(text[start:cut])
+        start = cut
+    windows.append(text[start:])
+    return windows
+
+
+def _nearest(text: str, sep: str, target: int, lo: int, hi: int) -> int | None:
+    before, after = text.rfind(sep, lo, target + 1), text.find(sep, target, hi)
+    candidates = [i for i in (before, after) if i >= 0]
+    return min(candidates, key=lambda i: abs(i - target)) if candidates else None
+
+
 def textness_features(text: str) -> list[float]:
-    """The signals of ``FEATURES`` for one text (see the module docstring)."""
+    """The signals of ``FEATURES`` for one window (see the module docstring); reads its first ``HEAD_CHARS``
+    characters."""
     head = text[:HEAD_CHARS]
     chars = max(len(head), 1)
     non_space = max(chars - len(_SPACE.findall(head)), 1)
@@ -251,15 +291,20 @@ class TextnessJudge:
         return (np.clip(x, self.low, self.high) - self.base_mean) / self.base_scale
 
     def score(self, texts: Sequence[str]) -> np.ndarray:
-        """P(real text): the regression's, times the share of the non-ASCII characters that are not repairable
-        mojibake (a document whose characters are 80 % the bytes of a wrong decoding is at most 20 % text,
-        however fluent the rest of its signals look: short mojibake of CJK text has as many distinct
-        characters as real CJK text)."""
+        """P(real text) per text: the mean over its windows (``text_windows``), weighted by their length, of the
+        regression's P times the share of the window's non-ASCII characters that are not repairable mojibake (a
+        window whose characters are 80 % the bytes of a wrong decoding is at most 20 % text, however fluent the
+        rest of its signals look: short mojibake of CJK text has as many distinct characters as real CJK text)."""
         if not texts:
             return np.zeros(0)
-        x = np.array([textness_features(t) for t in texts], dtype=np.float64)
+        windows = [text_windows(t) for t in texts]
+        flat = [w for ws in windows for w in ws]
+        x = np.array([textness_features(w) for w in flat], dtype=np.float64)
         p_real = 1.0 / (1.0 + np.exp(-np.clip(self.model.logit(self.inputs(x)), -40, 40)))
-        return p_real * (1.0 - x[:, FEATURES.index("mojibake")])
+        per_window = p_real * (1.0 - x[:, FEATURES.index("mojibake")])
+        weights = np.array([max(len(w), 1) for w in flat], dtype=np.float64)
+        owner = np.repeat(np.arange(len(texts)), [len(ws) for ws in windows])
+        return np.bincount(owner, per_window * weights, len(texts)) / np.bincount(owner, weights, len(texts))
 
     def to_json(self) -> dict:
         values = {"low": self.low, "high": self.high, "base_mean": self.base_mean, "base_scale": self.base_scale,
