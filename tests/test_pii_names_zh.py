@@ -159,3 +159,11 @@ def test_foreign_name_candidates_widen_the_clauses_read():
     # a clause with no family name but two transliteration characters is read; one with neither is not
     text = "今天天气很好。卡尔说他不来了。"
     assert R.ChineseSegmentedNameRecognizer.clauses(text) == [(7, 15)]
+
+
+@pytest.mark.parametrize("text", [
+    "楼下的孙阿姨超市关门了。",    # a shop named like a person, before the shop noun
+    "我常去王师傅面馆吃面。",
+])
+def test_name_before_a_shop_noun_is_the_shop(rec, text):
+    assert names(rec, text) == []

@@ -2244,10 +2244,11 @@ _CN_NAMELIKE_TAGS = frozenset("nr nrfg nrt n ns nz a an z b".split())
 # Titles a family name takes alone ("韩老师", "苏医生", "高经理", "谢总"): family name + title is a person.
 _CN_TITLES = frozenset("""老师 医生 大夫 师傅 经理 主任 教授 阿姨 叔叔 先生 女士 小姐 律师 警官 书记 队长 局长 校长 院长
 部长 处长 科长 厂长 村长 县长 市长 总 老总 工 大爷 大妈 大姐 大哥 老板 教练 会计 护士 同学""".split())
-# Facilities a place name stands before ("张江地铁站", "杨浦大桥"): a name-like word right before one names the
-# place, not a person.
+# Facilities and shops a place or shop name stands before ("张江地铁站", "杨浦大桥", "钱大妈超市"): a name-like
+# word right before one names the place or the shop, not a person.
 _CN_FACILITY_NOUNS = frozenset("""地铁站 车站 火车站 高铁站 汽车站 机场 公园 广场 大桥 大街 大道 路 街 小区 园区 景区 码头
-商场 新村 高科 开发区 站 科技园 工业园 风景区 水库 隧道""".split())
+商场 新村 高科 开发区 站 科技园 工业园 风景区 水库 隧道 超市 商店 便利店 面馆 饭店 餐厅 饭馆 酒楼 药店 药房 书店 专卖店
+旗舰店 门店 分店 连锁店""".split())
 # What joins the items of a list of people ("常乐、孟佳和薛凯").
 _CN_LIST_JOINERS = frozenset("、 和 与 及 跟 同".split())
 # Verbs of going and being somewhere: what follows is a place ("去了张江高科", "在华山").
@@ -2500,9 +2501,11 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
                 k += 1
             for j, e in self._list_items(toks, names):
                 spans.append((toks[j][0], toks[e][0] + len(toks[e][1])))
-            # "张江地铁站", "左海公园": a name-like word right before a facility names the place ("刘光亮站在":
-            # the verb 站)
-            facility_at = {pos for pos, word, tag in toks if word in _CN_FACILITY_NOUNS and tag[:1] != "v"}
+            # "张江地铁站", "左海公园", "钱大妈超市": a name-like word right before a facility or a shop names the
+            # place or the shop ("刘光亮站在": the verb 站; jieba tags "超市" v too, so only a one-character
+            # facility is read by its tag)
+            facility_at = {pos for pos, word, tag in toks
+                           if word in _CN_FACILITY_NOUNS and (len(word) > 1 or tag[:1] != "v")}
             yield from sorted((s, e) for s, e in spans if e not in facility_at)
 
     def _word_as_name(self, toks, k: int) -> bool:
