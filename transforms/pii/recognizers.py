@@ -2131,7 +2131,7 @@ _CN_SURNAMES_1 = ("王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗�
                   "汤常温康施文牛樊葛邢安齐易乔伍庞颜倪庄聂章鲁岳翟殷詹申欧耿关兰焦俞左柳甘祝包宁尚符舒阮柯纪梅童凌毕"
                   "单季裴霍涂成苗谷盛曲翁冉骆蓝路游辛靳管柴蒙鲍华喻祁蒲房滕屈饶解牟艾尤阳时穆农司卓古吉缪简车项连芦麦"
                   "褚娄窦戚岑景党宫费卜冷晏席卫米柏宗瞿桂全佟应臧闵苟邬边卞姬师和仇栾隋商刁沙荣巫寇桑郎甄丛仲虞敖巩明"
-                  "佘池查麻苑迟邝")
+                  "佘池查麻苑迟邝傅洪赖阎")
 _CN_SURNAMES_2 = ("欧阳", "司马", "上官", "诸葛", "东方", "皇甫", "尉迟", "公孙", "慕容", "长孙", "宇文", "司徒", "令狐",
                   "夏侯", "轩辕", "端木", "西门", "南宫", "独孤", "申屠")
 _CN_SURNAME = "(?:" + "|".join(_CN_SURNAMES_2) + "|[" + _CN_SURNAMES_1 + "])"
@@ -2170,13 +2170,21 @@ class ChinesePersonNameRecognizer(_RegexRecognizer):
 # Where a Chinese name can be: a family name followed by one or two Han characters. Only the clauses holding one
 # are segmented.
 _CN_CANDIDATE = re.compile(rf"{_CN_SURNAME}[\u4e00-\u9fff]")
+# The characters Chinese writes foreign and minority names with ("约翰", "玛丽亚", "安娜", "卡尔"): a name of these
+# characters alone, tagged as a name by jieba, is a person where the sentence says so (``_foreign_name``).
+_CN_TRANSLIT_CHARS = ("阿艾安奥巴贝比波布达戴德迪蒂杜多恩尔法菲芬弗福盖格哈汉赫亨基吉加杰卡凯柯科克库拉莱兰朗劳勒雷蕾"
+                      "里丽莉利琳卢鲁伦罗洛玛迈麦曼梅米莫姆穆纳娜内尼妮诺帕佩皮普奇乔琼萨塞桑莎史斯索塔泰汤特提托"
+                      "瓦威维沃乌西希谢辛雅亚扬耶伊依尤约詹珍翰顿扎丝黛娅薇")
+_CN_TRANSLIT_CANDIDATE = re.compile(f"[{_CN_TRANSLIT_CHARS}]{{2}}")
 _CN_CLAUSE_END = re.compile(r"[。！？；!?;\n]")
 _CN_NAME_TAGS = ("nr", "nrfg", "nrt")
 # The title of a book, poem or film: what stands inside is no person ("《江城子》", "《孙子兵法》").
 _CN_WORK_TITLE = re.compile(r"《[^《》\n]{1,40}》")
 _CN_TITLE_JOINERS = frozenset("与和、")
 # Last characters of place and institution names jieba also tags nr ("王府井", "张家界", "黄山路").
-_CN_PLACE_ENDS = frozenset("井界路街巷村镇乡县市省区州岛港湾寺庙宫园楼桥站厂店院馆府营堡屯坝岭")
+_CN_PLACE_ENDS = frozenset("井界路街巷村镇乡县市省区州岛港湾寺庙宫园楼桥站厂店院馆府营堡屯坝岭派")
+# "石家庄", "崔庄", "陈庄": villages; but a poet before his work's title is a person ("韦庄《归国遥》", "刘克庄").
+_CN_VILLAGE_END = "庄"
 # jieba's dictionary tags many ordinary words nr ("陈述" 763, "文明" 6584, "高峰" 1556, "陈列" 665): a dictionary
 # word this frequent is a word, not a private person's name (names the HMM finds have no entry at all).
 _CN_NAME_MAX_DICT_FREQ = 500
@@ -2184,9 +2192,9 @@ _CN_NAME_MAX_DICT_FREQ = 500
 # evidence (three-character dictionary words tagged nr are names: "温家宝", "王安石").
 _CN_SUBJECT_MAX_DICT_FREQ = 200
 # ... and those that end like a plant, a colour or a food ("杨树", "朱红色", "胡萝卜", "维生素") are things.
-_CN_THING_ENDS = frozenset("树林花草果菜茶色素卜瓜豆雀鸟鱼虫猫狗羊鸡鸭鹅龟蛇兔鼠猪粉酱醋糖饼汤面粥肉蛋奶酒皮")
+_CN_THING_ENDS = frozenset("树林花草果菜茶色素卜瓜豆雀鸟鱼虫猫狗羊鸡鸭鹅龟蛇兔鼠猪粉酱醋糖饼汤面粥肉蛋奶酒皮柜鹃票")
 # Suffixes of abstract nouns and devices ("鲁棒性", "许可证", "麦克风", "打印机"): never the end of a name.
-_CN_NOUN_SUFFIXES = frozenset("性率度器机证费法感式型品剂风般体库时者边委质")
+_CN_NOUN_SUFFIXES = frozenset("性率度器机证费法感式型品剂风般体库时者边委质副局厅办署")
 # Roles and forms of address that stand right before or after a name ("客户汪洋", "校长马振华", "刘建军老师",
 # "林美玲女士"): where they stand, a person is meant.
 _CN_ROLE_WORDS = frozenset("""客户 经理 项目经理 老师 记者 医生 医师 主任 同学 同事 校长 律师 护士 警官 司机 师傅 会计
@@ -2207,9 +2215,42 @@ _CN_ANIMATE_VERBS = frozenset("""说 讲 写 问 答 笑 哭 想 认为 觉得 �
 # Nouns that belong to a person, after "的" ("白雪的猫", "诸葛亮的故事", "杜甫的诗"): the word before is a person.
 _CN_PERSONAL_NOUNS = frozenset("""猫 狗 女儿 儿子 妻子 丈夫 老婆 老公 父亲 母亲 妈妈 爸爸 哥哥 姐姐 弟弟 妹妹 朋友 同学 同事
 老师 学生 故事 诗 诗歌 诗词 作品 小说 文章 名言 歌 生日 电话 手机 一生 传记 思想 弟子 孩子 演讲 散文 杂文 名字 女朋友
-男朋友 家人 父母 书法 画作 遗嘱 墓""".split())
+男朋友 家人 父母 书法 画作 遗嘱 墓 词 信 日记 回忆录""".split())
 # Verbs whose object is a person ("是钟文华", "叫刘洋来", "请王芳确认", "问李强").
-_CN_PERSON_VERBS = frozenset("是 叫 请 让 找 问 告诉 通知 联系 感谢 谢谢 帮 遇到 认识 碰到".split())
+_CN_PERSON_VERBS = frozenset("是 叫 请 让 找 问 告诉 通知 联系 感谢 谢谢 帮 遇到 认识 碰到 问问 转告 交给 嫁给 佩服".split())
+# ... and those of them after which a word closing the clause is the person taken ("碰到了方圆。", "问问石建军。",
+# "我跟黎明说好了" is read by the subject rules): "是" is left out, where a word closing the clause says what a thing
+# is ("这里是高山。").
+_CN_OBJECT_VERBS = (_CN_PERSON_VERBS - {"是", "叫"}) | frozenset("给 跟 找到 遇见 陪".split())
+# "叫"/"名叫" after a person ("我表妹叫夏天。", "他叫高山。"): the word that closes the clause is that person's name,
+# however common the word.
+_CN_NAMING_VERBS = frozenset("叫 名叫 叫做".split())
+_CN_PERSONAL_PRONOUNS = frozenset("我 你 他 她 您 我们 他们 她们".split())
+# ... and the people, beside the role words, whose name 叫 gives ("他女朋友叫…", "我儿子叫…").
+_CN_NAMED_PEOPLE = frozenset("女朋友 男朋友 老婆 老公 父亲 母亲 妈妈 爸爸 朋友 孩子 小孩 宝宝 闺女 对象".split())
+# A dictionary word more frequent than this is read as a word even where a person stands ("关系" 32105, "方向" 8151,
+# "高兴" 5387); the words that are also names sit below it ("高山" 1202, "黎明" 670, "方圆" 285).
+_CN_WORD_NAME_MAX_FREQ = 1500
+# ... and one that is not tagged as a name must be rarer still to be the subject after a role word ("司机胡乱开价":
+# "胡乱" n 634; "同事方圆下周结婚": "方圆" n 285) or an item of a list beside a name ("常乐、孟佳" 7; "张掖、"
+# after a city taken for a name, "全民" 1326, "曲线" 970, "武官" 634 stay words).
+_CN_PLAIN_WORD_NAME_MAX_FREQ = 300
+_CN_LIST_ITEM_MAX_FREQ = 100
+# Dictionary words of the family names 洪/阎/赖 that are things or gods, not people ("洪水", "『洪峰』", "阎王").
+_CN_SURNAME_WORDS = frozenset("洪水 洪峰 洪湖 洪荒 洪钟 洪福 洪流 洪灾 洪涝 洪泛区 阎王 阎罗 阎王爷 阎罗王 赖皮".split())
+# Tags of the words that can be a name in jieba's reading (nouns, adjectives, names, places); verbs, adverbs,
+# function words and numbers cannot.
+_CN_NAMELIKE_TAGS = frozenset("nr nrfg nrt n ns nz a an z b".split())
+# Titles a family name takes alone ("韩老师", "苏医生", "高经理", "谢总"): family name + title is a person.
+_CN_TITLES = frozenset("""老师 医生 大夫 师傅 经理 主任 教授 阿姨 叔叔 先生 女士 小姐 律师 警官 书记 队长 局长 校长 院长
+部长 处长 科长 厂长 村长 县长 市长 总 老总 工 大爷 大妈 大姐 大哥 老板 教练 会计 护士 同学""".split())
+# Facilities and shops a place or shop name stands before ("张江地铁站", "杨浦大桥", "钱大妈超市"): a name-like
+# word right before one names the place or the shop, not a person.
+_CN_FACILITY_NOUNS = frozenset("""地铁站 车站 火车站 高铁站 汽车站 机场 公园 广场 大桥 大街 大道 路 街 小区 园区 景区 码头
+商场 新村 高科 开发区 站 科技园 工业园 风景区 水库 隧道 超市 商店 便利店 面馆 饭店 餐厅 饭馆 酒楼 药店 药房 书店 专卖店
+旗舰店 门店 分店 连锁店""".split())
+# What joins the items of a list of people ("常乐、孟佳和薛凯").
+_CN_LIST_JOINERS = frozenset("、 和 与 及 跟 同".split())
 # Verbs of going and being somewhere: what follows is a place ("去了张江高科", "在华山").
 _CN_PLACE_VERBS = frozenset("去 到 回 在 来自 位于 住在 前往 飞往 抵达 路过 经过".split())
 # Companies and brands whose names start with a family-name character and that jieba tags nr ("华为").
@@ -2270,17 +2311,20 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
 
     @staticmethod
     def quick_check(text: str) -> bool:
-        return _CN_CANDIDATE.search(text) is not None
+        return _CN_CANDIDATE.search(text) is not None or _CN_TRANSLIT_CANDIDATE.search(text) is not None
 
     @staticmethod
     def clauses(text: str) -> list[tuple[int, int]]:
-        """The clauses of ``text`` that hold a candidate (what the segmenter reads), merged when adjacent."""
+        """The clauses of ``text`` that hold a candidate (what the segmenter reads: a family name + a Han
+        character, or two characters of foreign names), merged when adjacent."""
         out: list[tuple[int, int]] = []
-        for m in _CN_CANDIDATE.finditer(text):
-            if out and m.start() < out[-1][1]:
+        candidates = sorted([m.span() for m in _CN_CANDIDATE.finditer(text)]
+                            + [m.span() for m in _CN_TRANSLIT_CANDIDATE.finditer(text)])
+        for m_start, m_end in candidates:
+            if out and m_start < out[-1][1]:
                 continue
-            cut = _CN_CLAUSE_END.search(text, m.end())
-            lo = max(text.rfind(c, 0, m.start()) for c in "。！？；!?;\n") + 1
+            cut = _CN_CLAUSE_END.search(text, m_end)
+            lo = max(text.rfind(c, 0, m_start) for c in "。！？；!?;\n") + 1
             hi = cut.end() if cut else len(text)
             if out and lo <= out[-1][1]:
                 out[-1] = (out[-1][0], hi)
@@ -2289,12 +2333,16 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         return out
 
     @staticmethod
-    def is_name(word: str, flag: str = "nr", max_freq: Optional[int] = _CN_NAME_MAX_DICT_FREQ) -> bool:
+    def is_name(word: str, flag: str = "nr", max_freq: Optional[int] = _CN_NAME_MAX_DICT_FREQ,
+                evidence: bool = False) -> bool:
         """A family name + one or two Han characters, not a place or a thing, and either tagged as a name
         (``nr``/``nrfg``/``nrt``) and not a frequent dictionary word, or an out-of-dictionary word the HMM
-        tagged ``ns`` ("郑华", "余海": jieba knows no place by that name either)."""
+        tagged ``ns`` ("郑华", "余海": jieba knows no place by that name either). A word ending in 庄 is a village
+        unless the sentence gives ``evidence`` of a person ("韦庄《归国遥》")."""
         if (len(word) < 2 or len(word) > 4 or word[-1] in _CN_PLACE_ENDS or word[-1] in _CN_THING_ENDS
-                or word in _CN_BRANDS or (len(word) >= 3 and word[-1] in _CN_NOUN_SUFFIXES)):
+                or word in _CN_BRANDS or word in _CN_SURNAME_WORDS
+                or (len(word) >= 3 and word[-1] in _CN_NOUN_SUFFIXES)
+                or (word[-1] == _CN_VILLAGE_END and not evidence)):
             return False
         if word[:2] in _CN_SURNAMES_2:
             given = word[2:]
@@ -2339,37 +2387,67 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
                 toks.append((pos, tok.word, tok.flag))
                 pos += len(tok.word)
             names: set[int] = set()  # indices of tokens taken as names (for "王芳和李娜")
+            spans: list[tuple[int, int]] = []
             k = 0
             while k < len(toks):
                 start, w, flag = toks[k]
                 nxt = toks[k + 1] if k + 1 < len(toks) else None
+                if (w in _CN_SURNAMES_1 and nxt is not None and nxt[1] in _CN_TITLES
+                        and flag[:1] not in ("c", "p", "d", "v", "u", "r", "m", "f", "q")
+                        and w + nxt[1] not in _CN_BRANDS):  # "康师傅" (instant noodles)
+                    # "苏" + "医生值班", "高" + "经理": a family name and its title ("向老师": a preposition;
+                    # "一张老师的照片": a measure word)
+                    names.update((k, k + 1))
+                    spans.append((start, nxt[0] + len(nxt[1])))
+                    k += 2
+                    continue
+                if (len(w) == 3 and w[0] in _CN_SURNAMES_1 and w[1:] in _CN_TITLES and flag in ("nr", "n", "nrfg")
+                        and w not in _CN_BRANDS):
+                    names.add(k)  # "韩老师" read as one word
+                    spans.append((start, start + len(w)))
+                    k += 1
+                    continue
                 familiar = self._familiar_name(toks, k) if w[0] in "小老" else 0
                 if familiar:
                     names.update(range(k, k + familiar))
-                    yield start, toks[k + familiar - 1][0] + len(toks[k + familiar - 1][1])
+                    spans.append((start, toks[k + familiar - 1][0] + len(toks[k + familiar - 1][1])))
                     k += familiar
                     continue
                 cued = self._cued_run(toks, k) if k > 0 and w[0] in _CN_SURNAME_FIRST_CHARS else 0
                 if cued:
                     names.update(range(k, k + cued))
-                    yield start, toks[k + cued - 1][0] + len(toks[k + cued - 1][1])
+                    spans.append((start, toks[k + cued - 1][0] + len(toks[k + cued - 1][1])))
                     k += cued
                     continue
                 if (flag in _CN_NAME_TAGS and self._person_evidence(toks, k)
-                        and self.is_name(w, "nr", max_freq=None)):
+                        and self.is_name(w, "nr", max_freq=None, evidence=True)):
                     names.add(k)
-                    yield start, start + len(w)
+                    spans.append((start, start + len(w)))
                     k += 1
                     continue
                 if (nxt is not None and len(nxt[1]) <= 2 and (
                         nxt[2] in _CN_GIVEN_TAGS
-                        # "市长" + "曹" + "建平" (n), "碰到了" + "董" + "海波" (n) + "。": a given name jieba reads as a
-                        # noun, beside a role word or as the object closing the clause
+                        # "市长" + "曹" + "建平" (n), "碰到了" + "董" + "海波" (n) + "。", "问问" + "石" + "建军" (n) +
+                        # "。": a given name jieba reads as a noun, beside a role word or as the object closing the
+                        # clause
                         or (nxt[2] == "n" and w in _CN_SURNAMES_1 and len(nxt[1]) == 2
                             and freq.get(nxt[1], 0) < 1000
                             and (self._by_role(toks, k, k + 1, verbs=False)
-                                 or (k > 0 and toks[k - 1][1] == "了"
-                                     and (k + 2 >= len(toks) or toks[k + 2][2] == "x")))))
+                                 or (k > 0 and (toks[k - 1][1] == "了" or toks[k - 1][1] in _CN_OBJECT_VERBS
+                                                or (toks[k - 1][1] == "是" and flag == "nr"))
+                                     and (k + 2 >= len(toks) or toks[k + 2][2] == "x"))))
+                        # "邵" (nr) + "宏伟" (a) + "今天", "是" + "汤" + "浩然" (a) + "的": a given name jieba reads
+                        # as an adjective, after a family name it tags nr where a subject stands, or after a verb
+                        # that takes a person
+                        or (nxt[2] == "a" and w in _CN_SURNAMES_1 and len(nxt[1]) == 2
+                            and freq.get(nxt[1], 0) < 1000
+                            and ((flag == "nr" and self._subject_position(toks, k, names, k + 1))
+                                 or (k > 0 and toks[k - 1][1] in _CN_PERSON_VERBS)))
+                        # "东方" (s) + "明远" (a) + "是": a compound family name before a word, where a person stands
+                        # (a noun only when rare: "东方" + "卫视" is a TV channel, "东方" the East)
+                        or (w in _CN_SURNAMES_2 and (nxt[2] in ("a", "an") or (
+                                nxt[2] == "n" and freq.get(nxt[1], 0) < _CN_RARE_NAME_FREQ))
+                            and (self._subject_position(toks, k, names, k + 1) or self._by_role(toks, k, k + 1))))
                         and (w in _CN_SURNAMES_2 or (w in _CN_SURNAMES_1 and flag == "nr")
                              # "高" (a) + "玉兰" (nr): a family-name character jieba read as a word of its own,
                              # before a two-character name, where a person stands
@@ -2386,8 +2464,13 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
                                       or (k + 2 < len(toks) and toks[k + 2][1] in ("、", "和", "与")))))
                         and self.is_name(w + nxt[1], "nr") and not freq.get(w + nxt[1])):
                     names.update((k, k + 1))  # "欧阳" + "娜娜", "梁" + "志强"
-                    yield start, nxt[0] + len(nxt[1])
+                    spans.append((start, nxt[0] + len(nxt[1])))
                     k += 2
+                    continue
+                if self._word_as_name(toks, k) or self._foreign_name(toks, k, names):
+                    names.add(k)
+                    spans.append((start, start + len(w)))
+                    k += 1
                     continue
                 if k > 0 and (toks[k - 1][1] in _CN_PLACE_VERBS or (
                         toks[k - 1][1] == "了" and k > 1 and toks[k - 2][1] in _CN_PLACE_VERBS)):
@@ -2409,11 +2492,150 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
                              # "要付现金．", "恐乱马嘶声。")
                              or (len(w) >= 3 and flag in _CN_NAME_TAGS and freq.get(w, 0) < _CN_RARE_NAME_FREQ
                                  and not _CN_FUNCTION_CHARS.intersection(w[1:])
-                                 and (k == 0 or toks[k - 1][2][:1] in ("x", "v", "u", "p")) and toks[k - 1][1] != "的"
+                                 and (k == 0 or toks[k - 1][2][:1] in ("x", "v", "u", "p"))
+                                 # "我们班的欧阳明很高": after 的 only with a compound family name
+                                 and (toks[k - 1][1] != "的" or w[:2] in _CN_SURNAMES_2)
                                  and k + 1 < len(toks) and (toks[k + 1][1] == "的" or toks[k + 1][2][:1] in ("v", "d"))))):
                     names.add(k)
-                    yield start, start + len(w)
+                    spans.append((start, start + len(w)))
                 k += 1
+            for j, e in self._list_items(toks, names):
+                spans.append((toks[j][0], toks[e][0] + len(toks[e][1])))
+            # "张江地铁站", "左海公园", "钱大妈超市": a name-like word right before a facility or a shop names the
+            # place or the shop ("刘光亮站在": the verb 站; jieba tags "超市" v too, so only a one-character
+            # facility is read by its tag)
+            facility_at = {pos for pos, word, tag in toks
+                           if word in _CN_FACILITY_NOUNS and (len(word) > 1 or tag[:1] != "v")}
+            yield from sorted((s, e) for s, e in spans if e not in facility_at)
+
+    def _word_as_name(self, toks, k: int) -> bool:
+        """Token k, a family name + one or two characters however jieba tagged it ("方圆" n, "高山" ns, "黎明" nr
+        670, "夏天" t), is a person where the sentence puts one: the word closing the clause after a verb that takes
+        a person ("碰到了方圆。", "交给廖文静。"), the name after 叫 that a person bears ("我表妹叫夏天。"), the
+        subject right after a role word ("同事黎明下个月结婚"), a role word's apposition ("室友，于洋，"), or a rare
+        three-character word right before a role word ("钟南山院士"). A dictionary word above
+        ``_CN_WORD_NAME_MAX_FREQ`` stays a word ("找到了方向。", "同事关系很好")."""
+        w, flag = toks[k][1], toks[k][2]
+        if not 2 <= len(w) <= 3 or w in _CN_ROLE_WORDS or not self.is_name(w, "nr", max_freq=None):
+            return False
+        freq = _jieba_freq(w)
+        prev, nxt = (toks[k - 1][1] if k > 0 else ""), (toks[k + 1] if k + 1 < len(toks) else None)
+        closes = nxt is None or nxt[2] == "x"
+        if (prev in _CN_NAMING_VERBS and closes and k >= 2 and flag[:1] in ("n", "a", "t", "z", "b")
+                and (toks[k - 2][1] in _CN_ROLE_WORDS or toks[k - 2][1] in _CN_PERSONAL_PRONOUNS
+                     or toks[k - 2][1] in _CN_NAMED_PEOPLE)):
+            return True  # "我表妹叫夏天。": the name a person is called, whatever else the word means
+        if flag not in _CN_NAMELIKE_TAGS:
+            return False
+        if (len(w) == 3 and flag in _CN_NAME_TAGS + ("ns",) and freq < _CN_RARE_NAME_FREQ and nxt is not None
+                and nxt[1] in _CN_ROLE_WORDS):
+            return True  # "钟南山院士" (ns 11)
+        if (prev in _CN_PERSON_VERBS and flag in _CN_NAME_TAGS and freq < _CN_SUBJECT_MAX_DICT_FREQ
+                and nxt is not None and (nxt[2][:1] in ("v", "d", "p") or nxt[1] == "的")):
+            return True  # "这本书是莫言送给我的", "请严冬确认": a name tagged nr, after a verb that takes a person
+        if freq >= _CN_WORD_NAME_MAX_FREQ:
+            return False
+        # the verb as a verb ("为问杜鹃，": 问 read as a noun) and a noun after it ("感觉叫舒服。": an adjective
+        # after a verb is a predicate)
+        v = k - 2 if prev == "了" else k - 1
+        verb = v >= 0 and toks[v][1] in _CN_OBJECT_VERBS and toks[v][2][:1] in ("v", "p")
+        if verb and closes and flag[:1] == "n":
+            return True
+        plain_ok = flag in _CN_NAME_TAGS or freq < _CN_PLAIN_WORD_NAME_MAX_FREQ
+        if prev in _CN_ROLE_WORDS and plain_ok and nxt is not None and nxt[2][:1] in ("v", "d", "t", "p", "c") \
+                and nxt[1] not in _CN_ROLE_WORDS:
+            return True  # "同事黎明下个月结婚", "同事方圆下周结婚": the role's bearer, then the predicate
+        return (prev in ("，", ",") and k >= 2 and toks[k - 2][1] in _CN_ROLE_WORDS
+                and nxt is not None and nxt[1] in ("，", ","))  # "我的室友，于洋，是北京人"
+
+    @staticmethod
+    def _foreign_name(toks, k: int, names: set[int]) -> bool:
+        """Token k is a foreign or minority name ("约翰", "玛丽亚", "卡尔"): two to four characters of
+        ``_CN_TRANSLIT_CHARS``, tagged as a name by jieba and not a brand, where the sentence says a person is
+        meant: before a verb only a person does or a role or title ("卡尔说", "史密斯先生"), after a role word
+        ("外教玛丽"), the object closing a clause after a verb that takes a person ("见到了玛丽。"), the subject
+        before a time word ("约翰明天回国"), or joined by 和/与/、 to a name ("约翰和安娜"). jieba tags brands nr too
+        ("星巴克", "麦当劳", "迪士尼"), which stand before 的 and nouns."""
+        w, flag = toks[k][1], toks[k][2]
+        if not (2 <= len(w) <= 4 and flag in _CN_NAME_TAGS and all(c in _CN_TRANSLIT_CHARS for c in w)
+                and w not in _CN_BRANDS and _jieba_freq(w) < _CN_WORD_NAME_MAX_FREQ):
+            return False
+        prev = toks[k - 1] if k > 0 else None
+        nxt = toks[k + 1] if k + 1 < len(toks) else None
+        if prev is not None and (prev[1] in _CN_PLACE_VERBS or prev[1] == "驻"):
+            return False  # "在洛桑表示", "驻科特迪瓦记者": a place
+        # a title, not any role word: "乌克兰选手" is a country's athlete
+        if nxt is not None and (nxt[1] in _CN_ANIMATE_VERBS or nxt[1] in _CN_TITLES):
+            return True
+        if prev is not None and prev[1] in _CN_ROLE_WORDS:
+            return True
+        if prev is not None and (nxt is None or nxt[2] == "x"):
+            v = k - 2 if prev[1] == "了" else k - 1
+            if v >= 0 and (toks[v][1] in _CN_OBJECT_VERBS or toks[v][1] in ("见到", "看到", "想念")):
+                return True
+        if (prev is None or prev[2] == "x") and nxt is not None and nxt[2] == "t":
+            return True
+        if (prev is not None and prev[1] in _CN_LIST_JOINERS and k >= 2 and k - 2 in names
+                and not (nxt is not None and nxt[1] in _CN_ROLE_WORDS)):
+            return True  # "陈妍和乌克兰选手": a country before a role word
+        # "约翰和安娜去": two such names joined by 和 before the predicate (places are listed with 、: "普吉、帕塔亚")
+        return (nxt is not None and nxt[1] in ("和", "与", "跟") and k + 3 < len(toks)
+                and ChineseSegmentedNameRecognizer._foreign_name_shape(toks[k + 2])
+                and toks[k + 3][2][:1] in ("v", "d", "p"))
+
+    @staticmethod
+    def _foreign_name_shape(tok) -> bool:
+        """A token shaped like a foreign name (``_foreign_name`` without the position): "安娜" after "约翰和"."""
+        return (2 <= len(tok[1]) <= 4 and tok[2] in _CN_NAME_TAGS and all(c in _CN_TRANSLIT_CHARS for c in tok[1])
+                and tok[1] not in _CN_BRANDS)
+
+    def _list_items(self, toks, names: set[int]) -> list[tuple[int, int]]:
+        """Items joined by 、/和/与/及 to a name that are names too ("常乐、孟佳和薛凯": 常乐 is an adjective in the
+        dictionary): a family name + one or two characters in one token, or in two that jieba cut from one name
+        ("王明" + "权、", "黄" + "明度、"), ending where the item ends (a joiner, punctuation or 等), rarer than
+        ``_CN_LIST_ITEM_MAX_FREQ`` in the dictionary. Returns the items' first and last token; grows along the list
+        until nothing is added."""
+        added: list[tuple[int, int]] = []
+        # only names the dictionary does not know anchor a list ("孟佳", "薛凯"): the dictionary's words tagged nr
+        # that the rules took are places and things too often ("尚义、万全", "金昌、张掖")
+        anchors = {j for j in names if not _jieba_freq(toks[j][1])}
+
+        def item_ends(e: int) -> bool:
+            return e + 1 >= len(toks) or toks[e + 1][1] in _CN_LIST_JOINERS or toks[e + 1][2] == "x" \
+                or toks[e + 1][1] == "等"
+
+        grown = True
+        while grown:
+            grown = False
+            for j in range(len(toks)):
+                for e in (j + 1, j):  # the longer reading first: "王明" + "权、" is one name
+                    if e >= len(toks) or j in names or e in names or (e > j and not item_ends(e)):
+                        continue
+                    words = [toks[i][1] for i in range(j, e + 1)]
+                    w = "".join(words)
+                    if not 2 <= len(w) <= 3 or (e > j and (len(w) != 3 or _jieba_freq(w))):
+                        continue  # two tokens: "王明" + "权", "黄" + "明度", read as one three-character name
+                    if e == j and (toks[j][2] not in _CN_NAMELIKE_TAGS or (toks[j][2] == "ns" and _jieba_freq(w))):
+                        continue  # a place the dictionary knows ("张掖、酒泉") is no person beside a name
+                    if e > j and (any(not "\u4e00" <= c <= "\u9fff" or c in _CN_LIST_JOINERS for c in w)
+                                  or _CN_FUNCTION_CHARS.intersection(w[1:])
+                                  or (len(words[0]) == 2 and toks[j][2][:1] == "v")
+                                  or any(toks[i][2][:1] in ("r", "t", "p", "c", "u", "m", "q", "d", "f")
+                                         for i in (j, e) if len(toks[i][1]) == 2 or toks[i][2][:1] in "rtpcu")
+                                  or (len(words[1]) == 2 and _jieba_freq(words[1]) >= _CN_LIST_ITEM_MAX_FREQ)):
+                        # "应该" + "是": a verb and a function word; "周末" + "我": a time word and a pronoun;
+                        # "古" + "栈道": a word more common than a given name; none the pieces of a name
+                        continue
+                    beside_name = ((e + 2 < len(toks) and toks[e + 1][1] in _CN_LIST_JOINERS and e + 2 in anchors)
+                                   or (j >= 2 and toks[j - 1][1] in _CN_LIST_JOINERS and j - 2 in anchors))
+                    if (beside_name and w not in _CN_ROLE_WORDS and _jieba_freq(w) < _CN_LIST_ITEM_MAX_FREQ
+                            and self.is_name(w, "nr", max_freq=None)):
+                        names.update(range(j, e + 1))
+                        anchors.update(range(j, e + 1))
+                        added.append((j, e))
+                        grown = True
+                        break
+        return added
 
     @staticmethod
     def _familiar_name(toks, k: int) -> int:
@@ -2429,10 +2651,22 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         elif (len(w) == 2 and w[0] in "小老" and w[1] in _CN_SURNAMES_1 and flag == "nr"
               and _jieba_freq(w) < _CN_NAME_MAX_DICT_FREQ):
             last = k
+        elif len(w) == 2 and w[0] in "小老" and flag == "nr" and not _jieba_freq(w) and k > 0 \
+                and toks[k - 1][1] in _CN_ROLE_WORDS:
+            return 1  # "服务员小丽": a nickname (小 + a given-name character the HMM tags nr) after a role word
+        elif (len(w) == 2 and w[0] in "小老" and w[1] in _CN_SURNAMES_1 and flag == "n"
+              and _jieba_freq(w) < _CN_NAME_MAX_DICT_FREQ and k + 1 < len(toks)
+              and (toks[k + 1][1] in _CN_ANIMATE_VERBS or toks[k + 1][1] in _CN_PERSON_VERBS
+                   or (k > 0 and toks[k - 1][1] in _CN_ROLE_WORDS))):
+            # "小张帮我搬了家", "老张说": jieba tags most of these nouns ("小张" 302, "老高" 213), like the things
+            # "小米", "小马", "小车"; before a verb only a person does, or after a role word, a person is meant
+            return 1
         else:
             return 0
         nxt = toks[last + 1] if last + 1 < len(toks) else None
-        if nxt is not None and not (nxt[2][:1] in ("v", "d", "p", "x", "c") or nxt[1] in ("的", "说")):
+        # before a time word or "每天" too ("老王今天没来", "老李每天都去")
+        if nxt is not None and not (nxt[2][:1] in ("v", "d", "p", "x", "c", "t") or nxt[1] in ("的", "说")
+                                    or (nxt[2] == "r" and nxt[1][:1] in "每这那")):
             return 0
         return last - k + 1
 
