@@ -192,3 +192,11 @@ def test_names_jieba_cuts_in_the_wrong_place(rec, text, expected):
 ])
 def test_cut_name_rules_leave_words(rec, text):
     assert names(rec, text) == []
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("新华社记者李杰摄）", ["李杰"]),   # 摄 (photo by) closes a credit: not the name's last character
+    ("王笑曰：“好。”", ["王笑"]),
+])
+def test_bound_suffix_not_before_punctuation(rec, text, expected):
+    assert names(rec, text) == expected

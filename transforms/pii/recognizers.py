@@ -2656,7 +2656,9 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
     def _with_bound_suffix(toks, start: int, end: int) -> tuple[int, int]:
         """A two-character name (family name + one) jieba cut before the last character of a three-character
         one: the next token is one character that cannot be a word alone (a bound morpheme, tag ``*g``: "胡佳" +
-        "怡" (vg) + "在") before a verb, a preposition, an adverb or punctuation; the span takes it in."""
+        "怡" (vg) + "在") before a verb, a preposition, an adverb, a conjunction or a time word; the span takes it
+        in. Not before punctuation: there the character is a classical verb closing a credit or a quote ("（记者
+        李杰摄）" photo by, "王笑曰：" said)."""
         at = {pos: i for i, (pos, _, _) in enumerate(toks)}
         i = at.get(end)
         if end - start != 2 or i is None or start not in at:
@@ -2664,7 +2666,7 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         word, flag = toks[i][1], toks[i][2]
         after = toks[i + 1] if i + 1 < len(toks) else None
         if (len(word) == 1 and len(flag) == 2 and flag[1] == "g" and word not in _CN_FUNCTION_CHARS
-                and (after is None or after[2][:1] in ("v", "p", "d", "x", "c", "t"))
+                and after is not None and after[2][:1] in ("v", "p", "d", "c", "t")
                 and not _jieba_freq(toks[at[start]][1] + word)):
             return start, end + 1
         return start, end
