@@ -167,3 +167,36 @@ def test_foreign_name_candidates_widen_the_clauses_read():
 ])
 def test_name_before_a_shop_noun_is_the_shop(rec, text):
     assert names(rec, text) == []
+
+
+# names jieba cuts in the wrong place: a one-character verb or a floor glued to the family name, a family name
+# after 的 with a given name read as an adverb or verb, a bound last character; 老/小 + a family name read as a noun
+@pytest.mark.parametrize("text,expected", [
+    ("这件事你去问柴志远吧。", ["柴志远"]),     # "问柴" + "志远"
+    ("5楼祁红梅家的猫丢了。", ["祁红梅"]),      # "楼祁" + "红梅"
+    ("对门的霍建新出差了。", ["霍建新"]),       # "霍" + "建新" (v)
+    ("我同学胡佳怡在上海。", ["胡佳怡"]),       # "胡佳" + "怡" (vg)
+    ("快去叫老黄。", ["老黄"]),                 # "老" + "黄" (n)
+    ("小韩，明天别迟到。", ["小韩"]),           # a familiar form alone before a comma
+])
+def test_names_jieba_cuts_in_the_wrong_place(rec, text, expected):
+    assert names(rec, text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "我去问问题。",                # 问 + a word, no family name after it
+    "他的马立刻跑了。",            # after 的: 马 is a horse, 立刻 a frequent adverb
+    "这件衣服太老旧了。",          # 老 + an adjective
+    "3楼高层住户请注意。",         # a floor before a dictionary word
+    "天气太热了，快去叫老板。",    # 老板 is a word
+])
+def test_cut_name_rules_leave_words(rec, text):
+    assert names(rec, text) == []
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("新华社记者李杰摄）", ["李杰"]),   # 摄 (photo by) closes a credit: not the name's last character
+    ("王笑曰：“好。”", ["王笑"]),
+])
+def test_bound_suffix_not_before_punctuation(rec, text, expected):
+    assert names(rec, text) == expected

@@ -2169,7 +2169,8 @@ class ChinesePersonNameRecognizer(_RegexRecognizer):
 
 # Where a Chinese name can be: a family name followed by one or two Han characters. Only the clauses holding one
 # are segmented.
-_CN_CANDIDATE = re.compile(rf"{_CN_SURNAME}[\u4e00-\u9fff]")
+# ... or a familiar form closing a clause ("小邓，", "问老郑。"), where no Han character follows the family name.
+_CN_CANDIDATE = re.compile(rf"{_CN_SURNAME}[\u4e00-\u9fff]|[小老][{_CN_SURNAMES_1}]")
 # The characters Chinese writes foreign and minority names with ("约翰", "玛丽亚", "安娜", "卡尔"): a name of these
 # characters alone, tagged as a name by jieba, is a person where the sentence says so (``_foreign_name``).
 _CN_TRANSLIT_CHARS = ("阿艾安奥巴贝比波布达戴德迪蒂杜多恩尔法菲芬弗福盖格哈汉赫亨基吉加杰卡凯柯科克库拉莱兰朗劳勒雷蕾"
@@ -2264,6 +2265,13 @@ _CN_ADJ_REDUPLICANTS = frozenset("""乎乎 茸茸 灿灿 澄澄 彤彤 茫茫 �
 腾腾 嘻嘻 淋淋 糊糊 沉沉 闪闪 蒙蒙""".split())
 # ... unless a function character stands in its given part ("何时能改": "when can", jieba's rare nr entry).
 _CN_FUNCTION_CHARS = frozenset("时能会要将是在不了的也都就把被让给或与")
+# One-character verbs that take a person, which jieba glues to the family name after them ("问柴" + "志远",
+# "找聂" + ...), and the nouns of a flat or a floor after a number ("3" + "楼祁" + "红梅" + "家").
+_CN_GLUING_VERBS = frozenset("问找叫请让帮给跟陪催等")
+_CN_GLUING_UNITS = frozenset("楼层号室栋")
+# What may follow a name: a verb, adverb, preposition, conjunction, time word, particle (吧, 呢), 家 (the
+# measure word of "祁红梅家"), 的/了, or punctuation.
+_CN_AFTER_NAME_TAGS = frozenset("v d p c t y q u x".split())
 # What jieba tags the given name it splits off a lone family name: "梁" + "志强" (nrfg), "邓" + "建国" (ns),
 # "杜" + "鹏飞" (nz), "金" + "海燕" (nr).
 _CN_GIVEN_TAGS = ("nr", "nrfg", "nrt", "ns", "nz", "z")
@@ -2413,6 +2421,12 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
                     spans.append((start, toks[k + familiar - 1][0] + len(toks[k + familiar - 1][1])))
                     k += familiar
                     continue
+                glued = self._glued_name(toks, k)
+                if glued is not None:
+                    names.update((k, k + 1))
+                    spans.append((start + glued, nxt[0] + len(nxt[1])))
+                    k += 2
+                    continue
                 cued = self._cued_run(toks, k) if k > 0 and w[0] in _CN_SURNAME_FIRST_CHARS else 0
                 if cued:
                     names.update(range(k, k + cued))
@@ -2504,6 +2518,7 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
             # "张江地铁站", "左海公园", "钱大妈超市": a name-like word right before a facility or a shop names the
             # place or the shop ("刘光亮站在": the verb 站; jieba tags "超市" v too, so only a one-character
             # facility is read by its tag)
+            spans = [self._with_bound_suffix(toks, s, e) for s, e in spans]
             facility_at = {pos for pos, word, tag in toks
                            if word in _CN_FACILITY_NOUNS and (len(word) > 1 or tag[:1] != "v")}
             yield from sorted((s, e) for s, e in spans if e not in facility_at)
@@ -2638,6 +2653,59 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         return added
 
     @staticmethod
+    def _with_bound_suffix(toks, start: int, end: int) -> tuple[int, int]:
+        """A two-character name (family name + one) jieba cut before the last character of a three-character
+        one: the next token is one character that cannot be a word alone (a bound morpheme, tag ``*g``: "胡佳" +
+        "怡" (vg) + "在") before a verb, a preposition, an adverb, a conjunction or a time word; the span takes it
+        in. Not before punctuation: there the character is a classical verb closing a credit or a quote ("（记者
+        李杰摄）" photo by, "王笑曰：" said)."""
+        at = {pos: i for i, (pos, _, _) in enumerate(toks)}
+        i = at.get(end)
+        if end - start != 2 or i is None or start not in at:
+            return start, end
+        word, flag = toks[i][1], toks[i][2]
+        after = toks[i + 1] if i + 1 < len(toks) else None
+        if (len(word) == 1 and len(flag) == 2 and flag[1] == "g" and word not in _CN_FUNCTION_CHARS
+                and after is not None and after[2][:1] in ("v", "p", "d", "c", "t")
+                and not _jieba_freq(toks[at[start]][1] + word)):
+            return start, end + 1
+        return start, end
+
+    @staticmethod
+    def _glued_name(toks, k: int) -> Optional[int]:
+        """Tokens k and k+1 hold a name jieba cut in the wrong place; returns where in token k the name starts
+        (None when there is none). Two cuts, each with what says a person is meant:
+        a one-character verb that takes a person, or a floor after a number, glued to the family name
+        ("问柴" + "志远" + "吧", "3" + "楼祁" + "红梅" + "家"): a word jieba does not know, then a given name it
+        tags as a name; or a family name it tags nr after 的, with a rare given name it reads as an adverb or a
+        verb ("隔壁的" + "彭" + "立新" + "昨天", "对门的" + "霍" + "建新" + "出差"), before a verb, a time word or
+        punctuation. The joined name must be no dictionary word and end where the clause goes on."""
+        if k + 1 >= len(toks):
+            return None
+        w, flag = toks[k][1], toks[k][2]
+        given, gflag = toks[k + 1][1], toks[k + 1][2]
+        after = toks[k + 2] if k + 2 < len(toks) else None
+        if len(given) != 2 or _CN_FUNCTION_CHARS.intersection(given) or given in _CN_ROLE_WORDS:
+            return None
+        if after is not None and after[2][:1] not in _CN_AFTER_NAME_TAGS and after[1] != "家":  # 家 is tagged m too
+            return None
+        if (len(w) == 2 and w[1] in _CN_SURNAMES_1 and flag[:1] in ("n", "v") and not _jieba_freq(w)
+                and gflag in _CN_NAME_TAGS and _jieba_freq(given) < _CN_NAME_MAX_DICT_FREQ
+                and (w[0] in _CN_GLUING_VERBS
+                     or (w[0] in _CN_GLUING_UNITS and k > 0 and toks[k - 1][2] == "m"))):
+            cut = 1
+        elif (len(w) == 1 and w in _CN_SURNAMES_1 and flag == "nr" and k > 0 and toks[k - 1][1] == "的"
+              and gflag in ("d", "v", "a", "ad", "vn") and _jieba_freq(given) < 100
+              and after is not None and after[2][:1] in ("v", "d", "t", "p", "x")):
+            cut = 0
+        else:
+            return None
+        name = w[cut:] + given
+        if _jieba_freq(name) or not ChineseSegmentedNameRecognizer.is_name(name, "nr", max_freq=None):
+            return None
+        return cut
+
+    @staticmethod
     def _familiar_name(toks, k: int) -> int:
         """How many tokens from k make a familiar form of address, 小/老 + family name ("小刘", "老王"): "小" + a
         family-name character that jieba tags nr on its own ("小" + "刘"), or a two-character word tagged nr
@@ -2648,6 +2716,13 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         if w in ("小", "老") and after is not None and len(after[1]) == 1 and after[1] in _CN_SURNAMES_1 \
                 and after[2] == "nr":
             last = k + 1
+        elif (w in ("小", "老") and after is not None and len(after[1]) == 1 and after[1] in _CN_SURNAMES_1
+              and after[2] in ("n", "ns", "ng") and k > 0
+              and (toks[k - 1][1] in _CN_OBJECT_VERBS or toks[k - 1][1] in _CN_NAMING_VERBS)
+              and (k + 2 >= len(toks) or toks[k + 2][2] in ("x", "y"))):
+            # "问" + "老" + "郑" (ns) + "。", "叫" + "老" + "黄" (n) + "。": jieba reads the family name as a place or
+            # a colour; the object closing the clause after a verb that takes a person is the person
+            return 2
         elif (len(w) == 2 and w[0] in "小老" and w[1] in _CN_SURNAMES_1 and flag == "nr"
               and _jieba_freq(w) < _CN_NAME_MAX_DICT_FREQ):
             last = k
@@ -2665,7 +2740,7 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
             return 0
         nxt = toks[last + 1] if last + 1 < len(toks) else None
         # before a time word or "每天" too ("老王今天没来", "老李每天都去")
-        if nxt is not None and not (nxt[2][:1] in ("v", "d", "p", "x", "c", "t") or nxt[1] in ("的", "说")
+        if nxt is not None and not (nxt[2][:1] in ("v", "d", "p", "x", "c", "t", "y") or nxt[1] in ("的", "说")
                                     or (nxt[2] == "r" and nxt[1][:1] in "每这那")):
             return 0
         return last - k + 1
