@@ -2059,6 +2059,11 @@ class PersonNameRecognizer(EntityRecognizer):
                     # stay names)
                     i += 1
                     continue
+                if (strength == 0 and not titled and i == 0 and len(toks) == 2 and english
+                        and self.unknown_subject_pair(text, toks[0][0], toks[1][1])):
+                    # "Chidi Nwachukwu joined the committee": decided by NER (``analyze``)
+                    yield toks[0][0], toks[1][1], 0, False
+                    break
                 if strength == 0 and not titled and (not self.ner_confirms_untitled or (
                         i + 1 < len(toks) and self.given_name_strength(toks[i + 1][2], english) == 2)) and (
                         lead_ok or word.lower() in _ROLE_WORDS):
@@ -2086,6 +2091,30 @@ class PersonNameRecognizer(EntityRecognizer):
                     yield toks[i][0], end, strength, titled
                 i = j
 
+    def unknown_subject_pair(self, text: str, start: int, end: int) -> bool:
+        """Two capitalised words that open a sentence and are the whole run, before a lower-case finite verb of
+        the English text ("Ngozi Okafor scored twice", "Chidi Nwachukwu joined the committee"), neither a word of
+        English (lower-cased: no function word, noun, verb, adjective or adverb: "Memory Nodes", "Cloud Run") nor
+        a title, place prefix or role: a full name the lexicon lacks. Only a candidate: spaCy's NER must call the
+        pair a person (``analyze``), as it must for a rare given name."""
+        if not _sentence_initial(text, start):
+            return False
+        parts = text[start:end].split()
+        if len(parts) != 2 or not all(_NAME_TOKEN.match(w) and w.isalpha() for w in parts):
+            return False
+        words, nouns = english_word_forms(self.word_model), english_nouns(self.word_model)
+        if not words:
+            return False
+        for w in parts:
+            low = w.lower()
+            if (low in self.function_words or low in words or low in nouns or low in _CALENDAR_WORDS
+                    or low in _ROLE_WORDS or low in _PLACE_PREFIXES or low in _ORG_WORDS or low in _FACILITY_WORDS
+                    or low in _STREET_WORDS or low in _STREET_DESIGNATORS or _TITLE_TOKEN.match(w)):
+                return False
+        nxt = _LOWER_AFTER.match(text, end)
+        return nxt is not None and (nxt.group("w") in _SUBJECT_AUX_EN or (
+            nxt.group("w") not in self.function_words and english_finite_verb(nxt.group("w"), self.word_model)))
+
     def is_english(self, text: str) -> bool:
         """More English-only than German-only function words (spaCy's stop lists), and at least two."""
         words = _LOWER_WORD.findall(text.lower())
@@ -2108,7 +2137,8 @@ class PersonNameRecognizer(EntityRecognizer):
         windows: list[tuple[int, int]] = []
         decided = [(s, e) for s, e, _ in self.cued_names(text)]
         wanted = [(start, end, strength, titled) for start, end, strength, titled in self.candidates(text)
-                  if ((strength == 1 and not titled) or (strength == 0 and (titled or self.ner_confirms_untitled)))]
+                  if ((strength == 1 and not titled) or (strength == 0 and (titled or self.ner_confirms_untitled))
+                      or (strength == 0 and self.unknown_subject_pair(text, start, end)))]
         if self.is_english(text):  # a lone name that is also a noun ("Paul", "France") in a person slot
             wanted += [(start, end, 1, False) for start, end, needs_ner in self.slot_names(text, True) if needs_ner]
             wanted.sort()
@@ -2164,7 +2194,9 @@ class PersonNameRecognizer(EntityRecognizer):
                 results.append(RecognizerResult(self.ENTITY, start, end, 0.9 if by_ner else 0.75))
             elif strength == 1 and (titled or by_ner):
                 results.append(RecognizerResult(self.ENTITY, start, end, 0.7))
-            elif strength == 0 and by_ner and (titled or self.ner_confirms_untitled):
+            elif strength == 0 and by_ner and (titled or self.ner_confirms_untitled
+                                               or any(s <= start and end <= e for s, e in ner_spans)
+                                               and self.unknown_subject_pair(text, start, end)):
                 results.append(RecognizerResult(self.ENTITY, start, end, 0.7 if titled else 0.6))
         found = {(r.start, r.end) for r in results}
         for start, end, score in self.cued_names(text):
