@@ -45,3 +45,20 @@ def test_lower_case_names_in_notes_and_chat(engine, text, expected):
 ])
 def test_lower_case_words_stay(engine, text):
     assert names(engine, text) == []
+
+
+# a full name the lexicon lacks, as the subject opening an English sentence (a candidate only: NER decides) -----
+@pytest.mark.parametrize("text,expected", [
+    ("Adaeze Obiora repaired the gate on Friday.", True),
+    ("Yesterday Adaeze Obiora repaired the gate.", False),   # not the sentence's opening words
+    ("Adaeze Obiora Eze repaired the gate.", False),          # three words: not this rule's pair
+    ("Memory Nodes are allocated at boot.", False),           # English nouns
+    ("Cloud Run deploys the image.", False),
+    ("Adaeze Obiora, our new neighbour.", False),             # no verb after the pair
+    ("Bad Homburg has a spa.", False),                        # a place prefix
+])
+def test_unknown_subject_pair(engine, text, expected):
+    rec = engine._person
+    start = text.index("Adaeze") if "Adaeze" in text else 0
+    end = start + len(" ".join(text[start:].split()[:2]).rstrip(","))
+    assert rec.unknown_subject_pair(text, start, end) is expected
