@@ -24,6 +24,7 @@ def names(engine, text):
     ("fyi: cosmo has the spare key", ["cosmo"]),          # a note's label, a name, its verb
     ("Reminder: harriet needs her swimming kit on Monday", ["harriet"]),  # capitals elsewhere in the line
     ("Nachtrag: carsten bringt die Getränke mit.", ["carsten"]),
+    ("Hinweis: gudrun hat den Schlüssel.", ["gudrun"]),        # a German auxiliary after the name
     ("does magnus still have my ladder", ["magnus"]),            # a question verb opens the line, no "?"
     ("kannst du mal hendrik anrufen", ["hendrik"]),              # verb in -st, du, a particle, the name
     ("hat jan das auto schon abgeholt?", ["jan"]),               # a verb's subject, not the month

@@ -1959,7 +1959,8 @@ class PersonNameRecognizer(EntityRecognizer):
         (``_LABEL_LOWER_NAME``: "note: rufus has a nut allergy", "Hinweis: merle fehlt heute"). The name passes
         the chat tests (no function, calendar, everyday or English word of another kind; common, or rarer and no
         noun); the next word is, in English text, an auxiliary or a finite verb, elsewhere any lower-case word
-        that is no function word (German capitalises its nouns: "Hinweis: bitte Jacken mitbringen" has none)."""
+        that is no function word (German capitalises its nouns: "Hinweis: bitte Jacken mitbringen" has none) or a
+        German auxiliary ("Hinweis: tobias ist krank")."""
         words = english_word_forms(self.word_model)
         if not words:
             return
@@ -1972,7 +1973,8 @@ class PersonNameRecognizer(EntityRecognizer):
             if english:
                 verb = nxt in _SUBJECT_AUX_EN or english_finite_verb(nxt, self.word_model)
             else:
-                verb = nxt not in self.function_words and nxt not in _GERMAN_DETERMINERS
+                # German auxiliaries are function words too, and the commonest verb after a subject ("lotte ist")
+                verb = nxt in _SLOT_VERB_CUES_DE or (nxt not in self.function_words and nxt not in _GERMAN_DETERMINERS)
             if verb and self._lower_name_class_ok(word, True):
                 yield m.span("value")
 
