@@ -1214,7 +1214,7 @@ frag fragt frage sag sagt sage mal mit von an bei und für hallo danke ruf hab h
 _CHAT_QUESTION_CUES = frozenset("""is was did does has can could would should will ist hat war kommt kann soll geht
 macht wird""".split())
 _CHAT_WORD = re.compile(r"(?<![^ \t])(?P<value>[a-zäöüß]+)(?=[ \t,.!?]|$)")
-_CHAT_QUICK = re.compile(r"(?<![a-zäöüß])(?:" + "|".join(sorted(_CHAT_CUES | _CHAT_QUESTION_CUES, key=len, reverse=True))
+_CHAT_QUICK = re.compile(r"(?<![a-zäöüß])(?:" + "|".join(sorted(_CHAT_CUES | _CHAT_QUESTION_CUES | {"du"}, key=len, reverse=True))
                          + r")[ \t]+[a-zäöüß]{3}")
 # Archaic function words the stop lists lack ("seemed meet unto me"): never chat names.
 _ARCHAIC_WORDS = frozenset("unto thee thou thy thine hath doth ye shalt wilt hast art nay yea".split())
@@ -1224,6 +1224,19 @@ _ARCHAIC_WORDS = frozenset("unto thee thou thy thine hath doth ye shalt wilt has
 # weather ("Alexandria acted as", "with Sol among", "Gale force"). Subjects stay: "Elinor smiled" (class 3).
 _LONE_NAME_CLASS_EN = 4
 _CHAT_NAME_CLASS = 5  # a lower-case chat name must be at least this common somewhere ("lukas", "tyler")
+# After a verb that takes a person ("note: rufus has", "ask rufus"), a rarer name counts too (class 2 or more)
+# when it is no English noun either: the verb already says a person follows.
+_CHAT_PERSON_VERBS = frozenset("""ask asked tell told call called text texted ping message met saw meet see invite
+invited thank thanks frag fragt frage sag sagt sage ruf""".split())
+_CHAT_RARE_NAME_CLASS = 2
+# A chat line opening with the verb of a question is one without its "?" too ("did sam ever reply to you").
+# A German question verb in -st before "du" (and particles) takes the name after them: "kannst du jonas fragen".
+_GERMAN_DU_VERB = re.compile(r"[a-zäöüß]{2,}st$")
+# A note's label, a colon, then a lower-case given name and its verb: "note: rufus has a nut allergy",
+# "Hinweis: merle fehlt heute" (capitals elsewhere in the line allowed: the label marks the note's subject).
+_LABEL_LOWER_NAME = re.compile(
+    r"(?:^|(?<=\n))[ \t]*(?i:note|notes|reminder|fyi|nb|ps|update|heads up|info|hinweis|erinnerung|achtung|nachtrag)"
+    r"[ \t]*:[ \t]*(?P<value>[a-zäöüß]{3,12})[ \t]+(?P<next>[a-zäöüß']+)")
 _CHAT_MAX_WORDS = 30  # a chat line is short; a lower-case line of prose or code is no chat
 _CHAT_MAX_CHARS = 500  # ... and so is a chat message: a lower-case line inside a longer text is wrapped prose
 # Nouns of address that are no pet names, though a given name may start with them ("Dear Sir", "Hi Madam").
@@ -1497,7 +1510,8 @@ class PersonNameRecognizer(EntityRecognizer):
                 or (_CHAT_QUICK.search(text) is not None and not any(c.isupper() for c in text))
                 or _ADDRESSED_NAME.search(text) is not None or _VOCATIVE_REQUEST.search(text) is not None
                 or _VOCATIVE_END.search(text) is not None or _KIN_NAME.search(text) is not None
-                or _NAME_PAIR.search(text) is not None or _SLOT_WORD.search(text) is not None)
+                or _NAME_PAIR.search(text) is not None or _SLOT_WORD.search(text) is not None
+                or _LABEL_LOWER_NAME.search(text) is not None)
 
     def cued_names(self, text: str) -> Iterator[tuple[int, int, float]]:
         """Names the text itself announces, decided without the lexicon or NER: after a cue phrase
@@ -1586,7 +1600,7 @@ class PersonNameRecognizer(EntityRecognizer):
             if not needs_ner and span not in seen and not any(s < span[1] and span[0] < e for s, e in seen):
                 seen.add(span)
                 yield span[0], span[1], 0.7
-        for span in self.chat_names(text):
+        for span in (*self.chat_names(text), *self.label_names(text, english)):
             if span not in seen:
                 seen.add(span)
                 yield span[0], span[1], 0.7
@@ -1901,21 +1915,68 @@ class PersonNameRecognizer(EntityRecognizer):
             if any(c.isupper() for c in line) or not 3 <= len(line.split()) <= _CHAT_MAX_WORDS:
                 pos += len(line) + 1
                 continue
-            prev_end, prev_word = 0, None
-            question = line.rstrip().endswith("?")
+            prev_end, prev_word, before_prev = 0, None, None
+            first = _CHAT_WORD.search(line)
+            question = line.rstrip().endswith("?") or (
+                first is not None and first.start() == len(line) - len(line.lstrip())
+                and first.group("value") in _CHAT_QUESTION_CUES)
+            du_question = False  # "kannst du (mal) jonas fragen": the verb in -st before "du"
             for m in _CHAT_WORD.finditer(line):
                 word = m.group("value")
-                cue = prev_word is not None and line[prev_end:m.start()].strip() == "" and (
-                    prev_word in _CHAT_CUES or (prev_word in _CHAT_QUESTION_CUES and question))
-                prev_end, prev_word = m.end(), word
+                adjacent = prev_word is not None and line[prev_end:m.start()].strip() == ""
+                if adjacent and prev_word == "du" and before_prev is not None and _GERMAN_DU_VERB.search(before_prev):
+                    du_question = True
+                cue = adjacent and (prev_word in _CHAT_CUES or (prev_word in _CHAT_QUESTION_CUES and question)
+                                    or (du_question and (prev_word == "du" or prev_word in _GERMAN_PARTICLES)))
+                person_verb = cue and (prev_word in _CHAT_PERSON_VERBS or prev_word in _CHAT_QUESTION_CUES
+                                       or prev_word == "du" or prev_word in _GERMAN_PARTICLES)
+                before_prev, prev_end, prev_word = prev_word, m.end(), word
+                if word in _CALENDAR_WORDS and person_verb and not re.match(r"[ \t.]*\d", line[m.end():]):
+                    calendar_ok = True  # "hat jan schon geantwortet?": a verb's subject or object, no month
+                else:
+                    calendar_ok = word not in _CALENDAR_WORDS
                 if (not cue or not 3 <= len(word) <= 12 or word in self.function_words or word in _WORD_NAMES
-                        or word in _CALENDAR_WORDS or word in _ADDRESS_WORDS or word in _CHAT_CUES
-                        or word in _ADDRESS_NOUNS or word in _ARCHAIC_WORDS or word in words):
+                        or not calendar_ok or word in _ADDRESS_WORDS or word in _CHAT_CUES
+                        or word in _ADDRESS_NOUNS or word in _ARCHAIC_WORDS or word in words
+                        or word in _PRODUCT_GIVEN_NAMES):
                     continue
-                overall, _ = self.given_names.get(word.capitalize(), (0, 0))
-                if overall >= _CHAT_NAME_CLASS:
+                if self._lower_name_class_ok(word, person_verb):
                     yield pos + m.start(), pos + m.end()
             pos += len(line) + 1
+
+    def _lower_name_class_ok(self, word: str, person_verb: bool) -> bool:
+        """A lower-case word common enough as a given name to be read as one: class ``_CHAT_NAME_CLASS`` or more,
+        or, after a verb that takes a person, ``_CHAT_RARE_NAME_CLASS`` or more when it is no English noun
+        ("ask rufus"; not "ask doc", "tell nan")."""
+        overall, _ = self.given_names.get(word.capitalize(), (0, 0))
+        if overall >= _CHAT_NAME_CLASS:
+            return True
+        return (person_verb and overall >= _CHAT_RARE_NAME_CLASS
+                and word not in english_nouns(self.word_model))
+
+    def label_names(self, text: str, english: bool) -> Iterator[tuple[int, int]]:
+        """A lower-case given name right after a note's label and colon, as the subject of the verb after it
+        (``_LABEL_LOWER_NAME``: "note: rufus has a nut allergy", "Hinweis: merle fehlt heute"). The name passes
+        the chat tests (no function, calendar, everyday or English word of another kind; common, or rarer and no
+        noun); the next word is, in English text, an auxiliary or a finite verb, elsewhere any lower-case word
+        that is no function word (German capitalises its nouns: "Hinweis: bitte Jacken mitbringen" has none) or a
+        German auxiliary ("Hinweis: tobias ist krank")."""
+        words = english_word_forms(self.word_model)
+        if not words:
+            return
+        for m in _LABEL_LOWER_NAME.finditer(text):
+            word, nxt = m.group("value"), m.group("next")
+            if (word in self.function_words or word in _WORD_NAMES or word in _CALENDAR_WORDS
+                    or word in _ADDRESS_WORDS or word in _ADDRESS_NOUNS or word in _ARCHAIC_WORDS or word in words
+                    or word in _PRODUCT_GIVEN_NAMES or word in _INTERJECTIONS):
+                continue
+            if english:
+                verb = nxt in _SUBJECT_AUX_EN or english_finite_verb(nxt, self.word_model)
+            else:
+                # German auxiliaries are function words too, and the commonest verb after a subject ("lotte ist")
+                verb = nxt in _SLOT_VERB_CUES_DE or (nxt not in self.function_words and nxt not in _GERMAN_DETERMINERS)
+            if verb and self._lower_name_class_ok(word, True):
+                yield m.span("value")
 
     @functools.cached_property
     def _sorted_common_names(self) -> list[str]:
@@ -2000,6 +2061,11 @@ class PersonNameRecognizer(EntityRecognizer):
                     # stay names)
                     i += 1
                     continue
+                if (strength == 0 and not titled and i == 0 and len(toks) == 2 and english
+                        and self.unknown_subject_pair(text, toks[0][0], toks[1][1])):
+                    # "Chidi Nwachukwu joined the committee": decided by NER (``analyze``)
+                    yield toks[0][0], toks[1][1], 0, False
+                    break
                 if strength == 0 and not titled and (not self.ner_confirms_untitled or (
                         i + 1 < len(toks) and self.given_name_strength(toks[i + 1][2], english) == 2)) and (
                         lead_ok or word.lower() in _ROLE_WORDS):
@@ -2027,6 +2093,30 @@ class PersonNameRecognizer(EntityRecognizer):
                     yield toks[i][0], end, strength, titled
                 i = j
 
+    def unknown_subject_pair(self, text: str, start: int, end: int) -> bool:
+        """Two capitalised words that open a sentence and are the whole run, before a lower-case finite verb of
+        the English text ("Ngozi Okafor scored twice", "Chidi Nwachukwu joined the committee"), neither a word of
+        English (lower-cased: no function word, noun, verb, adjective or adverb: "Memory Nodes", "Cloud Run") nor
+        a title, place prefix or role: a full name the lexicon lacks. Only a candidate: spaCy's NER must call the
+        pair a person (``analyze``), as it must for a rare given name."""
+        if not _sentence_initial(text, start):
+            return False
+        parts = text[start:end].split()
+        if len(parts) != 2 or not all(_NAME_TOKEN.match(w) and w.isalpha() for w in parts):
+            return False
+        words, nouns = english_word_forms(self.word_model), english_nouns(self.word_model)
+        if not words:
+            return False
+        for w in parts:
+            low = w.lower()
+            if (low in self.function_words or low in words or low in nouns or low in _CALENDAR_WORDS
+                    or low in _ROLE_WORDS or low in _PLACE_PREFIXES or low in _ORG_WORDS or low in _FACILITY_WORDS
+                    or low in _STREET_WORDS or low in _STREET_DESIGNATORS or _TITLE_TOKEN.match(w)):
+                return False
+        nxt = _LOWER_AFTER.match(text, end)
+        return nxt is not None and (nxt.group("w") in _SUBJECT_AUX_EN or (
+            nxt.group("w") not in self.function_words and english_finite_verb(nxt.group("w"), self.word_model)))
+
     def is_english(self, text: str) -> bool:
         """More English-only than German-only function words (spaCy's stop lists), and at least two."""
         words = _LOWER_WORD.findall(text.lower())
@@ -2049,7 +2139,8 @@ class PersonNameRecognizer(EntityRecognizer):
         windows: list[tuple[int, int]] = []
         decided = [(s, e) for s, e, _ in self.cued_names(text)]
         wanted = [(start, end, strength, titled) for start, end, strength, titled in self.candidates(text)
-                  if ((strength == 1 and not titled) or (strength == 0 and (titled or self.ner_confirms_untitled)))]
+                  if ((strength == 1 and not titled) or (strength == 0 and (titled or self.ner_confirms_untitled))
+                      or (strength == 0 and self.unknown_subject_pair(text, start, end)))]
         if self.is_english(text):  # a lone name that is also a noun ("Paul", "France") in a person slot
             wanted += [(start, end, 1, False) for start, end, needs_ner in self.slot_names(text, True) if needs_ner]
             wanted.sort()
@@ -2105,7 +2196,9 @@ class PersonNameRecognizer(EntityRecognizer):
                 results.append(RecognizerResult(self.ENTITY, start, end, 0.9 if by_ner else 0.75))
             elif strength == 1 and (titled or by_ner):
                 results.append(RecognizerResult(self.ENTITY, start, end, 0.7))
-            elif strength == 0 and by_ner and (titled or self.ner_confirms_untitled):
+            elif strength == 0 and by_ner and (titled or self.ner_confirms_untitled
+                                               or any(s <= start and end <= e for s, e in ner_spans)
+                                               and self.unknown_subject_pair(text, start, end)):
                 results.append(RecognizerResult(self.ENTITY, start, end, 0.7 if titled else 0.6))
         found = {(r.start, r.end) for r in results}
         for start, end, score in self.cued_names(text):
