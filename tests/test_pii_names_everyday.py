@@ -15,23 +15,13 @@ The sentences are written for these tests, not drawn from any evaluation set.
 from pathlib import Path
 
 import pytest
+from test_pii_names_forms import engine, names  # noqa: F401 (the engine fixture and its PERSON spans)
 
 from transforms.pii import recognizers as R
-from transforms.pii.step import PiiConfig, PiiEngine
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def engine():
-    eng = PiiEngine(PiiConfig(ner="off", entities=["PERSON"]))
-    # gender-guesser comes with the `ner` extra that `make test` installs: without it this is a failure, not a skip
-    assert eng._person.given_names, "gender-guesser (given-name lexicon) is not installed: run `make install`"
-    return eng
-
-
-def names(engine, text):
-    return [text[s.start:s.end] for s in engine.analyze([text])[0] if s.entity_type == "PERSON"]
 
 
 # 1. a capitalised non-name word before the name -------------------------------------------------------------

