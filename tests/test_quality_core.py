@@ -5,6 +5,7 @@ import gzip
 import json
 import os
 import random
+import time
 from pathlib import Path
 
 import numpy as np
@@ -369,3 +370,36 @@ def test_english_version_4_word_trigrams_tell_a_word_chain_over_the_training_pro
     arrays = {k: v for k, v in arrays.items() if "word_" not in k or k == "order_word_counts"}
     old = OrderFeatures.from_arrays(arrays)
     assert old.feature_version == 3 and "word_trigram_kept" not in old.names
+
+
+def test_a_default_model_another_process_is_training_is_waited_for_not_trained_twice(tmp_path, monkeypatch):
+    """Runs sharing a model cache (CORPUSMILL_CACHE, parallel jobs) train the default model once: a second one
+    finds the training lock held, says so, waits, and reads the model the first wrote."""
+    import fcntl
+    import threading
+
+    import transforms.quality.step as step
+    from transforms.quality.model import sidecar_paths
+
+    cfg = QualityConfig()
+    path = step.default_model_path(tmp_path, cfg)
+    trained, lines = [], []
+    monkeypatch.setattr(step, "_train_default", lambda *args: trained.append(args) or "trained here")
+    fd = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # the other process, training
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(step.ensure_default_model(tmp_path, cfg, log=lines.append)))
+    waiter.start()
+    for _ in range(200):
+        if lines:
+            break
+        time.sleep(0.01)
+    assert lines and "another process is training the default model" in lines[0] and waiter.is_alive()
+    for name in (str(path), *sidecar_paths(str(path))):  # the other process's model lands, then it lets go
+        Path(name).write_bytes(b"model")
+    os.close(fd)
+    waiter.join(timeout=10)
+    assert got == [str(path)] and not trained
+    # with nothing cached and nobody training, it trains (under the lock)
+    path.unlink()
+    assert step.ensure_default_model(tmp_path, cfg, log=lines.append) == "trained here" and len(trained) == 1

@@ -32,11 +32,13 @@ the shared routing tail; threshold and pareto score and decide in one per-docume
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Literal, Sequence
+from typing import Callable, Iterator, Literal, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -451,12 +453,41 @@ def _ensure(cache_dir: str | os.PathLike, entry: LanguageModelConfig, lang: str 
         return entry.model
     train_data = resolve_train_data(entry.train_data)
     path = default_model_path(cache_dir, entry, lang)
-    if path.exists() and Path(sidecar_paths(str(path))[0]).exists():
+    if _cached(path):
         return str(path)
-    started = time.time()
     what = f"the default {lang} model" if lang else "the default model"
-    log(f"quality: training {what} from {train_data} into {path}")
     Path(cache_dir).mkdir(parents=True, exist_ok=True)
+    # runs sharing a cache (CORPUSMILL_CACHE, parallel jobs, test workers) train each model once: the first
+    # takes the lock and trains, the others wait for it and then read its model
+    with _training_lock(path, what, log):
+        if _cached(path):
+            return str(path)
+        return _train_default(path, train_data, entry, field, what, log)
+
+
+def _cached(path: Path) -> bool:
+    return path.exists() and Path(sidecar_paths(str(path))[0]).exists()
+
+
+@contextmanager
+def _training_lock(path: Path, what: str, log: Callable[[str], None]) -> Iterator[None]:
+    """An exclusive lock beside the model file, held while it is trained (the OS drops it if the process dies)."""
+    fd = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"quality: another process is training {what} into {path}; waiting for it")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _train_default(path: Path, train_data: str, entry: LanguageModelConfig, field: str, what: str,
+                   log: Callable[[str], None]) -> str:
+    started = time.time()
+    log(f"quality: training {what} from {train_data} into {path}")
     records, problems = load_labeled(train_data, entry.train)
     if problems:
         raise ValueError(f"{field}: {len(problems)} unusable lines, first: {problems[0]}")
