@@ -1,11 +1,13 @@
 """The default quality model (trained from the shipped subset, as the demo does), Beam step and CLI.
 
-One model is trained per test session module (~15-25 s on 2 cores) and shared by every test here.
+The default model comes from the session's model cache (trained once per session, ~60 s on 2 cores) and is shared
+by every test here; test_quality_core and test_nothing_silent train models of their own where training is the point.
 """
 from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import apache_beam as beam
@@ -25,11 +27,11 @@ SHARED_EVAL = REPO.parent / "shared" / "eval" / "quality_train.jsonl.gz"
 
 
 @pytest.fixture(scope="module")
-def model_path(tmp_path_factory) -> str:
-    cache = tmp_path_factory.mktemp("quality-cache")
-    messages: list[str] = []
-    path = ensure_default_model(cache, QualityConfig(), log=messages.append)
-    assert any("training the default model" in m for m in messages)
+def model_path() -> str:
+    # the session's model cache (tests/conftest.py): the model prepare trains by default, trained once per session
+    # by whichever test needs it first (the others wait for it: the cache's training lock)
+    cache = Path(os.environ["CORPUSMILL_CACHE"]) / "quality"
+    path = ensure_default_model(cache, QualityConfig(), log=lambda _: None)
     # a second call finds the cached model and trains nothing
     again: list[str] = []
     assert ensure_default_model(cache, QualityConfig(), log=again.append) == path and not again
