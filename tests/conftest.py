@@ -34,13 +34,14 @@ def shared_dir() -> Path:
 
 # `make test` runs the files on pytest-xdist workers, a whole file per worker (`--dist loadfile`, so a module's
 # fixtures are built once). Files are handed out in collection order, so the longest start first: otherwise one
-# worker would be left alone with a five-minute file at the end. Measured with `--durations=0` on 2026-12-07 (each
-# over 60 s of a 62-minute loaded run); a file missing from this list only costs balance, never a test.
+# worker would be left alone with a five-minute file at the end. Ordered by each file's summed test time in a full
+# `-n 3` run with `--durations=0` on 2026-12-07 (evening; each over 60 s); a file missing from this list only costs
+# balance, never a test.
 LONGEST_FIRST = (
-    "test_train_nothing_silent.py", "test_parallel_cp.py", "test_nothing_silent.py", "test_train_dist.py",
-    "test_sweep.py", "test_parallel_tp.py", "test_dask_prepare.py", "test_train_faults.py", "test_moe.py",
-    "test_step_contract.py", "test_generate.py", "test_dask_runner.py", "test_quality_model.py", "test_refresh.py",
-    "test_train_elastic.py", "test_web_demo.py", "test_faults.py", "test_hf_import.py",
+    "test_train_nothing_silent.py", "test_dask_prepare.py", "test_nothing_silent.py", "test_train_faults.py",
+    "test_parallel_tp.py", "test_train_dist.py", "test_dask_runner.py", "test_parallel_cp.py", "test_sweep.py",
+    "test_web_demo.py", "test_resume.py", "test_train_elastic.py", "test_moe.py", "test_faults.py",
+    "test_quality_model.py",
 )
 
 
