@@ -1327,6 +1327,9 @@ laughs smiles giggles cries winks hugs grins sighs shrugs nods""".split())
 # Verbs of speaking and thinking: a person after a word name ("Hope says"), but a government after a capital
 # ("Paris said", "Jordan says"), so not for places
 _SPEAKING_VERBS = frozenset("said says told asked reckons thinks wants thought reckoned wanted".split())
+# ... a place is its speaker only when "he"/"she" opens what is said ("Austin said he would"; "Israel said Mr
+# Arafat had forfeited his role", "Sydney says it is delighted" are a state and a club)
+_HE_OR_SHE_NEXT = re.compile(r"[ \t]+(?:that[ \t]+)?(?:he|she)\b")
 # Verbs whose object is a person (before a word name: "ask Hope if", "I'll tell Grace"; not prepositions, which
 # take the word as a word: "with grace", "for Faith Healing"); "let X know" takes a person too
 _PERSON_OBJECT_VERBS = frozenset("""ask asked asking tell told telling text texted texting message messaged remind
@@ -1358,6 +1361,17 @@ _SIGN_OFF_NAME = re.compile(
 # A one-word line that ends the message under a line closing with a comma: the writer's name ("See you
 # Thursday,\nRosalind", "Bis Montag,\nReinhild")
 _CLOSING_NAME = re.compile(rf"(?:^|(?<=\n))[^\n,]{{1,40}},[ \t]*\n[ \t]*(?P<value>{_NAME_WORD})[ \t]*\s*$")
+# German nouns of a person's relatives, occasions and things: after a genitive a rarer given name is the owner
+_GERMAN_PERSONAL_NOUNS = frozenset("""jacke geburtstag geburtstagsfeier party feier hochzeit mama papa mutter vater
+mann frau freund freundin schwester bruder sohn tochter kinder kind oma opa handy nummer handynummer adresse auto
+fahrrad rad zimmer tasche schlüssel hund katze schuhe mantel hausaufgaben brotdose eltern""".split())
+# German: an auxiliary and its pronoun, a given name, and later in the clause a participle that takes a person
+# ("Hast du Rosa schon gefragt", "Gestern habe ich Ansgar beim Bäcker getroffen")
+_GERMAN_AUX_PRONOUN_NAME = re.compile(
+    r"(?<![a-zäöüß])(?i:habe|hab|hast|hat|haben|habt|hatte|hattest|hatten)[ \t]+(?:ich|du|er|sie|wir|ihr|man)[ \t]+"
+    rf"(?:(?:schon|gestern|heute|mal|noch|doch|auch|nicht|endlich|eben)[ \t]+)*(?P<value>{_NAME_WORD})(?=[ \t])"
+    r"(?=[^.,;:!?\n]{0,40}?(?<![a-zäöüß])(?:gefragt|getroffen|angerufen|gesehen|besucht|eingeladen|gesprochen"
+    r"|geschrieben|erreicht|abgeholt|angeschrieben|gefunden|begrüßt|informiert|erinnert)(?![a-zäöüß]))")
 # Named storms ("Storm Babet", "Hurricane Katrina", "Sturmtief Zeynep"): the name after these is a storm's
 _STORM_WORDS = frozenset("""storm hurricane typhoon cyclone sturm sturmtief orkan orkantief tief hoch tropensturm
 wirbelsturm""".split())
@@ -1622,7 +1636,12 @@ class PersonNameRecognizer(EntityRecognizer):
             for m in _GENITIVE_NAME.finditer(text):
                 stem = m.group("value")
                 overall, _ = self.given_names.get(stem, (0, 0))
-                if (overall >= _COMMON_NAME_CLASS and stem.lower() not in self.function_words
+                # a rarer given name before a person's relatives, occasions or things ("Wiebkes Jacke",
+                # "Reinholds Geburtstag"); a common one before any noun ("Annas Vorschlag")
+                owned = text[m.end() + 1:].lstrip(" \t").split(" ", 1)[0].strip(".,!?;:").lower()
+                if (overall >= _COMMON_NAME_CLASS or (overall >= _CHAT_RARE_NAME_CLASS
+                                                      and owned in _GERMAN_PERSONAL_NOUNS)) and (
+                        stem.lower() not in self.function_words
                         and (stem + "s").lower() not in self.function_words and stem + "s" not in self.given_names
                         and m.span("value") not in seen):  # "Hans", "Jonas" are names of their own
                     seen.add(m.span("value"))
@@ -1909,6 +1928,9 @@ class PersonNameRecognizer(EntityRecognizer):
                 if self._word_kind(word, english) is not None or self.is_nickname(word):
                     yield m.span("value")
         if not english and self.is_german(text):
+            for m in _GERMAN_AUX_PRONOUN_NAME.finditer(text):
+                if self._word_kind(m.group("value"), False) in ("name", "word"):
+                    yield m.span("value")
             return  # a short line of neither language takes the English positions ("I'll tell Grace tomorrow.")
         for m in _SLOT_WORD.finditer(text):
             start, end = m.span("value")
@@ -1948,7 +1970,7 @@ class PersonNameRecognizer(EntityRecognizer):
                 if (verb in _BODILY_VERBS or (verb in _CONTACT_VERBS and kind != "unknown")
                         or (verb in _SPEAKING_VERBS and kind in ("word", "name"))
                         or (verb in _SPEAKING_VERBS and kind == "place"
-                            and self._pronoun_in_sentence(text, verb_m.end()))):  # "Austin said he would"
+                            and _HE_OR_SHE_NEXT.match(text, verb_m.end()))):  # "Austin said he would"
                     yield start, end
                     continue
             prev_low = prev.lower()
@@ -1957,12 +1979,6 @@ class PersonNameRecognizer(EntityRecognizer):
             elif (prev_low in _PERSON_OBJECT_VERBS and kind != "unknown"
                   and (following or not nxt or nxt[:1] in ",.!?;:)")):
                 yield start, end
-
-    @staticmethod
-    def _pronoun_in_sentence(text: str, pos: int) -> bool:
-        """"he"/"she"/"his"/"her" in the rest of the sentence from ``pos`` (up to 160 characters)."""
-        stops = [k for k in (text.find(c, pos, pos + 160) for c in ".!?\n") if k >= 0]
-        return _PERSONAL_PRONOUN.search(text, pos, min(stops) if stops else pos + 160) is not None
 
     def _pronoun_subject(self, text: str, start: int, end: int) -> bool:
         """A capitalised word opening a sentence, then a lexical finite verb, and "he"/"she"/"his"/"her" later in
