@@ -1376,8 +1376,9 @@ _GERMAN_AUX_PRONOUN_NAME = re.compile(
 _STORM_WORDS = frozenset("""storm hurricane typhoon cyclone sturm sturmtief orkan orkantief tief hoch tropensturm
 wirbelsturm""".split())
 # Brands named with a form of address and a surname ("a can of Dr Pepper", "Mr Kipling cakes", "Dr. Oetker")
-_TITLED_BRANDS = frozenset("""dr pepper|dr oetker|dr martens|dr scholl|dr scholls|dr hauschka|dr best|mr kipling
-|mr muscle|mr sheen|mr clean|mr whippy|mr proper|mrs crimble|mr tom|mr brain""".replace("\n", "").split("|"))
+# (no given name among them: "Mr Tom" is a peanut bar, but "Mr Tom Cooper" a person)
+_TITLED_BRANDS = frozenset("""dr pepper|dr oetker|dr martens|dr scholl|dr scholls|dr hauschka|mr kipling
+|mr muscle|mr sheen|mr clean|mr whippy|mr proper|mrs crimble""".replace("\n", "").split("|"))
 # After a preposition, a name and then a verb of buying or ordering is a shop named for its founder ("bei Otto
 # bestellt", "from Boden ordered"): the firm, not the person
 _SHOPPING_VERBS = frozenset("""bestellt bestellen bestelle gekauft kaufen kaufe eingekauft einkaufen geliefert
