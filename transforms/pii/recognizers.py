@@ -1315,6 +1315,74 @@ _SLOT_WORD = re.compile(rf"(?<![0-9A-Za-zÀ-ÿ\-.'’@#/_])(?P<value>{_NAME_WORD
 _NEXT_TOKEN = re.compile(r"[ \t]*(?P<tok>[^\s]*)")
 _PREV_TOKEN = re.compile(r"(?P<tok>[^\s]*)[ \t]*$")
 _PAIR_JOINERS = frozenset(("and", "und", "&", "or", "oder"))
+
+# Person positions that decide a lone capitalised word the lexicon alone cannot (``positional_names``): a given
+# name that is an everyday word or a place ("Faith", "Hope", "Jordan", "Austin") or a word the lexicon lacks
+# ("Hamish", "Ffion") is a person where only a person fits. Verbs whose subject is a person: contacting someone
+# (firms text and email too, so not for words the lexicon lacks) and the body's own (a smile, a shrug).
+_CONTACT_VERBS = frozenset("""texted messaged emailed e-mailed phoned rang whatsapped pinged replied apologised
+apologized promised""".split())
+_BODILY_VERBS = frozenset("""laughed smiled giggled cried sobbed winked hugged grinned sighed shrugged nodded blushed
+laughs smiles giggles cries winks hugs grins sighs shrugs nods""".split())
+# Verbs of speaking and thinking: a person after a word name ("Hope says"), but a government after a capital
+# ("Paris said", "Jordan says"), so not for places
+_SPEAKING_VERBS = frozenset("said says told asked reckons thinks wants thought reckoned wanted".split())
+# ... a place is its speaker only when "he"/"she" opens what is said ("Austin said he would"; "Israel said Mr
+# Arafat had forfeited his role", "Sydney says it is delighted" are a state and a club)
+_HE_OR_SHE_NEXT = re.compile(r"[ \t]+(?:that[ \t]+)?(?:he|she)\b")
+# Verbs whose object is a person (before a word name: "ask Hope if", "I'll tell Grace"; not prepositions, which
+# take the word as a word: "with grace", "for Faith Healing"); "let X know" takes a person too
+_PERSON_OBJECT_VERBS = frozenset("""ask asked asking tell told telling text texted texting message messaged remind
+reminded thank thanked hug hugged congratulate congratulated phone phoned ring email emailed invite invited""".split())
+# A possessive before these nouns names a person and what people have ("Rosa's birthday", "Joy's leaving present",
+# "Ivy's new puppy"): a place's possessive takes other nouns ("Jordan's capital", "Austin's house prices")
+_PERSONAL_NOUNS = frozenset("""birthday party mum mom dad mother father husband wife boyfriend girlfriend partner
+brother sister son daughter kids children baby dog cat puppy kitten phone number mobile car bike wedding funeral
+leaving present gift homework coat bag flat bedroom lunch lunchbox shoes hair christening hen stag graduation
+nan grandma grandad grandpa granny auntie uncle aunt cousin friend friends mate mates boss""".split())
+# ... of which a word the lexicon lacks takes only relatives, occasions and a child's things (firms have cars,
+# phones and numbers too: "Tesco's car park")
+_UNKNOWN_OWNER_NOUNS = frozenset("""birthday party mum mom dad mother father husband wife boyfriend girlfriend
+partner brother sister son daughter kids children baby wedding funeral christening graduation nan grandma grandad
+bike coat homework lunchbox shoes hair puppy dog cat bedroom""".split())
+# Adverbs between a subject and its verb ("Faith just texted", "Hope never replied")
+_SUBJECT_ADVERBS = frozenset("just also already finally still never always".split())
+_VERB_AFTER_SUBJECT = re.compile(r"[ \t]+(?:(?:" + "|".join(sorted(_SUBJECT_ADVERBS)) + r")[ \t]+)?(?P<v>[a-z]+)\b")
+# Sign-offs that close a message with the writer's name on the next line ("Cheers,\nRosalind", "LG\nReinhild")
+_SIGN_OFFS = ("cheers", "best", "best regards", "best wishes", "kind regards", "warm regards", "regards",
+              "sincerely", "yours", "yours sincerely", "yours truly", "love", "lots of love", "take care",
+              "all the best", "thanks", "many thanks", "thank you", "thanks again", "thx", "speak soon",
+              "viele grüße", "liebe grüße", "beste grüße", "herzliche grüße", "schöne grüße", "freundliche grüße",
+              "mit freundlichen grüßen", "gruß", "grüße", "lg", "vg", "mfg", "bis bald", "bis dann", "danke")
+_SIGN_OFF_NAME = re.compile(
+    r"(?:^|(?<=\n))[ \t]*(?i:" + "|".join(sorted((re.escape(p).replace(r"\ ", r"[ \t]+") for p in _SIGN_OFFS),
+                                                  key=len, reverse=True)) + r")"
+    rf"[ \t]*[,!.]?[ \t]*\n[ \t]*(?P<value>{_NAME_WORD})[ \t]*(?=\n|$)")
+# A one-word line that ends the message under a line closing with a comma: the writer's name ("See you
+# Thursday,\nRosalind", "Bis Montag,\nReinhild")
+_CLOSING_NAME = re.compile(rf"(?:^|(?<=\n))[^\n,]{{1,40}},[ \t]*\n[ \t]*(?P<value>{_NAME_WORD})[ \t]*\s*$")
+# German nouns of a person's relatives, occasions and things: after a genitive a rarer given name is the owner
+_GERMAN_PERSONAL_NOUNS = frozenset("""jacke geburtstag geburtstagsfeier party feier hochzeit mama papa mutter vater
+mann frau freund freundin schwester bruder sohn tochter kinder kind oma opa handy nummer handynummer adresse auto
+fahrrad rad zimmer tasche schlüssel hund katze schuhe mantel hausaufgaben brotdose eltern""".split())
+# German: an auxiliary and its pronoun, a given name, and later in the clause a participle that takes a person
+# ("Hast du Rosa schon gefragt", "Gestern habe ich Ansgar beim Bäcker getroffen")
+_GERMAN_AUX_PRONOUN_NAME = re.compile(
+    r"(?<![a-zäöüß])(?i:habe|hab|hast|hat|haben|habt|hatte|hattest|hatten)[ \t]+(?:ich|du|er|sie|wir|ihr|man)[ \t]+"
+    rf"(?:(?:schon|gestern|heute|mal|noch|doch|auch|nicht|endlich|eben)[ \t]+)*(?P<value>{_NAME_WORD})(?=[ \t])"
+    r"(?=[^.,;:!?\n]{0,40}?(?<![a-zäöüß])(?:gefragt|getroffen|angerufen|gesehen|besucht|eingeladen|gesprochen"
+    r"|geschrieben|erreicht|abgeholt|angeschrieben|gefunden|begrüßt|informiert|erinnert)(?![a-zäöüß]))")
+# Named storms ("Storm Babet", "Hurricane Katrina", "Sturmtief Zeynep"): the name after these is a storm's
+_STORM_WORDS = frozenset("""storm hurricane typhoon cyclone sturm sturmtief orkan orkantief tief hoch tropensturm
+wirbelsturm""".split())
+# Brands named with a form of address and a surname ("a can of Dr Pepper", "Mr Kipling cakes", "Dr. Oetker")
+# (no given name among them: "Mr Tom" is a peanut bar, but "Mr Tom Cooper" a person)
+_TITLED_BRANDS = frozenset("""dr pepper|dr oetker|dr martens|dr scholl|dr scholls|dr hauschka|mr kipling
+|mr muscle|mr sheen|mr clean|mr whippy|mr proper|mrs crimble""".replace("\n", "").split("|"))
+# After a preposition, a name and then a verb of buying or ordering is a shop named for its founder ("bei Otto
+# bestellt", "from Boden ordered"): the firm, not the person
+_SHOPPING_VERBS = frozenset("""bestellt bestellen bestelle gekauft kaufen kaufe eingekauft einkaufen geliefert
+ordered order bought buy shopped shop delivered""".split())
 # A list of one- or two-word capitalised items joined by commas and a last and/und/or/oder/& (``list_names``)
 _LIST_ITEM_RE = rf"{_NAME_WORD}(?:[ \t]+{_NAME_WORD})?"
 _LIST_ITEM = re.compile(_LIST_ITEM_RE)
@@ -1569,7 +1637,12 @@ class PersonNameRecognizer(EntityRecognizer):
             for m in _GENITIVE_NAME.finditer(text):
                 stem = m.group("value")
                 overall, _ = self.given_names.get(stem, (0, 0))
-                if (overall >= _COMMON_NAME_CLASS and stem.lower() not in self.function_words
+                # a rarer given name before a person's relatives, occasions or things ("Wiebkes Jacke",
+                # "Reinholds Geburtstag"); a common one before any noun ("Annas Vorschlag")
+                owned = text[m.end() + 1:].lstrip(" \t").split(" ", 1)[0].strip(".,!?;:").lower()
+                if (overall >= _COMMON_NAME_CLASS or (overall >= _CHAT_RARE_NAME_CLASS
+                                                      and owned in _GERMAN_PERSONAL_NOUNS)) and (
+                        stem.lower() not in self.function_words
                         and (stem + "s").lower() not in self.function_words and stem + "s" not in self.given_names
                         and m.span("value") not in seen):  # "Hans", "Jonas" are names of their own
                     seen.add(m.span("value"))
@@ -1578,7 +1651,12 @@ class PersonNameRecognizer(EntityRecognizer):
             for m in pattern.finditer(text):
                 if english is None:
                     english = self.is_english(text)
-                if m.span("value") not in seen and self.lone_given_name(m.group("value"), english):
+                # "my flatmate Thandiwe", "my sister Grace": after an English possessive and a kin noun any
+                # name-shaped word is the person (German kin nouns are capitalised nouns: "Sohn Gottes")
+                english_kin = (pattern is _KIN_NAME and m.group()[:1] in "MmOoYyHhTt"
+                               and m.group().split()[0].lower() in ("my", "our", "your", "his", "her", "their")
+                               and self._word_kind(m.group("value"), english) in ("word", "place", "unknown"))
+                if m.span("value") not in seen and (english_kin or self.lone_given_name(m.group("value"), english)):
                     seen.add(m.span("value"))
                     yield m.start("value"), m.end("value"), 0.7
         for m in _NAME_PAIR.finditer(text):
@@ -1600,6 +1678,10 @@ class PersonNameRecognizer(EntityRecognizer):
             if not needs_ner and span not in seen and not any(s < span[1] and span[0] < e for s, e in seen):
                 seen.add(span)
                 yield span[0], span[1], 0.7
+        for span in self.positional_names(text, english):
+            if span not in seen and not any(s < span[1] and span[0] < e for s, e in seen):
+                seen.add(span)
+                yield span[0], span[1], 0.7
         for span in (*self.chat_names(text), *self.label_names(text, english)):
             if span not in seen:
                 seen.add(span)
@@ -1613,6 +1695,8 @@ class PersonNameRecognizer(EntityRecognizer):
                     continue
             if title == "Dr" and _STREET_BEFORE_TITLE.search(before.rsplit("\n", 1)[-1]):
                 continue
+            if f"{title.lower()} {m.group('value').split()[0].lower()}" in _TITLED_BRANDS:
+                continue  # "a can of Dr Pepper", "Mr Kipling cakes": a brand
             span = self._leading_name_words(text, m.start("value"), m.end("value"))
             if span is not None and span not in seen and not self.looks_like_street(text, *span):
                 seen.add(span)
@@ -1702,6 +1786,11 @@ class PersonNameRecognizer(EntityRecognizer):
                     cue_word = _PREV_TOKEN.search(rest).group("tok").lower()
             if _after_place_prefix(text, start):
                 continue  # "Fort St. John's", "St. Lucia": a place
+            if prev_low in _STORM_WORDS:
+                continue  # "storm Babet", "Sturmtief Zeynep"
+            if (cue_word in ("bei", "von", "from", "at") and _SHOPPING_VERBS.intersection(
+                    _LOWER_WORD.findall(text[m.end():m.end() + 40])[:3])):
+                continue  # "bei Otto bestellt": a shop named for its founder
             if possessive and _CAPITAL_AFTER.match(text, m.end()):
                 continue  # "Jane's Information Group", "Jane's Publishing, Inc.": the possessive names a firm
             if possessive and _AUX_AFTER.match(text, m.end()):
@@ -1794,6 +1883,103 @@ class PersonNameRecognizer(EntityRecognizer):
         listed = set(self.list_names(text, english, german)) if _LIST_QUICK.search(text) else set()
         for start, end in sorted(set(found) | listed):
             yield start, end, (start, end) not in listed | confirmed and text[start:end].lower() in nouns
+
+    def _word_kind(self, word: str, english: bool) -> Optional[str]:
+        """What a lone capitalised word is to ``positional_names``: "name" (a lone given name by itself), "word"
+        (a given name that is an everyday word: "Faith", "Hope", "Grace"), "place" ("Jordan", "Austin",
+        "Paris"), "unknown" (no given name, no English word of any kind, no function, calendar, role,
+        organisation or street word: "Hamish", "Ffion"), or None (a product, club, interjection, noun of
+        address, title, or an English word the lexicon does not hold as a name)."""
+        low = word.lower()
+        if (low in _PRODUCT_GIVEN_NAMES or low in _CLUB_GIVEN_NAMES or low in _INTERJECTIONS or low in _ADDRESS_NOUNS
+                or low in _STORM_WORDS or low in _SHOP_GIVEN_NAMES or low in _ARCHAIC_WORDS
+                or _TITLE_TOKEN.match(word) or not word.replace("-", "").isalpha()):
+            return None
+        strength = self.given_name_strength(word, english)
+        if strength == 2:
+            if low in _PLACE_GIVEN_NAMES:
+                return "place"
+            return "name" if self.lone_given_name(word, english, not english) else "word"
+        # an extremely rare given name (class 1: "Ffion") is read as a word the lexicon lacks
+        if (len(word) < 3 or low in self.function_words or low in _CALENDAR_WORDS
+                or low in _ROLE_WORDS or low in _ORG_WORDS or low in _FACILITY_WORDS or low in _STREET_WORDS
+                or low in _STREET_DESIGNATORS or low in _PLACE_PREFIXES or low in _ADDRESS_WORDS
+                or low in english_word_forms(self.word_model) or low in english_nouns(self.word_model)
+                or (low.endswith("s") and low[:-1] in english_nouns(self.word_model))):
+            return None
+        return "unknown" if english_word_forms(self.word_model) else None
+
+    def positional_names(self, text: str, english: bool) -> Iterator[tuple[int, int]]:
+        """Lone capitalised words that the position alone makes persons, though the lexicon calls them words or
+        places or does not know them (``_word_kind``):
+
+        * the subject of a verb only people do, opening a clause: contacting ("Faith texted me", "Austin rang
+          to say"), the body's own ("Grace laughed"); a word name before a verb of speaking ("Hope says");
+        * the object of a verb of asking, telling, thanking ("ask Hope if", "I'll tell Grace"), or "let X know"
+          (a word the lexicon lacks there too: "let Hamish know");
+        * a possessive before a person's relatives, occasions or things ("Rosa's birthday", "Joy's leaving
+          present", "Ivy's new puppy");
+        * the name line under a sign-off at the end of a message ("Cheers,\nRosalind", "LG\nReinhild").
+
+        English positions except the sign-off. Not inside a run of capitalised words, not after a place prefix
+        ("St. Paris"), not when the next word is capitalised too."""
+        for pattern in (_SIGN_OFF_NAME, _CLOSING_NAME):
+            for m in pattern.finditer(text):
+                word = m.group("value")
+                if self._word_kind(word, english) is not None or self.is_nickname(word):
+                    yield m.span("value")
+        if not english and self.is_german(text):
+            for m in _GERMAN_AUX_PRONOUN_NAME.finditer(text):
+                if self._word_kind(m.group("value"), False) in ("name", "word"):
+                    yield m.span("value")
+            return  # a short line of neither language takes the English positions ("I'll tell Grace tomorrow.")
+        for m in _SLOT_WORD.finditer(text):
+            start, end = m.span("value")
+            word = m.group("value")
+            possessive = _POSSESSIVE_END.search(word) is not None
+            if possessive:
+                word, end = word[:-2], end - 2
+            if not word[:1].isupper() or _after_place_prefix(text, start):
+                continue
+            before = text[max(0, start - 60):start]
+            prev = _PREV_TOKEN.search(before).group("tok")
+            if prev[:1].isupper() and re.split(r"['’]", prev.lower())[0] not in self.function_words:
+                continue  # inside a run of capitalised words ("It's Rosa's" aside): ``candidates`` reads it
+            nxt = _NEXT_TOKEN.match(text, m.end()).group("tok")
+            if nxt[:1].isupper():
+                continue
+            kind = self._word_kind(word, english)
+            if kind is None:
+                continue
+            nxt_word = re.match(r"[a-z]+", nxt)
+            following = nxt_word.group() if nxt_word else ""
+            if possessive:
+                # the noun right after it, or after one adjective ("Ivy's new puppy")
+                owned = re.match(r"[ \t]+(?P<a>[a-z]+)(?:[ \t]+(?P<b>[a-z]+))?", text[m.end():m.end() + 50])
+                noun = None
+                if owned is not None:
+                    noun = owned.group("a") if owned.group("a") in _PERSONAL_NOUNS else owned.group("b")
+                if (noun in _PERSONAL_NOUNS and (kind != "unknown" or noun in _UNKNOWN_OWNER_NOUNS)
+                        and not _EPITHET_BEFORE.search(before)):
+                    yield start, end
+                continue
+            stripped = before.rstrip(" \t")
+            clause_start = not stripped or stripped[-1] in "\n.!?:;,\"“(" or prev in ("-", "–", "—")
+            if clause_start and following:
+                verb_m = _VERB_AFTER_SUBJECT.match(text, m.end())  # "Faith texted", "Faith just texted"
+                verb = verb_m.group("v") if verb_m is not None else ""
+                if (verb in _BODILY_VERBS or (verb in _CONTACT_VERBS and kind != "unknown")
+                        or (verb in _SPEAKING_VERBS and kind in ("word", "name"))
+                        or (verb in _SPEAKING_VERBS and kind == "place"
+                            and _HE_OR_SHE_NEXT.match(text, verb_m.end()))):  # "Austin said he would"
+                    yield start, end
+                    continue
+            prev_low = prev.lower()
+            if prev_low == "let" and following == "know":
+                yield start, end
+            elif (prev_low in _PERSON_OBJECT_VERBS and kind != "unknown"
+                  and (following or not nxt or nxt[:1] in ",.!?;:)")):
+                yield start, end
 
     def _pronoun_subject(self, text: str, start: int, end: int) -> bool:
         """A capitalised word opening a sentence, then a lexical finite verb, and "he"/"she"/"his"/"her" later in
@@ -2045,11 +2231,15 @@ class PersonNameRecognizer(EntityRecognizer):
                 word = toks[i][2]
                 if word.lower().rstrip(".") in _PLACE_PREFIXES:
                     break  # the rest of the run names the place: "Sankt Peter Ording", "San Jose Avenue"
+                if word.lower() in _STORM_WORDS:
+                    break  # the rest of the run names a storm: "Storm Babet", "Hurricane Katrina"
                 if (_TITLE_TOKEN.match(word) or not _NAME_TOKEN.match(word)
                         or word.lower() in self.function_words):
                     i += 1
                     continue
                 titled = i > 0 and bool(_TITLE_TOKEN.match(toks[i - 1][2]))
+                if titled and f"{toks[i - 1][2].rstrip('.').lower()} {word.lower()}" in _TITLED_BRANDS:
+                    break  # "Dr Pepper", "Dr. Oetker": a brand
                 if not titled and word.lower() in _BRAND_GIVEN_NAMES:
                     i += 1  # "Milka Schokolade", "Siri Shortcuts": a brand that is a given name only abroad
                     continue
