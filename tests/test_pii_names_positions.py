@@ -43,6 +43,10 @@ def test_the_position_makes_a_person(engine, text, expected):
     "Mr Kipling cakes were on offer.",
     "Die Jacke habe ich bei Otto bestellt.",         # a shop before a verb of buying
     "Heute habe ich Kinder abgeholt.",               # a German noun after auxiliary and pronoun
+    "The Paris Agreement set targets for emissions.",  # treaties, laws and events named after a person or place
+    "The Stanley Cup final went to seven games.",
+    "The Geneva Convention protects prisoners of war.",
+    "Das Pariser Abkommen gilt seit 2016.",
 ])
 def test_words_places_brands_storms_stay(engine, text):
     assert names(engine, text) == []

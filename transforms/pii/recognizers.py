@@ -1059,8 +1059,8 @@ august september october november december montag dienstag mittwoch donnerstag f
 februar märz juni juli oktober dezember""".split())
 _ORG_WORDS = frozenset("""foundation inc ltd llc gmbh ag corp corporation company university institute project team
 group association society consortium council committee""".split())
-# Words that end the name of a place or an institution and (almost) never a personal name: "Victoria Station",
-# "Grace Academy", "Charles Darwin Library" name no person. Surnames that are also such words ("Hall", "Church",
+# Words that end the name of a place, an institution, a treaty or law, or an event, and (almost) never a personal
+# name: "Victoria Station", "Grace Academy", "Charles Darwin Library", "Paris Agreement", "Stanley Cup" name no person. Surnames that are also such words ("Hall", "Church",
 # "Temple", "Tower", "Castle", "Arena", "Marina") are left out.
 _FACILITY_WORDS = frozenset("""building buildings line station airport airfield hospital infirmary clinic museum
 gallery library school
@@ -1070,7 +1070,10 @@ harbor lighthouse pavilion bahnhof hauptbahnhof flughafen krankenhaus klinik kli
 universität hochschule kirche stadion bibliothek
 falls canyon gulf peninsula coast county reservoir hole palace memorial prize award medal garden gardens river
 tech labs studios records motors airlines airways institut stiftung verein verband zentrum akademie turm brücke
-preis verlag werk werke brauerei versicherung""".split())
+preis verlag werk werke brauerei versicherung
+agreement agreements accord accords treaty convention protocol pact doctrine declaration charter amendment act
+cup trophy games championship championships conference festival
+abkommen vertrag gesetz pokal konferenz festspiele""".split())
 # First words of place names ("San Jose", "Santa Clara", "Sankt Peter Ording", "Fort Worth", "Lake Louise"): the
 # rest of the run names the place, though some of them are rare given names too.
 _PLACE_PREFIXES = frozenset("""san santa santo são sao sankt saint st fort mount mt lake cape port bad""".split())
