@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import repeat
 
 from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.html import HTMLTree
@@ -175,7 +176,11 @@ def _boilerplate_selector(html: str) -> str:
     one query stays cheap); ``_named_boilerplate`` then checks each match's own value."""
     parts = []
     for attr, pattern in zip(("class", "id"), _ATTR_RES):
-        tokens = {_quoted_name_verdict(quoted) for quoted in set(pattern.findall(html))}
+        quoted_values = set(pattern.findall(html))
+        # the verdicts known already looked up in C (a page's values are mostly known: the site's template)
+        tokens = set(map(_QUOTED_NAME_CACHE.get, quoted_values, repeat(False)))
+        if False in tokens:
+            tokens = {_quoted_name_verdict(quoted) for quoted in quoted_values}
         tokens.discard(None)
         # "comment" matches what "comments" and "commentlist" would: one selector for them all (each selector
         # costs a match against every element)
@@ -320,7 +325,7 @@ def _semantic_root(body, html: str, upper: bool, total: int):
     found = []
     if upper or "<main" in html:
         found = body.get_elements_by_tag_name("main")[:]
-    if upper or "role=\"main" in html or "role=main" in html or "role='main" in html:
+    if upper or ("role=" in html and ("role=\"main" in html or "role=main" in html or "role='main" in html)):
         found = list({id(el): el for el in (*found, *body.get_elements_by_attr("role", "main")[:])}.values())
     if len(found) == 1 and _text_len(found[0]) >= 0.3 * total:
         return found[0], "main"
@@ -353,7 +358,10 @@ def _scored_root(body, total: int):
             first = el.first_element_child
             if first is not None and (first.tag in _BLOCKISH or (first.tag == "a" and len(first.text) * 5 >= n * 4)):
                 continue
-        weight = n + 10 * (text.count(",") + text.count("，") + text.count("、"))
+        commas = text.count(",")
+        if not text.isascii():  # (isascii reads a flag: the CJK commas need a scan each only in such a text)
+            commas += text.count("，") + text.count("、")
+        weight = n + 10 * commas
         parent = el.parent
         if parent is not None:
             own[parent] = own.get(parent, 0) + weight
@@ -370,11 +378,12 @@ def _scored_root(body, total: int):
         best = best.parent
     # go up while the parent adds little but a heading (the title sits next to the text's container)
     parent = best.parent
+    own = _text_len(best) if parent is not None and parent.tag not in ("body", "html") else 0
     while parent is not None and parent.tag not in ("body", "html"):
-        own, up = _text_len(best), _text_len(parent)
+        up = _text_len(parent)
         if up > own * 1.15 + 200:
             break
-        best, parent = parent, parent.parent
+        best, parent, own = parent, parent.parent, up  # (the parent's text is the next step's own)
     # the text continues in siblings of the same kind (sections of a manual, posts of a thread): their parent
     parent = best.parent
     if parent is not None and parent.tag not in ("body", "html"):
