@@ -429,7 +429,8 @@ def _drop_link_dense(root, html: str, threshold: float) -> None:
     if "<a" not in html:
         return
     for el in root.query_selector_all("ul, ol, dl, table")[:]:
-        if el.parent is None or len(el.get_elements_by_tag_name("a")) < 3:
+        # the link count first: asking for the parent hands a node to Python (None: inside one dropped already)
+        if len(el.get_elements_by_tag_name("a")) < 3 or el.parent is None:
             continue
         links = _LINK_RE.findall(el.html)
         if len(links) < 3:
