@@ -159,6 +159,39 @@ def test_paragraphs_written_as_divs_in_nested_sections_are_all_kept():
     assert "Town archive" not in result.text and "Ferry timetable" not in result.text
 
 
+def test_paragraph_tests_in_python_agree_with_the_selectors_they_stand_for():
+    """The sidebar rule's tests walk nodes in Python (a selector query over a manual's section costs its whole
+    subtree): a div is a leaf exactly where ``div:not(:has(> p, > div, ...))`` says so (a block inside an inline
+    child is no child; capitals in the source; a block after inline children), and a note stands among paragraphs
+    when one of 80+ characters is a sibling on either side, or in a list item, beside the list."""
+    from resiliparse.parse.html import HTMLTree
+
+    from transforms.extract.core import _BLOCK_CHILD, _among_paragraphs, _is_leaf_div
+
+    long = "a paragraph long enough to count as the text of the page, eighty characters and then some more"
+    divs = ["<div>plain text</div>", "<div>text <code>x</code> <em>y</em></div>",
+            "<div><span><div>block inside an inline child</div></span></div>", "<div>text <b>x</b><P>p</P></div>",
+            "<div><h2>title</h2>text</div>", "<div><a>x</a><table><tr><td>t</td></tr></table></div>",
+            '<div><a title="<div>">x</a></div>', "<div></div>"]
+    tree = HTMLTree.parse("<body>" + "".join(f'<section id="s{i}">{d}</section>' for i, d in enumerate(divs)) + "</body>")
+    leaves = {el.parent.id for el in tree.body.query_selector_all(f"div:not(:has({_BLOCK_CHILD}))")[:]
+              if el.parent.tag == "section"}
+    assert leaves == {"s0", "s1", "s2", "s6", "s7"}
+    for i in range(len(divs)):
+        div = tree.body.query_selector(f"#s{i} > div")
+        assert _is_leaf_div(div) == (f"s{i}" in leaves), divs[i]
+
+    def note_among(html: str) -> bool:
+        return _among_paragraphs(HTMLTree.parse(f"<body>{html}</body>").body.query_selector(".sidebar"))
+
+    note = '<div class="sidebar"><div class="title">NOTE</div><div class="para">short</div></div>'
+    assert note_among(f'<div><div class="para">{long}</div><a id="x"></a>{note}</div>')  # before it
+    assert note_among(f'<div>{note}<div class="para">short</div><p>{long}</p></div>')  # after it
+    assert not note_among(f'<div><div class="para">short</div>{note}<div><div>{long}</div></div></div>')
+    assert note_among(f'<div><p>{long}</p><ul><li>{note}</li></ul></div>')  # in a list item: beside the list
+    assert not note_among(f'<div><ul><li>{note}</li><li><p>{long}</p></li></ul></div>')
+
+
 def test_a_single_page_manual_is_kept_whole_not_its_densest_subsection():
     """texinfo and DocBook write a whole manual on one page, chapters > sections > subsections: the subsection
     that gathers the most paragraphs is one part among siblings of its kind, and the text is the manual's."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import repeat
 
 from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.html import HTMLTree
@@ -88,9 +89,9 @@ _PARAGRAPHS = "p, pre, li, td, dd, blockquote"
 # A <div> that holds text but no block element as a child is a paragraph too (Readability turns such divs into
 # <p>): DocBook and publican manuals, many CMS and exported documents write every paragraph as <div class="para">.
 # Not one inside a paragraph counted already.
-_BLOCK_CHILD = ", ".join(f"> {tag}" for tag in ("p", "div", "section", "article", "ul", "ol", "dl", "table", "pre",
-                                                "blockquote", "h1", "h2", "h3", "h4", "h5", "h6", "header", "figure",
-                                                "form"))
+_BLOCK_TAGS = ("p", "div", "section", "article", "ul", "ol", "dl", "table", "pre", "blockquote", "h1", "h2", "h3", "h4",
+               "h5", "h6", "header", "figure", "form")
+_BLOCK_CHILD = ", ".join(f"> {tag}" for tag in _BLOCK_TAGS)
 # (children only: a descendant test walks every div's whole subtree, and DocBook nests divs deep)
 _LEAF_DIVS = f"div:not(:has({_BLOCK_CHILD})):not(p div, pre div, li div, td div, dd div, blockquote div)"
 
@@ -128,10 +129,16 @@ def _text_len(node) -> int:
 # can. The class/id vocabulary is matched on the attribute values found in the HTML source (a regex over the
 # string): the query asks only for the boilerplate tokens the page uses, and each element it returns is judged
 # on its own value.
-# class and id values, double-quoted, single-quoted or bare (a literal prefix each: the regex engine skips ahead)
-_ATTR_RES = (re.compile(r"""class=(?:"([^"<>]*)"|'([^'<>]*)'|([^\s"'<>=`]+))"""),
-             re.compile(r"""id=(?:"([^"<>]*)"|'([^'<>]*)'|([^\s"'<>=`]+))"""))
+# class and id values, double-quoted, single-quoted or bare (a literal prefix each: the regex engine skips ahead),
+# taken with their quotes (one string a match, no tuple of groups) and unquoted only when first seen
+_ATTR_RES = (re.compile(r"""class=("[^"<>]*"|'[^'<>]*'|[^\s"'<>=`]+)"""),
+             re.compile(r"""id=("[^"<>]*"|'[^'<>]*'|[^\s"'<>=`]+)"""))
 _NAME_CACHE: dict[str, str | None] = {}
+_QUOTED_NAME_CACHE: dict[str, str | None] = {}  # the same verdicts, keyed by the value as the source quotes it
+# every string a boilerplate word can hold (a token, prefix or suffix): a value (lowercased) holding none has no
+# boilerplate token, and most values hold none (an id such as "id-1.11.12.6.2"): one regex search settles them
+_ANY_BOILER_RE = re.compile("|".join(map(re.escape, sorted(set(_BOILER_TOKENS) | set(_BOILER_PREFIXES)
+                                                           | set(_BOILER_SUFFIXES), key=len, reverse=True))))
 _SAFE_VALUE = re.compile(r'^[^\\"\n]*$')
 # inline elements are never pruned by their name (``<span class="hljs-comment">`` inside code is code)
 _INLINE = frozenset(("span", "code", "b", "i", "em", "strong", "sup", "sub", "var", "kbd", "samp", "tt", "small",
@@ -147,9 +154,19 @@ _NOT_INLINE = ":not(span, a)"
 def _name_verdict(value: str) -> str | None:
     verdict = _NAME_CACHE.get(value, False)
     if verdict is False:
-        verdict = _boilerplate_token(value)
+        verdict = _boilerplate_token(value) if _ANY_BOILER_RE.search(value.lower()) else None
         if len(_NAME_CACHE) < 100_000:
             _NAME_CACHE[value] = verdict
+    return verdict
+
+
+def _quoted_name_verdict(quoted: str) -> str | None:
+    """``_name_verdict`` of a class or id value as ``_ATTR_RES`` takes it from the source (in its quotes)."""
+    verdict = _QUOTED_NAME_CACHE.get(quoted, False)
+    if verdict is False:
+        verdict = _name_verdict(quoted[1:-1] if quoted[:1] in ("'", '"') else quoted)
+        if len(_QUOTED_NAME_CACHE) < 100_000:
+            _QUOTED_NAME_CACHE[quoted] = verdict
     return verdict
 
 
@@ -159,11 +176,15 @@ def _boilerplate_selector(html: str) -> str:
     one query stays cheap); ``_named_boilerplate`` then checks each match's own value."""
     parts = []
     for attr, pattern in zip(("class", "id"), _ATTR_RES):
-        tokens = {_name_verdict(value) for value in {dq or sq or bare for dq, sq, bare in pattern.findall(html)}}
+        quoted_values = set(pattern.findall(html))
+        # the verdicts known already looked up in C (a page's values are mostly known: the site's template)
+        tokens = set(map(_QUOTED_NAME_CACHE.get, quoted_values, repeat(False)))
+        if False in tokens:
+            tokens = {_quoted_name_verdict(quoted) for quoted in quoted_values}
         tokens.discard(None)
         # "comment" matches what "comments" and "commentlist" would: one selector for them all (each selector
         # costs a match against every element)
-        for token in sorted(tokens, key=len):
+        for token in sorted(tokens, key=lambda token: (len(token), token)):  # (the same selector every run)
             if _SAFE_VALUE.match(token) and not any(t in token for t in tokens if len(t) < len(token)):
                 parts.append(f'[{attr}*="{token}"]')
     return f":is({', '.join(parts)}){_NOT_INLINE}" if parts else ""
@@ -241,26 +262,61 @@ def _remove_if_boilerplate(el, never, guard: int) -> bool:
     return False
 
 
-_ANCHOR = "data-corpusmill-anchor"
-_CHILD_PARAGRAPHS = f"[{_ANCHOR}] > p, [{_ANCHOR}] > div:not(:has({_BLOCK_CHILD}))"
+_BLOCK_TAG_SET = frozenset(_BLOCK_TAGS)
+# a block element's start tag anywhere in an element's serialized HTML (lexbor writes tag names in lower case, and
+# escapes "<" in text): none after the element's own, and no child of it is a block
+_BLOCK_START_RE = re.compile(r"<(?:" + "|".join(_BLOCK_TAGS) + r")[\s/>]")
+
+
+def _is_leaf_div(div) -> bool:
+    """Whether no element child of ``div`` is a block (``_BLOCK_TAGS``: what ``div:not(:has(> p, > div, …))``
+    says), without a selector query (each costs its parse and a walk of the subtree): a div without element
+    children, or whose first child is a block, is settled by that child; else its HTML holding no block start tag
+    past its own settles it; else its children are looked at one by one."""
+    child = div.first_element_child
+    if child is None:
+        return True
+    if child.tag in _BLOCK_TAG_SET:
+        return False
+    if _BLOCK_START_RE.search(div.html, 1) is None:
+        return True
+    while child is not None:
+        if child.tag in _BLOCK_TAG_SET:
+            return False
+        child = child.next_element_sibling
+    return True
 
 
 def _among_paragraphs(el) -> bool:
     """Whether ``el`` stands among paragraphs of the text (its parent, or the list's parent when it sits in a list
-    item, holds a paragraph of 80 characters or more): a box named "sidebar" there is a note inside the text
-    (DocBook's and AsciiDoc's sidebars, Sphinx's sidebar directive), where a page's side column stands beside
-    other columns, blocks of blocks. The parent's paragraphs are found in C (a marked parent and a child selector:
-    lexbor has no ``:scope``), not by walking its children in Python."""
+    item, holds a paragraph of 80 characters or more: a ``<p>``, or a ``<div>`` without block children, as a
+    child): a box named "sidebar" there is a note inside the text (DocBook's and AsciiDoc's sidebars, Sphinx's
+    sidebar directive), where a page's side column stands beside other columns, blocks of blocks. The walk goes
+    out from ``el``, its previous siblings first (a note follows the paragraph it comments), and stops at the
+    first such paragraph: a selector query would walk the parent's whole subtree (a manual's section holds the
+    rest of the page) and hand every paragraph to Python, each node handed over costing microseconds."""
     parent = el.parent
-    if parent is not None and parent.tag in ("li", "dd") and parent.parent is not None:
-        parent = parent.parent.parent or parent.parent
     if parent is None:
         return False
-    parent.setattr(_ANCHOR, "")
-    try:
-        return any(_text_len(p) >= 80 for p in parent.query_selector_all(_CHILD_PARAGRAPHS)[:] if p is not el)
-    finally:
-        parent.delattr(_ANCHOR)
+    if parent.tag in ("li", "dd") and parent.parent is not None:
+        parent = parent.parent.parent or parent.parent
+        return _holds_paragraph(parent.first_element_child, "next_element_sibling")
+    return (_holds_paragraph(el.previous_element_sibling, "previous_element_sibling")
+            or _holds_paragraph(el.next_element_sibling, "next_element_sibling"))
+
+
+def _holds_paragraph(child, step: str) -> bool:
+    """Whether ``child`` or a sibling of it in the direction ``step`` is a paragraph of 80 characters or more
+    (a ``<p>``, or a ``<div>`` without block children)."""
+    while child is not None:
+        tag = child.tag
+        if tag == "p":
+            if _text_len(child) >= 80:
+                return True
+        elif tag == "div" and _text_len(child) >= 80 and _is_leaf_div(child):
+            return True
+        child = getattr(child, step)
+    return False
 
 
 def _semantic_root(body, html: str, upper: bool, total: int):
@@ -269,7 +325,7 @@ def _semantic_root(body, html: str, upper: bool, total: int):
     found = []
     if upper or "<main" in html:
         found = body.get_elements_by_tag_name("main")[:]
-    if upper or "role=\"main" in html or "role=main" in html or "role='main" in html:
+    if upper or ("role=" in html and ("role=\"main" in html or "role=main" in html or "role='main" in html)):
         found = list({id(el): el for el in (*found, *body.get_elements_by_attr("role", "main")[:])}.values())
     if len(found) == 1 and _text_len(found[0]) >= 0.3 * total:
         return found[0], "main"
@@ -302,7 +358,10 @@ def _scored_root(body, total: int):
             first = el.first_element_child
             if first is not None and (first.tag in _BLOCKISH or (first.tag == "a" and len(first.text) * 5 >= n * 4)):
                 continue
-        weight = n + 10 * (text.count(",") + text.count("，") + text.count("、"))
+        commas = text.count(",")
+        if not text.isascii():  # (isascii reads a flag: the CJK commas need a scan each only in such a text)
+            commas += text.count("，") + text.count("、")
+        weight = n + 10 * commas
         parent = el.parent
         if parent is not None:
             own[parent] = own.get(parent, 0) + weight
@@ -319,11 +378,12 @@ def _scored_root(body, total: int):
         best = best.parent
     # go up while the parent adds little but a heading (the title sits next to the text's container)
     parent = best.parent
+    own = _text_len(best) if parent is not None and parent.tag not in ("body", "html") else 0
     while parent is not None and parent.tag not in ("body", "html"):
-        own, up = _text_len(best), _text_len(parent)
+        up = _text_len(parent)
         if up > own * 1.15 + 200:
             break
-        best, parent = parent, parent.parent
+        best, parent, own = parent, parent.parent, up  # (the parent's text is the next step's own)
     # the text continues in siblings of the same kind (sections of a manual, posts of a thread): their parent
     parent = best.parent
     if parent is not None and parent.tag not in ("body", "html"):
@@ -369,7 +429,8 @@ def _drop_link_dense(root, html: str, threshold: float) -> None:
     if "<a" not in html:
         return
     for el in root.query_selector_all("ul, ol, dl, table")[:]:
-        if el.parent is None or len(el.get_elements_by_tag_name("a")) < 3:
+        # the link count first: asking for the parent hands a node to Python (None: inside one dropped already)
+        if len(el.get_elements_by_tag_name("a")) < 3 or el.parent is None:
             continue
         links = _LINK_RE.findall(el.html)
         if len(links) < 3:
