@@ -238,6 +238,7 @@ def test_word_names_in_a_persons_position(rec, text, expected):
     "全班同学都来了。",       # all of the class before a title
     "和高层沟通一下。",       # a common noun after 和
     "我们要向高手学习。",     # a frequent noun after a preposition
+    "孩子们一进门，高声说个不停。",   # how one speaks, before a verb of speech
 ])
 def test_word_name_rules_leave_common_nouns(rec, text):
     assert names(rec, text) == []

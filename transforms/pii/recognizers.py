@@ -2771,9 +2771,10 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         if freq >= _CN_WORD_NAME_MAX_FREQ:
             return False
         subject = k == 0 or toks[k - 1][2] in ("x", "t", "c") or prev in ("是", "和", "跟", "与")
-        if (subject and nxt is not None and w[0] != "全"
+        if (subject and nxt is not None and w[0] != "全" and w[-1] != "声" and flag[:1] != "a"
                 and (nxt[1] in _CN_SPEECH_VERBS or nxt[1] in _CN_WORD_NAME_TITLES)):
-            return True  # "白云说", "方圆同学" ("全班同学": all of the class)
+            # "白云说", "方圆同学"; not how one speaks ("高声说笑", "齐声说", "温和说") nor "全班同学" (all of the class)
+            return True
         if (prev in _CN_CONTACT_PREPOSITIONS and nxt is not None and nxt[1] in _CN_CONTACT_VERBS
                 and (flag in _CN_NAME_TAGS or freq < _CN_PLAIN_WORD_NAME_MAX_FREQ)):
             return True  # "给向阳打了电话", "跟林海说一声" ("和高层沟通": a common noun)
