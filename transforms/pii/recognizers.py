@@ -2563,7 +2563,9 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         "扎西顿珠是"), or anything after a role word ("服务员卓玛态度好"). A name whose next character goes on
         as a word is a place or a thing ("乌兰察布", "格桑花", "扎西德勒"). Names joined by a middle dot
         ("买买提·艾力", "艾尔肯·吐尔逊") count wherever they stand."""
-        out = [m.span() for m in _CN_DOTTED_NAME.finditer(text)]
+        # the dotted pattern has no literal to scan for: read it only where a middle dot stands
+        out = ([m.span() for m in _CN_DOTTED_NAME.finditer(text)]
+               if any(d in text for d in _CN_MIDDLE_DOTS) else [])
         for m in _CN_MINORITY_NAME.finditer(text):
             s, e = m.span()
             if any(a < e and s < b for a, b in out):
