@@ -229,6 +229,9 @@ def test_minority_name_parts_inside_places_and_words(rec, text):
     ("你给方圆打个电话吧。", ["方圆"]),         # after 给 and before a verb of contact
     ("我们队的队长是高山。", ["高山"]),         # a role word, 是, and the word closing the clause
     ("楼上的韦建平又在装修。", ["韦建平"]),     # after 的: a given name jieba reads as a noun (建平, a county)
+    ("白云明天把资料带过来。", ["白云"]),       # the subject opening the clause before a time word
+    ("你问问林海，他有备用钥匙。", ["林海"]),   # after 问问 (tagged n), the object closing the clause
+    ("我的发型师柏春生手艺很好。", ["柏春生"]),  # after an occupation
 ])
 def test_word_names_in_a_persons_position(rec, text, expected):
     assert names(rec, text) == expected
@@ -239,6 +242,8 @@ def test_word_names_in_a_persons_position(rec, text, expected):
     "和高层沟通一下。",       # a common noun after 和
     "我们要向高手学习。",     # a frequent noun after a preposition
     "孩子们一进门，高声说个不停。",   # how one speaks, before a verb of speech
+    "艺术节下周开幕。",               # three characters before a time word: an event
+    "高山昨天下了一场雪。",           # a frequent noun before a time word
 ])
 def test_word_name_rules_leave_common_nouns(rec, text):
     assert names(rec, text) == []

@@ -2296,7 +2296,9 @@ _CN_ROLE_WORDS = frozenset("""客户 经理 项目经理 老师 记者 医生 �
 小姐 阿姨 叔叔 博士 院士 部长 局长 处长 科长 书记 市长 县长 村长 厂长 秘书 助理 负责人 联系人 收件人 申请人 快递员
 房东 邻居 室友 网友 教练 队员 球员 作家 画家 歌手 主持人 委员 实习生 表妹 表哥 表姐 表弟 店员 服务员 营业员 售货员 收银员
 保安 保姆 厨师 工人 前台 导游 骑手 外卖员 警察 民警 法官 诗人 演员 作者 学者 医护 大夫 镇长 乡长 省长 主席 总理 院长 社长
-组长 班主任 辅导员 同桌 哥哥 姐姐 弟弟 妹妹 爷爷 奶奶 外婆 外公 姥姥 舅舅 姑姑 阿姨 嫂子 女儿 儿子 妻子 丈夫""".split())
+组长 班主任 辅导员 同桌 哥哥 姐姐 弟弟 妹妹 爷爷 奶奶 外婆 外公 姥姥 舅舅 姑姑 阿姨 嫂子 女儿 儿子 妻子 丈夫
+理发师 发型师 设计师 摄影师 化妆师 美甲师 按摩师 咨询师 理疗师 药剂师 营养师 店主 老板娘 保洁员 清洁工 学长 学姐 学弟 学妹
+师兄 师姐 师弟 师妹 战友 队友 搭档 合伙人 舍友 闺蜜 发小 岳父 岳母 公公 婆婆 姐夫 妹夫 姑父 姨妈 舅妈 侄子 侄女 外甥""".split())
 # Verbs that open a greeting or a thanks, after which a family name starts a person's name ("祝贺高明轩获得冠军",
 # "感谢汪立新先生"); jieba cuts such names oddly ("高明" + "轩", "许国" + "平"), so the name is read up to the
 # next verb, particle or punctuation.
@@ -2780,10 +2782,18 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         if (prev in _CN_CONTACT_PREPOSITIONS and nxt is not None and nxt[1] in _CN_CONTACT_VERBS
                 and (flag in _CN_NAME_TAGS or freq < _CN_PLAIN_WORD_NAME_MAX_FREQ)):
             return True  # "给向阳打了电话", "跟林海说一声" ("和高层沟通": a common noun)
+        after = toks[k + 2] if k + 2 < len(toks) else None
+        if (len(w) == 2 and (k == 0 or toks[k - 1][2] == "x") and nxt is not None and nxt[2] == "t"
+                and after is not None and after[2][:1] in ("v", "p", "d")
+                and (flag in _CN_NAME_TAGS or freq < _CN_PLAIN_WORD_NAME_MAX_FREQ)):
+            # "方圆昨天把…借走了": the subject opening the clause before a time word and the predicate (two
+            # characters: "文化节下周开幕" is a festival)
+            return True
         # the verb as a verb ("为问杜鹃，": 问 read as a noun) and a noun after it ("感觉叫舒服。": an adjective
         # after a verb is a predicate)
         v = k - 2 if prev == "了" else k - 1
-        verb = v >= 0 and toks[v][1] in _CN_OBJECT_VERBS and toks[v][2][:1] in ("v", "p")
+        # ("问问" is a verb whatever jieba tags it: a reduplicated verb is no noun)
+        verb = v >= 0 and toks[v][1] in _CN_OBJECT_VERBS and (toks[v][2][:1] in ("v", "p") or toks[v][1] == "问问")
         if verb and closes and flag[:1] == "n":
             return True
         plain_ok = flag in _CN_NAME_TAGS or freq < _CN_PLAIN_WORD_NAME_MAX_FREQ
