@@ -200,3 +200,69 @@ def test_cut_name_rules_leave_words(rec, text):
 ])
 def test_bound_suffix_not_before_punctuation(rec, text, expected):
     assert names(rec, text) == expected
+
+
+# minority names read by character from the list of name parts, where a person stands ------------------------
+@pytest.mark.parametrize("text,expected", [
+    ("我的同桌叫阿依努尔，她数学特别好。", ["阿依努尔"]),   # jieba has no such word
+    ("昨天跟达瓦聊了很久。", ["达瓦"]),                    # after a preposition that takes a person
+    ("新来的实习生斯琴明天报到。", ["斯琴"]),              # after a role word
+    ("请买买提·艾力同学到前台领取快递。", ["买买提·艾力"]),  # parts joined by a middle dot
+])
+def test_minority_names_where_a_person_stands(rec, text, expected):
+    assert names(rec, text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "乌兰察布今年冬天特别冷。",     # a city that begins with a name part: the word goes on
+    "格桑花开满了山坡。",           # a flower
+    "扎西德勒！祝大家新年快乐。",   # a greeting
+    "他在乌兰住了三年。",           # a place after 在
+])
+def test_minority_name_parts_inside_places_and_words(rec, text):
+    assert names(rec, text) == []
+
+
+# word names: a family name + a common word, where only a person stands ---------------------------------------
+@pytest.mark.parametrize("text,expected", [
+    ("白云说她下周回老家。", ["白云"]),         # before a verb of speech
+    ("你给方圆打个电话吧。", ["方圆"]),         # after 给 and before a verb of contact
+    ("我们队的队长是高山。", ["高山"]),         # a role word, 是, and the word closing the clause
+    ("楼上的韦建平又在装修。", ["韦建平"]),     # after 的: a given name jieba reads as a noun (建平, a county)
+    ("白云明天把资料带过来。", ["白云"]),       # the subject opening the clause before a time word
+    ("你问问林海，他有备用钥匙。", ["林海"]),   # after 问问 (tagged n), the object closing the clause
+    ("我的发型师柏春生手艺很好。", ["柏春生"]),  # after an occupation
+])
+def test_word_names_in_a_persons_position(rec, text, expected):
+    assert names(rec, text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "全班同学都来了。",       # all of the class before a title
+    "和高层沟通一下。",       # a common noun after 和
+    "我们要向高手学习。",     # a frequent noun after a preposition
+    "孩子们一进门，高声说个不停。",   # how one speaks, before a verb of speech
+    "艺术节下周开幕。",               # three characters before a time word: an event
+    "高山昨天下了一场雪。",           # a frequent noun before a time word
+])
+def test_word_name_rules_leave_common_nouns(rec, text):
+    assert names(rec, text) == []
+
+
+# brands, teas and districts that begin with a family name ---------------------------------------------------
+@pytest.mark.parametrize("text", [
+    "我最喜欢喝谢瑞麟。",           # a list entry (a jeweller), whatever the verb
+    "我们中午吃了李宁。",           # taken by a verb of eating
+    "他爸爸买了两瓶金六福酒。",     # a product noun after the maker
+    "徐汇有很多老洋房。",           # a district
+])
+def test_brands_and_districts_beginning_with_a_family_name(rec, text):
+    assert names(rec, text) == []
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("王芳的茶凉了。", ["王芳"]),           # a person's thing takes 的
+    ("我请王芳吃饭。", ["王芳"]),           # 吃 after the name
+])
+def test_product_rules_leave_people(rec, text, expected):
+    assert names(rec, text) == expected

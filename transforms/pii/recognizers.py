@@ -2489,7 +2489,9 @@ _CN_ROLE_WORDS = frozenset("""客户 经理 项目经理 老师 记者 医生 �
 小姐 阿姨 叔叔 博士 院士 部长 局长 处长 科长 书记 市长 县长 村长 厂长 秘书 助理 负责人 联系人 收件人 申请人 快递员
 房东 邻居 室友 网友 教练 队员 球员 作家 画家 歌手 主持人 委员 实习生 表妹 表哥 表姐 表弟 店员 服务员 营业员 售货员 收银员
 保安 保姆 厨师 工人 前台 导游 骑手 外卖员 警察 民警 法官 诗人 演员 作者 学者 医护 大夫 镇长 乡长 省长 主席 总理 院长 社长
-组长 班主任 辅导员 同桌 哥哥 姐姐 弟弟 妹妹 爷爷 奶奶 外婆 外公 姥姥 舅舅 姑姑 阿姨 嫂子 女儿 儿子 妻子 丈夫""".split())
+组长 班主任 辅导员 同桌 哥哥 姐姐 弟弟 妹妹 爷爷 奶奶 外婆 外公 姥姥 舅舅 姑姑 阿姨 嫂子 女儿 儿子 妻子 丈夫
+理发师 发型师 设计师 摄影师 化妆师 美甲师 按摩师 咨询师 理疗师 药剂师 营养师 店主 老板娘 保洁员 清洁工 学长 学姐 学弟 学妹
+师兄 师姐 师弟 师妹 战友 队友 搭档 合伙人 舍友 闺蜜 发小 岳父 岳母 公公 婆婆 姐夫 妹夫 姑父 姨妈 舅妈 侄子 侄女 外甥""".split())
 # Verbs that open a greeting or a thanks, after which a family name starts a person's name ("祝贺高明轩获得冠军",
 # "感谢汪立新先生"); jieba cuts such names oddly ("高明" + "轩", "许国" + "平"), so the name is read up to the
 # next verb, particle or punctuation.
@@ -2562,6 +2564,68 @@ _CN_AFTER_NAME_TAGS = frozenset("v d p c t y q u x".split())
 # "杜" + "鹏飞" (nz), "金" + "海燕" (nr).
 _CN_GIVEN_TAGS = ("nr", "nrfg", "nrt", "ns", "nz", "z")
 
+# Minority names in Chinese script (issue 47, zh round 3): Uyghur and Kazakh (阿依古丽, 买买提·艾力), Tibetan
+# (扎西顿珠), Mongolian (其其格). jieba has few of them and cuts the rest anywhere ("其" + "其" + "格是", "热" + "依" +
+# "拉"), so they are read by character from this list of common names and name parts, written from general
+# knowledge; one to three parts make a name ("扎西" + "顿珠", "阿不都" + "热合曼"), joined by a middle dot or not.
+# Parts that are also ordinary words or places are left out ("乌云" dark clouds, "洛桑" Lausanne, "才让", "别克"
+# Buick, "尼玛", "贡嘎" a mountain, "肉孜" a festival); a place that begins with a part ends the name in the middle
+# of a word ("乌兰察布", "扎西德勒", "格桑花") and is read by the boundary (``_minority_names``).
+_CN_MINORITY_NAME_PARTS = tuple(sorted(set("""
+阿依古丽 阿依努尔 阿依夏 阿依达娜 阿依江 古丽 古丽娜尔 古丽娜扎 古丽米拉 古丽巴哈尔 古再丽 努尔古丽 巴哈尔古丽 帕提古丽
+阿娜尔古丽 阿瓦古丽 热依拉 热依汗 热娜 热合曼 热扎克 阿不都 阿布都 阿卜杜 阿卜杜拉 阿布力孜 买买提 麦麦提 买合木提 艾买提
+艾力 艾尔肯 艾则孜 艾克拜尔 吐尔逊 吐尔洪 吐尔地 吐逊 努尔 努尔兰 努尔别克 迪丽热巴 阿力木 阿里木 阿迪力 依明 库尔班
+米娜瓦尔 祖丽菲亚 吾斯曼 玉素甫 哈斯木 阿米娜 木拉提 亚森 伊力哈木 加米拉 玛依拉 沙吾提 哈力克 叶尔兰 叶尔江 阿斯哈尔
+达吾提 阿尔祖 再努尔 排尔哈提 麦尔丹 卡德尔 托合提 尼加提 阿布拉 哈力别克 克里木 海热古丽 苏比努尔
+扎西 顿珠 卓玛 次仁 央宗 央金 拉姆 德吉 格桑 达瓦 旺堆 多吉 平措 索朗 白玛 普布 边巴 巴桑 丹增 强巴 次旦 曲珍 卓嘎
+措姆 仁增 益西 旺姆 米玛 多杰 嘉措 加措 坚赞 罗布 桑杰 泽仁 阿旺 土登 白珍 次珍 琼达 旦增 群培 嘎玛 扎巴 斯朗
+其其格 琪琪格 其木格 巴特尔 乌兰 斯琴 图雅 苏日娜 额尔敦 宝力德 那日苏 阿拉坦 格日勒 敖登 巴雅尔 乌日娜 萨仁 娜仁 托娅
+特木尔 巴图 毕力格 吉日嘎拉 乌力吉 阿古拉 宝音 斯日古楞 塔娜 达来 额尔德尼 满都拉 朝格图 哈斯 图门 苏德
+""".split()), key=len, reverse=True))
+_CN_MIDDLE_DOTS = "·•・‧"
+_CN_MINORITY_PART = "(?:" + "|".join(_CN_MINORITY_NAME_PARTS) + ")"
+_CN_MINORITY_NAME = re.compile(rf"{_CN_MINORITY_PART}(?:[{_CN_MIDDLE_DOTS}]?{_CN_MINORITY_PART}){{0,2}}")
+# A foreign or minority name joined by a middle dot ("艾尔肯·吐尔逊", "安娜·卡列尼娜"): each part of
+# transliteration characters or a minority name part; the dot itself says a name is meant.
+_CN_DOTTED_NAME = re.compile(
+    rf"(?<![\u4e00-\u9fff])(?:[{_CN_TRANSLIT_CHARS}]{{2,5}}|{_CN_MINORITY_PART})"
+    rf"(?:[{_CN_MIDDLE_DOTS}](?:[{_CN_TRANSLIT_CHARS}]{{2,5}}|{_CN_MINORITY_PART}))+(?![\u4e00-\u9fff])")
+# Where such a name stands: after what precedes a person (clause start, a role word, a verb that takes a person, a
+# time word) and before what follows one (a verb, 是/在/和, a title, punctuation).
+_CN_MINORITY_CUES = tuple(sorted(set("""叫 名叫 叫做 问 问问 找 给 跟 同 请 让 告诉 通知 转告 帮 陪 见到 遇到 碰到
+认识 谢谢 感谢 交给 联系""".split()), key=len, reverse=True))
+_CN_MINORITY_BEFORE = ("和", "与", "等", "是", "今天", "明天", "昨天", "刚才", "后天", "前天", "上午", "下午", "晚上", "早上",
+                       "中午", "周末", "最近", "现在")
+_CN_MINORITY_AFTER = frozenset("是在说和跟与同给把被也都又就还已今明昨刚才正等的了去来要会想问让请带找告叫对很最从向打回不没每可能"
+                               "一经常特非唱写读考跳做买拿看听笑哭")
+_CN_CLAUSE_PUNCT = frozenset("，。！？；：、,.!?;:\n“”\"'（）() 　")
+# Brands, shops, teas and districts that begin with a family name and that jieba reads as a name ("周大福" nr,
+# "王老吉" nr, "张裕", "毛峰", "张江"), written from general knowledge (the makers' names people also bear,
+# "李宁", "张亮", "杜康", are read by the product after them instead): a PERSON span inside one is dropped.
+_CN_NAMED_THINGS = frozenset("""周大福 周生生 周六福 老凤祥 谢瑞麟 王老吉 张裕 全聚德 李锦记 徐福记 谭木匠 鲁花 方太 卫龙
+江小白 金六福 牛栏山 欧莱雅 古驰 施华洛世奇 汤臣倍健 林清轩 老干妈 钱大妈 蒙牛 万达 毛峰 毛尖 单丛 龙井 白毫 张江 徐汇 杨浦
+闵行 陆家嘴 徐家汇 石景山 龙岗 余杭 秦淮 武侯 沙坪坝 洪山 成华 蔡甸 龙华 金牛 房山 江宁 黄浦""".split())
+_CN_NAMED_THING = re.compile("|".join(sorted(_CN_NAMED_THINGS, key=len, reverse=True)))
+# Products a brand or a maker's name stands right before ("张裕葡萄酒", "王老吉凉茶", "李宁运动鞋"): a name
+# right before one names the product, not a person ("王芳的茶": a person's thing takes 的).
+_CN_PRODUCT_NOUNS = frozenset("""酒 白酒 葡萄酒 红酒 啤酒 黄酒 米酒 酒业 酒厂 凉茶 茶 茶叶 红茶 绿茶 白茶 奶茶 茶饮 咖啡
+麻辣烫 鸭脖 烤鸭 火锅 月饼 饺子 包子 拉面 牛肉面 米线 黄焖鸡 炸鸡 汉堡 珠宝 金饰 首饰 金店 黄金 集团 牌 品牌 食品 饮料
+饮品 矿泉水 化妆品 护肤品 口红 香水 运动鞋 服装 家电 电器""".split())
+# Verbs of eating, drinking, smoking and wearing: what they take is a product, not a person ("喝王老吉"), unless
+# a verb follows ("吃王芳做的饭").
+_CN_CONSUMING_VERBS = frozenset("喝 吃 抽 穿 戴 喝了 吃了 抽了 穿了 戴了 买 买了".split())
+# Word names (a family name + a common word: 白云, 高原, 向阳, 林海) in a person's position: before a verb of speech
+# or a title ("白云说", "林海同学"), after a preposition that takes a person and before a verb of contact ("给向阳
+# 打了电话", "跟林海说一声"), or after a person noun and 是 closing the clause ("冠军是高原。").
+_CN_SPEECH_VERBS = frozenset("说 讲 告诉 回答 问 问道 说道 说过 笑着 答应 觉得 认为 知道 表示 打电话 发消息 回复".split())
+_CN_WORD_NAME_TITLES = frozenset("老师 同学 先生 女士 阿姨 叔叔 师傅 医生 大夫 经理 主任 教授 律师".split())
+_CN_CONTACT_PREPOSITIONS = frozenset("给 跟 和 同 向 找 问 叫 请 让 帮 陪".split())
+_CN_CONTACT_VERBS = frozenset("""说 讲 聊 打 发 写 寄 带 送 借 还 商量 联系 见面 道歉 解释 请教 打招呼 介绍 汇报 说明 确认 沟通
+交代 要 拿 约 打电话 发消息 视频 通话 说一声 讲讲 聊聊 学""".split())
+_CN_PERSON_NOUNS = _CN_ROLE_WORDS | frozenset("冠军 亚军 季军 第一名 获奖者 得主 主角 新郎 新娘 负责人 联系人 代表 发言人".split())
+# A word name this frequent is still a name in the strongest of these positions ("冠军是高原。" 3264).
+_CN_IDENTITY_WORD_NAME_MAX_FREQ = 5000
+
 
 def _jieba_freq(word: str) -> int:
     """jieba's dictionary frequency of ``word`` (0 when unknown or jieba is absent)."""
@@ -2605,7 +2669,8 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
 
     @staticmethod
     def quick_check(text: str) -> bool:
-        return _CN_CANDIDATE.search(text) is not None or _CN_TRANSLIT_CANDIDATE.search(text) is not None
+        return (_CN_CANDIDATE.search(text) is not None or _CN_TRANSLIT_CANDIDATE.search(text) is not None
+                or _CN_MINORITY_NAME.search(text) is not None)
 
     @staticmethod
     def clauses(text: str) -> list[tuple[int, int]]:
@@ -2628,11 +2693,12 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
 
     @staticmethod
     def is_name(word: str, flag: str = "nr", max_freq: Optional[int] = _CN_NAME_MAX_DICT_FREQ,
-                evidence: bool = False) -> bool:
+                evidence: bool = False, after_preposition: bool = False) -> bool:
         """A family name + one or two Han characters, not a place or a thing, and either tagged as a name
         (``nr``/``nrfg``/``nrt``) and not a frequent dictionary word, or an out-of-dictionary word the HMM
         tagged ``ns`` ("郑华", "余海": jieba knows no place by that name either). A word ending in 庄 is a village
-        unless the sentence gives ``evidence`` of a person ("韦庄《归国遥》")."""
+        unless the sentence gives ``evidence`` of a person ("韦庄《归国遥》"). 向/于/应 + a name is a preposition
+        and a name ("向中国", "应吴仪"), except ``after_preposition``, where a preposition already stands ("给向阳")."""
         if (len(word) < 2 or len(word) > 4 or word[-1] in _CN_PLACE_ENDS or word[-1] in _CN_THING_ENDS
                 or word in _CN_BRANDS or word in _CN_SURNAME_WORDS
                 or (len(word) >= 3 and word[-1] in _CN_NOUN_SUFFIXES)
@@ -2651,7 +2717,8 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         import jieba
         import jieba.posseg
 
-        if word[0] == "和" or (word[0] in "应于向" and jieba.posseg.dt.word_tag_tab.get(given) in ("ns", "nt", "nr")):
+        if word[0] == "和" or (word[0] in "应于向" and not after_preposition
+                              and jieba.posseg.dt.word_tag_tab.get(given) in ("ns", "nt", "nr")):
             return False  # "和领军", "和日本", "应中国", "应吴仪": a conjunction or preposition before a word
 
         freq = jieba.dt.FREQ.get(word)
@@ -2664,9 +2731,52 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
     def find(self, text: str) -> Iterator[tuple[int, int]]:
         # "《江城子》", "《虞美人》": a work's title, not a person; but "《曹操与杨修》" joins two people
         titles = [m.span() for m in _CN_WORK_TITLE.finditer(text) if not _CN_TITLE_JOINERS.intersection(m.group())]
-        for start, end in self._find(text):
-            if not any(s < end and start < e for s, e in titles):
-                yield start, end
+        things = [m.span() for m in _CN_NAMED_THING.finditer(text)]
+        minority = self._minority_names(text)
+        spans = [(s, e) for s, e in self._find(text) if not any(a <= s and e <= b for a, b in minority)]
+        spans += [(s, e) for s, e in minority if not any(a < e and s < b for a, b in spans)]
+        for start, end in sorted(spans):
+            if any(s < end and start < e for s, e in titles):
+                continue
+            # "周大福的金饰", "黄山毛峰是一种绿茶", "张江有很多芯片公司": a brand, a tea or a district; but a name
+            # before a verb of speech or a title is a person's ("张江说", "张江老师")
+            if any(s <= start and end <= e for s, e in things) and not self._person_follows(text, end):
+                continue
+            yield start, end
+
+    @staticmethod
+    def _person_follows(text: str, end: int) -> bool:
+        """What follows ``end`` says a person stands before it: a verb of speech, a title or a role word."""
+        return any(text.startswith(w, end) for w in _CN_SPEECH_VERBS | _CN_WORD_NAME_TITLES | _CN_ROLE_WORDS)
+
+    @staticmethod
+    def _minority_names(text: str) -> list[tuple[int, int]]:
+        """Minority and foreign names read by character (``_CN_MINORITY_NAME_PARTS``: "阿依古丽", "扎西顿珠",
+        "其其格", "热依拉", which jieba cuts anywhere), where a person stands: after the clause start, a role word
+        ("同事热依拉"), a verb or preposition that takes a person ("叫", "给", "跟"), a time word, or 的 (three
+        characters or more: "楼下的其其格"); and before a verb, 是/在/和, a title or punctuation ("阿依古丽在",
+        "扎西顿珠是"), or anything after a role word ("服务员卓玛态度好"). A name whose next character goes on
+        as a word is a place or a thing ("乌兰察布", "格桑花", "扎西德勒"). Names joined by a middle dot
+        ("买买提·艾力", "艾尔肯·吐尔逊") count wherever they stand."""
+        # the dotted pattern has no literal to scan for: read it only where a middle dot stands
+        out = ([m.span() for m in _CN_DOTTED_NAME.finditer(text)]
+               if any(d in text for d in _CN_MIDDLE_DOTS) else [])
+        for m in _CN_MINORITY_NAME.finditer(text):
+            s, e = m.span()
+            if any(a < e and s < b for a, b in out):
+                continue
+            before, after = text[max(0, s - 6):s], text[e:e + 4]
+            # a role word or a verb that takes a person says so whatever follows ("服务员卓玛态度好", "跟达瓦聊")
+            cued = (any(before.endswith(w) for w in _CN_PERSON_NOUNS)
+                    or any(before.endswith(w) or before.endswith(w + "了") for w in _CN_MINORITY_CUES))
+            prev_ok = (not before or before[-1] in _CN_CLAUSE_PUNCT or cued
+                       or any(before.endswith(w) for w in _CN_MINORITY_BEFORE)
+                       or (before.endswith("的") and e - s >= 3))
+            next_ok = (not after or after[0] in _CN_CLAUSE_PUNCT or after[0] in _CN_MINORITY_AFTER
+                       or any(after.startswith(w) for w in _CN_TITLES | _CN_ROLE_WORDS))
+            if prev_ok and (next_ok or cued):
+                out.append((s, e))
+        return out
 
     def _find(self, text: str) -> Iterator[tuple[int, int]]:
         pseg = _jieba_posseg()
@@ -2805,9 +2915,26 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
             # place or the shop ("刘光亮站在": the verb 站; jieba tags "超市" v too, so only a one-character
             # facility is read by its tag)
             spans = [self._with_bound_suffix(toks, s, e) for s, e in spans]
+            spans = [(s, e) for s, e in spans if not self._names_a_product(toks, s, e)]
             facility_at = {pos for pos, word, tag in toks
                            if word in _CN_FACILITY_NOUNS and (len(word) > 1 or tag[:1] != "v")}
             yield from sorted((s, e) for s, e in spans if e not in facility_at)
+
+    @staticmethod
+    def _names_a_product(toks, start: int, end: int) -> bool:
+        """The span start..end names a product or its maker, not a person: right before a product noun
+        ("张裕" + "葡萄酒", "王老吉" + "凉茶", "李宁" + "运动鞋"), or taken by a verb of eating, drinking or
+        wearing with no verb after it ("喝" + "王老吉", "吃了" + "周黑鸭"; not "吃王芳做的饭")."""
+        first = next((i for i, t in enumerate(toks) if t[0] == start), None)
+        after = next((t for t in toks if t[0] == end), None)
+        if after is not None and after[1] in _CN_PRODUCT_NOUNS:
+            return True
+        if first is None or first == 0:
+            return False
+        verb = toks[first - 1][1]
+        if verb == "了" and first >= 2:
+            verb = toks[first - 2][1]
+        return verb in _CN_CONSUMING_VERBS and not (after is not None and after[2][:1] == "v")
 
     def _word_as_name(self, toks, k: int) -> bool:
         """Token k, a family name + one or two characters however jieba tagged it ("方圆" n, "高山" ns, "黎明" nr
@@ -2817,10 +2944,11 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         three-character word right before a role word ("钟南山院士"). A dictionary word above
         ``_CN_WORD_NAME_MAX_FREQ`` stays a word ("找到了方向。", "同事关系很好")."""
         w, flag = toks[k][1], toks[k][2]
-        if not 2 <= len(w) <= 3 or w in _CN_ROLE_WORDS or not self.is_name(w, "nr", max_freq=None):
+        prev, nxt = (toks[k - 1][1] if k > 0 else ""), (toks[k + 1] if k + 1 < len(toks) else None)
+        if not 2 <= len(w) <= 3 or w in _CN_ROLE_WORDS or not self.is_name(
+                w, "nr", max_freq=None, after_preposition=prev in _CN_CONTACT_PREPOSITIONS):
             return False
         freq = _jieba_freq(w)
-        prev, nxt = (toks[k - 1][1] if k > 0 else ""), (toks[k + 1] if k + 1 < len(toks) else None)
         closes = nxt is None or nxt[2] == "x"
         if (prev in _CN_NAMING_VERBS and closes and k >= 2 and flag[:1] in ("n", "a", "t", "z", "b")
                 and (toks[k - 2][1] in _CN_ROLE_WORDS or toks[k - 2][1] in _CN_PERSONAL_PRONOUNS
@@ -2834,12 +2962,31 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         if (prev in _CN_PERSON_VERBS and flag in _CN_NAME_TAGS and freq < _CN_SUBJECT_MAX_DICT_FREQ
                 and nxt is not None and (nxt[2][:1] in ("v", "d", "p") or nxt[1] == "的")):
             return True  # "这本书是莫言送给我的", "请严冬确认": a name tagged nr, after a verb that takes a person
+        if (prev == "是" and closes and k >= 2 and toks[k - 2][1] in _CN_PERSON_NOUNS
+                and freq < _CN_IDENTITY_WORD_NAME_MAX_FREQ):
+            return True  # "这次比赛的冠军是高原。": who the champion is
         if freq >= _CN_WORD_NAME_MAX_FREQ:
             return False
+        subject = k == 0 or toks[k - 1][2] in ("x", "t", "c") or prev in ("是", "和", "跟", "与")
+        if (subject and nxt is not None and w[0] != "全" and w[-1] != "声" and flag[:1] != "a"
+                and (nxt[1] in _CN_SPEECH_VERBS or nxt[1] in _CN_WORD_NAME_TITLES)):
+            # "白云说", "方圆同学"; not how one speaks ("高声说笑", "齐声说", "温和说") nor "全班同学" (all of the class)
+            return True
+        if (prev in _CN_CONTACT_PREPOSITIONS and nxt is not None and nxt[1] in _CN_CONTACT_VERBS
+                and (flag in _CN_NAME_TAGS or freq < _CN_PLAIN_WORD_NAME_MAX_FREQ)):
+            return True  # "给向阳打了电话", "跟林海说一声" ("和高层沟通": a common noun)
+        after = toks[k + 2] if k + 2 < len(toks) else None
+        if (len(w) == 2 and (k == 0 or toks[k - 1][2] == "x") and nxt is not None and nxt[2] == "t"
+                and after is not None and after[2][:1] in ("v", "p", "d")
+                and (flag in _CN_NAME_TAGS or freq < _CN_PLAIN_WORD_NAME_MAX_FREQ)):
+            # "方圆昨天把…借走了": the subject opening the clause before a time word and the predicate (two
+            # characters: "文化节下周开幕" is a festival)
+            return True
         # the verb as a verb ("为问杜鹃，": 问 read as a noun) and a noun after it ("感觉叫舒服。": an adjective
         # after a verb is a predicate)
         v = k - 2 if prev == "了" else k - 1
-        verb = v >= 0 and toks[v][1] in _CN_OBJECT_VERBS and toks[v][2][:1] in ("v", "p")
+        # ("问问" is a verb whatever jieba tags it: a reduplicated verb is no noun)
+        verb = v >= 0 and toks[v][1] in _CN_OBJECT_VERBS and (toks[v][2][:1] in ("v", "p") or toks[v][1] == "问问")
         if verb and closes and flag[:1] == "n":
             return True
         plain_ok = flag in _CN_NAME_TAGS or freq < _CN_PLAIN_WORD_NAME_MAX_FREQ
@@ -2981,7 +3128,9 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
                      or (w[0] in _CN_GLUING_UNITS and k > 0 and toks[k - 1][2] == "m"))):
             cut = 1
         elif (len(w) == 1 and w in _CN_SURNAMES_1 and flag == "nr" and k > 0 and toks[k - 1][1] == "的"
-              and gflag in ("d", "v", "a", "ad", "vn") and _jieba_freq(given) < 100
+              and ((gflag in ("d", "v", "a", "ad", "vn") and _jieba_freq(given) < 100)
+                   # "楼下的" + "鲍" + "建平" (n 528, a county) + "又": a noun or a place as the given name
+                   or (gflag in ("n", "ns", "nz") and _jieba_freq(given) < 1000))
               and after is not None and after[2][:1] in ("v", "d", "t", "p", "x")):
             cut = 0
         else:
@@ -3085,6 +3234,8 @@ class ChineseSegmentedNameRecognizer(EntityRecognizer):
         after = toks[k + 2] if k + 2 < len(toks) else None
         if nxt[1] in _CN_ANIMATE_VERBS or nxt[1] == "《":
             return True  # "鲁迅说", "—— 李白《静夜思》": an author before the title of a work
+        if nxt[1] in ("来", "去") and after is not None and after[1] in _CN_PERSON_VERBS:
+            return True  # "昨天白云来找过你": coming to see someone
         if nxt[1] == "的" and after is not None and after[1] in _CN_PERSONAL_NOUNS:
             return True
         return nxt[1] == "在" and prev is None and after is not None and after[2] == "ns"
