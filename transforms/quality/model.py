@@ -79,7 +79,7 @@ class QualityTrainConfig(BaseModel):
                                 "at least this many training groups (source documents) use it, the uses of rarer ones "
                                 "going to the lower order: rare n-grams make it predict its own training text far "
                                 "better than unseen text (1: count all)")
-    l2: float = Field(1.0, ge=0.0, description="L2 penalty of the logistic stacker (on standardised features)")
+    l2: float = Field(2.0, ge=0.0, description="L2 penalty of the logistic stacker (on standardised features)")
     in_sample_weight: float = Field(0.5, ge=0.0, description="weight in the second stage's fit of the high-quality "
                                     "training texts scored in sample by the final n-gram model (text the model was "
                                     "trained on, as real corpora hold it); 0: out-of-fold documents only")
