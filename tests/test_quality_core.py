@@ -334,6 +334,32 @@ def test_english_models_of_feature_version_1_still_load_and_score_as_before(pros
         OrderFeatures.from_arrays(arrays)
 
 
+def test_word_ngram_columns_lower_a_score_only_where_they_say_chain():
+    from transforms.quality.model import ChainGuardedStage, SecondStage
+
+    rng = np.random.default_rng(3)
+    names = ["cohesion", "word_trigram_kept", "word_bigram_known"]
+    x = rng.random((600, 3))
+    p_fasttext = rng.uniform(0.2, 0.99, 600)
+    chain = x[:, 2] * (1 - x[:, 1])
+    # low quality: low cohesion, or a chain; the fits differ, so the guard has something to decide
+    y = ((x[:, 0] > 0.3) & (chain < 0.35)).astype(np.float64)
+    stage = ChainGuardedStage.fit(p_fasttext, x, y, 1.0, 0.1, names, chain_min=0.3)
+    full = SecondStage.fit(p_fasttext, x, y, 1.0, 0.1)
+    plain = SecondStage.fit(p_fasttext, x[:, :1], y, 1.0, 0.1)
+    guarded, says_chain = stage.predict_logit(p_fasttext, x), chain >= 0.3
+    np.testing.assert_allclose(guarded[says_chain], full.predict_logit(p_fasttext, x)[says_chain])
+    best = np.maximum(full.predict_logit(p_fasttext, x), plain.predict_logit(p_fasttext, x[:, :1]))
+    np.testing.assert_allclose(guarded[~says_chain], best[~says_chain])
+    assert (best[~says_chain] > full.predict_logit(p_fasttext, x)[~says_chain]).any()
+    # saved and loaded as the guarded stage; arrays without the plain stage load as a SecondStage (older models)
+    arrays = stage.to_arrays("stack_")
+    restored = ChainGuardedStage.from_arrays(arrays, "stack_")
+    np.testing.assert_allclose(restored.predict_logit(p_fasttext, x), guarded)
+    older = ChainGuardedStage.from_arrays(full.to_arrays("stack_"), "stack_")
+    assert type(older) is SecondStage and restored.gate == 0.1
+
+
 def test_default_model_cache_key_carries_the_feature_version(tmp_path, monkeypatch):
     from transforms.quality.step import default_model_path
 

@@ -79,12 +79,16 @@ class QualityTrainConfig(BaseModel):
                                 "at least this many training groups (source documents) use it, the uses of rarer ones "
                                 "going to the lower order: rare n-grams make it predict its own training text far "
                                 "better than unseen text (1: count all)")
-    l2: float = Field(1.0, ge=0.0, description="L2 penalty of the logistic stacker (on standardised features)")
+    l2: float = Field(2.0, ge=0.0, description="L2 penalty of the logistic stacker (on standardised features)")
     in_sample_weight: float = Field(0.5, ge=0.0, description="weight in the second stage's fit of the high-quality "
                                     "training texts scored in sample by the final n-gram model (text the model was "
                                     "trained on, as real corpora hold it); 0: out-of-fold documents only")
     gate: float = Field(0.1, gt=0.0, lt=1.0, description="fastText P(hq) below which a document is low quality "
                                                          "outright; the second stage decides the rest")
+    chain_min: float = Field(0.3, ge=0.0, le=1.0, description="English order features version 4: the second "
+                             "stage may score a document below the same stage fitted without the word n-gram columns "
+                             "only where those columns say Markov chain, word_bigram_known * (1 - word_trigram_kept) "
+                             ">= chain_min (0: everywhere, as first shipped); elsewhere the higher of the two")
 
 
 def fasttext_line(tokens: Sequence[str]) -> str:
@@ -213,6 +217,69 @@ class SecondStage:
                    LogisticStacker.from_arrays(arrays, prefix + "lr_"), float(arrays[prefix + "gate"][0]), *bounds)
 
 
+class ChainGuardedStage:
+    """The second stage over all columns, kept from lowering a document below the same stage fitted without the word
+    n-gram columns (``OrderFeatures.WORD_NGRAMS_V4``) except where those columns say Markov chain.
+
+    Adding the two columns refits every weight of the quadratic surface, not only theirs: its tail moved where real
+    text lies outside the training documents' range (Usenet posts whose head is a header block: class n-gram
+    log-probabilities far below prose's, few word pairs the training prose has), and 14 posts version 3 kept fell
+    below the threshold for no reason the new columns give. So the columns may only lower a score where they carry
+    their signal: many of the document's word trigrams have both word pairs in the training prose but not the
+    triple (``word_bigram_known * (1 - word_trigram_kept) >= chain_min``; Markov babble over the training prose about
+    0.39, real Austen about 0.17, Usenet posts about 0.07); elsewhere the document gets the higher of the two logits."""
+
+    def __init__(self, full: SecondStage, plain: SecondStage, plain_columns: np.ndarray, known_column: int,
+                 kept_column: int, chain_min: float):
+        self.full, self.plain, self.chain_min = full, plain, float(chain_min)
+        self.plain_columns = np.asarray(plain_columns, dtype=np.int64)
+        self.known_column, self.kept_column = int(known_column), int(kept_column)
+
+    @property
+    def gate(self) -> float:
+        return self.full.gate
+
+    @classmethod
+    def fit(cls, p_fasttext, order_x, y, l2: float, gate: float, names: Sequence[str], chain_min: float,
+            sample_weight=None) -> "ChainGuardedStage":
+        plain_columns = np.array([i for i, n in enumerate(names) if n not in OrderFeatures.WORD_NGRAMS_V4])
+        full = SecondStage.fit(p_fasttext, order_x, y, l2, gate, sample_weight)
+        plain = SecondStage.fit(p_fasttext, order_x[:, plain_columns], y, l2, gate, sample_weight)
+        return cls(full, plain, plain_columns, list(names).index("word_bigram_known"),
+                   list(names).index("word_trigram_kept"), chain_min)
+
+    def chain(self, order_x: np.ndarray) -> np.ndarray:
+        """The share of word trigram positions whose two word pairs the training prose has but not the triple."""
+        return order_x[:, self.known_column] * (1.0 - order_x[:, self.kept_column])
+
+    def predict_logit(self, p_fasttext: np.ndarray, order_x: np.ndarray) -> np.ndarray:
+        full = self.full.predict_logit(p_fasttext, order_x)
+        plain = self.plain.predict_logit(p_fasttext, order_x[:, self.plain_columns])
+        return np.where(self.chain(order_x) >= self.chain_min, full, np.maximum(full, plain))
+
+    def predict(self, p_fasttext: np.ndarray, order_x: np.ndarray) -> np.ndarray:
+        return sigmoid(self.predict_logit(p_fasttext, order_x))
+
+    def to_arrays(self, prefix: str) -> dict[str, np.ndarray]:
+        arrays = self.full.to_arrays(prefix)
+        arrays.update(self.plain.to_arrays(prefix + "plain_"))
+        arrays.update({prefix + "plain_columns": self.plain_columns,
+                       prefix + "chain_columns": np.array([self.known_column, self.kept_column], dtype=np.int64),
+                       prefix + "chain_min": np.array([self.chain_min])})
+        return arrays
+
+    @classmethod
+    def from_arrays(cls, arrays, prefix: str) -> "SecondStage | ChainGuardedStage":
+        """The stage saved under ``prefix``: guarded when the arrays hold the plain stage, else a plain SecondStage
+        (models saved before the guard, and Chinese ones)."""
+        full = SecondStage.from_arrays(arrays, prefix)
+        if prefix + "chain_min" not in arrays:
+            return full
+        known, kept = (int(i) for i in np.asarray(arrays[prefix + "chain_columns"]))
+        return cls(full, SecondStage.from_arrays(arrays, prefix + "plain_"), np.asarray(arrays[prefix + "plain_columns"]),
+                   known, kept, float(arrays[prefix + "chain_min"][0]))
+
+
 def sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-np.clip(x, -40, 40)))
 
@@ -288,7 +355,8 @@ def unreadable_reason(model_path: str) -> str | None:
 class QualityModel:
     """Scores texts: P(high quality) from fastText alone, from the order features alone, and stacked."""
 
-    def __init__(self, fasttext_model, order: OrderFeatures, stacker: "SecondStage | None", positive_label: str):
+    def __init__(self, fasttext_model, order: OrderFeatures, stacker: "SecondStage | ChainGuardedStage | None",
+                 positive_label: str):
         self.fasttext = fasttext_model
         self.order = order
         self.stacker = stacker
@@ -376,7 +444,7 @@ class QualityModel:
                 raise ValueError(f"{order_path}: model format {version}, this code reads "
                                  f"{', '.join(map(str, READABLE_FORMAT_VERSIONS))}")
             order = OrderFeatures.from_arrays(arrays)
-            stacker = SecondStage.from_arrays(arrays, "stack_")
+            stacker = ChainGuardedStage.from_arrays(arrays, "stack_")
             positive = bytes(arrays["positive_label"]).decode("utf-8")
         return cls(_load_fasttext(model_path), order, stacker, positive[len("__label__"):])
 
@@ -597,7 +665,11 @@ def train_quality_model(records: Sequence[dict], cfg: QualityTrainConfig, log=pr
             x_stack = np.vstack([x_stack, order.transform([texts[i] for i in seen])])
             y_stack = np.concatenate([y_stack, y[seen]])
             weights = np.concatenate([weights, np.full(len(seen), cfg.in_sample_weight)])
-        stacker = SecondStage.fit(p_stack, x_stack, y_stack, cfg.l2, cfg.gate, weights)
+        if cfg.chain_min > 0 and set(OrderFeatures.WORD_NGRAMS_V4) <= set(order.names):
+            stacker = ChainGuardedStage.fit(p_stack, x_stack, y_stack, cfg.l2, cfg.gate, order.names, cfg.chain_min,
+                                            weights)
+        else:
+            stacker = SecondStage.fit(p_stack, x_stack, y_stack, cfg.l2, cfg.gate, weights)
         log(f"quality train: second stage fitted on {len(passed)} documents fastText passes "
             f"({int((y[passed] == 0).sum())} of them low quality)")
     model = QualityModel(ft_model, order, stacker, cfg.positive_label)
