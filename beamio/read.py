@@ -272,7 +272,8 @@ def _as_input_files(files: Sequence[InputFile | str]) -> list[InputFile]:
 def _describe(value) -> str:
     if value is None:
         return "null"
-    return {bool: "a boolean", int: "a number", float: "a number", list: "a list", dict: "an object"}.get(
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list",
+            dict: "an object"}.get(
         type(value), type(value).__name__)
 
 
@@ -484,6 +485,10 @@ def parse_jsonl(fh, source: InputFile, cfg: InputConfig) -> Iterator[tuple[int, 
             except json.JSONDecodeError as err:
                 yield index, Quarantined(name, line_no, "invalid_json", f"not valid JSON: {err.msg} at column "
                                          f"{err.colno}", offset, key)
+                continue
+            except RecursionError:  # arrays/objects nested past the parser's recursion limit: one bad line
+                yield index, Quarantined(name, line_no, "invalid_json", "JSON nested too deeply to parse", offset,
+                                         key)
                 continue
             if not isinstance(record, dict):
                 yield index, Quarantined(name, line_no, "not_an_object", f"JSON value is {_describe(record)}, not "
