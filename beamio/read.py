@@ -176,9 +176,15 @@ def _match_entry(index: int, path: str, hidden: list | None = None) -> list[tupl
     elif not is_uri(path) and os.path.isdir(path):  # a local folder: its files, none when it holds none yet
         base = path.rstrip(os.sep) or os.sep
         found, left_out = [], []
-        for root, folders, names in os.walk(base):
+        walked = {os.path.realpath(base)}
+        # Linked folders are walked (a corpus assembled from links to other disks would otherwise be read as
+        # empty, without a word); one whose real folder was walked already (a link back up: a loop) is not again.
+        for root, folders, names in os.walk(base, followlinks=True):
             left_out += [os.path.join(root, name) + os.sep for name in folders if name.startswith(".")]
             folders[:] = [name for name in folders if not name.startswith(".")]  # hidden ones not walked into
+            real = [os.path.realpath(os.path.join(root, name)) for name in folders]
+            folders[:] = [name for name, target in zip(folders, real) if target not in walked]
+            walked.update(real)
             for name in names:
                 (left_out if name.startswith(".") else found).append(os.path.join(root, name))
         if hidden is not None:
@@ -252,8 +258,11 @@ def resolve_inputs(paths: Sequence[str], log=None, on_twin=None) -> list[InputFi
         log(f"{len(hidden)} hidden file(s) or folder(s) in the input folders left out (names starting with '.': "
             f"{shown})")
     for file, name in matched:
-        size = _size_of(file)
-        item = InputFile(file, name, sha256_file(file), size)
+        try:
+            item = InputFile(file, name, sha256_file(file), _size_of(file))
+        except OSError as err:  # a dangling link, a link loop, no permission: named in one line, not a traceback
+            raise ConfigError(f"input file {file!r} cannot be read ({type(err).__name__}: "
+                              f"{err.strerror or err})") from None
         if item.key in seen:
             if log is not None:
                 log(f"input {file} is byte-identical to {seen[item.key].path}: read once")

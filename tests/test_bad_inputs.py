@@ -27,3 +27,34 @@ def test_a_json_string_line_is_described_in_words(tmp_path):
     path.write_text('"just a string"\n', encoding="utf-8")
     [bad] = _read(path)
     assert bad.kind == "not_an_object" and bad.reason == "JSON value is a string, not an object"
+
+
+def test_linked_folders_are_read_and_link_loops_are_walked_once(tmp_path):
+    """A corpus folder assembled from links to folders elsewhere used to be read as holding none of their files
+    (os.walk does not follow links), without a word; a link back up (a loop) is not walked round."""
+    from beamio.read import resolve_inputs
+
+    elsewhere = tmp_path / "disk2" / "crawl"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "part.jsonl").write_text('{"text": "linked"}\n', encoding="utf-8")
+    corpus = tmp_path / "corpus"
+    (corpus / "sub").mkdir(parents=True)
+    (corpus / "own.jsonl").write_text('{"text": "own"}\n', encoding="utf-8")
+    (corpus / "crawl").symlink_to(elsewhere, target_is_directory=True)
+    (corpus / "sub" / "up").symlink_to("..", target_is_directory=True)  # a loop
+    assert [f.name for f in resolve_inputs([str(corpus)])] == ["crawl/part.jsonl", "own.jsonl"]
+
+
+def test_an_input_file_that_cannot_be_read_is_one_config_error_naming_it(tmp_path, capsys):
+    """A dangling link or a link loop in an input folder failed the run with a bare OSError (exit 5, traceback
+    in error.log); it is a one-line configuration error naming the file (exit 2)."""
+    from cli.main import main
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.jsonl").write_text('{"text": "fine"}\n', encoding="utf-8")
+    (corpus / "loop.jsonl").symlink_to("loop.jsonl")
+    code = main(["dedup", str(corpus), "--out", str(tmp_path / "o.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, (code, err)
+    assert f"input file '{corpus / 'loop.jsonl'}' cannot be read (OSError: Too many levels of symbolic links)" in err
