@@ -58,3 +58,35 @@ def test_an_input_file_that_cannot_be_read_is_one_config_error_naming_it(tmp_pat
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err, (code, err)
     assert f"input file '{corpus / 'loop.jsonl'}' cannot be read (OSError: Too many levels of symbolic links)" in err
+
+
+def test_bad_config_files_are_one_line_exit_2(tmp_path, capsys):
+    """A config saved as UTF-16 or Latin-1 ended in a UnicodeDecodeError traceback (exit 1); a YAML syntax error
+    was said over seven lines; a key given twice was read as the last one without a word; a folder was 'not
+    found'. Each is one line naming the file and what is wrong, exit 2."""
+    from cli.main import main
+
+    files = {"latin1.yaml": ("name: caf\xe9\n".encode("latin-1"), "is not UTF-8 text (byte 0xe9 at offset 9)"),
+             "syntax.yaml": (b"name: a\ninput: {paths: [x]\noutput: {}\n",
+                             "is not valid YAML: expected ',' or '}', but got '<scalar>' at line 3, column 1"),
+             "twice.yaml": (b"name: a\ninput: {paths: [x]}\nname: b\n",
+                            "is not valid YAML: key 'name' is given twice in one mapping at line 3, column 1")}
+    for name, (data, said) in files.items():
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / "folder.yaml").mkdir()
+    files["folder.yaml"] = (None, "is a folder, not a config file")
+    for name, (_, said) in files.items():
+        code = main(["prepare", str(tmp_path / name)])
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.strip().splitlines()) == 1 and said in err, (name, code, err)
+
+
+def test_yaml_merge_keys_may_still_override():
+    """`<<: *anchor` then a key the anchor has is an override, not a key given twice."""
+    import yaml
+
+    from beamio.config_base import _UniqueKeyLoader
+
+    text = "base: &b {steps: 1, lr: 0.1}\ntrain: {<<: *b, steps: 2}\n"
+    assert yaml.load(text, Loader=_UniqueKeyLoader) == {"base": {"steps": 1, "lr": 0.1},
+                                                         "train": {"steps": 2, "lr": 0.1}}
