@@ -90,3 +90,19 @@ def test_yaml_merge_keys_may_still_override():
     text = "base: &b {steps: 1, lr: 0.1}\ntrain: {<<: *b, steps: 2}\n"
     assert yaml.load(text, Loader=_UniqueKeyLoader) == {"base": {"steps": 1, "lr": 0.1},
                                                          "train": {"steps": 2, "lr": 0.1}}
+
+
+def test_a_file_where_the_run_directory_goes_is_a_config_error_naming_the_field(tmp_path, capsys):
+    """output.runs_dir naming a file ended as 'failed: NotADirectoryError ... not writable', exit 5."""
+    from cli.main import main
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"text": "a"}\n', encoding="utf-8")
+    (tmp_path / "afile").write_text("", encoding="utf-8")
+    config = tmp_path / "c.yaml"
+    config.write_text(f"name: r\ninput: {{paths: ['{corpus}']}}\noutput: {{runs_dir: '{tmp_path / 'afile'}'}}\n",
+                      encoding="utf-8")
+    code = main(["prepare", str(config)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"output.runs_dir: {tmp_path / 'afile'} is a file, not a folder" in err, (code, err)
+    assert not (tmp_path / "afile").stat().st_size
