@@ -106,3 +106,31 @@ def test_a_file_where_the_run_directory_goes_is_a_config_error_naming_the_field(
     err = capsys.readouterr().err
     assert code == 2 and f"output.runs_dir: {tmp_path / 'afile'} is a file, not a folder" in err, (code, err)
     assert not (tmp_path / "afile").stat().st_size
+
+
+def test_a_damaged_gzip_member_inside_a_warc_is_said_to_be_corrupt_not_truncated(tmp_path):
+    """Bytes damaged inside a .warc.gz (a bad disk or copy; the file is whole) were reported as truncated_file,
+    'the file ends inside a gzip member ... truncated, or still being written': the wrong cause, sending the user
+    to re-download. It is unreadable_file naming the corrupt member's offset; records before it are read."""
+    import zlib
+    from pathlib import Path
+
+    from beamio.read import InputFile, read_file_indexed
+
+    data = bytearray((Path(__file__).parent / "data" / "raw" / "pages.warc.gz").read_bytes())
+    starts, pos = [], 0
+    while pos < len(data):
+        starts.append(pos)
+        member = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        member.decompress(bytes(data[pos:]))
+        pos = len(data) - len(member.unused_data)
+    damaged_member = starts[len(starts) // 2]
+    for k in range(damaged_member + 12, damaged_member + 40):
+        data[k] ^= 0xFF
+    path = tmp_path / "damaged.warc.gz"
+    path.write_bytes(bytes(data))
+    items = list(read_file_indexed(str(path), InputConfig(paths=[str(path)]), InputFile.of(str(path))))
+    bad = [item for _, item in items if type(item) is Quarantined]
+    assert [q.kind for q in bad] == ["unreadable_file"] and bad[0].byte_offset == damaged_member, bad
+    assert "is corrupt" in bad[0].reason and "truncated" not in bad[0].reason
+    assert len(items) == len(starts) // 2 + 1  # every record before the damaged member, then the one record
