@@ -464,6 +464,13 @@ def _truncated(source: InputFile, position: int, offset: int, err: TruncatedInpu
                        offset, source.key)
 
 
+def _not_a_json_number(name: str) -> None:
+    """``NaN``, ``Infinity`` and ``-Infinity`` (Python's json.dumps writes them; JSON has no such values) are read
+    as null, as a Parquet cell's are: kept as floats they reached ``meta`` as the text NaN, which the docs' meta
+    column then held as JSON that strict JSON readers (jq, browsers, serde) refuse."""
+    return None
+
+
 # Each parser yields (record index in the file from 0, document or Quarantined). The index is what a person
 # counts in the file (JSONL line - 1, Parquet row); the document id hashes the reader's own position.
 
@@ -490,7 +497,7 @@ def parse_jsonl(fh, source: InputFile, cfg: InputConfig) -> Iterator[tuple[int, 
             if line_no == 1 and line.startswith("\ufeff"):
                 line = line[1:]  # the byte order mark Windows tools write before a UTF-8 file's first line
             try:
-                record = json.loads(line)
+                record = json.loads(line, parse_constant=_not_a_json_number)
             except json.JSONDecodeError as err:
                 yield index, Quarantined(name, line_no, "invalid_json", f"not valid JSON: {err.msg} at column "
                                          f"{err.colno}", offset, key)

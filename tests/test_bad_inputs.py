@@ -134,3 +134,15 @@ def test_a_damaged_gzip_member_inside_a_warc_is_said_to_be_corrupt_not_truncated
     assert [q.kind for q in bad] == ["unreadable_file"] and bad[0].byte_offset == damaged_member, bad
     assert "is corrupt" in bad[0].reason and "truncated" not in bad[0].reason
     assert len(items) == len(starts) // 2 + 1  # every record before the damaged member, then the one record
+
+
+def test_nan_and_infinity_in_a_jsonl_record_reach_meta_as_null(tmp_path):
+    """Python's json.dumps writes NaN and Infinity; they reached the docs' meta column as `{"score":NaN}`, which
+    is not JSON. They are null, as a Parquet cell's NaN is."""
+    import json
+
+    path = tmp_path / "nan.jsonl"
+    path.write_text('{"text": "a", "score": NaN, "hi": Infinity, "lo": [-Infinity, 1.5]}\n', encoding="utf-8")
+    [doc] = _read(path)
+    assert doc["meta"] == {"score": None, "hi": None, "lo": [None, 1.5]}
+    json.dumps(doc["meta"], allow_nan=False)
