@@ -647,11 +647,12 @@ def read_file_indexed(path: str, cfg: InputConfig,
         return
     with fh:
         stream = fh
+        if fmt in ("pdf", "docx", "parquet") and _compression_of(path) is not None:
+            # (a .parquet.gz was opened as Parquet and said to be 'not a readable Parquet file: ArrowInvalid')
+            yield 0, Quarantined(name, 0, "unsupported_file", f"a compressed .{fmt} is not read: decompress it "
+                                 f"first", None, key)
+            return
         if fmt in RAW_BYTE_FORMATS:
-            if fmt in ("pdf", "docx") and _compression_of(path) is not None:
-                yield 0, Quarantined(name, 0, "unsupported_file", f"a compressed .{fmt} is not read: decompress it "
-                                     f"first", None, key)
-                return
             try:
                 yield from PARSERS[fmt](fh, source, cfg)
             except (OSError, EOFError, ValueError) as err:

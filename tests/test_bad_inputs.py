@@ -146,3 +146,19 @@ def test_nan_and_infinity_in_a_jsonl_record_reach_meta_as_null(tmp_path):
     [doc] = _read(path)
     assert doc["meta"] == {"score": None, "hi": None, "lo": [None, 1.5]}
     json.dumps(doc["meta"], allow_nan=False)
+
+
+def test_a_compressed_parquet_file_says_it_is_not_read_compressed(tmp_path):
+    """A .parquet.gz was opened as Parquet and quarantined as 'not a readable Parquet file: ArrowInvalid', which
+    does not say why; it is unsupported_file, 'decompress it first', as a compressed .pdf or .docx is."""
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    plain = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"text": ["a"]}), plain)
+    packed = tmp_path / "t.parquet.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    [bad] = _read(packed)
+    assert bad.kind == "unsupported_file" and bad.reason == "a compressed .parquet is not read: decompress it first"
