@@ -162,3 +162,16 @@ def test_a_compressed_parquet_file_says_it_is_not_read_compressed(tmp_path):
     packed.write_bytes(gzip.compress(plain.read_bytes()))
     [bad] = _read(packed)
     assert bad.kind == "unsupported_file" and bad.reason == "a compressed .parquet is not read: decompress it first"
+
+
+def test_a_dask_address_with_no_scheduler_is_one_config_error_naming_it():
+    """`--runner dask --dask-address tcp://127.0.0.1:1` failed the clean as 'failed: CancelledError' (exit 5)."""
+    import pytest
+
+    from beam_dask.cluster import connect, cluster_threads
+    from beamio.config_base import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^--dask-address tcp://127\.0\.0\.1:1: no dask scheduler answered "
+                                          r"\(Timed out trying to connect"):
+        connect("127.0.0.1:1", timeout="1s")
+    assert cluster_threads("tcp://127.0.0.1:1", timeout="1s") is None
