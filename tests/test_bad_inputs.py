@@ -175,3 +175,15 @@ def test_a_dask_address_with_no_scheduler_is_one_config_error_naming_it():
                                           r"\(Timed out trying to connect"):
         connect("127.0.0.1:1", timeout="1s")
     assert cluster_threads("tcp://127.0.0.1:1", timeout="1s") is None
+
+
+def test_trace_refuses_a_run_without_its_manifest_instead_of_answering_not_found(tmp_path, capsys):
+    """A prepare that failed half-way leaves the run directory without manifest.json; trace answered every query
+    'not found: ... is not an input of this run' (exit 0): a false answer to a takedown request."""
+    from cli.main import main
+
+    run = tmp_path / "runs" / "r"
+    (run / "docs").mkdir(parents=True)
+    code = main(["trace", str(run), "--source", "a.jsonl:1"])
+    out, err = capsys.readouterr()
+    assert code == 4 and "no manifest.json: the run's last clean did not complete" in err and "not found" not in out
