@@ -187,3 +187,17 @@ def test_trace_refuses_a_run_without_its_manifest_instead_of_answering_not_found
     code = main(["trace", str(run), "--source", "a.jsonl:1"])
     out, err = capsys.readouterr()
     assert code == 4 and "no manifest.json: the run's last clean did not complete" in err and "not found" not in out
+
+
+def test_a_markdown_file_opening_with_a_rule_keeps_its_first_paragraph(tmp_path):
+    """`---`, a paragraph, `---` (a rule and a setext heading) was taken for YAML front matter, and, as YAML reads
+    the paragraph as a string, not a mapping, the paragraph was dropped without a word. Front matter is a mapping
+    (or empty); anything else is the document's text."""
+    essay = tmp_path / "essay.md"
+    essay.write_text("---\nThe opening paragraph, after a rule.\n---\n\nThe second part.\n", encoding="utf-8")
+    [doc] = _read(essay)
+    assert doc["text"] == "The opening paragraph, after a rule.\n\nThe second part."
+    titled = tmp_path / "titled.md"
+    titled.write_text("---\ntitle: Notes\n---\nBody.\n", encoding="utf-8")
+    [doc] = _read(titled)
+    assert doc["text"] == "Body." and doc["meta"]["title"] == "Notes"
