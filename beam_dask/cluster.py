@@ -18,6 +18,8 @@ import threading
 import dask
 import distributed
 
+from beamio.config_base import ConfigError
+
 DEFAULT_LOCAL_WORKERS = 2  # worker processes of the shared LocalCluster when none are asked for
 _shared: "LocalDaskCluster | None" = None
 _shared_lock = threading.Lock()
@@ -27,7 +29,10 @@ def connect(address: str, timeout: float | str | None = "30s") -> distributed.Cl
     """A client of the scheduler at ``address`` (``tcp://host:port`` or ``host:port``)."""
     if "://" not in address:
         address = f"tcp://{address}"
-    return distributed.Client(address, timeout=timeout, set_as_default=False)
+    try:
+        return distributed.Client(address, timeout=timeout, set_as_default=False)
+    except OSError as err:  # no scheduler there: said as the setting it is, not as the CancelledError it ends in
+        raise ConfigError(f"--dask-address {address}: no dask scheduler answered ({err})") from None
 
 
 def cluster_threads(address: str, timeout: float | str = "10s") -> int | None:
@@ -35,7 +40,7 @@ def cluster_threads(address: str, timeout: float | str = "10s") -> int | None:
     runner's own connection then says why) or has no workers yet."""
     try:
         client = connect(address, timeout=timeout)
-    except (OSError, TimeoutError):
+    except (ConfigError, OSError, TimeoutError):
         return None
     try:
         return sum(client.nthreads().values()) or None

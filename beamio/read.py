@@ -176,9 +176,15 @@ def _match_entry(index: int, path: str, hidden: list | None = None) -> list[tupl
     elif not is_uri(path) and os.path.isdir(path):  # a local folder: its files, none when it holds none yet
         base = path.rstrip(os.sep) or os.sep
         found, left_out = [], []
-        for root, folders, names in os.walk(base):
+        walked = {os.path.realpath(base)}
+        # Linked folders are walked (a corpus assembled from links to other disks would otherwise be read as
+        # empty, without a word); one whose real folder was walked already (a link back up: a loop) is not again.
+        for root, folders, names in os.walk(base, followlinks=True):
             left_out += [os.path.join(root, name) + os.sep for name in folders if name.startswith(".")]
             folders[:] = [name for name in folders if not name.startswith(".")]  # hidden ones not walked into
+            real = [os.path.realpath(os.path.join(root, name)) for name in folders]
+            folders[:] = [name for name, target in zip(folders, real) if target not in walked]
+            walked.update(real)
             for name in names:
                 (left_out if name.startswith(".") else found).append(os.path.join(root, name))
         if hidden is not None:
@@ -252,8 +258,11 @@ def resolve_inputs(paths: Sequence[str], log=None, on_twin=None) -> list[InputFi
         log(f"{len(hidden)} hidden file(s) or folder(s) in the input folders left out (names starting with '.': "
             f"{shown})")
     for file, name in matched:
-        size = _size_of(file)
-        item = InputFile(file, name, sha256_file(file), size)
+        try:
+            item = InputFile(file, name, sha256_file(file), _size_of(file))
+        except OSError as err:  # a dangling link, a link loop, no permission: named in one line, not a traceback
+            raise ConfigError(f"input file {file!r} cannot be read ({type(err).__name__}: "
+                              f"{err.strerror or err})") from None
         if item.key in seen:
             if log is not None:
                 log(f"input {file} is byte-identical to {seen[item.key].path}: read once")
@@ -272,7 +281,8 @@ def _as_input_files(files: Sequence[InputFile | str]) -> list[InputFile]:
 def _describe(value) -> str:
     if value is None:
         return "null"
-    return {bool: "a boolean", int: "a number", float: "a number", list: "a list", dict: "an object"}.get(
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list",
+            dict: "an object"}.get(
         type(value), type(value).__name__)
 
 
@@ -454,6 +464,13 @@ def _truncated(source: InputFile, position: int, offset: int, err: TruncatedInpu
                        offset, source.key)
 
 
+def _not_a_json_number(name: str) -> None:
+    """``NaN``, ``Infinity`` and ``-Infinity`` (Python's json.dumps writes them; JSON has no such values) are read
+    as null, as a Parquet cell's are: kept as floats they reached ``meta`` as the text NaN, which the docs' meta
+    column then held as JSON that strict JSON readers (jq, browsers, serde) refuse."""
+    return None
+
+
 # Each parser yields (record index in the file from 0, document or Quarantined). The index is what a person
 # counts in the file (JSONL line - 1, Parquet row); the document id hashes the reader's own position.
 
@@ -480,10 +497,14 @@ def parse_jsonl(fh, source: InputFile, cfg: InputConfig) -> Iterator[tuple[int, 
             if line_no == 1 and line.startswith("\ufeff"):
                 line = line[1:]  # the byte order mark Windows tools write before a UTF-8 file's first line
             try:
-                record = json.loads(line)
+                record = json.loads(line, parse_constant=_not_a_json_number)
             except json.JSONDecodeError as err:
                 yield index, Quarantined(name, line_no, "invalid_json", f"not valid JSON: {err.msg} at column "
                                          f"{err.colno}", offset, key)
+                continue
+            except RecursionError:  # arrays/objects nested past the parser's recursion limit: one bad line
+                yield index, Quarantined(name, line_no, "invalid_json", "JSON nested too deeply to parse", offset,
+                                         key)
                 continue
             if not isinstance(record, dict):
                 yield index, Quarantined(name, line_no, "not_an_object", f"JSON value is {_describe(record)}, not "
@@ -626,11 +647,12 @@ def read_file_indexed(path: str, cfg: InputConfig,
         return
     with fh:
         stream = fh
+        if fmt in ("pdf", "docx", "parquet") and _compression_of(path) is not None:
+            # (a .parquet.gz was opened as Parquet and said to be 'not a readable Parquet file: ArrowInvalid')
+            yield 0, Quarantined(name, 0, "unsupported_file", f"a compressed .{fmt} is not read: decompress it "
+                                 f"first", None, key)
+            return
         if fmt in RAW_BYTE_FORMATS:
-            if fmt in ("pdf", "docx") and _compression_of(path) is not None:
-                yield 0, Quarantined(name, 0, "unsupported_file", f"a compressed .{fmt} is not read: decompress it "
-                                     f"first", None, key)
-                return
             try:
                 yield from PARSERS[fmt](fh, source, cfg)
             except (OSError, EOFError, ValueError) as err:

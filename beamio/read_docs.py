@@ -173,7 +173,11 @@ def _front_matter(text: str) -> tuple[str, dict]:
                 data = yaml.safe_load("\n".join(lines[1:i]))
             except yaml.YAMLError:
                 return text, {}
-            return "\n".join(lines[i + 1:]), data if isinstance(data, dict) else {}
+            if data is not None and not isinstance(data, dict):
+                # not front matter: a rule, then prose and another rule (a setext heading); its text used to be
+                # dropped without a word
+                return text, {}
+            return "\n".join(lines[i + 1:]), data or {}
     return text, {}
 
 

@@ -502,12 +502,15 @@ def parse_archive(fh, source: InputFile, cfg: InputConfig, kind: str) -> Iterato
         if pending is not None:
             yield pending
         # the archive cannot be parsed past here: one record for the rest, the records before it are read
-        cut = _unfinished_member(fh, last_offset) if source.path.lower().endswith(".gz") else None
-        if cut is not None:  # the parser choked on a member the file ends inside: a cut file
+        fault = _gzip_fault(fh, last_offset) if source.path.lower().endswith(".gz") else None
+        if fault is not None and fault[0] == "truncated":  # the parser choked on a member the file ends inside
+            cut = fault[1]
             yield index + 1, Quarantined(source.name, index + 1, "truncated_file",
                                          f"the file ends inside a gzip member (at compressed byte {cut}) after record "
                                          f"{index}: truncated, or still being written; every record before it was "
                                          f"read", cut, source.key)
+        elif fault is not None:
+            yield index + 1, _corrupt_member(source, index, fault[1])
         else:
             yield index + 1, Quarantined(source.name, index + 1, "unreadable_file",
                                          f"the archive cannot be read past record {index + 1} ({type(err).__name__}: "
@@ -521,18 +524,31 @@ def parse_archive(fh, source: InputFile, cfg: InputConfig, kind: str) -> Iterato
     elif not last_cut and source.path.lower().endswith(".gz"):
         # the libraries stop quietly when a file ends inside a gzip member they have not started to parse (a cut
         # right after a member's header): the members after the last record must all be complete
-        where = _unfinished_member(fh, last_offset)
-        if where is not None:
+        fault = _gzip_fault(fh, last_offset)
+        if fault is not None and fault[0] == "corrupt":
+            yield index + 1, _corrupt_member(source, index, fault[1])
+        elif fault is not None:
+            where = fault[1]
             yield index + 1, Quarantined(source.name, index + 1, "truncated_file",
                                          f"the file ends inside a gzip member (at compressed byte {where}) after "
                                          f"record {index}: truncated, or still being written; every record before it "
                                          f"was read", where, source.key)
 
 
-def _unfinished_member(fh, offset: int) -> int | None:
-    """The compressed offset of a gzip member that the file ends inside, reading from ``offset`` (a record's
-    member start) to the end; None when every member there is complete (or the stream cannot seek back).
-    Decompressed bytes are discarded as they come (at most 64 KB at a time)."""
+def _corrupt_member(source: InputFile, index: int, where: int) -> Quarantined:
+    """The one record for the rest of an archive whose gzip member at ``where`` does not decompress: damaged
+    bytes inside the file (a bad disk, a bad copy), not a cut download, so it is not said to be truncated."""
+    return Quarantined(source.name, index + 1, "unreadable_file",
+                       f"the gzip member at compressed byte {where} (after record {index}) is corrupt (its data "
+                       f"does not decompress): the archive cannot be read past it; every record before it was read",
+                       where, source.key)
+
+
+def _gzip_fault(fh, offset: int) -> tuple[str, int] | None:
+    """("truncated", its compressed offset) for a gzip member that the file ends inside, ("corrupt", offset) for
+    one whose data does not decompress, reading from ``offset`` (a record's member start) to the end; None when
+    every member there is complete (or the stream cannot seek back). Decompressed bytes are discarded as they
+    come (at most 64 KB at a time)."""
     seekable = getattr(fh, "seekable", None)
     if seekable is None or not seekable():
         return None
@@ -541,7 +557,7 @@ def _unfinished_member(fh, offset: int) -> int | None:
     if not head or not b"\x1f\x8b".startswith(head):  # no gzip member (a plain WARC named .gz): nothing to check
         return None
     if len(head) < 2:  # the file ends one byte into a member
-        return offset
+        return "truncated", offset
     fh.seek(offset)
     decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
     member_start = fed = offset  # where the current member starts; where the bytes being fed start
@@ -549,12 +565,12 @@ def _unfinished_member(fh, offset: int) -> int | None:
     while True:
         data = fh.read(1 << 16)
         if not data:
-            return member_start if started else None
+            return ("truncated", member_start) if started else None
         while data:
             try:
                 decompressor.decompress(data, 1 << 16)
             except zlib.error:
-                return member_start
+                return "corrupt", member_start
             started = True
             if decompressor.eof:
                 rest = decompressor.unused_data

@@ -34,6 +34,12 @@ class TraceError(CorpusmillError):
     exit_code = ExitCode.CONFIG
 
 
+class IncompleteRun(TraceError):
+    """A run directory without its manifest: what is on disk cannot be trusted to answer."""
+
+    exit_code = ExitCode.REFUSED
+
+
 @dataclass
 class TraceQuery:
     """What to trace: input ids (``--id``, ``--ids-file``), ``FILE`` or ``FILE:LINE`` (``--source``), a regular
@@ -142,6 +148,11 @@ def trace(run_dir: str | Path, query: TraceQuery) -> list[dict]:
     paths = RunPaths(run_dir)
     if not paths.root.is_dir():
         raise TraceError(f"{paths}: no such run directory")
+    if not paths.manifest.is_file():
+        # (every query used to answer 'not found: ... is not an input of this run': a false answer to a takedown
+        # request when the run's last clean failed half-way and left docs/ without its manifest)
+        raise IncompleteRun(f"{paths}: no manifest.json: the run's last clean did not complete (or it is still "
+                            f"running), so what it holds cannot be told; re-run it, then trace")
     if query.empty():
         raise TraceError("nothing to trace: give --id, --ids-file, --source or --match")
     results: list[dict] = []

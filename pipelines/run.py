@@ -145,9 +145,24 @@ def _check_model_fits_rows(cfg: RunConfig) -> None:
                           f"{max_seq_len} or train.model.max_seq_len to at least {cfg.packing.seq_len}")
 
 
+def _check_run_directory(cfg: RunConfig) -> None:
+    """The run directory's place: a file where output.runs_dir (or the run directory, or a folder above it) should
+    be is a setting that cannot work, named; it used to end in a NotADirectoryError said as 'not writable' (exit
+    5) after the checks."""
+    run_dir = RunPaths.of(cfg).root.absolute()
+    for place in (run_dir, *run_dir.parents):
+        if place.exists():
+            if not place.is_dir():
+                field = "name" if place == run_dir else "output.runs_dir"
+                raise ConfigError(f"{field}: {place} is a file, not a folder: the run directory {run_dir} cannot "
+                                  f"be made there")
+            return
+
+
 def preflight(cfg: RunConfig, stages: tuple[str, ...], against: tuple[str, ...] = ()) -> None:
     """What can refuse the run, checked before anything is written, cheapest first; a ConfigError naming the
     field (exit 2). Late stages first: they are the ones that would otherwise fail after hours of cleaning."""
+    _check_run_directory(cfg)
     if "shards" in stages:
         _check_tokenizer(cfg)
     if "train" in stages:
