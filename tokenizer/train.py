@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
@@ -122,6 +123,23 @@ def canonical_vocabulary(tok: Tokenizer, cfg: TokenizerConfig) -> Tokenizer:
     return Tokenizer.from_str(json.dumps(data, ensure_ascii=False))
 
 
+# The longest run without whitespace the trainer sees as one piece. Training time grows with the square of a word's
+# length (tokenizers' BPE trainer re-merges the whole word at each merge: 50 KB took 0.8 s, 5 MB would take hours),
+# and a kept document may be one long run (a base64 blob, a DNA sequence, text with its spaces lost). No natural word
+# comes near this length; encoding is unaffected (linear in length), only what the trainer counts.
+MAX_TRAINING_RUN = 1000
+_LONG_RUN = re.compile(r"(\S{%d})" % MAX_TRAINING_RUN)
+
+
+def bounded_runs(text: str) -> list[str]:
+    """``text`` itself, or, where it holds a run of more than ``MAX_TRAINING_RUN`` non-space characters, the text
+    cut into pieces at every ``MAX_TRAINING_RUN`` characters of such a run (each piece is pre-tokenized on its own,
+    so no training word is longer)."""
+    if _LONG_RUN.search(text) is None:
+        return [text]
+    return [piece for piece in _LONG_RUN.split(text) if piece]
+
+
 def train_tokenizer(texts: Sequence[str], cfg: TokenizerConfig, out_path: str) -> Tokenizer:
     if not texts:
         raise ValueError("cannot train a tokenizer on zero documents")
@@ -129,7 +147,7 @@ def train_tokenizer(texts: Sequence[str], cfg: TokenizerConfig, out_path: str) -
 
     def chunks() -> Iterator[list[str]]:
         for i in range(0, len(texts), 1000):
-            yield list(texts[i : i + 1000])
+            yield [piece for text in texts[i : i + 1000] for piece in bounded_runs(text)]
 
     tok.train_from_iterator(chunks(), trainer=trainer, length=len(texts))
     tok = canonical_vocabulary(tok, cfg)
