@@ -1315,6 +1315,18 @@ _SUBJECT_AUX_EN = frozenset("""is was has had will would can could should did do
 wouldn't can't couldn't didn't doesn't says said just also always never still really finally must mustn't may
 might shall ought cannot""".split())
 _SLOT_WORD = re.compile(rf"(?<![0-9A-Za-zÀ-ÿ\-.'’@#/_])(?P<value>{_NAME_WORD})(?![0-9A-Za-zÀ-ÿ\-@/_])")
+
+
+def _slot_words(text: str) -> Iterator[tuple[re.Match, int, int, str, bool]]:
+    """Each word in a name's slot (``_SLOT_WORD``) as (match, start, end, word, possessive): a possessive's 's or ’s
+    is cut off the word and its end (the match still ends after it)."""
+    for m in _SLOT_WORD.finditer(text):
+        start, end = m.span("value")
+        word = m.group("value")
+        possessive = _POSSESSIVE_END.search(word) is not None
+        if possessive:
+            word, end = word[:-2], end - 2
+        yield m, start, end, word, possessive
 _NEXT_TOKEN = re.compile(r"[ \t]*(?P<tok>[^\s]*)")
 _PREV_TOKEN = re.compile(r"(?P<tok>[^\s]*)[ \t]*$")
 _PAIR_JOINERS = frozenset(("and", "und", "&", "or", "oder"))
@@ -1748,12 +1760,7 @@ class PersonNameRecognizer(EntityRecognizer):
         found: list[tuple[int, int]] = []
         confirmed: set[tuple[int, int]] = set()  # nouns made persons by the sentence itself: no NER asked
         pending: list[tuple[int, int, str, str]] = []  # lone names beside and/und, decided by their neighbour
-        for m in _SLOT_WORD.finditer(text):
-            start, end = m.span("value")
-            word = m.group("value")
-            possessive = _POSSESSIVE_END.search(word) is not None
-            if possessive:
-                word, end = word[:-2], end - 2
+        for m, start, end, word, possessive in _slot_words(text):
             if word not in self.given_names and (word.isascii() or _fold(word) not in self.given_names):
                 continue  # the cheap test first: most capitalised words are no given name
             low = word.lower()
@@ -1936,12 +1943,7 @@ class PersonNameRecognizer(EntityRecognizer):
                 if self._word_kind(m.group("value"), False) in ("name", "word"):
                     yield m.span("value")
             return  # a short line of neither language takes the English positions ("I'll tell Grace tomorrow.")
-        for m in _SLOT_WORD.finditer(text):
-            start, end = m.span("value")
-            word = m.group("value")
-            possessive = _POSSESSIVE_END.search(word) is not None
-            if possessive:
-                word, end = word[:-2], end - 2
+        for m, start, end, word, possessive in _slot_words(text):
             if not word[:1].isupper() or _after_place_prefix(text, start):
                 continue
             before = text[max(0, start - 60):start]
